@@ -1,0 +1,95 @@
+//! The function: ports built once per container, and one event in, one response out.
+
+use aws_lambda_events::sqs::{SqsBatchResponse, SqsEvent};
+
+use crate::batch::{BatchProcessor, BatchReport};
+use crate::clock::{Clock, SystemClock};
+use crate::config::{Config, ConfigError};
+use crate::idempotency::{AnyStore, IdempotencyStore, MemoryStore};
+use crate::order::{OrderHandler, Ports};
+use crate::payment::{AnyGateway, PaymentGateway, SimulatedGateway};
+use crate::sqs::{self, EventError, QueueKind};
+
+/// Start-up failed: the function must not serve.
+#[derive(Debug, thiserror::Error)]
+pub enum StartupError {
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    #[error("IDEMPOTENCY_TABLE is set, but this build has no DynamoDB store yet")]
+    NoDynamoDb,
+}
+
+/// The order processor with its ports, built once per container.
+#[derive(Debug)]
+pub struct App<S = AnyStore, P = AnyGateway, C = SystemClock> {
+    processor: BatchProcessor<OrderHandler<S, P, C>, C>,
+}
+
+impl App {
+    /// Builds the ports the configuration names. No network call happens here.
+    pub fn from_config(config: &Config) -> Result<Self, StartupError> {
+        let store = match &config.idempotency_table {
+            None => AnyStore::Memory(MemoryStore::new(config.retention)),
+            Some(_) => return Err(StartupError::NoDynamoDb),
+        };
+        let gateway = AnyGateway::Simulated(SimulatedGateway::new());
+        Ok(Self::with_ports(config, store, gateway, SystemClock))
+    }
+}
+
+impl<S, P, C> App<S, P, C>
+where
+    S: IdempotencyStore,
+    P: PaymentGateway,
+    C: Clock + Clone,
+{
+    /// Assembles the function from given ports (tests, benchmarks, tools).
+    pub fn with_ports(config: &Config, store: S, gateway: P, clock: C) -> Self {
+        let ports = Ports {
+            store,
+            gateway,
+            clock: clock.clone(),
+            lease: config.lease,
+        };
+        let processor = BatchProcessor::new(OrderHandler::new(ports), clock, config.batch);
+        Self { processor }
+    }
+
+    pub fn ports(&self) -> &Ports<S, P, C> {
+        self.processor.handler().ports()
+    }
+
+    /// Processes one event and returns the records Lambda must retry.
+    pub async fn handle(
+        &self,
+        event: &SqsEvent,
+        deadline_ms: u64,
+    ) -> Result<SqsBatchResponse, EventError> {
+        Ok(self.handle_with_report(event, deadline_ms).await?.0)
+    }
+
+    /// As [`App::handle`], also returning each record's status.
+    pub async fn handle_with_report(
+        &self,
+        event: &SqsEvent,
+        deadline_ms: u64,
+    ) -> Result<(SqsBatchResponse, BatchReport), EventError> {
+        let batch = sqs::messages(event)?;
+        let report = self
+            .processor
+            .process(&batch, QueueKind::detect(event), deadline_ms)
+            .await;
+        let response = sqs::response(report.failed_ids(&batch));
+        sqs::check_response(&response, &batch)?;
+        Ok((response, report))
+    }
+
+    /// Parses an event from JSON text and processes it.
+    pub async fn handle_json(
+        &self,
+        json: &str,
+        deadline_ms: u64,
+    ) -> Result<SqsBatchResponse, EventError> {
+        self.handle(&sqs::parse_event(json)?, deadline_ms).await
+    }
+}

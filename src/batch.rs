@@ -1,0 +1,563 @@
+//! The batch processor: runs a [`RecordHandler`] over a batch with the SQS partial-failure
+//! contract, and knows nothing of orders.
+//!
+//! - Standard queues: records run concurrently, at most `max_concurrency` at a time; every
+//!   non-ACK record is reported, once, in batch order.
+//! - FIFO, batch scope (the Lambda contract): records run one by one in batch order; the first
+//!   non-ACK record and every record after it are reported, and nothing after it is started.
+//! - FIFO, group scope: only the failed message group's later records are skipped; groups run
+//!   concurrently, in order inside each group.
+//! - A record is not started when the invocation's remaining time is below the deadline margin;
+//!   it is reported instead, so the batch never dies of the function timeout.
+//! - A panic inside a handler is RETRY for that record only.
+
+use std::borrow::Cow;
+use std::collections::HashMap;
+use std::future::Future;
+use std::num::NonZeroUsize;
+use std::panic::AssertUnwindSafe;
+
+use futures_util::{FutureExt, StreamExt, stream};
+use tracing::{info, warn};
+
+use crate::clock::Clock;
+use crate::sqs::{Message, QueueKind};
+
+/// What should become of a record.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Outcome {
+    /// Done, or a duplicate of finished work: delete the message.
+    Ack,
+    /// May succeed later: report it, SQS redelivers it.
+    Retry,
+    /// Will never succeed: report it, it reaches the DLQ after `maxReceiveCount`.
+    Poison,
+}
+
+impl Outcome {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Ack => "ack",
+            Self::Retry => "retry",
+            Self::Poison => "poison",
+        }
+    }
+}
+
+/// A handler's answer for one record: the outcome, and what the log needs to explain it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Verdict {
+    pub outcome: Outcome,
+    /// A short, stable code (`charged`, `duplicate`, `busy`, `invalid_body`, ...).
+    pub reason: &'static str,
+    /// Human detail for the log. Never a body or a secret.
+    pub detail: Option<Cow<'static, str>>,
+    /// The business key (the order id), when the body got that far.
+    pub key: Option<String>,
+    /// When retrying makes sense again, in epoch ms (for example a busy lease's end).
+    pub retry_after_ms: Option<u64>,
+}
+
+impl Verdict {
+    pub fn ack(reason: &'static str) -> Self {
+        Self::new(Outcome::Ack, reason)
+    }
+
+    pub fn retry(reason: &'static str) -> Self {
+        Self::new(Outcome::Retry, reason)
+    }
+
+    pub fn poison(reason: &'static str) -> Self {
+        Self::new(Outcome::Poison, reason)
+    }
+
+    fn new(outcome: Outcome, reason: &'static str) -> Self {
+        Self {
+            outcome,
+            reason,
+            detail: None,
+            key: None,
+            retry_after_ms: None,
+        }
+    }
+
+    pub fn with_detail(mut self, detail: impl Into<Cow<'static, str>>) -> Self {
+        self.detail = Some(detail.into());
+        self
+    }
+
+    pub fn with_key(mut self, key: impl Into<String>) -> Self {
+        self.key = Some(key.into());
+        self
+    }
+
+    pub fn with_retry_after_ms(mut self, at_ms: u64) -> Self {
+        self.retry_after_ms = Some(at_ms);
+        self
+    }
+}
+
+/// What the handler gets besides the record.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RecordContext {
+    /// The invocation's deadline, epoch ms.
+    pub deadline_ms: u64,
+}
+
+/// Anything that turns one record into a [`Verdict`].
+pub trait RecordHandler: Send + Sync {
+    fn handle<'a>(
+        &'a self,
+        message: &'a Message<'a>,
+        context: RecordContext,
+    ) -> impl Future<Output = Verdict> + Send + 'a;
+}
+
+/// Which records a FIFO failure holds back.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum FifoScope {
+    /// Stop the whole batch at the first failure (Lambda's contract).
+    #[default]
+    Batch,
+    /// Stop only the failed message group.
+    Group,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BatchOptions {
+    pub max_concurrency: NonZeroUsize,
+    pub fifo_scope: FifoScope,
+    /// A record is not started with less than this much time left.
+    pub deadline_margin_ms: u64,
+}
+
+impl Default for BatchOptions {
+    fn default() -> Self {
+        Self {
+            max_concurrency: NonZeroUsize::new(8).unwrap_or(NonZeroUsize::MIN),
+            fifo_scope: FifoScope::Batch,
+            deadline_margin_ms: 5_000,
+        }
+    }
+}
+
+/// What happened to one record.
+#[derive(Debug, Clone, PartialEq)]
+pub enum RecordStatus {
+    /// The handler ran and decided.
+    Handled(Verdict),
+    /// Not started: too close to the deadline.
+    SkippedDeadline,
+    /// Not started: an earlier record (by index) failed, and FIFO order must hold.
+    SkippedAfter { culprit: usize },
+}
+
+impl RecordStatus {
+    pub fn outcome(&self) -> Outcome {
+        match self {
+            Self::Handled(v) => v.outcome,
+            Self::SkippedDeadline | Self::SkippedAfter { .. } => Outcome::Retry,
+        }
+    }
+
+    pub fn is_ack(&self) -> bool {
+        self.outcome() == Outcome::Ack
+    }
+}
+
+/// The statuses of a batch, in batch order.
+#[derive(Debug, Clone, PartialEq)]
+pub struct BatchReport {
+    pub kind: QueueKind,
+    pub statuses: Vec<RecordStatus>,
+}
+
+impl BatchReport {
+    /// The message ids to report as failed, in batch order.
+    pub fn failed_ids<'m>(&self, batch: &'m [Message<'m>]) -> impl Iterator<Item = &'m str> {
+        batch
+            .iter()
+            .zip(&self.statuses)
+            .filter(|(_, s)| !s.is_ack())
+            .map(|(m, _)| m.message_id)
+    }
+
+    /// Records per outcome: (ack, retry, poison), skipped records counted as retry.
+    pub fn counts(&self) -> Counts {
+        let mut counts = Counts::default();
+        for status in &self.statuses {
+            match status {
+                RecordStatus::Handled(v) => match v.outcome {
+                    Outcome::Ack => counts.ack += 1,
+                    Outcome::Retry => counts.retry += 1,
+                    Outcome::Poison => counts.poison += 1,
+                },
+                RecordStatus::SkippedDeadline | RecordStatus::SkippedAfter { .. } => {
+                    counts.skipped += 1
+                }
+            }
+        }
+        counts
+    }
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Counts {
+    pub ack: usize,
+    pub retry: usize,
+    pub poison: usize,
+    pub skipped: usize,
+}
+
+/// Drives a [`RecordHandler`] over batches.
+#[derive(Debug, Clone)]
+pub struct BatchProcessor<H, C> {
+    handler: H,
+    clock: C,
+    options: BatchOptions,
+}
+
+impl<H: RecordHandler, C: Clock> BatchProcessor<H, C> {
+    pub fn new(handler: H, clock: C, options: BatchOptions) -> Self {
+        Self {
+            handler,
+            clock,
+            options,
+        }
+    }
+
+    pub fn handler(&self) -> &H {
+        &self.handler
+    }
+
+    /// Processes a batch and logs every record that is not acknowledged, plus one summary line.
+    pub async fn process(
+        &self,
+        batch: &[Message<'_>],
+        kind: QueueKind,
+        deadline_ms: u64,
+    ) -> BatchReport {
+        let started_ms = self.clock.now_ms();
+        let statuses = match (kind, self.options.fifo_scope) {
+            (QueueKind::Standard, _) => self.concurrent(batch, deadline_ms).await,
+            (QueueKind::Fifo, FifoScope::Batch) => self.in_order(batch, deadline_ms).await,
+            (QueueKind::Fifo, FifoScope::Group) => self.by_group(batch, deadline_ms).await,
+        };
+        let report = BatchReport { kind, statuses };
+        log_report(
+            batch,
+            &report,
+            self.clock.now_ms().saturating_sub(started_ms),
+        );
+        report
+    }
+
+    /// Runs one record unless the deadline is too close; a panic becomes RETRY.
+    async fn run_one(&self, message: &Message<'_>, deadline_ms: u64) -> RecordStatus {
+        let remaining = deadline_ms.saturating_sub(self.clock.now_ms());
+        if remaining < self.options.deadline_margin_ms {
+            return RecordStatus::SkippedDeadline;
+        }
+        let context = RecordContext { deadline_ms };
+        // AssertUnwindSafe: after a panic the handler's state is only read through its own
+        // synchronisation (stores lock, clients are stateless), so no broken invariant leaks.
+        let verdict = AssertUnwindSafe(self.handler.handle(message, context))
+            .catch_unwind()
+            .await
+            .unwrap_or_else(|_| Verdict::retry("panic").with_detail("the record handler panicked"));
+        RecordStatus::Handled(verdict)
+    }
+
+    async fn concurrent(&self, batch: &[Message<'_>], deadline_ms: u64) -> Vec<RecordStatus> {
+        // `buffered` keeps at most N futures in flight and yields them in batch order.
+        stream::iter(batch)
+            .map(|m| self.run_one(m, deadline_ms))
+            .buffered(self.options.max_concurrency.get())
+            .collect()
+            .await
+    }
+
+    async fn in_order(&self, batch: &[Message<'_>], deadline_ms: u64) -> Vec<RecordStatus> {
+        let mut statuses = Vec::with_capacity(batch.len());
+        let mut culprit = None;
+        for (index, message) in batch.iter().enumerate() {
+            let status = match culprit {
+                Some(culprit) => RecordStatus::SkippedAfter { culprit },
+                None => self.run_one(message, deadline_ms).await,
+            };
+            if culprit.is_none() && !status.is_ack() {
+                culprit = Some(index);
+            }
+            statuses.push(status);
+        }
+        statuses
+    }
+
+    async fn by_group(&self, batch: &[Message<'_>], deadline_ms: u64) -> Vec<RecordStatus> {
+        // Records without a group id share one anonymous group: ordered, never reordered.
+        let mut group_of: HashMap<Option<&str>, usize> = HashMap::new();
+        let mut groups: Vec<Vec<usize>> = Vec::new();
+        for (index, message) in batch.iter().enumerate() {
+            let next = groups.len();
+            let group = *group_of.entry(message.group_id).or_insert(next);
+            if group == next {
+                groups.push(Vec::new());
+            }
+            groups[group].push(index);
+        }
+        let per_group: Vec<Vec<(usize, RecordStatus)>> = stream::iter(groups)
+            .map(|members| async move {
+                let mut out = Vec::with_capacity(members.len());
+                let mut culprit = None;
+                for index in members {
+                    let status = match culprit {
+                        Some(culprit) => RecordStatus::SkippedAfter { culprit },
+                        None => self.run_one(&batch[index], deadline_ms).await,
+                    };
+                    if culprit.is_none() && !status.is_ack() {
+                        culprit = Some(index);
+                    }
+                    out.push((index, status));
+                }
+                out
+            })
+            .buffer_unordered(self.options.max_concurrency.get())
+            .collect()
+            .await;
+        let mut statuses = vec![RecordStatus::SkippedDeadline; batch.len()];
+        for (index, status) in per_group.into_iter().flatten() {
+            statuses[index] = status;
+        }
+        statuses
+    }
+}
+
+/// One line per record that is not acknowledged, and one summary line.
+fn log_report(batch: &[Message<'_>], report: &BatchReport, duration_ms: u64) {
+    for (message, status) in batch.iter().zip(&report.statuses) {
+        let receive_count = message.receive_count.unwrap_or(0);
+        match status {
+            RecordStatus::Handled(v) if v.outcome == Outcome::Ack => {}
+            RecordStatus::Handled(v) => warn!(
+                message_id = message.message_id,
+                key = v.key.as_deref().unwrap_or(""),
+                outcome = v.outcome.as_str(),
+                reason = v.reason,
+                detail = v.detail.as_deref().unwrap_or(""),
+                receive_count,
+                "record not acknowledged"
+            ),
+            RecordStatus::SkippedDeadline => warn!(
+                message_id = message.message_id,
+                outcome = Outcome::Retry.as_str(),
+                reason = "deadline",
+                receive_count,
+                "record not started: too close to the invocation deadline"
+            ),
+            RecordStatus::SkippedAfter { culprit } => warn!(
+                message_id = message.message_id,
+                outcome = Outcome::Retry.as_str(),
+                reason = "after_failure",
+                caused_by = batch[*culprit].message_id,
+                receive_count,
+                "record not started: an earlier record failed and FIFO order must hold"
+            ),
+        }
+    }
+    let counts = report.counts();
+    info!(
+        queue_kind = report.kind.as_str(),
+        records = batch.len(),
+        ack = counts.ack,
+        retry = counts.retry,
+        poison = counts.poison,
+        skipped = counts.skipped,
+        duration_ms,
+        "batch processed"
+    );
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::clock::ManualClock;
+    use std::sync::Mutex;
+
+    /// Decides by body: "ack", "retry", "poison", "panic", "slow:<ms>" (advances the clock, acks).
+    struct Scripted {
+        clock: ManualClock,
+        started: Mutex<Vec<String>>,
+    }
+
+    impl RecordHandler for Scripted {
+        fn handle<'a>(
+            &'a self,
+            message: &'a Message<'a>,
+            _context: RecordContext,
+        ) -> impl Future<Output = Verdict> + Send + 'a {
+            async move {
+                self.started
+                    .lock()
+                    .expect("lock")
+                    .push(message.message_id.to_owned());
+                match message.body {
+                    "ack" => Verdict::ack("ok"),
+                    "retry" => Verdict::retry("transient"),
+                    "poison" => Verdict::poison("bad"),
+                    "panic" => panic!("scripted panic"),
+                    slow => {
+                        let ms = slow.trim_start_matches("slow:").parse().unwrap_or(0);
+                        self.clock.advance_ms(ms);
+                        Verdict::ack("ok")
+                    }
+                }
+            }
+        }
+    }
+
+    fn processor(scope: FifoScope, clock: &ManualClock) -> BatchProcessor<Scripted, ManualClock> {
+        let handler = Scripted {
+            clock: clock.clone(),
+            started: Mutex::default(),
+        };
+        let options = BatchOptions {
+            fifo_scope: scope,
+            deadline_margin_ms: 1_000,
+            ..BatchOptions::default()
+        };
+        BatchProcessor::new(handler, clock.clone(), options)
+    }
+
+    fn batch<'a>(specs: &'a [(&'a str, Option<&'a str>, &'a str)]) -> Vec<Message<'a>> {
+        specs
+            .iter()
+            .map(|(id, group, body)| Message {
+                group_id: *group,
+                ..Message::new(id, body)
+            })
+            .collect()
+    }
+
+    async fn run(
+        scope: FifoScope,
+        kind: QueueKind,
+        specs: &[(&str, Option<&str>, &str)],
+    ) -> (Vec<String>, Vec<String>) {
+        let clock = ManualClock::at(0);
+        let p = processor(scope, &clock);
+        let messages = batch(specs);
+        let report = p.process(&messages, kind, 60_000).await;
+        let failed = report.failed_ids(&messages).map(str::to_owned).collect();
+        let started = p.handler().started.lock().expect("lock").clone();
+        (failed, started)
+    }
+
+    #[tokio::test]
+    async fn standard_reports_exactly_the_failed_records_in_order() {
+        let specs = [
+            ("a", None, "ack"),
+            ("b", None, "retry"),
+            ("c", None, "ack"),
+            ("d", None, "poison"),
+        ];
+        let (failed, started) = run(FifoScope::Batch, QueueKind::Standard, &specs).await;
+        assert_eq!(failed, ["b", "d"]);
+        assert_eq!(started.len(), 4);
+    }
+
+    #[tokio::test]
+    async fn a_panic_is_retry_for_that_record_only() {
+        let specs = [("a", None, "panic"), ("b", None, "ack")];
+        let clock = ManualClock::at(0);
+        let p = processor(FifoScope::Batch, &clock);
+        let messages = batch(&specs);
+        let report = p.process(&messages, QueueKind::Standard, 60_000).await;
+        assert_eq!(report.failed_ids(&messages).collect::<Vec<_>>(), ["a"]);
+        assert!(matches!(&report.statuses[0], RecordStatus::Handled(v) if v.reason == "panic"));
+        assert!(report.statuses[1].is_ack());
+    }
+
+    #[tokio::test]
+    async fn fifo_batch_scope_stops_at_the_first_failure() {
+        let specs = [
+            ("a", Some("g1"), "ack"),
+            ("b", Some("g2"), "retry"),
+            ("c", Some("g1"), "ack"),
+            ("d", Some("g2"), "ack"),
+        ];
+        let (failed, started) = run(FifoScope::Batch, QueueKind::Fifo, &specs).await;
+        assert_eq!(failed, ["b", "c", "d"]);
+        assert_eq!(started, ["a", "b"]);
+    }
+
+    #[tokio::test]
+    async fn fifo_group_scope_holds_back_only_the_failed_group() {
+        let specs = [
+            ("a", Some("g1"), "ack"),
+            ("b", Some("g2"), "poison"),
+            ("c", Some("g1"), "ack"),
+            ("d", Some("g2"), "ack"),
+            ("e", Some("g3"), "ack"),
+        ];
+        let (failed, started) = run(FifoScope::Group, QueueKind::Fifo, &specs).await;
+        assert_eq!(failed, ["b", "d"]);
+        assert!(!started.contains(&"d".to_owned()));
+        assert_eq!(started.len(), 4);
+    }
+
+    #[tokio::test]
+    async fn skipped_records_name_the_record_that_held_them_back() {
+        let clock = ManualClock::at(0);
+        let p = processor(FifoScope::Batch, &clock);
+        let specs = [("a", Some("g"), "poison"), ("b", Some("h"), "ack")];
+        let messages = batch(&specs);
+        let report = p.process(&messages, QueueKind::Fifo, 60_000).await;
+        assert_eq!(
+            report.statuses[1],
+            RecordStatus::SkippedAfter { culprit: 0 }
+        );
+    }
+
+    #[tokio::test]
+    async fn no_record_starts_inside_the_deadline_margin() {
+        // GIVEN a deadline 5 s away and a margin of 1 s, WHEN the second record takes 4.5 s,
+        // THEN the third is not started and is reported.
+        let specs = [
+            ("a", None, "ack"),
+            ("b", None, "slow:4500"),
+            ("c", None, "ack"),
+        ];
+        let clock = ManualClock::at(0);
+        let mut p = processor(FifoScope::Batch, &clock);
+        p.options.max_concurrency = NonZeroUsize::MIN;
+        let messages = batch(&specs);
+        let report = p.process(&messages, QueueKind::Standard, 5_000).await;
+        assert_eq!(report.statuses[2], RecordStatus::SkippedDeadline);
+        assert_eq!(report.failed_ids(&messages).collect::<Vec<_>>(), ["c"]);
+    }
+
+    #[tokio::test]
+    async fn fifo_deadline_skip_reports_everything_after_it() {
+        let specs = [
+            ("a", Some("g"), "slow:4500"),
+            ("b", Some("g"), "ack"),
+            ("c", Some("h"), "ack"),
+        ];
+        let clock = ManualClock::at(0);
+        let p = processor(FifoScope::Batch, &clock);
+        let messages = batch(&specs);
+        let report = p.process(&messages, QueueKind::Fifo, 5_000).await;
+        assert_eq!(report.failed_ids(&messages).collect::<Vec<_>>(), ["b", "c"]);
+        assert_eq!(report.statuses[1], RecordStatus::SkippedDeadline);
+        assert_eq!(
+            report.statuses[2],
+            RecordStatus::SkippedAfter { culprit: 1 }
+        );
+    }
+
+    #[tokio::test]
+    async fn an_empty_batch_reports_nothing() {
+        let (failed, started) = run(FifoScope::Batch, QueueKind::Standard, &[]).await;
+        assert!(failed.is_empty() && started.is_empty());
+    }
+}

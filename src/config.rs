@@ -1,0 +1,208 @@
+//! Configuration: one typed struct, read from the environment once at start-up.
+//!
+//! A bad value stops start-up with a message naming the variable; nothing fails later mid-batch.
+
+use std::num::NonZeroUsize;
+use std::str::FromStr;
+use std::time::Duration;
+
+use crate::batch::{BatchOptions, FifoScope};
+use crate::order::LeasePolicy;
+
+/// Every variable the function reads, with its default (None: no default, optional).
+/// The README's configuration table and the template tests use this list.
+pub const VARIABLES: &[(&str, Option<&str>)] = &[
+    ("IDEMPOTENCY_TABLE", None),
+    ("IDEMPOTENCY_LEASE_SECONDS", Some("300")),
+    ("IDEMPOTENCY_LEASE_MARGIN_MS", Some("5000")),
+    ("IDEMPOTENCY_RETENTION_DAYS", Some("18")),
+    ("MAX_CONCURRENCY", Some("8")),
+    ("FIFO_SCOPE", Some("batch")),
+    ("DEADLINE_MARGIN_MS", Some("5000")),
+];
+
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum ConfigError {
+    #[error("{var}={value:?} is invalid: {expected}")]
+    Invalid {
+        var: &'static str,
+        value: String,
+        expected: String,
+    },
+    #[error(
+        "IDEMPOTENCY_TABLE must be set inside Lambda (AWS_LAMBDA_FUNCTION_NAME is set): \
+         the in-memory store protects one container only"
+    )]
+    TableRequiredInLambda,
+}
+
+/// The whole configuration.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Config {
+    /// DynamoDB table for idempotency; `None` selects the in-memory store (local only).
+    pub idempotency_table: Option<String>,
+    pub lease: LeasePolicy,
+    /// How long a key is remembered after its work: queue retention plus the DLQ redrive window.
+    pub retention: Duration,
+    pub batch: BatchOptions,
+    /// Running inside Lambda (`AWS_LAMBDA_FUNCTION_NAME` set).
+    pub in_lambda: bool,
+}
+
+impl Config {
+    /// Reads the process environment.
+    pub fn from_env() -> Result<Self, ConfigError> {
+        Self::from_lookup(|name| std::env::var(name).ok())
+    }
+
+    /// Reads configuration through `lookup`, so tests need not touch the process environment.
+    pub fn from_lookup(lookup: impl Fn(&str) -> Option<String>) -> Result<Self, ConfigError> {
+        let env = Env(&lookup);
+        let idempotency_table = env.text("IDEMPOTENCY_TABLE");
+        let in_lambda = env.text("AWS_LAMBDA_FUNCTION_NAME").is_some();
+        if in_lambda && idempotency_table.is_none() {
+            return Err(ConfigError::TableRequiredInLambda);
+        }
+        let lease_s: u64 = env.ranged("IDEMPOTENCY_LEASE_SECONDS", 300, 1, 43_200)?;
+        let lease_margin_ms: u64 = env.ranged("IDEMPOTENCY_LEASE_MARGIN_MS", 5_000, 0, 900_000)?;
+        let retention_days: u64 = env.ranged("IDEMPOTENCY_RETENTION_DAYS", 18, 1, 3_650)?;
+        let max_concurrency: usize = env.ranged("MAX_CONCURRENCY", 8, 1, 1_000)?;
+        let deadline_margin_ms: u64 = env.ranged("DEADLINE_MARGIN_MS", 5_000, 0, 900_000)?;
+        let fifo_scope = match env.text("FIFO_SCOPE").as_deref() {
+            None => FifoScope::Batch,
+            Some(v) if v.eq_ignore_ascii_case("batch") => FifoScope::Batch,
+            Some(v) if v.eq_ignore_ascii_case("group") => FifoScope::Group,
+            Some(v) => return Err(invalid("FIFO_SCOPE", v, "batch or group")),
+        };
+        Ok(Self {
+            idempotency_table,
+            lease: LeasePolicy {
+                lease_ms: lease_s * 1_000,
+                margin_ms: lease_margin_ms,
+            },
+            retention: Duration::from_secs(retention_days * 86_400),
+            batch: BatchOptions {
+                max_concurrency: NonZeroUsize::new(max_concurrency).unwrap_or(NonZeroUsize::MIN),
+                fifo_scope,
+                deadline_margin_ms,
+            },
+            in_lambda,
+        })
+    }
+}
+
+fn invalid(var: &'static str, value: &str, expected: impl Into<String>) -> ConfigError {
+    ConfigError::Invalid {
+        var,
+        value: value.to_owned(),
+        expected: expected.into(),
+    }
+}
+
+struct Env<'a>(&'a dyn Fn(&str) -> Option<String>);
+
+impl Env<'_> {
+    /// A set, non-blank value.
+    fn text(&self, name: &str) -> Option<String> {
+        (self.0)(name).filter(|v| !v.trim().is_empty())
+    }
+
+    /// An integer in `[min, max]`, or `default` when unset.
+    fn ranged<T>(&self, var: &'static str, default: T, min: T, max: T) -> Result<T, ConfigError>
+    where
+        T: FromStr + PartialOrd + Copy + std::fmt::Display,
+    {
+        let Some(raw) = self.text(var) else {
+            return Ok(default);
+        };
+        match raw.trim().parse::<T>() {
+            Ok(v) if v >= min && v <= max => Ok(v),
+            _ => Err(invalid(
+                var,
+                &raw,
+                format!("an integer from {min} to {max}"),
+            )),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashMap;
+
+    fn config(vars: &[(&str, &str)]) -> Result<Config, ConfigError> {
+        let map: HashMap<String, String> = vars
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+            .collect();
+        Config::from_lookup(|name| map.get(name).cloned())
+    }
+
+    #[test]
+    fn defaults_match_the_documented_table() {
+        let c = config(&[]).expect("defaults");
+        assert_eq!(c.idempotency_table, None);
+        assert_eq!(
+            c.lease,
+            LeasePolicy {
+                lease_ms: 300_000,
+                margin_ms: 5_000
+            }
+        );
+        assert_eq!(c.retention, Duration::from_secs(18 * 86_400));
+        assert_eq!(c.batch.max_concurrency.get(), 8);
+        assert_eq!(c.batch.fifo_scope, FifoScope::Batch);
+        assert_eq!(c.batch.deadline_margin_ms, 5_000);
+        assert!(!c.in_lambda);
+        // The documented defaults are the ones applied.
+        for (var, default) in VARIABLES {
+            if let Some(default) = default {
+                assert_eq!(config(&[(var, default)]).expect(var), c, "{var}");
+            }
+        }
+    }
+
+    #[test]
+    fn values_are_read() {
+        let c = config(&[
+            ("IDEMPOTENCY_TABLE", "orders-idem"),
+            ("MAX_CONCURRENCY", "32"),
+            ("FIFO_SCOPE", "GROUP"),
+            ("DEADLINE_MARGIN_MS", "2500"),
+        ])
+        .expect("config");
+        assert_eq!(c.idempotency_table.as_deref(), Some("orders-idem"));
+        assert_eq!(c.batch.max_concurrency.get(), 32);
+        assert_eq!(c.batch.fifo_scope, FifoScope::Group);
+        assert_eq!(c.batch.deadline_margin_ms, 2_500);
+    }
+
+    #[test]
+    fn a_bad_value_names_its_variable() {
+        for (var, value) in [
+            ("MAX_CONCURRENCY", "0"),
+            ("MAX_CONCURRENCY", "many"),
+            ("IDEMPOTENCY_LEASE_SECONDS", "-1"),
+            ("IDEMPOTENCY_RETENTION_DAYS", "0"),
+            ("DEADLINE_MARGIN_MS", "1.5"),
+            ("FIFO_SCOPE", "sometimes"),
+        ] {
+            let err = config(&[(var, value)]).expect_err(var);
+            assert!(err.to_string().starts_with(var), "{err}");
+        }
+    }
+
+    #[test]
+    fn inside_lambda_a_table_is_required() {
+        let err = config(&[("AWS_LAMBDA_FUNCTION_NAME", "process-orders")]).expect_err("no table");
+        assert_eq!(err, ConfigError::TableRequiredInLambda);
+        assert!(err.to_string().contains("IDEMPOTENCY_TABLE"));
+        let ok = config(&[
+            ("AWS_LAMBDA_FUNCTION_NAME", "f"),
+            ("IDEMPOTENCY_TABLE", "t"),
+        ])
+        .expect("ok");
+        assert!(ok.in_lambda);
+    }
+}

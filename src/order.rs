@@ -1,0 +1,491 @@
+//! Orders: decoding a body, and the order handler.
+//!
+//! [`handle_order`] is the business decision, a function of the order and the ports (store,
+//! gateway, clock) that returns an [`OrderDecision`]; it never sees Lambda, SQS or DynamoDB
+//! types. [`OrderHandler`] adapts it to the batch processor.
+
+use std::borrow::Cow;
+use std::future::Future;
+
+use serde::Deserialize;
+use serde_json::value::RawValue;
+
+use crate::batch::{Outcome, RecordContext, RecordHandler, Verdict};
+use crate::clock::Clock;
+use crate::idempotency::{Begin, ClaimRequest, Fingerprint, IdempotencyStore, lease_end};
+use crate::payment::{ChargeRequest, PaymentError, PaymentGateway};
+use crate::sqs::Message;
+
+/// Longest accepted `order_id`, in bytes. It is the idempotency key downstream too, and
+/// providers cap those (Stripe: 255); DynamoDB caps a partition key at 2048 bytes.
+pub const MAX_ORDER_ID_LEN: usize = 255;
+
+/// A valid order: a non-empty `order_id` and a finite `amount` above zero.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Order<'a> {
+    pub order_id: Cow<'a, str>,
+    pub amount: f64,
+}
+
+impl Order<'_> {
+    /// What a duplicate must match to be the same order.
+    pub fn fingerprint(&self) -> Fingerprint {
+        Fingerprint::of(&[
+            self.order_id.as_bytes(),
+            &self.amount.to_bits().to_le_bytes(),
+        ])
+    }
+
+    fn into_owned(self) -> Order<'static> {
+        Order {
+            order_id: Cow::Owned(self.order_id.into_owned()),
+            amount: self.amount,
+        }
+    }
+}
+
+/// Why a body is not an order. The messages never quote the body: it may hold personal data.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum DecodeError {
+    #[error("the body is empty")]
+    Empty,
+    #[error("the body is not valid JSON (line {line}, column {column})")]
+    NotJson { line: usize, column: usize },
+    #[error("the body is not a JSON object of order fields (line {line}, column {column})")]
+    NotAnOrder { line: usize, column: usize },
+    #[error("order_id is missing")]
+    MissingOrderId,
+    #[error("order_id is not a string")]
+    OrderIdNotString,
+    #[error("order_id is empty")]
+    EmptyOrderId,
+    #[error("order_id is longer than {MAX_ORDER_ID_LEN} bytes")]
+    OrderIdTooLong,
+    #[error("order_id contains control characters")]
+    OrderIdControl,
+    #[error("amount is missing")]
+    MissingAmount,
+    #[error("amount is not a finite number")]
+    AmountNotNumber,
+    #[error("amount must be greater than zero")]
+    AmountNotPositive,
+    #[error("the SNS envelope's Message is not a string")]
+    EnvelopeMessageNotString,
+    #[error("inside the SNS envelope: {0}")]
+    InEnvelope(Box<DecodeError>),
+}
+
+/// The fields we read, each kept raw so a wrong type gets our own message, not serde's (which
+/// would quote the value).
+#[derive(Deserialize)]
+struct RawBody<'a> {
+    #[serde(borrow, default)]
+    order_id: Option<&'a RawValue>,
+    #[serde(borrow, default)]
+    amount: Option<&'a RawValue>,
+    #[serde(rename = "Type", borrow, default)]
+    kind: Option<&'a RawValue>,
+    #[serde(rename = "Message", borrow, default)]
+    message: Option<&'a RawValue>,
+}
+
+/// Decodes a record body into an order. An SNS notification envelope (`"Type": "Notification"`
+/// with the order as a JSON string in `Message`) is unwrapped once; raw delivery works as is.
+pub fn decode_order(body: &str) -> Result<Order<'_>, DecodeError> {
+    let raw = parse_raw(body)?;
+    if raw.kind.is_some_and(|k| k.get() == r#""Notification""#) {
+        if let Some(message) = raw.message {
+            let inner = json_string(message).ok_or(DecodeError::EnvelopeMessageNotString)?;
+            let order = parse_raw(&inner)
+                .and_then(|inner_raw| order_from(&inner_raw))
+                .map_err(|e| DecodeError::InEnvelope(Box::new(e)))?;
+            return Ok(order.into_owned());
+        }
+    }
+    order_from(&raw)
+}
+
+fn parse_raw(body: &str) -> Result<RawBody<'_>, DecodeError> {
+    let trimmed = body.trim_start();
+    if trimmed.is_empty() {
+        return Err(DecodeError::Empty);
+    }
+    // serde's derived structs also accept a JSON array (fields by position): refuse it here.
+    if trimmed.starts_with('[') {
+        return Err(DecodeError::NotAnOrder { line: 1, column: 1 });
+    }
+    serde_json::from_str(body).map_err(|e| {
+        let (line, column) = (e.line(), e.column());
+        match e.classify() {
+            serde_json::error::Category::Data => DecodeError::NotAnOrder { line, column },
+            _ => DecodeError::NotJson { line, column },
+        }
+    })
+}
+
+/// A JSON string value, borrowed from the input unless it has escapes to undo.
+fn json_string(raw: &RawValue) -> Option<Cow<'_, str>> {
+    match serde_json::from_str::<&str>(raw.get()) {
+        Ok(text) => Some(Cow::Borrowed(text)),
+        Err(_) => serde_json::from_str::<String>(raw.get())
+            .ok()
+            .map(Cow::Owned),
+    }
+}
+
+fn order_from<'a>(raw: &RawBody<'a>) -> Result<Order<'a>, DecodeError> {
+    let order_id = raw.order_id.ok_or(DecodeError::MissingOrderId)?;
+    let order_id = json_string(order_id).ok_or(DecodeError::OrderIdNotString)?;
+    if order_id.is_empty() {
+        return Err(DecodeError::EmptyOrderId);
+    }
+    if order_id.len() > MAX_ORDER_ID_LEN {
+        return Err(DecodeError::OrderIdTooLong);
+    }
+    // It travels as an HTTP header value downstream, where control characters are invalid.
+    if order_id.chars().any(char::is_control) {
+        return Err(DecodeError::OrderIdControl);
+    }
+    let amount = raw.amount.ok_or(DecodeError::MissingAmount)?;
+    // serde_json refuses out-of-range numbers (1e400) and every non-number, NaN included.
+    let amount: f64 =
+        serde_json::from_str(amount.get()).map_err(|_| DecodeError::AmountNotNumber)?;
+    if !amount.is_finite() {
+        return Err(DecodeError::AmountNotNumber);
+    }
+    if amount <= 0.0 {
+        return Err(DecodeError::AmountNotPositive);
+    }
+    Ok(Order { order_id, amount })
+}
+
+/// The business decision for one order.
+#[derive(Debug)]
+pub enum OrderDecision {
+    /// Charged now and recorded as done.
+    Charged,
+    /// Finished before with the same payload.
+    Duplicate,
+    /// Another consumer holds a live lease until this epoch ms.
+    Busy { until_ms: u64 },
+    /// Finished before with a different payload.
+    Conflict,
+    /// The provider refused the charge for good.
+    Declined(PaymentError),
+    /// The provider failed transiently.
+    PaymentUnavailable(PaymentError),
+    /// The store failed; nothing is known for sure.
+    StoreUnavailable(crate::idempotency::StoreError),
+    /// Charged, but the lease was taken over before completion; the new holder completes it.
+    LeaseLost,
+}
+
+impl OrderDecision {
+    pub fn outcome(&self) -> Outcome {
+        match self {
+            Self::Charged | Self::Duplicate => Outcome::Ack,
+            Self::Conflict | Self::Declined(_) => Outcome::Poison,
+            Self::Busy { .. }
+            | Self::PaymentUnavailable(_)
+            | Self::StoreUnavailable(_)
+            | Self::LeaseLost => Outcome::Retry,
+        }
+    }
+
+    /// A short, stable code for logs and metrics.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            Self::Charged => "charged",
+            Self::Duplicate => "duplicate",
+            Self::Busy { .. } => "busy",
+            Self::Conflict => "conflict",
+            Self::Declined(_) => "payment_rejected",
+            Self::PaymentUnavailable(_) => "payment_transient",
+            Self::StoreUnavailable(_) => "store_error",
+            Self::LeaseLost => "lease_lost",
+        }
+    }
+}
+
+/// How leases are sized.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LeasePolicy {
+    pub lease_ms: u64,
+    /// How far past the invocation deadline a lease may run.
+    pub margin_ms: u64,
+}
+
+/// What an order needs from the outside world.
+#[derive(Debug)]
+pub struct Ports<S, P, C> {
+    pub store: S,
+    pub gateway: P,
+    pub clock: C,
+    pub lease: LeasePolicy,
+}
+
+/// Claims the order, charges it with its id as the idempotency key, and completes the claim.
+pub async fn handle_order<S, P, C>(
+    order: &Order<'_>,
+    ports: &Ports<S, P, C>,
+    deadline_ms: u64,
+    message_id: &str,
+) -> OrderDecision
+where
+    S: IdempotencyStore,
+    P: PaymentGateway,
+    C: Clock,
+{
+    let key: &str = &order.order_id;
+    let now_ms = ports.clock.now_ms();
+    let claim = ClaimRequest {
+        key,
+        fingerprint: order.fingerprint(),
+        now_ms,
+        lease_until_ms: lease_end(
+            now_ms,
+            ports.lease.lease_ms,
+            deadline_ms,
+            ports.lease.margin_ms,
+        ),
+        message_id,
+    };
+    let lease = match ports.store.begin(&claim).await {
+        Ok(Begin::Started(lease)) => lease,
+        Ok(Begin::Done) => return OrderDecision::Duplicate,
+        Ok(Begin::Busy { until_ms }) => return OrderDecision::Busy { until_ms },
+        Ok(Begin::Conflict) => return OrderDecision::Conflict,
+        Err(e) => return OrderDecision::StoreUnavailable(e),
+    };
+    let charge = ChargeRequest {
+        order_id: key,
+        amount: order.amount,
+        idempotency_key: key,
+    };
+    if let Err(error) = ports.gateway.charge(&charge).await {
+        // Give the key back so the next delivery need not wait out the lease. If this fails
+        // the lease simply runs out; the decision stands.
+        if let Err(release) = ports.store.release(key, &lease).await {
+            tracing::warn!(order_id = key, error = %release, "could not release the claim");
+        }
+        return match error {
+            PaymentError::Rejected { .. } => OrderDecision::Declined(error),
+            PaymentError::Transient { .. } => OrderDecision::PaymentUnavailable(error),
+        };
+    }
+    match ports
+        .store
+        .complete(key, &lease, ports.clock.now_ms())
+        .await
+    {
+        Ok(()) => OrderDecision::Charged,
+        Err(crate::idempotency::StoreError::LeaseLost) => OrderDecision::LeaseLost,
+        Err(e) => OrderDecision::StoreUnavailable(e),
+    }
+}
+
+/// The order handler as the batch processor drives it.
+#[derive(Debug)]
+pub struct OrderHandler<S, P, C> {
+    ports: Ports<S, P, C>,
+}
+
+impl<S, P, C> OrderHandler<S, P, C> {
+    pub fn new(ports: Ports<S, P, C>) -> Self {
+        Self { ports }
+    }
+
+    pub fn ports(&self) -> &Ports<S, P, C> {
+        &self.ports
+    }
+}
+
+impl<S, P, C> RecordHandler for OrderHandler<S, P, C>
+where
+    S: IdempotencyStore,
+    P: PaymentGateway,
+    C: Clock,
+{
+    fn handle<'a>(
+        &'a self,
+        message: &'a Message<'a>,
+        context: RecordContext,
+    ) -> impl Future<Output = Verdict> + Send + 'a {
+        async move {
+            let order = match decode_order(message.body) {
+                Ok(order) => order,
+                Err(e) => {
+                    return Verdict::poison("invalid_body")
+                        .with_detail(format!("{e} (body length {})", message.body.len()));
+                }
+            };
+            let decision =
+                handle_order(&order, &self.ports, context.deadline_ms, message.message_id).await;
+            verdict(decision, order)
+        }
+    }
+}
+
+fn verdict(decision: OrderDecision, order: Order<'_>) -> Verdict {
+    let verdict = match decision.outcome() {
+        Outcome::Ack => return Verdict::ack(decision.reason()),
+        Outcome::Retry => Verdict::retry(decision.reason()),
+        Outcome::Poison => Verdict::poison(decision.reason()),
+    };
+    let verdict = verdict.with_key(order.order_id.into_owned());
+    match decision {
+        OrderDecision::Busy { until_ms } => verdict
+            .with_retry_after_ms(until_ms)
+            .with_detail(format!("another consumer holds the lease until {until_ms}")),
+        OrderDecision::Declined(e) | OrderDecision::PaymentUnavailable(e) => {
+            verdict.with_detail(error_chain(&e))
+        }
+        OrderDecision::StoreUnavailable(e) => verdict.with_detail(error_chain(&e)),
+        OrderDecision::Conflict => {
+            verdict.with_detail("order_id was completed before with a different payload")
+        }
+        OrderDecision::LeaseLost => verdict.with_detail(
+            "charged, but the lease was taken over before completion; the new holder completes it",
+        ),
+        OrderDecision::Charged | OrderDecision::Duplicate => verdict,
+    }
+}
+
+/// An error and its sources on one line, for the log.
+pub fn error_chain(error: &dyn std::error::Error) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(e) = source {
+        text.push_str(": ");
+        text.push_str(&e.to_string());
+        source = e.source();
+    }
+    text
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn decodes_a_plain_order_borrowing_the_id() {
+        let order =
+            decode_order(r#"{"order_id": "o-1", "amount": 10, "note": "x"}"#).expect("order");
+        assert_eq!(order.order_id, "o-1");
+        assert!(matches!(order.order_id, Cow::Borrowed(_)));
+        assert_eq!(order.amount, 10.0);
+    }
+
+    #[test]
+    fn unwraps_an_sns_envelope() {
+        let body = r#"{"Type":"Notification","MessageId":"x","Message":"{\"order_id\":\"o-9\",\"amount\":2.5}"}"#;
+        let order = decode_order(body).expect("order");
+        assert_eq!((order.order_id.as_ref(), order.amount), ("o-9", 2.5));
+    }
+
+    #[test]
+    fn an_envelope_whose_message_is_not_an_order_is_refused() {
+        let body = r#"{"Type":"Notification","Message":"not json"}"#;
+        assert!(matches!(
+            decode_order(body),
+            Err(DecodeError::InEnvelope(_))
+        ));
+        let body = r#"{"Type":"Notification","Message":42}"#;
+        assert_eq!(
+            decode_order(body),
+            Err(DecodeError::EnvelopeMessageNotString)
+        );
+    }
+
+    #[test]
+    fn every_invalid_body_has_its_own_reason() {
+        let long = format!(
+            r#"{{"order_id":"{}","amount":1}}"#,
+            "x".repeat(MAX_ORDER_ID_LEN + 1)
+        );
+        let cases: &[(&str, DecodeError)] = &[
+            ("", DecodeError::Empty),
+            ("   ", DecodeError::Empty),
+            ("{", DecodeError::NotJson { line: 1, column: 1 }),
+            ("[1,2]", DecodeError::NotAnOrder { line: 1, column: 0 }),
+            (r#"{"amount":1}"#, DecodeError::MissingOrderId),
+            (
+                r#"{"order_id":null,"amount":1}"#,
+                DecodeError::MissingOrderId,
+            ),
+            (
+                r#"{"order_id":7,"amount":1}"#,
+                DecodeError::OrderIdNotString,
+            ),
+            (r#"{"order_id":"","amount":1}"#, DecodeError::EmptyOrderId),
+            (&long, DecodeError::OrderIdTooLong),
+            (
+                r#"{"order_id":"a\nb","amount":1}"#,
+                DecodeError::OrderIdControl,
+            ),
+            (r#"{"order_id":"o"}"#, DecodeError::MissingAmount),
+            (
+                r#"{"order_id":"o","amount":"10"}"#,
+                DecodeError::AmountNotNumber,
+            ),
+            (
+                r#"{"order_id":"o","amount":"NaN"}"#,
+                DecodeError::AmountNotNumber,
+            ),
+            (
+                r#"{"order_id":"o","amount":1e400}"#,
+                DecodeError::AmountNotNumber,
+            ),
+            (
+                r#"{"order_id":"o","amount":0}"#,
+                DecodeError::AmountNotPositive,
+            ),
+            (
+                r#"{"order_id":"o","amount":-0.0}"#,
+                DecodeError::AmountNotPositive,
+            ),
+            (
+                r#"{"order_id":"o","amount":-5}"#,
+                DecodeError::AmountNotPositive,
+            ),
+        ];
+        for (body, expected) in cases {
+            let got = decode_order(body);
+            match (expected, &got) {
+                // serde's column for a type error is not worth pinning.
+                (DecodeError::NotAnOrder { .. }, Err(DecodeError::NotAnOrder { .. })) => {}
+                _ => assert_eq!(got.as_ref().err(), Some(expected), "body {body:?}"),
+            }
+        }
+    }
+
+    #[test]
+    fn duplicated_keys_are_not_an_order() {
+        let got = decode_order(r#"{"order_id":"a","order_id":"b","amount":1}"#);
+        assert!(
+            matches!(got, Err(DecodeError::NotAnOrder { .. })),
+            "{got:?}"
+        );
+    }
+
+    #[test]
+    fn decode_errors_never_quote_the_body() {
+        for body in [
+            r#""SECRET-MARKER""#,
+            r#"{"order_id":"SECRET-MARKER"}"#,
+            r#"{"order_id":1,"amount":"SECRET-MARKER"}"#,
+        ] {
+            let err = decode_order(body).expect_err("invalid");
+            assert!(!err.to_string().contains("SECRET"), "{err}");
+        }
+    }
+
+    #[test]
+    fn the_fingerprint_changes_with_the_amount_not_the_spelling() {
+        let a = decode_order(r#"{"order_id":"o","amount":10}"#).expect("a");
+        let b = decode_order(r#"{"amount":10.0,"order_id":"o","extra":1}"#).expect("b");
+        let c = decode_order(r#"{"order_id":"o","amount":11}"#).expect("c");
+        assert_eq!(a.fingerprint(), b.fingerprint());
+        assert_ne!(a.fingerprint(), c.fingerprint());
+    }
+}
