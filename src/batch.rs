@@ -106,11 +106,11 @@ pub struct RecordContext {
 
 /// Anything that turns one record into a [`Verdict`].
 pub trait RecordHandler: Send + Sync {
-    fn handle<'a>(
-        &'a self,
-        message: &'a Message<'a>,
+    fn handle(
+        &self,
+        message: &Message<'_>,
         context: RecordContext,
-    ) -> impl Future<Output = Verdict> + Send + 'a;
+    ) -> impl Future<Output = Verdict> + Send;
 }
 
 /// Which records a FIFO failure holds back.
@@ -340,7 +340,7 @@ fn log_report(batch: &[Message<'_>], report: &BatchReport, duration_ms: u64) {
             RecordStatus::Handled(v) if v.outcome == Outcome::Ack => {}
             RecordStatus::Handled(v) => warn!(
                 message_id = message.message_id,
-                key = v.key.as_deref().unwrap_or(""),
+                key = v.key.as_deref(),
                 outcome = v.outcome.as_str(),
                 reason = v.reason,
                 detail = v.detail.as_deref().unwrap_or(""),
@@ -390,26 +390,20 @@ mod tests {
     }
 
     impl RecordHandler for Scripted {
-        fn handle<'a>(
-            &'a self,
-            message: &'a Message<'a>,
-            _context: RecordContext,
-        ) -> impl Future<Output = Verdict> + Send + 'a {
-            async move {
-                self.started
-                    .lock()
-                    .expect("lock")
-                    .push(message.message_id.to_owned());
-                match message.body {
-                    "ack" => Verdict::ack("ok"),
-                    "retry" => Verdict::retry("transient"),
-                    "poison" => Verdict::poison("bad"),
-                    "panic" => panic!("scripted panic"),
-                    slow => {
-                        let ms = slow.trim_start_matches("slow:").parse().unwrap_or(0);
-                        self.clock.advance_ms(ms);
-                        Verdict::ack("ok")
-                    }
+        async fn handle(&self, message: &Message<'_>, _context: RecordContext) -> Verdict {
+            self.started
+                .lock()
+                .expect("lock")
+                .push(message.message_id.to_owned());
+            match message.body {
+                "ack" => Verdict::ack("ok"),
+                "retry" => Verdict::retry("transient"),
+                "poison" => Verdict::poison("bad"),
+                "panic" => panic!("scripted panic"),
+                slow => {
+                    let ms = slow.trim_start_matches("slow:").parse().unwrap_or(0);
+                    self.clock.advance_ms(ms);
+                    Verdict::ack("ok")
                 }
             }
         }

@@ -5,7 +5,6 @@
 //! types. [`OrderHandler`] adapts it to the batch processor.
 
 use std::borrow::Cow;
-use std::future::Future;
 
 use serde::Deserialize;
 use serde_json::value::RawValue;
@@ -306,23 +305,17 @@ where
     P: PaymentGateway,
     C: Clock,
 {
-    fn handle<'a>(
-        &'a self,
-        message: &'a Message<'a>,
-        context: RecordContext,
-    ) -> impl Future<Output = Verdict> + Send + 'a {
-        async move {
-            let order = match decode_order(message.body) {
-                Ok(order) => order,
-                Err(e) => {
-                    return Verdict::poison("invalid_body")
-                        .with_detail(format!("{e} (body length {})", message.body.len()));
-                }
-            };
-            let decision =
-                handle_order(&order, &self.ports, context.deadline_ms, message.message_id).await;
-            verdict(decision, order)
-        }
+    async fn handle(&self, message: &Message<'_>, context: RecordContext) -> Verdict {
+        let order = match decode_order(message.body) {
+            Ok(order) => order,
+            Err(e) => {
+                return Verdict::poison("invalid_body")
+                    .with_detail(format!("{e} (body length {})", message.body.len()));
+            }
+        };
+        let decision =
+            handle_order(&order, &self.ports, context.deadline_ms, message.message_id).await;
+        verdict(decision, order)
     }
 }
 

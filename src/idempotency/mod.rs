@@ -211,6 +211,28 @@ pub trait IdempotencyStore: Send + Sync {
     ) -> impl Future<Output = Result<(), StoreError>> + Send;
 }
 
+impl<S: IdempotencyStore + ?Sized> IdempotencyStore for std::sync::Arc<S> {
+    fn begin(
+        &self,
+        request: &ClaimRequest<'_>,
+    ) -> impl Future<Output = Result<Begin, StoreError>> + Send {
+        (**self).begin(request)
+    }
+
+    fn complete(
+        &self,
+        key: &str,
+        lease: &Lease,
+        now_ms: u64,
+    ) -> impl Future<Output = Result<(), StoreError>> + Send {
+        (**self).complete(key, lease, now_ms)
+    }
+
+    fn release(&self, key: &str, lease: &Lease) -> impl Future<Output = Result<(), StoreError>> + Send {
+        (**self).release(key, lease)
+    }
+}
+
 /// Every store this build can run with, chosen at start-up.
 #[derive(Debug)]
 pub enum AnyStore {

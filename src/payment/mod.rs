@@ -38,6 +38,15 @@ pub trait PaymentGateway: Send + Sync {
     ) -> impl Future<Output = Result<(), PaymentError>> + Send;
 }
 
+impl<P: PaymentGateway + ?Sized> PaymentGateway for std::sync::Arc<P> {
+    fn charge(
+        &self,
+        request: &ChargeRequest<'_>,
+    ) -> impl Future<Output = Result<(), PaymentError>> + Send {
+        (**self).charge(request)
+    }
+}
+
 /// Every gateway this build can run with, chosen at start-up.
 #[derive(Debug)]
 pub enum AnyGateway {

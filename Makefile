@@ -1,0 +1,46 @@
+# process-orders: every target does its own set-up on a fresh machine.
+#   make run     the function on every sample event, embedded defaults (in-memory store, simulated payments)
+#   make test    the whole test suite (installs and starts what the tests need)
+
+SHELL := /bin/bash
+CARGO ?= cargo
+# Python tools (cargo-lambda, moto, ...) live in a venv outside the clone so CI runs reuse it.
+VENV ?= $(HOME)/.cache/process-orders/venv
+PY_STAMP := $(VENV)/.installed
+EVENT ?= events/standard.json
+INVOKE_PORT ?= 9010
+
+.PHONY: run test lint invoke clean-venv
+
+run:
+	@$(CARGO) build --quiet --bin process-orders
+	@for event in events/*.json; do \
+		echo "== $$event"; \
+		RUST_LOG=$${RUST_LOG:-warn} $(CARGO) run --quiet --bin process-orders -- --event "$$event" || exit 1; \
+	done
+
+test: $(PY_STAMP)
+	PATH="$(VENV)/bin:$$PATH" $(CARGO) test --all-targets
+
+lint:
+	$(CARGO) fmt --all -- --check
+	$(CARGO) clippy --all-targets -- -D warnings
+
+# The real binary over the Lambda Runtime API, through cargo-lambda's emulator.
+invoke: $(PY_STAMP)
+	@set -euo pipefail; export PATH="$(VENV)/bin:$$PATH"; \
+	cargo lambda watch --invoke-address 127.0.0.1 --invoke-port $(INVOKE_PORT) >/tmp/process-orders-watch.log 2>&1 & \
+	watch_pid=$$!; trap 'kill $$watch_pid 2>/dev/null || true; pkill -P $$watch_pid 2>/dev/null || true' EXIT; \
+	for i in $$(seq 1 600); do \
+		if cargo lambda invoke process-orders --invoke-address 127.0.0.1 --invoke-port $(INVOKE_PORT) --data-file $(EVENT) 2>/dev/null; then echo; exit 0; fi; \
+		kill -0 $$watch_pid 2>/dev/null || { cat /tmp/process-orders-watch.log; exit 1; }; \
+		sleep 1; \
+	done; echo "cargo lambda watch did not serve in time"; cat /tmp/process-orders-watch.log; exit 1
+
+$(PY_STAMP): requirements-dev.txt
+	python3 -m venv $(VENV)
+	$(VENV)/bin/pip install --quiet --disable-pip-version-check -r requirements-dev.txt
+	touch $@
+
+clean-venv:
+	rm -rf $(VENV)

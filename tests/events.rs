@@ -1,0 +1,93 @@
+//! Every sample event in `events/` through the function with the local defaults, so none rots.
+
+mod support;
+
+use process_orders::app::App;
+use process_orders::clock::{Clock, SystemClock};
+use process_orders::config::Config;
+use process_orders::idempotency::MemoryStore;
+use process_orders::payment::SimulatedGateway;
+use support::{failed_ids, sample_events};
+
+fn app() -> App<MemoryStore, SimulatedGateway, SystemClock> {
+    let config = Config::from_lookup(|_| None).expect("defaults");
+    App::with_ports(&config, MemoryStore::new(config.retention), SimulatedGateway::new(), SystemClock)
+}
+
+fn deadline() -> u64 {
+    SystemClock.now_ms() + 60_000
+}
+
+/// The expected `batchItemFailures` of each sample event, and the orders it charges.
+fn expected(name: &str) -> (&'static [&'static str], &'static [&'static str]) {
+    match name {
+        // o-1 twice (ACK the duplicate), not JSON, amount 0, declined amount.
+        "standard.json" => (
+            &[
+                "4a8b2f9e-1c3d-4e5f-8a7b-6c5d4e3f2a10",
+                "5b9c3a0f-2d4e-4f60-9b8c-7d6e5f4a3b21",
+                "6cad4b10-3e5f-4071-8c9d-8e7f6a5b4c32",
+            ],
+            &["o-1", "o-2"],
+        ),
+        // The third record has no amount: it and everything after it are reported.
+        "fifo.json" => (
+            &[
+                "11111111-aaaa-4000-8000-000000000003",
+                "11111111-aaaa-4000-8000-000000000004",
+                "11111111-aaaa-4000-8000-000000000005",
+            ],
+            &["o-10", "o-20"],
+        ),
+        // An envelope around an order, and one around a non-order.
+        "sns-envelope.json" => (&["8ecf6d32-5071-4293-8ebf-a09b8c7d6e54"], &["o-30"]),
+        "empty.json" => (&[], &[]),
+        other => panic!("events/{other} has no expectation here: add one"),
+    }
+}
+
+#[tokio::test]
+async fn every_sample_event_gives_its_expected_failures_and_charges() {
+    let events = sample_events();
+    assert!(events.len() >= 4, "sample events missing");
+    for (name, json) in events {
+        let app = app();
+        let (failed, charged) = expected(&name);
+        let response = app.handle_json(&json, deadline()).await.expect(&name);
+        assert_eq!(failed_ids(&response), failed, "{name}");
+        let gateway = &app.ports().gateway;
+        assert_eq!(gateway.effective_charges(), charged.len(), "{name}");
+        for order in charged {
+            assert!(gateway.charged(order), "{name}: {order} not charged");
+        }
+    }
+}
+
+/// Redelivering a whole batch charges nothing twice: every valid order is a duplicate.
+#[tokio::test]
+async fn a_redelivered_batch_acks_duplicates_without_charging() {
+    let app = app();
+    let json = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/events/standard.json")).unwrap();
+    let first = app.handle_json(&json, deadline()).await.expect("first");
+    let requests = app.ports().gateway.requests();
+    let second = app.handle_json(&json, deadline()).await.expect("second");
+    assert_eq!(failed_ids(&first), failed_ids(&second));
+    assert_eq!(app.ports().gateway.effective_charges(), 2);
+    // Only the declined order reaches the gateway again (it was released, not completed).
+    assert_eq!(app.ports().gateway.requests(), requests + 1);
+}
+
+/// FIFO group scope: only the failed group's later record is held back.
+#[tokio::test]
+async fn the_fifo_sample_under_group_scope_holds_back_only_the_failed_group() {
+    let config = Config::from_lookup(|k| (k == "FIFO_SCOPE").then(|| "group".to_owned())).unwrap();
+    let app = App::with_ports(&config, MemoryStore::new(config.retention), SimulatedGateway::new(), SystemClock);
+    let json = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/events/fifo.json")).unwrap();
+    let response = app.handle_json(&json, deadline()).await.expect("fifo");
+    assert_eq!(
+        failed_ids(&response),
+        ["11111111-aaaa-4000-8000-000000000003", "11111111-aaaa-4000-8000-000000000005"]
+    );
+    assert!(app.ports().gateway.charged("o-21"));
+    assert!(!app.ports().gateway.charged("o-12"));
+}

@@ -1,0 +1,173 @@
+//! The idempotency store's contract: every implementation runs these same cases.
+//!
+//! `store_contract_tests!(factory)` expands to one `#[tokio::test]` per case, where `factory` is
+//! an async expression building a fresh, empty store with [`RETENTION`].
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use process_orders::idempotency::{
+    Begin, ClaimRequest, Fingerprint, IdempotencyStore, Lease, StoreError,
+};
+
+/// The retention every store under contract is built with.
+pub const RETENTION: Duration = Duration::from_secs(18 * 86_400);
+/// A fixed "now": 2026-01-01T00:00:00Z.
+pub const T0: u64 = 1_767_225_600_000;
+pub const LEASE_MS: u64 = 30_000;
+pub const FP: Fingerprint = Fingerprint(0x0123_4567_89ab_cdef);
+
+pub fn claim(key: &str, now_ms: u64) -> ClaimRequest<'_> {
+    ClaimRequest {
+        key,
+        fingerprint: FP,
+        now_ms,
+        lease_until_ms: now_ms + LEASE_MS,
+        message_id: "msg-1",
+    }
+}
+
+pub async fn started<S: IdempotencyStore>(store: &S, request: &ClaimRequest<'_>) -> Lease {
+    match store.begin(request).await {
+        Ok(Begin::Started(lease)) => lease,
+        other => panic!("expected Started, got {other:?}"),
+    }
+}
+
+pub async fn new_key_is_started<S: IdempotencyStore>(store: S) {
+    let lease = started(&store, &claim("k", T0)).await;
+    assert_eq!(lease.until_ms, T0 + LEASE_MS);
+}
+
+pub async fn live_lease_is_busy_until_its_end<S: IdempotencyStore>(store: S) {
+    started(&store, &claim("k", T0)).await;
+    let again = store.begin(&claim("k", T0 + 1_000)).await.expect("begin");
+    assert_eq!(again, Begin::Busy { until_ms: T0 + LEASE_MS });
+}
+
+pub async fn busy_even_with_another_payload<S: IdempotencyStore>(store: S) {
+    started(&store, &claim("k", T0)).await;
+    let other = ClaimRequest { fingerprint: Fingerprint(9), ..claim("k", T0 + 1) };
+    assert!(matches!(store.begin(&other).await, Ok(Begin::Busy { .. })));
+}
+
+pub async fn completed_key_is_done<S: IdempotencyStore>(store: S) {
+    let lease = started(&store, &claim("k", T0)).await;
+    store.complete("k", &lease, T0 + 10).await.expect("complete");
+    assert_eq!(store.begin(&claim("k", T0 + 20)).await.expect("begin"), Begin::Done);
+}
+
+pub async fn completed_key_with_another_payload_is_conflict<S: IdempotencyStore>(store: S) {
+    let lease = started(&store, &claim("k", T0)).await;
+    store.complete("k", &lease, T0 + 10).await.expect("complete");
+    let other = ClaimRequest { fingerprint: Fingerprint(9), ..claim("k", T0 + 20) };
+    assert_eq!(store.begin(&other).await.expect("begin"), Begin::Conflict);
+}
+
+pub async fn done_is_remembered_for_the_retention_then_forgotten<S: IdempotencyStore>(store: S) {
+    let lease = started(&store, &claim("k", T0)).await;
+    store.complete("k", &lease, T0).await.expect("complete");
+    let retention_ms = RETENTION.as_millis() as u64;
+    let before = store.begin(&claim("k", T0 + retention_ms - 1_000)).await.expect("begin");
+    assert_eq!(before, Begin::Done);
+    // Past its TTL the item counts as absent, even though nothing deleted it.
+    started(&store, &claim("k", T0 + retention_ms + 1_000)).await;
+}
+
+pub async fn expired_lease_is_taken_over_and_fences_the_old_holder<S: IdempotencyStore>(store: S) {
+    let old = started(&store, &claim("k", T0)).await;
+    let later = T0 + LEASE_MS + 1;
+    let new = started(&store, &claim("k", later)).await;
+    assert_ne!(old.token, new.token);
+    assert!(matches!(store.complete("k", &old, later + 1).await, Err(StoreError::LeaseLost)));
+    assert!(matches!(store.release("k", &old).await, Err(StoreError::LeaseLost)));
+    // The new holder's item is untouched: still busy for others, and completable by it.
+    assert_eq!(
+        store.begin(&claim("k", later + 2)).await.expect("begin"),
+        Begin::Busy { until_ms: later + LEASE_MS }
+    );
+    store.complete("k", &new, later + 3).await.expect("new holder completes");
+    assert_eq!(store.begin(&claim("k", later + 4)).await.expect("begin"), Begin::Done);
+}
+
+pub async fn release_lets_the_next_claim_start<S: IdempotencyStore>(store: S) {
+    let lease = started(&store, &claim("k", T0)).await;
+    store.release("k", &lease).await.expect("release");
+    started(&store, &claim("k", T0 + 1)).await;
+}
+
+pub async fn only_the_holder_may_release_or_complete<S: IdempotencyStore>(store: S) {
+    let holder = started(&store, &claim("k", T0)).await;
+    let stranger = Lease { token: process_orders::idempotency::LeaseToken::new(), ..holder };
+    assert!(matches!(store.release("k", &stranger).await, Err(StoreError::LeaseLost)));
+    assert!(matches!(store.complete("k", &stranger, T0 + 1).await, Err(StoreError::LeaseLost)));
+    assert!(matches!(store.begin(&claim("k", T0 + 2)).await, Ok(Begin::Busy { .. })));
+}
+
+pub async fn completing_a_released_key_fails<S: IdempotencyStore>(store: S) {
+    let lease = started(&store, &claim("k", T0)).await;
+    store.release("k", &lease).await.expect("release");
+    assert!(matches!(store.complete("k", &lease, T0 + 1).await, Err(StoreError::LeaseLost)));
+    assert!(matches!(store.release("k", &lease).await, Err(StoreError::LeaseLost)));
+}
+
+pub async fn a_done_key_cannot_be_released<S: IdempotencyStore>(store: S) {
+    let lease = started(&store, &claim("k", T0)).await;
+    store.complete("k", &lease, T0 + 1).await.expect("complete");
+    assert!(matches!(store.release("k", &lease).await, Err(StoreError::LeaseLost)));
+    assert_eq!(store.begin(&claim("k", T0 + 2)).await.expect("begin"), Begin::Done);
+}
+
+pub async fn keys_are_independent<S: IdempotencyStore>(store: S) {
+    started(&store, &claim("a", T0)).await;
+    started(&store, &claim("b", T0)).await;
+}
+
+pub async fn concurrent_claims_have_exactly_one_winner<S: IdempotencyStore + 'static>(store: S) {
+    let store = Arc::new(store);
+    let tasks: Vec<_> = (0..64)
+        .map(|_| {
+            let store = Arc::clone(&store);
+            tokio::spawn(async move { store.begin(&claim("hot", T0)).await })
+        })
+        .collect();
+    let (mut won, mut busy) = (0, 0);
+    for task in tasks {
+        match task.await.expect("task").expect("begin") {
+            Begin::Started(_) => won += 1,
+            Begin::Busy { .. } => busy += 1,
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+    assert_eq!((won, busy), (1, 63));
+}
+
+#[macro_export]
+macro_rules! store_contract_tests {
+    ($factory:expr) => {
+        $crate::store_contract_tests!(@cases $factory;
+            new_key_is_started,
+            live_lease_is_busy_until_its_end,
+            busy_even_with_another_payload,
+            completed_key_is_done,
+            completed_key_with_another_payload_is_conflict,
+            done_is_remembered_for_the_retention_then_forgotten,
+            expired_lease_is_taken_over_and_fences_the_old_holder,
+            release_lets_the_next_claim_start,
+            only_the_holder_may_release_or_complete,
+            completing_a_released_key_fails,
+            a_done_key_cannot_be_released,
+            keys_are_independent,
+            concurrent_claims_have_exactly_one_winner,
+        );
+    };
+    (@cases $factory:expr; $($case:ident,)*) => {
+        $(
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn $case() {
+                let store = $factory.await;
+                $crate::support::store_contract::$case(store).await;
+            }
+        )*
+    };
+}
