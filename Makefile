@@ -26,13 +26,17 @@ lint:
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --all-targets -- -D warnings
 
-# The real binary over the Lambda Runtime API, through cargo-lambda's emulator.
+# The real binary over the Lambda Runtime API, through cargo-lambda's emulator. The emulator
+# compiles the function on the first invocation, which can eat that invocation's deadline, so a
+# warm-up invocation of the empty event goes first.
 invoke: $(PY_STAMP)
 	@set -euo pipefail; export PATH="$(VENV)/bin:$$PATH"; \
-	cargo lambda watch --invoke-address 127.0.0.1 --invoke-port $(INVOKE_PORT) >/tmp/process-orders-watch.log 2>&1 & \
+	cargo build --quiet --bin process-orders; \
+	cargo lambda watch --env-var PROCESS_ORDERS_LOCAL=1 --invoke-address 127.0.0.1 --invoke-port $(INVOKE_PORT) >/tmp/process-orders-watch.log 2>&1 & \
 	watch_pid=$$!; trap 'kill $$watch_pid 2>/dev/null || true; pkill -P $$watch_pid 2>/dev/null || true' EXIT; \
-	for i in $$(seq 1 600); do \
-		if cargo lambda invoke process-orders --invoke-address 127.0.0.1 --invoke-port $(INVOKE_PORT) --data-file $(EVENT) 2>/dev/null; then echo; exit 0; fi; \
+	invoke() { cargo lambda invoke process-orders --invoke-address 127.0.0.1 --invoke-port $(INVOKE_PORT) --data-file "$$1"; }; \
+	for i in $$(seq 1 300); do \
+		if invoke events/empty.json >/dev/null 2>&1; then invoke $(EVENT); echo; exit 0; fi; \
 		kill -0 $$watch_pid 2>/dev/null || { cat /tmp/process-orders-watch.log; exit 1; }; \
 		sleep 1; \
 	done; echo "cargo lambda watch did not serve in time"; cat /tmp/process-orders-watch.log; exit 1

@@ -19,6 +19,22 @@ pub enum StartupError {
     NoDynamoDb,
 }
 
+/// Any epoch-ms deadline before this (2001-09-09) cannot be real.
+const EPOCH_MS_FLOOR: u64 = 1_000_000_000_000;
+
+/// The invocation deadline in epoch ms, from the Runtime API's `Lambda-Runtime-Deadline-Ms`.
+///
+/// Lambda sends an epoch timestamp. Some local emulators (cargo-lambda 1.9's `watch`) send the
+/// timeout as a plain duration instead (`600000`); taken literally, every record would look
+/// late. A value that cannot be an epoch timestamp is read as a duration from now.
+pub fn invocation_deadline(header_ms: u64, now_ms: u64) -> u64 {
+    if header_ms < EPOCH_MS_FLOOR {
+        now_ms.saturating_add(header_ms)
+    } else {
+        header_ms
+    }
+}
+
 /// The order processor with its ports, built once per container.
 #[derive(Debug)]
 pub struct App<S = AnyStore, P = AnyGateway, C = SystemClock> {
@@ -91,5 +107,17 @@ where
         deadline_ms: u64,
     ) -> Result<SqsBatchResponse, EventError> {
         self.handle(&sqs::parse_event(json)?, deadline_ms).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_epoch_deadline_is_taken_as_is_and_a_duration_is_read_from_now() {
+        let now = 1_767_225_600_000;
+        assert_eq!(invocation_deadline(now + 30_000, now), now + 30_000);
+        assert_eq!(invocation_deadline(600_000, now), now + 600_000);
     }
 }

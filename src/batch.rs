@@ -238,6 +238,18 @@ impl<H: RecordHandler, C: Clock> BatchProcessor<H, C> {
         deadline_ms: u64,
     ) -> BatchReport {
         let started_ms = self.clock.now_ms();
+        if !batch.is_empty()
+            && deadline_ms.saturating_sub(started_ms) < self.options.deadline_margin_ms
+        {
+            // Nothing can start: most likely the margin exceeds the function timeout.
+            tracing::error!(
+                deadline_ms,
+                now_ms = started_ms,
+                deadline_margin_ms = self.options.deadline_margin_ms,
+                "the invocation starts inside the deadline margin, so no record can run: \
+                 keep DEADLINE_MARGIN_MS well below the function timeout"
+            );
+        }
         let statuses = match (kind, self.options.fifo_scope) {
             (QueueKind::Standard, _) => self.concurrent(batch, deadline_ms).await,
             (QueueKind::Fifo, FifoScope::Batch) => self.in_order(batch, deadline_ms).await,

@@ -19,6 +19,7 @@ pub const VARIABLES: &[(&str, Option<&str>)] = &[
     ("MAX_CONCURRENCY", Some("8")),
     ("FIFO_SCOPE", Some("batch")),
     ("DEADLINE_MARGIN_MS", Some("5000")),
+    ("PROCESS_ORDERS_LOCAL", None),
 ];
 
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
@@ -31,7 +32,8 @@ pub enum ConfigError {
     },
     #[error(
         "IDEMPOTENCY_TABLE must be set inside Lambda (AWS_LAMBDA_FUNCTION_NAME is set): \
-         the in-memory store protects one container only"
+         the in-memory store protects one container only (PROCESS_ORDERS_LOCAL=1 allows it \
+         under a local emulator)"
     )]
     TableRequiredInLambda,
 }
@@ -60,7 +62,14 @@ impl Config {
         let env = Env(&lookup);
         let idempotency_table = env.text("IDEMPOTENCY_TABLE");
         let in_lambda = env.text("AWS_LAMBDA_FUNCTION_NAME").is_some();
-        if in_lambda && idempotency_table.is_none() {
+        // A local Runtime API emulator (cargo lambda watch) sets AWS_LAMBDA_FUNCTION_NAME too;
+        // this explicit flag is the only way to run the in-memory store there.
+        let local = match env.text("PROCESS_ORDERS_LOCAL").as_deref() {
+            None | Some("0" | "false") => false,
+            Some("1" | "true") => true,
+            Some(v) => return Err(invalid("PROCESS_ORDERS_LOCAL", v, "1/true or 0/false")),
+        };
+        if in_lambda && !local && idempotency_table.is_none() {
             return Err(ConfigError::TableRequiredInLambda);
         }
         let lease_s: u64 = env.ranged("IDEMPOTENCY_LEASE_SECONDS", 300, 1, 43_200)?;

@@ -4,8 +4,9 @@ use std::process::ExitCode;
 
 use aws_lambda_events::sqs::SqsEvent;
 use lambda_runtime::{Error, LambdaEvent, service_fn};
-use process_orders::app::App;
+use process_orders::app::{self, App};
 use process_orders::cli::{self, Mode};
+use process_orders::clock::{Clock, SystemClock};
 use process_orders::config::Config;
 
 #[tokio::main(flavor = "current_thread")]
@@ -43,7 +44,9 @@ async fn main() -> ExitCode {
         _ => {
             let app = &app;
             let handler = service_fn(move |event: LambdaEvent<SqsEvent>| async move {
-                app.handle(&event.payload, event.context.deadline)
+                let deadline_ms =
+                    app::invocation_deadline(event.context.deadline, SystemClock.now_ms());
+                app.handle(&event.payload, deadline_ms)
                     .await
                     .map_err(Error::from)
             });

@@ -11,7 +11,12 @@ use support::{failed_ids, sample_events};
 
 fn app() -> App<MemoryStore, SimulatedGateway, SystemClock> {
     let config = Config::from_lookup(|_| None).expect("defaults");
-    App::with_ports(&config, MemoryStore::new(config.retention), SimulatedGateway::new(), SystemClock)
+    App::with_ports(
+        &config,
+        MemoryStore::new(config.retention),
+        SimulatedGateway::new(),
+        SystemClock,
+    )
 }
 
 fn deadline() -> u64 {
@@ -67,7 +72,9 @@ async fn every_sample_event_gives_its_expected_failures_and_charges() {
 #[tokio::test]
 async fn a_redelivered_batch_acks_duplicates_without_charging() {
     let app = app();
-    let json = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/events/standard.json")).unwrap();
+    let json =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/events/standard.json"))
+            .unwrap();
     let first = app.handle_json(&json, deadline()).await.expect("first");
     let requests = app.ports().gateway.requests();
     let second = app.handle_json(&json, deadline()).await.expect("second");
@@ -81,12 +88,21 @@ async fn a_redelivered_batch_acks_duplicates_without_charging() {
 #[tokio::test]
 async fn the_fifo_sample_under_group_scope_holds_back_only_the_failed_group() {
     let config = Config::from_lookup(|k| (k == "FIFO_SCOPE").then(|| "group".to_owned())).unwrap();
-    let app = App::with_ports(&config, MemoryStore::new(config.retention), SimulatedGateway::new(), SystemClock);
-    let json = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/events/fifo.json")).unwrap();
+    let app = App::with_ports(
+        &config,
+        MemoryStore::new(config.retention),
+        SimulatedGateway::new(),
+        SystemClock,
+    );
+    let json =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/events/fifo.json")).unwrap();
     let response = app.handle_json(&json, deadline()).await.expect("fifo");
     assert_eq!(
         failed_ids(&response),
-        ["11111111-aaaa-4000-8000-000000000003", "11111111-aaaa-4000-8000-000000000005"]
+        [
+            "11111111-aaaa-4000-8000-000000000003",
+            "11111111-aaaa-4000-8000-000000000005"
+        ]
     );
     assert!(app.ports().gateway.charged("o-21"));
     assert!(!app.ports().gateway.charged("o-12"));

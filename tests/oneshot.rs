@@ -20,12 +20,21 @@ fn run(args: &[&str], vars: &[(&str, &str)], stdin: &str) -> Output {
         .stderr(Stdio::piped())
         .spawn()
         .expect("spawn");
-    child.stdin.take().unwrap().write_all(stdin.as_bytes()).unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(stdin.as_bytes())
+        .unwrap();
     child.wait_with_output().expect("wait")
 }
 
 fn stdout_json(output: &Output) -> serde_json::Value {
-    assert!(output.status.success(), "stderr: {}", String::from_utf8_lossy(&output.stderr));
+    assert!(
+        output.status.success(),
+        "stderr: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
     serde_json::from_slice(&output.stdout).expect("stdout is the response JSON")
 }
 
@@ -49,12 +58,19 @@ fn a_file_event_prints_the_response_and_logs_to_stderr() {
 fn stdin_works_too() {
     let json = std::fs::read_to_string(events("empty.json")).unwrap();
     let output = run(&["--event", "-"], &[], &json);
-    assert_eq!(stdout_json(&output), serde_json::json!({ "batchItemFailures": [] }));
+    assert_eq!(
+        stdout_json(&output),
+        serde_json::json!({ "batchItemFailures": [] })
+    );
 }
 
 #[test]
 fn json_logs_when_lambda_asks_for_them() {
-    let output = run(&["--event", &events("standard.json")], &[("AWS_LAMBDA_LOG_FORMAT", "JSON")], "");
+    let output = run(
+        &["--event", &events("standard.json")],
+        &[("AWS_LAMBDA_LOG_FORMAT", "JSON")],
+        "",
+    );
     stdout_json(&output);
     let stderr = String::from_utf8_lossy(&output.stderr);
     let lines: Vec<serde_json::Value> = stderr
@@ -68,7 +84,10 @@ fn json_logs_when_lambda_asks_for_them() {
     assert_eq!(rejected.len(), 3);
     for line in rejected {
         for field in ["message_id", "outcome", "reason", "receive_count"] {
-            assert!(!line["fields"][field].is_null(), "{field} missing in {line}");
+            assert!(
+                !line["fields"][field].is_null(),
+                "{field} missing in {line}"
+            );
         }
     }
 }
@@ -91,7 +110,11 @@ fn a_record_without_message_id_fails_the_invocation() {
 
 #[test]
 fn a_bad_setting_stops_start_up_naming_the_variable() {
-    let output = run(&["--event", &events("empty.json")], &[("MAX_CONCURRENCY", "zero")], "");
+    let output = run(
+        &["--event", &events("empty.json")],
+        &[("MAX_CONCURRENCY", "zero")],
+        "",
+    );
     assert_eq!(output.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&output.stderr).contains("MAX_CONCURRENCY"));
 }

@@ -28,7 +28,12 @@ fn app() -> (TestApp, Arc<FlakyStore>, Arc<ScriptedGateway>, ManualClock) {
     let store = Arc::new(FlakyStore::new());
     let gateway = Arc::new(ScriptedGateway::default());
     let clock = ManualClock::at(T0);
-    let app = App::with_ports(&config(), Arc::clone(&store), Arc::clone(&gateway), clock.clone());
+    let app = App::with_ports(
+        &config(),
+        Arc::clone(&store),
+        Arc::clone(&gateway),
+        clock.clone(),
+    );
     (app, store, gateway, clock)
 }
 
@@ -48,7 +53,10 @@ async fn run<P: PaymentGateway>(app: &TestApp<P>, json: &str) -> (Vec<String>, V
     let event = process_orders::sqs::parse_event(json).expect("event");
     // Each invocation gets a minute from the (manual) clock's now.
     let deadline = app.ports().clock.now_ms() + 60_000;
-    let (response, report) = app.handle_with_report(&event, deadline).await.expect("handled");
+    let (response, report) = app
+        .handle_with_report(&event, deadline)
+        .await
+        .expect("handled");
     (failed_ids(&response), report.statuses)
 }
 
@@ -101,7 +109,11 @@ async fn a_store_outage_retries_every_record_and_recovers() {
     let json = event(&[("m1", order("o-1", 10.0)), ("m2", order("o-2", 5.0))]);
     let (failed, statuses) = run(&app, &json).await;
     assert_eq!(failed, ["m1", "m2"]);
-    assert!(statuses.iter().all(|s| reason(s) == (Outcome::Retry, "store_error")));
+    assert!(
+        statuses
+            .iter()
+            .all(|s| reason(s) == (Outcome::Retry, "store_error"))
+    );
     assert_eq!(gateway.inner.requests(), 0);
     // The same container serves the next invocation normally once the store is back.
     store.fail_begin.store(false, Ordering::SeqCst);
@@ -135,9 +147,17 @@ async fn a_failed_completion_is_retry_and_the_provider_key_prevents_a_second_cha
 #[tokio::test]
 async fn a_key_held_elsewhere_is_busy_with_the_lease_end() {
     let (app, store, gateway, clock) = app();
-    let fingerprint = process_orders::order::decode_order(&order("o-1", 10.0).to_string()).unwrap().fingerprint();
+    let fingerprint = process_orders::order::decode_order(&order("o-1", 10.0).to_string())
+        .unwrap()
+        .fingerprint();
     let held = store
-        .begin(&ClaimRequest { key: "o-1", fingerprint, now_ms: clock.now_ms(), lease_until_ms: T0 + 9_000, message_id: "other" })
+        .begin(&ClaimRequest {
+            key: "o-1",
+            fingerprint,
+            now_ms: clock.now_ms(),
+            lease_until_ms: T0 + 9_000,
+            message_id: "other",
+        })
         .await
         .unwrap();
     assert!(matches!(held, Begin::Started(_)));
@@ -187,8 +207,17 @@ impl PaymentGateway for TakeoverGateway {
     async fn charge(&self, _request: &ChargeRequest<'_>) -> Result<(), PaymentError> {
         self.clock.advance_ms(config().lease.lease_ms + 1);
         let now_ms = self.clock.now_ms();
-        let takeover = ClaimRequest { key: "o-1", fingerprint: self.fingerprint, now_ms, lease_until_ms: now_ms + 30_000, message_id: "m-other" };
-        assert!(matches!(self.store.begin(&takeover).await, Ok(Begin::Started(_))));
+        let takeover = ClaimRequest {
+            key: "o-1",
+            fingerprint: self.fingerprint,
+            now_ms,
+            lease_until_ms: now_ms + 30_000,
+            message_id: "m-other",
+        };
+        assert!(matches!(
+            self.store.begin(&takeover).await,
+            Ok(Begin::Started(_))
+        ));
         Ok(())
     }
 }
@@ -198,16 +227,31 @@ async fn a_lease_taken_over_during_the_charge_is_retry_and_fenced() {
     let store = Arc::new(FlakyStore::new());
     let clock = ManualClock::at(T0);
     let body = order("o-1", 10.0);
-    let fingerprint = process_orders::order::decode_order(&body.to_string()).unwrap().fingerprint();
-    let gateway = TakeoverGateway { store: Arc::clone(&store), clock: clock.clone(), fingerprint };
+    let fingerprint = process_orders::order::decode_order(&body.to_string())
+        .unwrap()
+        .fingerprint();
+    let gateway = TakeoverGateway {
+        store: Arc::clone(&store),
+        clock: clock.clone(),
+        fingerprint,
+    };
     // A deadline far enough away that the lease is the configured one.
     let app = App::with_ports(&config(), Arc::clone(&store), gateway, clock.clone());
     let json = event(&[("m1", body)]);
     let parsed = process_orders::sqs::parse_event(&json).unwrap();
-    let (response, report) = app.handle_with_report(&parsed, T0 + 3_600_000).await.unwrap();
+    let (response, report) = app
+        .handle_with_report(&parsed, T0 + 3_600_000)
+        .await
+        .unwrap();
     assert_eq!(failed_ids(&response), ["m1"]);
     assert_eq!(reason(&report.statuses[0]), (Outcome::Retry, "lease_lost"));
     // The new holder's claim is intact: others still see it busy.
-    let probe = ClaimRequest { key: "o-1", fingerprint, now_ms: clock.now_ms(), lease_until_ms: clock.now_ms() + 1, message_id: "probe" };
+    let probe = ClaimRequest {
+        key: "o-1",
+        fingerprint,
+        now_ms: clock.now_ms(),
+        lease_until_ms: clock.now_ms() + 1,
+        message_id: "probe",
+    };
     assert!(matches!(store.begin(&probe).await, Ok(Begin::Busy { .. })));
 }

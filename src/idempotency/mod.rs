@@ -228,7 +228,11 @@ impl<S: IdempotencyStore + ?Sized> IdempotencyStore for std::sync::Arc<S> {
         (**self).complete(key, lease, now_ms)
     }
 
-    fn release(&self, key: &str, lease: &Lease) -> impl Future<Output = Result<(), StoreError>> + Send {
+    fn release(
+        &self,
+        key: &str,
+        lease: &Lease,
+    ) -> impl Future<Output = Result<(), StoreError>> + Send {
         (**self).release(key, lease)
     }
 }

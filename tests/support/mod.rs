@@ -1,8 +1,8 @@
 //! Shared test support. Each integration test uses part of it.
 #![allow(dead_code)]
 
-pub mod store_contract;
 pub mod ports;
+pub mod store_contract;
 
 use std::path::PathBuf;
 
@@ -15,7 +15,10 @@ pub fn sample_events() -> Vec<(String, String)> {
         .filter(|path| path.extension().is_some_and(|e| e == "json"))
         .map(|path| {
             let name = path.file_name().unwrap().to_string_lossy().into_owned();
-            (name, std::fs::read_to_string(&path).expect("readable event"))
+            (
+                name,
+                std::fs::read_to_string(&path).expect("readable event"),
+            )
         })
         .collect();
     files.sort();

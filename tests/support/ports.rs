@@ -26,7 +26,10 @@ pub struct ScriptedGateway {
 
 impl ScriptedGateway {
     pub fn script(&self, order_id: &str, script: Script) {
-        self.scripts.lock().unwrap().insert(order_id.to_owned(), script);
+        self.scripts
+            .lock()
+            .unwrap()
+            .insert(order_id.to_owned(), script);
     }
 
     pub fn clear(&self, order_id: &str) {

@@ -42,25 +42,45 @@ pub async fn new_key_is_started<S: IdempotencyStore>(store: S) {
 pub async fn live_lease_is_busy_until_its_end<S: IdempotencyStore>(store: S) {
     started(&store, &claim("k", T0)).await;
     let again = store.begin(&claim("k", T0 + 1_000)).await.expect("begin");
-    assert_eq!(again, Begin::Busy { until_ms: T0 + LEASE_MS });
+    assert_eq!(
+        again,
+        Begin::Busy {
+            until_ms: T0 + LEASE_MS
+        }
+    );
 }
 
 pub async fn busy_even_with_another_payload<S: IdempotencyStore>(store: S) {
     started(&store, &claim("k", T0)).await;
-    let other = ClaimRequest { fingerprint: Fingerprint(9), ..claim("k", T0 + 1) };
+    let other = ClaimRequest {
+        fingerprint: Fingerprint(9),
+        ..claim("k", T0 + 1)
+    };
     assert!(matches!(store.begin(&other).await, Ok(Begin::Busy { .. })));
 }
 
 pub async fn completed_key_is_done<S: IdempotencyStore>(store: S) {
     let lease = started(&store, &claim("k", T0)).await;
-    store.complete("k", &lease, T0 + 10).await.expect("complete");
-    assert_eq!(store.begin(&claim("k", T0 + 20)).await.expect("begin"), Begin::Done);
+    store
+        .complete("k", &lease, T0 + 10)
+        .await
+        .expect("complete");
+    assert_eq!(
+        store.begin(&claim("k", T0 + 20)).await.expect("begin"),
+        Begin::Done
+    );
 }
 
 pub async fn completed_key_with_another_payload_is_conflict<S: IdempotencyStore>(store: S) {
     let lease = started(&store, &claim("k", T0)).await;
-    store.complete("k", &lease, T0 + 10).await.expect("complete");
-    let other = ClaimRequest { fingerprint: Fingerprint(9), ..claim("k", T0 + 20) };
+    store
+        .complete("k", &lease, T0 + 10)
+        .await
+        .expect("complete");
+    let other = ClaimRequest {
+        fingerprint: Fingerprint(9),
+        ..claim("k", T0 + 20)
+    };
     assert_eq!(store.begin(&other).await.expect("begin"), Begin::Conflict);
 }
 
@@ -68,7 +88,10 @@ pub async fn done_is_remembered_for_the_retention_then_forgotten<S: IdempotencyS
     let lease = started(&store, &claim("k", T0)).await;
     store.complete("k", &lease, T0).await.expect("complete");
     let retention_ms = RETENTION.as_millis() as u64;
-    let before = store.begin(&claim("k", T0 + retention_ms - 1_000)).await.expect("begin");
+    let before = store
+        .begin(&claim("k", T0 + retention_ms - 1_000))
+        .await
+        .expect("begin");
     assert_eq!(before, Begin::Done);
     // Past its TTL the item counts as absent, even though nothing deleted it.
     started(&store, &claim("k", T0 + retention_ms + 1_000)).await;
@@ -79,15 +102,29 @@ pub async fn expired_lease_is_taken_over_and_fences_the_old_holder<S: Idempotenc
     let later = T0 + LEASE_MS + 1;
     let new = started(&store, &claim("k", later)).await;
     assert_ne!(old.token, new.token);
-    assert!(matches!(store.complete("k", &old, later + 1).await, Err(StoreError::LeaseLost)));
-    assert!(matches!(store.release("k", &old).await, Err(StoreError::LeaseLost)));
+    assert!(matches!(
+        store.complete("k", &old, later + 1).await,
+        Err(StoreError::LeaseLost)
+    ));
+    assert!(matches!(
+        store.release("k", &old).await,
+        Err(StoreError::LeaseLost)
+    ));
     // The new holder's item is untouched: still busy for others, and completable by it.
     assert_eq!(
         store.begin(&claim("k", later + 2)).await.expect("begin"),
-        Begin::Busy { until_ms: later + LEASE_MS }
+        Begin::Busy {
+            until_ms: later + LEASE_MS
+        }
     );
-    store.complete("k", &new, later + 3).await.expect("new holder completes");
-    assert_eq!(store.begin(&claim("k", later + 4)).await.expect("begin"), Begin::Done);
+    store
+        .complete("k", &new, later + 3)
+        .await
+        .expect("new holder completes");
+    assert_eq!(
+        store.begin(&claim("k", later + 4)).await.expect("begin"),
+        Begin::Done
+    );
 }
 
 pub async fn release_lets_the_next_claim_start<S: IdempotencyStore>(store: S) {
@@ -98,24 +135,48 @@ pub async fn release_lets_the_next_claim_start<S: IdempotencyStore>(store: S) {
 
 pub async fn only_the_holder_may_release_or_complete<S: IdempotencyStore>(store: S) {
     let holder = started(&store, &claim("k", T0)).await;
-    let stranger = Lease { token: process_orders::idempotency::LeaseToken::new(), ..holder };
-    assert!(matches!(store.release("k", &stranger).await, Err(StoreError::LeaseLost)));
-    assert!(matches!(store.complete("k", &stranger, T0 + 1).await, Err(StoreError::LeaseLost)));
-    assert!(matches!(store.begin(&claim("k", T0 + 2)).await, Ok(Begin::Busy { .. })));
+    let stranger = Lease {
+        token: process_orders::idempotency::LeaseToken::new(),
+        ..holder
+    };
+    assert!(matches!(
+        store.release("k", &stranger).await,
+        Err(StoreError::LeaseLost)
+    ));
+    assert!(matches!(
+        store.complete("k", &stranger, T0 + 1).await,
+        Err(StoreError::LeaseLost)
+    ));
+    assert!(matches!(
+        store.begin(&claim("k", T0 + 2)).await,
+        Ok(Begin::Busy { .. })
+    ));
 }
 
 pub async fn completing_a_released_key_fails<S: IdempotencyStore>(store: S) {
     let lease = started(&store, &claim("k", T0)).await;
     store.release("k", &lease).await.expect("release");
-    assert!(matches!(store.complete("k", &lease, T0 + 1).await, Err(StoreError::LeaseLost)));
-    assert!(matches!(store.release("k", &lease).await, Err(StoreError::LeaseLost)));
+    assert!(matches!(
+        store.complete("k", &lease, T0 + 1).await,
+        Err(StoreError::LeaseLost)
+    ));
+    assert!(matches!(
+        store.release("k", &lease).await,
+        Err(StoreError::LeaseLost)
+    ));
 }
 
 pub async fn a_done_key_cannot_be_released<S: IdempotencyStore>(store: S) {
     let lease = started(&store, &claim("k", T0)).await;
     store.complete("k", &lease, T0 + 1).await.expect("complete");
-    assert!(matches!(store.release("k", &lease).await, Err(StoreError::LeaseLost)));
-    assert_eq!(store.begin(&claim("k", T0 + 2)).await.expect("begin"), Begin::Done);
+    assert!(matches!(
+        store.release("k", &lease).await,
+        Err(StoreError::LeaseLost)
+    ));
+    assert_eq!(
+        store.begin(&claim("k", T0 + 2)).await.expect("begin"),
+        Begin::Done
+    );
 }
 
 pub async fn keys_are_independent<S: IdempotencyStore>(store: S) {
