@@ -2,10 +2,11 @@
 
 use aws_lambda_events::sqs::{SqsBatchResponse, SqsEvent};
 
+use crate::aws;
 use crate::batch::{BatchProcessor, BatchReport};
 use crate::clock::{Clock, SystemClock};
 use crate::config::{Config, ConfigError};
-use crate::idempotency::{AnyStore, IdempotencyStore, MemoryStore};
+use crate::idempotency::{AnyStore, DynamoDbStore, IdempotencyStore, MemoryStore};
 use crate::order::{OrderHandler, Ports};
 use crate::payment::{AnyGateway, PaymentGateway, SimulatedGateway};
 use crate::sqs::{self, EventError, QueueKind};
@@ -15,8 +16,6 @@ use crate::sqs::{self, EventError, QueueKind};
 pub enum StartupError {
     #[error(transparent)]
     Config(#[from] ConfigError),
-    #[error("IDEMPOTENCY_TABLE is set, but this build has no DynamoDB store yet")]
-    NoDynamoDb,
 }
 
 /// Any epoch-ms deadline before this (2001-09-09) cannot be real.
@@ -42,11 +41,16 @@ pub struct App<S = AnyStore, P = AnyGateway, C = SystemClock> {
 }
 
 impl App {
-    /// Builds the ports the configuration names. No network call happens here.
-    pub fn from_config(config: &Config) -> Result<Self, StartupError> {
+    /// Builds the ports the configuration names, each client once. No network call happens
+    /// here: the first request of the first invocation opens the first connection.
+    pub async fn build(config: &Config) -> Result<Self, StartupError> {
         let store = match &config.idempotency_table {
             None => AnyStore::Memory(MemoryStore::new(config.retention)),
-            Some(_) => return Err(StartupError::NoDynamoDb),
+            Some(table) => {
+                let sdk = aws::load(&config.dynamodb).await;
+                let client = aws_sdk_dynamodb::Client::new(&sdk);
+                AnyStore::DynamoDb(DynamoDbStore::new(client, table, config.retention))
+            }
         };
         let gateway = AnyGateway::Simulated(SimulatedGateway::new());
         Ok(Self::with_ports(config, store, gateway, SystemClock))

@@ -17,7 +17,8 @@ use std::future::Future;
 use std::num::NonZeroUsize;
 use std::panic::AssertUnwindSafe;
 
-use futures_util::{FutureExt, StreamExt, stream};
+use futures_util::stream::{FuturesOrdered, FuturesUnordered};
+use futures_util::{FutureExt, StreamExt};
 use tracing::{info, warn};
 
 use crate::clock::Clock;
@@ -280,29 +281,33 @@ impl<H: RecordHandler, C: Clock> BatchProcessor<H, C> {
         RecordStatus::Handled(verdict)
     }
 
+    // The two concurrent modes below feed `FuturesOrdered` / `FuturesUnordered` from plain loops,
+    // not from stream closures: a closure returning a borrowing future hits a compiler limit
+    // (rust-lang/rust#110338) that makes the whole batch future fail to prove `Send`.
+
     async fn concurrent(&self, batch: &[Message<'_>], deadline_ms: u64) -> Vec<RecordStatus> {
-        // `buffered` keeps at most N futures in flight and yields them in batch order.
-        stream::iter(batch)
-            .map(|m| self.run_one(m, deadline_ms))
-            .buffered(self.options.max_concurrency.get())
-            .collect()
-            .await
+        let limit = self.options.max_concurrency.get();
+        let mut pending = batch.iter();
+        let mut in_flight = FuturesOrdered::new();
+        let mut statuses = Vec::with_capacity(batch.len());
+        for message in pending.by_ref().take(limit) {
+            in_flight.push_back(self.run_one(message, deadline_ms));
+        }
+        // Yields in batch order; a new record starts as soon as one finishes.
+        while let Some(status) = in_flight.next().await {
+            statuses.push(status);
+            if let Some(message) = pending.next() {
+                in_flight.push_back(self.run_one(message, deadline_ms));
+            }
+        }
+        statuses
     }
 
     async fn in_order(&self, batch: &[Message<'_>], deadline_ms: u64) -> Vec<RecordStatus> {
-        let mut statuses = Vec::with_capacity(batch.len());
-        let mut culprit = None;
-        for (index, message) in batch.iter().enumerate() {
-            let status = match culprit {
-                Some(culprit) => RecordStatus::SkippedAfter { culprit },
-                None => self.run_one(message, deadline_ms).await,
-            };
-            if culprit.is_none() && !status.is_ack() {
-                culprit = Some(index);
-            }
-            statuses.push(status);
-        }
-        statuses
+        // The whole batch is one group.
+        let all = (0..batch.len()).collect();
+        let statuses = self.run_group(batch, all, deadline_ms).await;
+        statuses.into_iter().map(|(_, status)| status).collect()
     }
 
     async fn by_group(&self, batch: &[Message<'_>], deadline_ms: u64) -> Vec<RecordStatus> {
@@ -317,30 +322,48 @@ impl<H: RecordHandler, C: Clock> BatchProcessor<H, C> {
             }
             groups[group].push(index);
         }
-        let per_group: Vec<Vec<(usize, RecordStatus)>> = stream::iter(groups)
-            .map(|members| async move {
-                let mut out = Vec::with_capacity(members.len());
-                let mut culprit = None;
-                for index in members {
-                    let status = match culprit {
-                        Some(culprit) => RecordStatus::SkippedAfter { culprit },
-                        None => self.run_one(&batch[index], deadline_ms).await,
-                    };
-                    if culprit.is_none() && !status.is_ack() {
-                        culprit = Some(index);
-                    }
-                    out.push((index, status));
-                }
-                out
-            })
-            .buffer_unordered(self.options.max_concurrency.get())
-            .collect()
-            .await;
+        let limit = self.options.max_concurrency.get();
+        let mut pending = groups.into_iter();
+        let mut in_flight = FuturesUnordered::new();
+        for members in pending.by_ref().take(limit) {
+            in_flight.push(self.run_group(batch, members, deadline_ms));
+        }
+        let mut per_group = Vec::new();
+        while let Some(done) = in_flight.next().await {
+            per_group.push(done);
+            if let Some(members) = pending.next() {
+                in_flight.push(self.run_group(batch, members, deadline_ms));
+            }
+        }
         let mut statuses = vec![RecordStatus::SkippedDeadline; batch.len()];
         for (index, status) in per_group.into_iter().flatten() {
             statuses[index] = status;
         }
         statuses
+    }
+}
+
+impl<H: RecordHandler, C: Clock> BatchProcessor<H, C> {
+    /// One message group, in order; after a failure the group's later records are skipped.
+    async fn run_group(
+        &self,
+        batch: &[Message<'_>],
+        members: Vec<usize>,
+        deadline_ms: u64,
+    ) -> Vec<(usize, RecordStatus)> {
+        let mut out = Vec::with_capacity(members.len());
+        let mut culprit = None;
+        for index in members {
+            let status = match culprit {
+                Some(culprit) => RecordStatus::SkippedAfter { culprit },
+                None => self.run_one(&batch[index], deadline_ms).await,
+            };
+            if culprit.is_none() && !status.is_ack() {
+                culprit = Some(index);
+            }
+            out.push((index, status));
+        }
+        out
     }
 }
 

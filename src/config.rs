@@ -6,6 +6,7 @@ use std::num::NonZeroUsize;
 use std::str::FromStr;
 use std::time::Duration;
 
+use crate::aws::SdkSettings;
 use crate::batch::{BatchOptions, FifoScope};
 use crate::order::LeasePolicy;
 
@@ -20,6 +21,9 @@ pub const VARIABLES: &[(&str, Option<&str>)] = &[
     ("FIFO_SCOPE", Some("batch")),
     ("DEADLINE_MARGIN_MS", Some("5000")),
     ("PROCESS_ORDERS_LOCAL", None),
+    ("DYNAMODB_MAX_ATTEMPTS", Some("3")),
+    ("DYNAMODB_ATTEMPT_TIMEOUT_MS", Some("1000")),
+    ("DYNAMODB_OPERATION_TIMEOUT_MS", Some("3000")),
 ];
 
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
@@ -30,6 +34,8 @@ pub enum ConfigError {
         value: String,
         expected: String,
     },
+    #[error("AWS_REGION (or AWS_DEFAULT_REGION) must be set when IDEMPOTENCY_TABLE is set")]
+    RegionRequired,
     #[error(
         "IDEMPOTENCY_TABLE must be set inside Lambda (AWS_LAMBDA_FUNCTION_NAME is set): \
          the in-memory store protects one container only (PROCESS_ORDERS_LOCAL=1 allows it \
@@ -47,6 +53,8 @@ pub struct Config {
     /// How long a key is remembered after its work: queue retention plus the DLQ redrive window.
     pub retention: Duration,
     pub batch: BatchOptions,
+    /// Retry and timeout bounds for DynamoDB calls.
+    pub dynamodb: SdkSettings,
     /// Running inside Lambda (`AWS_LAMBDA_FUNCTION_NAME` set).
     pub in_lambda: bool,
 }
@@ -72,6 +80,27 @@ impl Config {
         if in_lambda && !local && idempotency_table.is_none() {
             return Err(ConfigError::TableRequiredInLambda);
         }
+        let region = env
+            .text("AWS_REGION")
+            .or_else(|| env.text("AWS_DEFAULT_REGION"));
+        if idempotency_table.is_some() && region.is_none() {
+            return Err(ConfigError::RegionRequired);
+        }
+        let dynamodb = SdkSettings {
+            max_attempts: env.ranged("DYNAMODB_MAX_ATTEMPTS", 3, 1, 10)?,
+            attempt_timeout: Duration::from_millis(env.ranged(
+                "DYNAMODB_ATTEMPT_TIMEOUT_MS",
+                1_000,
+                50,
+                60_000,
+            )?),
+            operation_timeout: Duration::from_millis(env.ranged(
+                "DYNAMODB_OPERATION_TIMEOUT_MS",
+                3_000,
+                50,
+                300_000,
+            )?),
+        };
         let lease_s: u64 = env.ranged("IDEMPOTENCY_LEASE_SECONDS", 300, 1, 43_200)?;
         let lease_margin_ms: u64 = env.ranged("IDEMPOTENCY_LEASE_MARGIN_MS", 5_000, 0, 900_000)?;
         let retention_days: u64 = env.ranged("IDEMPOTENCY_RETENTION_DAYS", 18, 1, 3_650)?;
@@ -95,6 +124,7 @@ impl Config {
                 fifo_scope,
                 deadline_margin_ms,
             },
+            dynamodb,
             in_lambda,
         })
     }
@@ -176,6 +206,7 @@ mod tests {
     fn values_are_read() {
         let c = config(&[
             ("IDEMPOTENCY_TABLE", "orders-idem"),
+            ("AWS_REGION", "us-east-1"),
             ("MAX_CONCURRENCY", "32"),
             ("FIFO_SCOPE", "GROUP"),
             ("DEADLINE_MARGIN_MS", "2500"),
@@ -196,10 +227,24 @@ mod tests {
             ("IDEMPOTENCY_RETENTION_DAYS", "0"),
             ("DEADLINE_MARGIN_MS", "1.5"),
             ("FIFO_SCOPE", "sometimes"),
+            ("DYNAMODB_MAX_ATTEMPTS", "0"),
+            ("DYNAMODB_OPERATION_TIMEOUT_MS", "10"),
         ] {
             let err = config(&[(var, value)]).expect_err(var);
             assert!(err.to_string().starts_with(var), "{err}");
         }
+    }
+
+    #[test]
+    fn a_table_needs_a_region() {
+        let err = config(&[("IDEMPOTENCY_TABLE", "t")]).expect_err("no region");
+        assert_eq!(err, ConfigError::RegionRequired);
+        assert!(err.to_string().contains("AWS_REGION"));
+        let c = config(&[
+            ("IDEMPOTENCY_TABLE", "t"),
+            ("AWS_DEFAULT_REGION", "us-east-1"),
+        ]);
+        assert_eq!(c.expect("region").dynamodb.max_attempts, 3);
     }
 
     #[test]
@@ -210,6 +255,7 @@ mod tests {
         let ok = config(&[
             ("AWS_LAMBDA_FUNCTION_NAME", "f"),
             ("IDEMPOTENCY_TABLE", "t"),
+            ("AWS_REGION", "eu-west-1"),
         ])
         .expect("ok");
         assert!(ok.in_lambda);

@@ -15,15 +15,20 @@
 //!   FIFO contracts, bounded concurrency, the deadline margin and panic isolation. Knows nothing
 //!   of orders.
 //! - [`idempotency`]: the store port (claim / complete / release with fenced leases), its
-//!   decision logic written once, and one adapter per backend (`memory`, ...).
+//!   decision logic written once, and one adapter per backend (`memory`, `dynamodb`).
 //! - [`payment`]: the payment port and its adapters (`simulated`, ...).
 //! - [`order`]: decoding a body into an order, and the order handler: a function of (order,
 //!   ports) that returns a decision.
 //! - [`config`]: the typed configuration, read once.
 //! - [`app`]: the ports assembled once per container; [`cli`]: Lambda or one-shot mode.
+//! - [`aws`]: the AWS SDK configuration, loaded once.
 //! - [`clock`]: injected time.
 
+// The AWS SDK's nested futures exceed the default query depth when their layout is computed.
+#![recursion_limit = "256"]
+
 pub mod app;
+pub mod aws;
 pub mod batch;
 pub mod cli;
 pub mod clock;

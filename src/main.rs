@@ -1,4 +1,5 @@
 //! Wiring only: read the arguments and the configuration, build the ports once, serve.
+#![recursion_limit = "256"]
 
 use std::process::ExitCode;
 
@@ -26,10 +27,11 @@ async fn main() -> ExitCode {
         }
         _ => lambda_runtime::tracing::init_default_subscriber(),
     }
-    let app = match Config::from_env()
-        .map_err(Into::into)
-        .and_then(|c| App::from_config(&c))
-    {
+    let config = match Config::from_env() {
+        Ok(config) => config,
+        Err(e) => return fail(&e, 2),
+    };
+    let app = match App::build(&config).await {
         Ok(app) => app,
         Err(e) => return fail(&e, 2),
     };

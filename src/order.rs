@@ -92,14 +92,14 @@ struct RawBody<'a> {
 /// with the order as a JSON string in `Message`) is unwrapped once; raw delivery works as is.
 pub fn decode_order(body: &str) -> Result<Order<'_>, DecodeError> {
     let raw = parse_raw(body)?;
-    if raw.kind.is_some_and(|k| k.get() == r#""Notification""#) {
-        if let Some(message) = raw.message {
-            let inner = json_string(message).ok_or(DecodeError::EnvelopeMessageNotString)?;
-            let order = parse_raw(&inner)
-                .and_then(|inner_raw| order_from(&inner_raw))
-                .map_err(|e| DecodeError::InEnvelope(Box::new(e)))?;
-            return Ok(order.into_owned());
-        }
+    if raw.kind.is_some_and(|k| k.get() == r#""Notification""#)
+        && let Some(message) = raw.message
+    {
+        let inner = json_string(message).ok_or(DecodeError::EnvelopeMessageNotString)?;
+        let order = parse_raw(&inner)
+            .and_then(|inner_raw| order_from(&inner_raw))
+            .map_err(|e| DecodeError::InEnvelope(Box::new(e)))?;
+        return Ok(order.into_owned());
     }
     order_from(&raw)
 }

@@ -7,14 +7,16 @@
 //! - [`Begin::Conflict`]: the key was finished with a different payload.
 //!
 //! The state machine lives here once ([`claimable`] and [`decide`]); each store only implements
-//! an atomic "write if claimable, else hand back what is there". Every store is run through the
+//! an atomic "write if claimable, else hand back what is there" (`memory`, `dynamodb`). Every store is run through the
 //! same contract suite (`tests/support/store_contract.rs`).
 
+pub mod dynamodb;
 pub mod memory;
 
 use std::fmt;
 use std::future::Future;
 
+pub use dynamodb::DynamoDbStore;
 pub use memory::MemoryStore;
 
 /// A fingerprint of the payload a key was claimed for, to tell a duplicate from a conflict.
@@ -241,24 +243,28 @@ impl<S: IdempotencyStore + ?Sized> IdempotencyStore for std::sync::Arc<S> {
 #[derive(Debug)]
 pub enum AnyStore {
     Memory(MemoryStore),
+    DynamoDb(DynamoDbStore),
 }
 
 impl IdempotencyStore for AnyStore {
     async fn begin(&self, request: &ClaimRequest<'_>) -> Result<Begin, StoreError> {
         match self {
             Self::Memory(s) => s.begin(request).await,
+            Self::DynamoDb(s) => s.begin(request).await,
         }
     }
 
     async fn complete(&self, key: &str, lease: &Lease, now_ms: u64) -> Result<(), StoreError> {
         match self {
             Self::Memory(s) => s.complete(key, lease, now_ms).await,
+            Self::DynamoDb(s) => s.complete(key, lease, now_ms).await,
         }
     }
 
     async fn release(&self, key: &str, lease: &Lease) -> Result<(), StoreError> {
         match self {
             Self::Memory(s) => s.release(key, lease).await,
+            Self::DynamoDb(s) => s.release(key, lease).await,
         }
     }
 }

@@ -33,3 +33,4 @@ pub fn failed_ids(response: &aws_lambda_events::sqs::SqsBatchResponse) -> Vec<St
         .map(|f| f.item_identifier.clone())
         .collect()
 }
+pub mod dynamo;

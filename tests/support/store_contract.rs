@@ -12,8 +12,12 @@ use process_orders::idempotency::{
 
 /// The retention every store under contract is built with.
 pub const RETENTION: Duration = Duration::from_secs(18 * 86_400);
-/// A fixed "now": 2026-01-01T00:00:00Z.
-pub const T0: u64 = 1_767_225_600_000;
+/// "Now" for the contract: the real time at the first call, so that a server that deletes
+/// expired items by the real clock sees every item as live unless a case moves past its TTL.
+pub fn t0() -> u64 {
+    static START: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
+    *START.get_or_init(|| process_orders::clock::Clock::now_ms(&process_orders::clock::SystemClock))
+}
 pub const LEASE_MS: u64 = 30_000;
 pub const FP: Fingerprint = Fingerprint(0x0123_4567_89ab_cdef);
 
@@ -35,71 +39,71 @@ pub async fn started<S: IdempotencyStore>(store: &S, request: &ClaimRequest<'_>)
 }
 
 pub async fn new_key_is_started<S: IdempotencyStore>(store: S) {
-    let lease = started(&store, &claim("k", T0)).await;
-    assert_eq!(lease.until_ms, T0 + LEASE_MS);
+    let lease = started(&store, &claim("k", t0())).await;
+    assert_eq!(lease.until_ms, t0() + LEASE_MS);
 }
 
 pub async fn live_lease_is_busy_until_its_end<S: IdempotencyStore>(store: S) {
-    started(&store, &claim("k", T0)).await;
-    let again = store.begin(&claim("k", T0 + 1_000)).await.expect("begin");
+    started(&store, &claim("k", t0())).await;
+    let again = store.begin(&claim("k", t0() + 1_000)).await.expect("begin");
     assert_eq!(
         again,
         Begin::Busy {
-            until_ms: T0 + LEASE_MS
+            until_ms: t0() + LEASE_MS
         }
     );
 }
 
 pub async fn busy_even_with_another_payload<S: IdempotencyStore>(store: S) {
-    started(&store, &claim("k", T0)).await;
+    started(&store, &claim("k", t0())).await;
     let other = ClaimRequest {
         fingerprint: Fingerprint(9),
-        ..claim("k", T0 + 1)
+        ..claim("k", t0() + 1)
     };
     assert!(matches!(store.begin(&other).await, Ok(Begin::Busy { .. })));
 }
 
 pub async fn completed_key_is_done<S: IdempotencyStore>(store: S) {
-    let lease = started(&store, &claim("k", T0)).await;
+    let lease = started(&store, &claim("k", t0())).await;
     store
-        .complete("k", &lease, T0 + 10)
+        .complete("k", &lease, t0() + 10)
         .await
         .expect("complete");
     assert_eq!(
-        store.begin(&claim("k", T0 + 20)).await.expect("begin"),
+        store.begin(&claim("k", t0() + 20)).await.expect("begin"),
         Begin::Done
     );
 }
 
 pub async fn completed_key_with_another_payload_is_conflict<S: IdempotencyStore>(store: S) {
-    let lease = started(&store, &claim("k", T0)).await;
+    let lease = started(&store, &claim("k", t0())).await;
     store
-        .complete("k", &lease, T0 + 10)
+        .complete("k", &lease, t0() + 10)
         .await
         .expect("complete");
     let other = ClaimRequest {
         fingerprint: Fingerprint(9),
-        ..claim("k", T0 + 20)
+        ..claim("k", t0() + 20)
     };
     assert_eq!(store.begin(&other).await.expect("begin"), Begin::Conflict);
 }
 
 pub async fn done_is_remembered_for_the_retention_then_forgotten<S: IdempotencyStore>(store: S) {
-    let lease = started(&store, &claim("k", T0)).await;
-    store.complete("k", &lease, T0).await.expect("complete");
+    let lease = started(&store, &claim("k", t0())).await;
+    store.complete("k", &lease, t0()).await.expect("complete");
     let retention_ms = RETENTION.as_millis() as u64;
     let before = store
-        .begin(&claim("k", T0 + retention_ms - 1_000))
+        .begin(&claim("k", t0() + retention_ms - 1_000))
         .await
         .expect("begin");
     assert_eq!(before, Begin::Done);
     // Past its TTL the item counts as absent, even though nothing deleted it.
-    started(&store, &claim("k", T0 + retention_ms + 1_000)).await;
+    started(&store, &claim("k", t0() + retention_ms + 1_000)).await;
 }
 
 pub async fn expired_lease_is_taken_over_and_fences_the_old_holder<S: IdempotencyStore>(store: S) {
-    let old = started(&store, &claim("k", T0)).await;
-    let later = T0 + LEASE_MS + 1;
+    let old = started(&store, &claim("k", t0())).await;
+    let later = t0() + LEASE_MS + 1;
     let new = started(&store, &claim("k", later)).await;
     assert_ne!(old.token, new.token);
     assert!(matches!(
@@ -128,13 +132,13 @@ pub async fn expired_lease_is_taken_over_and_fences_the_old_holder<S: Idempotenc
 }
 
 pub async fn release_lets_the_next_claim_start<S: IdempotencyStore>(store: S) {
-    let lease = started(&store, &claim("k", T0)).await;
+    let lease = started(&store, &claim("k", t0())).await;
     store.release("k", &lease).await.expect("release");
-    started(&store, &claim("k", T0 + 1)).await;
+    started(&store, &claim("k", t0() + 1)).await;
 }
 
 pub async fn only_the_holder_may_release_or_complete<S: IdempotencyStore>(store: S) {
-    let holder = started(&store, &claim("k", T0)).await;
+    let holder = started(&store, &claim("k", t0())).await;
     let stranger = Lease {
         token: process_orders::idempotency::LeaseToken::new(),
         ..holder
@@ -144,20 +148,20 @@ pub async fn only_the_holder_may_release_or_complete<S: IdempotencyStore>(store:
         Err(StoreError::LeaseLost)
     ));
     assert!(matches!(
-        store.complete("k", &stranger, T0 + 1).await,
+        store.complete("k", &stranger, t0() + 1).await,
         Err(StoreError::LeaseLost)
     ));
     assert!(matches!(
-        store.begin(&claim("k", T0 + 2)).await,
+        store.begin(&claim("k", t0() + 2)).await,
         Ok(Begin::Busy { .. })
     ));
 }
 
 pub async fn completing_a_released_key_fails<S: IdempotencyStore>(store: S) {
-    let lease = started(&store, &claim("k", T0)).await;
+    let lease = started(&store, &claim("k", t0())).await;
     store.release("k", &lease).await.expect("release");
     assert!(matches!(
-        store.complete("k", &lease, T0 + 1).await,
+        store.complete("k", &lease, t0() + 1).await,
         Err(StoreError::LeaseLost)
     ));
     assert!(matches!(
@@ -167,21 +171,24 @@ pub async fn completing_a_released_key_fails<S: IdempotencyStore>(store: S) {
 }
 
 pub async fn a_done_key_cannot_be_released<S: IdempotencyStore>(store: S) {
-    let lease = started(&store, &claim("k", T0)).await;
-    store.complete("k", &lease, T0 + 1).await.expect("complete");
+    let lease = started(&store, &claim("k", t0())).await;
+    store
+        .complete("k", &lease, t0() + 1)
+        .await
+        .expect("complete");
     assert!(matches!(
         store.release("k", &lease).await,
         Err(StoreError::LeaseLost)
     ));
     assert_eq!(
-        store.begin(&claim("k", T0 + 2)).await.expect("begin"),
+        store.begin(&claim("k", t0() + 2)).await.expect("begin"),
         Begin::Done
     );
 }
 
 pub async fn keys_are_independent<S: IdempotencyStore>(store: S) {
-    started(&store, &claim("a", T0)).await;
-    started(&store, &claim("b", T0)).await;
+    started(&store, &claim("a", t0())).await;
+    started(&store, &claim("b", t0())).await;
 }
 
 pub async fn concurrent_claims_have_exactly_one_winner<S: IdempotencyStore + 'static>(store: S) {
@@ -189,7 +196,7 @@ pub async fn concurrent_claims_have_exactly_one_winner<S: IdempotencyStore + 'st
     let tasks: Vec<_> = (0..64)
         .map(|_| {
             let store = Arc::clone(&store);
-            tokio::spawn(async move { store.begin(&claim("hot", T0)).await })
+            tokio::spawn(async move { store.begin(&claim("hot", t0())).await })
         })
         .collect();
     let (mut won, mut busy) = (0, 0);

@@ -1,0 +1,194 @@
+//! The DynamoDB store against dynoxide, a DynamoDB-compatible server embedded in this test
+//! process: the store contract, outages, and the requests each path costs.
+
+mod support;
+
+use std::sync::Arc;
+
+use process_orders::app::App;
+use process_orders::clock::{Clock, ManualClock};
+use process_orders::config::Config;
+use process_orders::idempotency::{DynamoDbStore, IdempotencyStore};
+use serde_json::json;
+use support::dynamo::{Dynoxide, client, create_table, unique_table};
+use support::failed_ids;
+use support::ports::{Script, ScriptedGateway};
+use support::store_contract::{RETENTION, claim, t0};
+
+/// A fresh store on a fresh embedded server; the server lives as long as the test's runtime.
+async fn store() -> DynamoDbStore {
+    let server = Dynoxide::start().await;
+    let (client, _) = client(&server.endpoint());
+    let table = unique_table();
+    create_table(&client, &table).await;
+    std::mem::forget(server);
+    DynamoDbStore::new(client, table, RETENTION)
+}
+
+store_contract_tests!(store());
+
+fn event(orders: &[(&str, &str, f64)]) -> String {
+    let records: Vec<_> = orders
+        .iter()
+        .map(|(id, order, amount)| {
+            json!({ "messageId": id, "body": json!({ "order_id": order, "amount": amount }).to_string() })
+        })
+        .collect();
+    json!({ "Records": records }).to_string()
+}
+
+type DynamoApp = App<DynamoDbStore, Arc<ScriptedGateway>, ManualClock>;
+
+fn app(store: DynamoDbStore, clock: &ManualClock) -> (DynamoApp, Arc<ScriptedGateway>) {
+    let gateway = Arc::new(ScriptedGateway::default());
+    let config = Config::from_lookup(|_| None).expect("defaults");
+    (
+        App::with_ports(&config, store, Arc::clone(&gateway), clock.clone()),
+        gateway,
+    )
+}
+
+async fn handle(app: &DynamoApp, clock: &ManualClock, json: &str) -> Vec<String> {
+    let response = app
+        .handle_json(json, clock.now_ms() + 60_000)
+        .await
+        .expect("handled");
+    failed_ids(&response)
+}
+
+/// DynamoDB requests per record on each path: new 2, duplicate 1, busy 1, transient payment 2.
+#[tokio::test]
+async fn each_path_costs_its_budget_of_requests() {
+    let server = Dynoxide::start().await;
+    let (client, requests) = client(&server.endpoint());
+    let table = unique_table();
+    create_table(&client, &table).await;
+    let store = DynamoDbStore::new(client, &table, RETENTION);
+    let clock = ManualClock::at(t0());
+    let (app, gateway) = app(store.clone(), &clock);
+
+    let measure = async |json: &str| {
+        let before = requests.get();
+        let failed = handle(&app, &clock, json).await;
+        (requests.get() - before, failed)
+    };
+    assert_eq!(measure(&event(&[("m1", "new", 1.0)])).await, (2, vec![]));
+    assert_eq!(measure(&event(&[("m2", "new", 1.0)])).await, (1, vec![]));
+
+    store
+        .begin(&claim("held", clock.now_ms()))
+        .await
+        .expect("held elsewhere");
+    assert_eq!(
+        measure(&event(&[("m3", "held", 1.0)])).await,
+        (1, vec!["m3".to_owned()])
+    );
+
+    gateway.script("flaky", Script::Transient);
+    assert_eq!(
+        measure(&event(&[("m4", "flaky", 1.0)])).await,
+        (2, vec!["m4".to_owned()])
+    );
+}
+
+/// A missing table is a store error: every record is RETRY and nothing is charged.
+#[tokio::test]
+async fn a_missing_table_retries_everything() {
+    let server = Dynoxide::start().await;
+    let (client, _) = client(&server.endpoint());
+    let store = DynamoDbStore::new(client, "no-such-table", RETENTION);
+    let clock = ManualClock::at(t0());
+    let (app, gateway) = app(store, &clock);
+    let failed = handle(
+        &app,
+        &clock,
+        &event(&[("m1", "o-1", 1.0), ("m2", "o-2", 2.0)]),
+    )
+    .await;
+    assert_eq!(failed, ["m1", "m2"]);
+    assert_eq!(gateway.inner.requests(), 0);
+}
+
+/// The server stops mid-run: RETRY for every record, nothing ACKed; once it is back, the same
+/// app (same client) serves the next invocation normally.
+#[tokio::test]
+async fn a_stopped_server_retries_everything_and_the_function_recovers() {
+    let mut server = Dynoxide::start().await;
+    let (client, _) = client(&server.endpoint());
+    let table = unique_table();
+    create_table(&client, &table).await;
+    let clock = ManualClock::at(t0());
+    let (app, gateway) = app(DynamoDbStore::new(client, &table, RETENTION), &clock);
+    assert!(
+        handle(&app, &clock, &event(&[("m0", "o-0", 1.0)]))
+            .await
+            .is_empty()
+    );
+
+    server.stop().await;
+    let json = event(&[("m1", "o-1", 1.0), ("m2", "o-2", 2.0)]);
+    assert_eq!(handle(&app, &clock, &json).await, ["m1", "m2"]);
+    assert!(!gateway.inner.charged("o-1") && !gateway.inner.charged("o-2"));
+
+    server.restart().await;
+    assert!(handle(&app, &clock, &json).await.is_empty());
+    assert_eq!(gateway.inner.effective_charges(), 3);
+}
+
+/// Building the function opens no connection; the first invocation does.
+#[tokio::test]
+async fn start_up_makes_no_network_call() {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let endpoint = format!("http://{}", listener.local_addr().unwrap());
+    let accepted = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let counter = Arc::clone(&accepted);
+    tokio::spawn(async move {
+        while let Ok((socket, _)) = listener.accept().await {
+            counter.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            drop(socket);
+        }
+    });
+    let (client, _) = client(&endpoint);
+    let clock = ManualClock::at(t0());
+    let (app, _) = app(DynamoDbStore::new(client, "t", RETENTION), &clock);
+    tokio::task::yield_now().await;
+    assert_eq!(accepted.load(std::sync::atomic::Ordering::SeqCst), 0);
+    // The listener drops every connection, so the record is RETRY (a store error).
+    assert_eq!(
+        handle(&app, &clock, &event(&[("m1", "o-1", 1.0)])).await,
+        ["m1"]
+    );
+    assert!(accepted.load(std::sync::atomic::Ordering::SeqCst) > 0);
+}
+
+/// 64 concurrent deliveries of one order through the function: exactly one charge.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_deliveries_of_one_order_charge_once() {
+    let store = store().await;
+    let clock = ManualClock::at(t0());
+    let (app, gateway) = app(store, &clock);
+    let app = Arc::new(app);
+    let tasks: Vec<_> = (0..64)
+        .map(|i| {
+            let (app, clock) = (Arc::clone(&app), clock.clone());
+            tokio::spawn(async move {
+                handle(&app, &clock, &event(&[(&format!("m{i}"), "hot", 5.0)])).await
+            })
+        })
+        .collect();
+    let mut acked = 0;
+    for task in tasks {
+        if task.await.unwrap().is_empty() {
+            acked += 1;
+        }
+    }
+    assert_eq!(gateway.inner.effective_charges(), 1);
+    assert_eq!(gateway.inner.requests(), 1);
+    assert!(acked >= 1);
+    // Every later delivery is a duplicate.
+    assert!(
+        handle(&app, &clock, &event(&[("late", "hot", 5.0)]))
+            .await
+            .is_empty()
+    );
+}
