@@ -10,7 +10,7 @@ PY_STAMP := $(VENV)/.installed
 EVENT ?= events/standard.json
 INVOKE_PORT ?= 9010
 
-.PHONY: run test lint invoke clean-venv
+.PHONY: run run-dynamodb test lint invoke clean-venv
 
 run:
 	@$(CARGO) build --quiet --bin process-orders
@@ -18,6 +18,12 @@ run:
 		echo "== $$event"; \
 		RUST_LOG=$${RUST_LOG:-warn} $(CARGO) run --quiet --bin process-orders -- --event "$$event" || exit 1; \
 	done
+
+# The one-shot mode twice on a local DynamoDB-compatible server (moto), with the table created
+# from template.yaml's key schema: the second run ACKs every duplicate without charging.
+run-dynamodb: $(PY_STAMP)
+	@$(CARGO) build --quiet --bin process-orders
+	@PATH="$(VENV)/bin:$$PATH" BIN="$${CARGO_TARGET_DIR:-target}/debug/process-orders" scripts/run-dynamodb.sh
 
 test: $(PY_STAMP)
 	PATH="$(VENV)/bin:$$PATH" $(CARGO) test --all-targets

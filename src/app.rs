@@ -8,7 +8,8 @@ use crate::clock::{Clock, SystemClock};
 use crate::config::{Config, ConfigError};
 use crate::idempotency::{AnyStore, DynamoDbStore, IdempotencyStore, MemoryStore};
 use crate::order::{OrderHandler, Ports};
-use crate::payment::{AnyGateway, PaymentGateway, SimulatedGateway};
+use crate::payment::http::HttpSetupError;
+use crate::payment::{AnyGateway, HttpGateway, PaymentGateway, SimulatedGateway};
 use crate::sqs::{self, EventError, QueueKind};
 
 /// Start-up failed: the function must not serve.
@@ -16,6 +17,8 @@ use crate::sqs::{self, EventError, QueueKind};
 pub enum StartupError {
     #[error(transparent)]
     Config(#[from] ConfigError),
+    #[error(transparent)]
+    Payment(#[from] HttpSetupError),
 }
 
 /// Any epoch-ms deadline before this (2001-09-09) cannot be real.
@@ -52,7 +55,10 @@ impl App {
                 AnyStore::DynamoDb(DynamoDbStore::new(client, table, config.retention))
             }
         };
-        let gateway = AnyGateway::Simulated(SimulatedGateway::new());
+        let gateway = match &config.payment {
+            None => AnyGateway::Simulated(SimulatedGateway::new()),
+            Some(settings) => AnyGateway::Http(HttpGateway::new(settings)?),
+        };
         Ok(Self::with_ports(config, store, gateway, SystemClock))
     }
 }

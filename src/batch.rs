@@ -202,6 +202,36 @@ impl BatchReport {
     }
 }
 
+impl BatchReport {
+    /// Records per reason code, in order of first appearance (`deadline` and `after_failure`
+    /// for skipped records).
+    pub fn reasons(&self) -> Vec<(&'static str, usize)> {
+        let mut reasons: Vec<(&'static str, usize)> = Vec::new();
+        for status in &self.statuses {
+            let reason = match status {
+                RecordStatus::Handled(v) => v.reason,
+                RecordStatus::SkippedDeadline => "deadline",
+                RecordStatus::SkippedAfter { .. } => "after_failure",
+            };
+            match reasons.iter_mut().find(|(r, _)| *r == reason) {
+                Some((_, n)) => *n += 1,
+                None => reasons.push((reason, 1)),
+            }
+        }
+        reasons
+    }
+
+    /// [`BatchReport::reasons`] as `charged=2 duplicate=1`, for the summary log line.
+    pub fn reasons_text(&self) -> String {
+        let parts: Vec<String> = self
+            .reasons()
+            .iter()
+            .map(|(reason, n)| format!("{reason}={n}"))
+            .collect();
+        parts.join(" ")
+    }
+}
+
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Counts {
     pub ack: usize,
@@ -407,6 +437,7 @@ fn log_report(batch: &[Message<'_>], report: &BatchReport, duration_ms: u64) {
         retry = counts.retry,
         poison = counts.poison,
         skipped = counts.skipped,
+        reasons = %report.reasons_text(),
         duration_ms,
         "batch processed"
     );
@@ -582,6 +613,17 @@ mod tests {
             report.statuses[2],
             RecordStatus::SkippedAfter { culprit: 1 }
         );
+    }
+
+    #[tokio::test]
+    async fn the_report_counts_reasons_in_order_of_appearance() {
+        let clock = ManualClock::at(0);
+        let p = processor(FifoScope::Batch, &clock);
+        let specs = [("a", None, "ack"), ("b", None, "retry"), ("c", None, "ack")];
+        let messages = batch(&specs);
+        let report = p.process(&messages, QueueKind::Standard, 60_000).await;
+        assert_eq!(report.reasons(), [("ok", 2), ("transient", 1)]);
+        assert_eq!(report.reasons_text(), "ok=2 transient=1");
     }
 
     #[tokio::test]

@@ -9,6 +9,7 @@ use std::time::Duration;
 use crate::aws::SdkSettings;
 use crate::batch::{BatchOptions, FifoScope};
 use crate::order::LeasePolicy;
+use crate::payment::http::{HttpSettings, Secret};
 
 /// Every variable the function reads, with its default (None: no default, optional).
 /// The README's configuration table and the template tests use this list.
@@ -24,6 +25,10 @@ pub const VARIABLES: &[(&str, Option<&str>)] = &[
     ("DYNAMODB_MAX_ATTEMPTS", Some("3")),
     ("DYNAMODB_ATTEMPT_TIMEOUT_MS", Some("1000")),
     ("DYNAMODB_OPERATION_TIMEOUT_MS", Some("3000")),
+    ("PAYMENT_API_URL", None),
+    ("PAYMENT_API_KEY", None),
+    ("PAYMENT_CONNECT_TIMEOUT_MS", Some("1000")),
+    ("PAYMENT_TIMEOUT_MS", Some("5000")),
 ];
 
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
@@ -34,6 +39,11 @@ pub enum ConfigError {
         value: String,
         expected: String,
     },
+    #[error(
+        "PAYMENT_API_URL must be set inside Lambda (AWS_LAMBDA_FUNCTION_NAME is set): the \
+         simulated gateway charges nobody (PROCESS_ORDERS_LOCAL=1 allows it under a local emulator)"
+    )]
+    PaymentUrlRequiredInLambda,
     #[error("AWS_REGION (or AWS_DEFAULT_REGION) must be set when IDEMPOTENCY_TABLE is set")]
     RegionRequired,
     #[error(
@@ -55,6 +65,8 @@ pub struct Config {
     pub batch: BatchOptions,
     /// Retry and timeout bounds for DynamoDB calls.
     pub dynamodb: SdkSettings,
+    /// The HTTP payment gateway; `None` selects the simulated one (local only).
+    pub payment: Option<HttpSettings>,
     /// Running inside Lambda (`AWS_LAMBDA_FUNCTION_NAME` set).
     pub in_lambda: bool,
 }
@@ -101,6 +113,26 @@ impl Config {
                 300_000,
             )?),
         };
+        let payment = match env.text("PAYMENT_API_URL") {
+            None if in_lambda && !local => return Err(ConfigError::PaymentUrlRequiredInLambda),
+            None => None,
+            Some(raw) => Some(HttpSettings {
+                base_url: parse_http_url(&raw)?,
+                api_key: env.text("PAYMENT_API_KEY").map(Secret::new),
+                connect_timeout: Duration::from_millis(env.ranged(
+                    "PAYMENT_CONNECT_TIMEOUT_MS",
+                    1_000,
+                    10,
+                    60_000,
+                )?),
+                timeout: Duration::from_millis(env.ranged(
+                    "PAYMENT_TIMEOUT_MS",
+                    5_000,
+                    10,
+                    300_000,
+                )?),
+            }),
+        };
         let lease_s: u64 = env.ranged("IDEMPOTENCY_LEASE_SECONDS", 300, 1, 43_200)?;
         let lease_margin_ms: u64 = env.ranged("IDEMPOTENCY_LEASE_MARGIN_MS", 5_000, 0, 900_000)?;
         let retention_days: u64 = env.ranged("IDEMPOTENCY_RETENTION_DAYS", 18, 1, 3_650)?;
@@ -125,9 +157,35 @@ impl Config {
                 deadline_margin_ms,
             },
             dynamodb,
+            payment,
             in_lambda,
         })
     }
+}
+
+/// An absolute http(s) URL with a host, without credentials, query or fragment.
+fn parse_http_url(raw: &str) -> Result<reqwest::Url, ConfigError> {
+    // The message never repeats the value: a URL may carry a token.
+    let bad = |expected: &str| ConfigError::Invalid {
+        var: "PAYMENT_API_URL",
+        value: "(not shown)".into(),
+        expected: expected.to_owned(),
+    };
+    let url = reqwest::Url::parse(raw.trim())
+        .map_err(|e| bad(&format!("an absolute http(s) URL ({e})")))?;
+    if !matches!(url.scheme(), "http" | "https") || url.host_str().is_none() {
+        return Err(bad("an http:// or https:// URL with a host"));
+    }
+    if !url.username().is_empty()
+        || url.password().is_some()
+        || url.query().is_some()
+        || url.fragment().is_some()
+    {
+        return Err(bad(
+            "a URL without credentials, query or fragment (use PAYMENT_API_KEY)",
+        ));
+    }
+    Ok(url)
 }
 
 fn invalid(var: &'static str, value: &str, expected: impl Into<String>) -> ConfigError {
@@ -236,6 +294,51 @@ mod tests {
     }
 
     #[test]
+    fn a_payment_url_selects_the_http_gateway() {
+        let c = config(&[
+            ("PAYMENT_API_URL", "https://pay.example/v1"),
+            ("PAYMENT_API_KEY", "sk_test"),
+            ("PAYMENT_TIMEOUT_MS", "2500"),
+        ])
+        .expect("config");
+        let payment = c.payment.expect("http gateway");
+        assert_eq!(payment.base_url.as_str(), "https://pay.example/v1");
+        assert_eq!(payment.api_key, Some(Secret::new("sk_test")));
+        assert_eq!(payment.connect_timeout, Duration::from_millis(1_000));
+        assert_eq!(payment.timeout, Duration::from_millis(2_500));
+        assert_eq!(config(&[]).expect("defaults").payment, None);
+    }
+
+    #[test]
+    fn an_invalid_payment_url_stops_start_up_without_echoing_it() {
+        for bad in [
+            "not a url",
+            "ftp://pay.example",
+            "https://user:secret@pay.example",
+            "https://pay.example/?token=secret",
+            "/charges",
+        ] {
+            let err = config(&[("PAYMENT_API_URL", bad)]).expect_err(bad);
+            let text = err.to_string();
+            assert!(text.starts_with("PAYMENT_API_URL"), "{text}");
+            assert!(!text.contains("secret"), "{text}");
+        }
+    }
+
+    #[test]
+    fn inside_lambda_a_payment_url_is_required() {
+        let vars = [
+            ("AWS_LAMBDA_FUNCTION_NAME", "f"),
+            ("IDEMPOTENCY_TABLE", "t"),
+            ("AWS_REGION", "eu-west-1"),
+        ];
+        assert_eq!(
+            config(&vars).expect_err("no url"),
+            ConfigError::PaymentUrlRequiredInLambda
+        );
+    }
+
+    #[test]
     fn a_table_needs_a_region() {
         let err = config(&[("IDEMPOTENCY_TABLE", "t")]).expect_err("no region");
         assert_eq!(err, ConfigError::RegionRequired);
@@ -256,6 +359,7 @@ mod tests {
             ("AWS_LAMBDA_FUNCTION_NAME", "f"),
             ("IDEMPOTENCY_TABLE", "t"),
             ("AWS_REGION", "eu-west-1"),
+            ("PAYMENT_API_URL", "https://pay.example"),
         ])
         .expect("ok");
         assert!(ok.in_lambda);

@@ -1,9 +1,11 @@
 //! The payment port: charge an order once per idempotency key.
 
+pub mod http;
 pub mod simulated;
 
 use std::future::Future;
 
+pub use http::HttpGateway;
 pub use simulated::SimulatedGateway;
 
 /// One charge. The provider applies `idempotency_key` once: every retry of the same charge
@@ -51,12 +53,14 @@ impl<P: PaymentGateway + ?Sized> PaymentGateway for std::sync::Arc<P> {
 #[derive(Debug)]
 pub enum AnyGateway {
     Simulated(SimulatedGateway),
+    Http(HttpGateway),
 }
 
 impl PaymentGateway for AnyGateway {
     async fn charge(&self, request: &ChargeRequest<'_>) -> Result<(), PaymentError> {
         match self {
             Self::Simulated(g) => g.charge(request).await,
+            Self::Http(g) => g.charge(request).await,
         }
     }
 }

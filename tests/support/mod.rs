@@ -34,3 +34,4 @@ pub fn failed_ids(response: &aws_lambda_events::sqs::SqsBatchResponse) -> Vec<St
         .collect()
 }
 pub mod dynamo;
+pub mod payment_stub;
