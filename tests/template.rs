@@ -1,0 +1,420 @@
+//! `template.yaml` holds the settings that, wrong, lose data or loop forever. Each test is one
+//! such rule; the values the code depends on come from the code's own constants.
+
+use std::collections::BTreeSet;
+
+use process_orders::config::VARIABLES;
+use process_orders::idempotency::dynamodb::{ACTIONS, KEY_ATTRIBUTE, TTL_ATTRIBUTE};
+use serde_yaml_ng::Value;
+
+fn template() -> Value {
+    let text =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/template.yaml")).unwrap();
+    // serde_yaml_ng keeps CloudFormation short tags (!Ref, !GetAtt, !Sub, ...) as tagged values.
+    serde_yaml_ng::from_str(&text).expect("template.yaml parses")
+}
+
+fn resources_of_type<'a>(t: &'a Value, kind: &str) -> Vec<(&'a str, &'a Value)> {
+    t["Resources"]
+        .as_mapping()
+        .unwrap()
+        .iter()
+        .filter(|(_, r)| r["Type"].as_str() == Some(kind))
+        .map(|(name, r)| (name.as_str().unwrap(), &r["Properties"]))
+        .collect()
+}
+
+fn resource<'a>(t: &'a Value, name: &str) -> &'a Value {
+    let r = &t["Resources"][name];
+    assert!(!r.is_null(), "resource {name} missing");
+    &r["Properties"]
+}
+
+/// `(tag, value)` of a short-tag form such as `!Ref X`.
+fn tagged(v: &Value) -> Option<(String, &Value)> {
+    match v {
+        Value::Tagged(t) => Some((t.tag.to_string(), &t.value)),
+        _ => None,
+    }
+}
+
+/// A number, following `!Ref Parameter` to the parameter's default.
+fn number(t: &Value, v: &Value) -> f64 {
+    match tagged(v) {
+        Some((tag, inner)) if tag == "!Ref" => {
+            let param = &t["Parameters"][inner.as_str().unwrap()];
+            assert!(!param.is_null(), "!Ref {inner:?} is not a parameter");
+            number(t, &param["Default"])
+        }
+        Some((tag, _)) => panic!("cannot evaluate {tag}"),
+        None => match v {
+            Value::Number(n) => n.as_f64().unwrap(),
+            Value::String(s) => s
+                .parse()
+                .unwrap_or_else(|_| panic!("{s:?} is not a number")),
+            other => panic!("not a number: {other:?}"),
+        },
+    }
+}
+
+/// The parameter a value refers to, if it is `!Ref Parameter`.
+fn parameter<'a>(t: &'a Value, v: &Value) -> Option<&'a Value> {
+    match tagged(v) {
+        Some((tag, inner)) if tag == "!Ref" => t["Parameters"].get(inner.as_str()?),
+        _ => None,
+    }
+}
+
+/// The logical id a `!GetAtt X.Arn` or `!Ref X` points at.
+fn target(v: &Value) -> String {
+    let (_, inner) = tagged(v).expect("a short-tag reference");
+    inner
+        .as_str()
+        .unwrap()
+        .split('.')
+        .next()
+        .unwrap()
+        .to_owned()
+}
+
+fn function(t: &Value) -> &Value {
+    let functions = resources_of_type(t, "AWS::Serverless::Function");
+    assert_eq!(functions.len(), 1);
+    functions[0].1
+}
+
+fn mappings(t: &Value) -> Vec<&Value> {
+    resources_of_type(t, "AWS::Lambda::EventSourceMapping")
+        .into_iter()
+        .map(|(_, p)| p)
+        .collect()
+}
+
+fn source_queues(t: &Value) -> Vec<(&str, &Value)> {
+    resources_of_type(t, "AWS::SQS::Queue")
+        .into_iter()
+        .filter(|(_, q)| !q["RedrivePolicy"].is_null())
+        .collect()
+}
+
+#[test]
+fn the_function_is_arm64_al2023_built_by_cargo_lambda() {
+    let t = template();
+    let f = &t["Resources"]["OrdersFunction"];
+    assert_eq!(f["Properties"]["Runtime"].as_str(), Some("provided.al2023"));
+    assert_eq!(f["Properties"]["Architectures"][0].as_str(), Some("arm64"));
+    assert_eq!(f["Properties"]["Handler"].as_str(), Some("bootstrap"));
+    assert_eq!(
+        f["Metadata"]["BuildMethod"].as_str(),
+        Some("rust-cargolambda")
+    );
+    assert_eq!(
+        f["Metadata"]["BuildProperties"]["Binary"].as_str(),
+        Some("process-orders")
+    );
+}
+
+/// Visibility timeout >= 6 x function timeout + batching window, for every allowed timeout.
+#[test]
+fn queue_visibility_covers_six_function_timeouts_plus_the_window() {
+    let t = template();
+    let window_max = number(&t, &t["Parameters"]["BatchingWindow"]["MaxValue"]);
+    let allowed = t["Parameters"]["FunctionTimeout"]["AllowedValues"]
+        .as_sequence()
+        .expect("enumerated timeouts");
+    let table = &t["Mappings"]["VisibilityTimeout"];
+    for timeout in allowed {
+        let timeout = number(&t, timeout);
+        let visibility = number(&t, &table[timeout.to_string().as_str()]["Seconds"]);
+        assert!(
+            visibility >= 6.0 * timeout + window_max,
+            "timeout {timeout}: visibility {visibility}"
+        );
+    }
+    for (name, queue) in source_queues(&t) {
+        let (tag, args) =
+            tagged(&queue["VisibilityTimeout"]).unwrap_or_else(|| panic!("{name}: not derived"));
+        assert_eq!(tag, "!FindInMap", "{name}");
+        assert_eq!(args[0].as_str(), Some("VisibilityTimeout"), "{name}");
+        assert_eq!(
+            tagged(&args[1]).map(|(tag, v)| (tag, v.as_str().map(str::to_owned))),
+            Some(("!Ref".into(), Some("FunctionTimeout".into())))
+        );
+    }
+    assert_eq!(
+        number(&t, &function(&t)["Timeout"]),
+        number(&t, &t["Parameters"]["FunctionTimeout"]["Default"])
+    );
+}
+
+#[test]
+fn max_receive_count_is_at_least_five() {
+    let t = template();
+    let queues = source_queues(&t);
+    assert_eq!(queues.len(), 2, "a standard and a FIFO source queue");
+    for (name, queue) in queues {
+        let count = &queue["RedrivePolicy"]["maxReceiveCount"];
+        assert!(number(&t, count) >= 5.0, "{name}");
+        if let Some(param) = parameter(&t, count) {
+            assert!(
+                number(&t, &param["MinValue"]) >= 5.0,
+                "{name}: the parameter allows less than 5"
+            );
+        }
+    }
+}
+
+#[test]
+fn each_queue_has_its_own_dlq_of_the_same_kind_kept_14_days_and_longer_than_the_source() {
+    let t = template();
+    let mut dlqs = BTreeSet::new();
+    for (name, queue) in source_queues(&t) {
+        let dlq_name = target(&queue["RedrivePolicy"]["deadLetterTargetArn"]);
+        let dlq = resource(&t, &dlq_name);
+        assert!(dlqs.insert(dlq_name.clone()), "{dlq_name} shared");
+        assert_eq!(
+            number(&t, &dlq["MessageRetentionPeriod"]),
+            1_209_600.0,
+            "{dlq_name}"
+        );
+        assert!(
+            number(&t, &dlq["MessageRetentionPeriod"])
+                > number(&t, &queue["MessageRetentionPeriod"]),
+            "{name}"
+        );
+        assert_eq!(
+            queue["FifoQueue"].as_bool().unwrap_or(false),
+            dlq["FifoQueue"].as_bool().unwrap_or(false),
+            "{name} / {dlq_name}"
+        );
+        assert_eq!(
+            queue["SqsManagedSseEnabled"].as_bool(),
+            Some(true),
+            "{name}"
+        );
+        assert_eq!(
+            dlq["SqsManagedSseEnabled"].as_bool(),
+            Some(true),
+            "{dlq_name}"
+        );
+    }
+}
+
+#[test]
+fn batch_sizes_fit_their_queue_kind() {
+    let t = template();
+    let maps = mappings(&t);
+    assert_eq!(maps.len(), 2);
+    for m in maps {
+        let queue = resource(&t, &target(&m["EventSourceArn"]));
+        let fifo = queue["FifoQueue"].as_bool().unwrap_or(false);
+        let size = &m["BatchSize"];
+        let window = &m["MaximumBatchingWindowInSeconds"];
+        if fifo {
+            assert!(number(&t, size) <= 10.0);
+            if let Some(param) = parameter(&t, size) {
+                assert!(
+                    number(&t, &param["MaxValue"]) <= 10.0,
+                    "FIFO batch parameter allows > 10"
+                );
+            }
+            assert!(window.is_null(), "FIFO mappings take no batching window");
+        } else if number(&t, size) > 10.0 {
+            assert!(
+                number(&t, window) >= 1.0,
+                "batch size > 10 needs a batching window >= 1 s"
+            );
+        }
+        assert!(
+            !t["Rules"]["BatchSizeAboveTenNeedsWindow"].is_null(),
+            "the rule guarding other parameter values"
+        );
+    }
+}
+
+#[test]
+fn every_mapping_reports_batch_item_failures_and_caps_concurrency() {
+    let t = template();
+    for m in mappings(&t) {
+        let types: Vec<_> = m["FunctionResponseTypes"]
+            .as_sequence()
+            .unwrap()
+            .iter()
+            .filter_map(Value::as_str)
+            .collect();
+        assert_eq!(types, ["ReportBatchItemFailures"]);
+        assert!(number(&t, &m["ScalingConfig"]["MaximumConcurrency"]) >= 2.0);
+    }
+}
+
+#[test]
+fn the_table_matches_what_the_store_writes() {
+    let t = template();
+    let tables = resources_of_type(&t, "AWS::DynamoDB::Table");
+    assert_eq!(tables.len(), 1);
+    let table = tables[0].1;
+    let keys = table["KeySchema"].as_sequence().unwrap();
+    assert_eq!(keys.len(), 1);
+    assert_eq!(keys[0]["AttributeName"].as_str(), Some(KEY_ATTRIBUTE));
+    assert_eq!(keys[0]["KeyType"].as_str(), Some("HASH"));
+    let defs = table["AttributeDefinitions"].as_sequence().unwrap();
+    assert_eq!(defs.len(), 1);
+    assert_eq!(
+        (
+            defs[0]["AttributeName"].as_str(),
+            defs[0]["AttributeType"].as_str()
+        ),
+        (Some(KEY_ATTRIBUTE), Some("S"))
+    );
+    assert_eq!(
+        table["TimeToLiveSpecification"]["AttributeName"].as_str(),
+        Some(TTL_ATTRIBUTE)
+    );
+    assert_eq!(
+        table["TimeToLiveSpecification"]["Enabled"].as_bool(),
+        Some(true)
+    );
+    assert_eq!(table["BillingMode"].as_str(), Some("PAY_PER_REQUEST"));
+    assert_eq!(
+        table["PointInTimeRecoverySpecification"]["PointInTimeRecoveryEnabled"].as_bool(),
+        Some(true)
+    );
+    assert_eq!(
+        table["SSESpecification"]["SSEEnabled"].as_bool(),
+        Some(true)
+    );
+}
+
+fn statements(t: &Value) -> Vec<&Value> {
+    function(t)["Policies"]
+        .as_sequence()
+        .unwrap()
+        .iter()
+        .flat_map(|p| {
+            p["Statement"]
+                .as_sequence()
+                .map(|s| s.iter().collect::<Vec<_>>())
+                .unwrap_or_default()
+        })
+        .collect()
+}
+
+fn actions(statement: &Value) -> BTreeSet<String> {
+    statement["Action"]
+        .as_sequence()
+        .unwrap()
+        .iter()
+        .map(|a| a.as_str().unwrap().to_owned())
+        .collect()
+}
+
+#[test]
+fn the_table_actions_are_exactly_the_ones_the_store_calls() {
+    let t = template();
+    let on_table: BTreeSet<String> = statements(&t)
+        .into_iter()
+        .filter(|s| {
+            s["Resource"]
+                .as_sequence()
+                .map_or_else(|| vec![&s["Resource"]], |r| r.iter().collect())
+                .iter()
+                .any(|r| tagged(r).is_some() && target(r) == "IdempotencyTable")
+        })
+        .flat_map(actions)
+        .collect();
+    let expected: BTreeSet<String> = ACTIONS.iter().map(|a| (*a).to_owned()).collect();
+    assert_eq!(on_table, expected);
+}
+
+#[test]
+fn no_wildcards_in_the_function_policy() {
+    let t = template();
+    for statement in statements(&t) {
+        for action in actions(statement) {
+            assert!(!action.contains('*'), "{action}");
+        }
+        let resources = statement["Resource"]
+            .as_sequence()
+            .map_or_else(|| vec![&statement["Resource"]], |r| r.iter().collect());
+        for r in resources {
+            assert!(
+                r.as_str() != Some("*") && tagged(r).is_some(),
+                "resource {r:?} is not one of ours"
+            );
+        }
+    }
+}
+
+/// Every variable the code reads is set on the function, and nothing else is; the local-only
+/// switch is never set in AWS.
+#[test]
+fn the_function_environment_matches_the_code() {
+    let t = template();
+    let set: BTreeSet<&str> = function(&t)["Environment"]["Variables"]
+        .as_mapping()
+        .unwrap()
+        .keys()
+        .map(|k| k.as_str().unwrap())
+        .collect();
+    let local_only = ["PROCESS_ORDERS_LOCAL"];
+    let read: BTreeSet<&str> = VARIABLES
+        .iter()
+        .map(|(name, _)| *name)
+        .filter(|n| !local_only.contains(n))
+        .collect();
+    assert_eq!(set, read);
+    for name in local_only {
+        assert!(!set.contains(name), "{name} must never be set in AWS");
+    }
+}
+
+#[test]
+fn alarms_watch_the_dlqs_the_queue_age_errors_and_throttles() {
+    let t = template();
+    let alarms = resources_of_type(&t, "AWS::CloudWatch::Alarm");
+    let watched = |metric: &str| -> Vec<&Value> {
+        alarms
+            .iter()
+            .filter(|(_, a)| a["MetricName"].as_str() == Some(metric))
+            .map(|(_, a)| *a)
+            .collect()
+    };
+    let dlq_alarms = watched("ApproximateNumberOfMessagesVisible");
+    let dlqs: BTreeSet<String> = source_queues(&t)
+        .iter()
+        .map(|(_, q)| target(&q["RedrivePolicy"]["deadLetterTargetArn"]))
+        .collect();
+    let alarmed: BTreeSet<String> = dlq_alarms
+        .iter()
+        .map(|a| target(&a["Dimensions"][0]["Value"]))
+        .collect();
+    assert_eq!(alarmed, dlqs);
+    for a in dlq_alarms {
+        assert_eq!(number(&t, &a["Threshold"]), 0.0);
+        assert_eq!(
+            a["ComparisonOperator"].as_str(),
+            Some("GreaterThanThreshold")
+        );
+    }
+    assert_eq!(watched("ApproximateAgeOfOldestMessage").len(), 2);
+    assert_eq!(watched("Errors").len(), 1);
+    assert_eq!(watched("Throttles").len(), 1);
+}
+
+/// cargo-lambda builds release with panic=abort; a panic must unwind to become RETRY.
+#[test]
+fn the_release_profile_unwinds_on_panic() {
+    let manifest =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/Cargo.toml")).unwrap();
+    let release = manifest
+        .split("[profile.release]")
+        .nth(1)
+        .expect("a release profile");
+    let release = release.split("\n[").next().unwrap();
+    assert!(
+        release
+            .lines()
+            .any(|l| l.trim().replace(' ', "") == "panic=\"unwind\""),
+        "{release}"
+    );
+}
