@@ -7,10 +7,13 @@ CARGO ?= cargo
 # Python tools (cargo-lambda, moto, ...) live in a venv outside the clone so CI runs reuse it.
 VENV ?= $(HOME)/.cache/process-orders/venv
 PY_STAMP := $(VENV)/.installed
+# Template checks and deployment tools (cfn-lint, checkov, SAM CLI) in a venv of their own.
+IAC_VENV ?= $(HOME)/.cache/process-orders/iac-venv
+IAC_STAMP := $(IAC_VENV)/.installed
 EVENT ?= events/standard.json
 INVOKE_PORT ?= 9010
 
-.PHONY: run run-dynamodb test lint invoke clean-venv
+.PHONY: run run-dynamodb test lint invoke check-template build-lambda deploy clean-venv
 
 run:
 	@$(CARGO) build --quiet --bin process-orders
@@ -47,10 +50,37 @@ invoke: $(PY_STAMP)
 		sleep 1; \
 	done; echo "cargo lambda watch did not serve in time"; cat /tmp/process-orders-watch.log; exit 1
 
+# cfn-lint, checkov and SAM's own linter on template.yaml (all offline).
+check-template: $(IAC_STAMP)
+	$(IAC_VENV)/bin/cfn-lint template.yaml
+	$(IAC_VENV)/bin/checkov --quiet --compact -f template.yaml
+	SAM_CLI_TELEMETRY=0 AWS_DEFAULT_REGION=us-east-1 $(IAC_VENV)/bin/sam validate --lint -t template.yaml
+
+# The deployable arm64 bootstrap (zip in target/lambda/process-orders/).
+build-lambda: $(PY_STAMP)
+	rustup target add aarch64-unknown-linux-gnu >/dev/null
+	PATH="$(VENV)/bin:$$PATH" cargo lambda build --release --arm64 --bin process-orders --output-format zip
+	@ls -l $${CARGO_TARGET_DIR:-target}/lambda/process-orders/bootstrap.zip
+
+# sam build && sam deploy: guided the first time (no samconfig deploy answers saved yet).
+deploy: $(PY_STAMP) $(IAC_STAMP)
+	rustup target add aarch64-unknown-linux-gnu >/dev/null
+	PATH="$(VENV)/bin:$(IAC_VENV)/bin:$$PATH" SAM_CLI_TELEMETRY=0 sam build
+	@if grep -q '^stack_name' samconfig.toml && grep -q '^region' samconfig.toml; then \
+		PATH="$(IAC_VENV)/bin:$$PATH" SAM_CLI_TELEMETRY=0 sam deploy; \
+	else \
+		PATH="$(IAC_VENV)/bin:$$PATH" SAM_CLI_TELEMETRY=0 sam deploy --guided; \
+	fi
+
+$(IAC_STAMP): requirements-iac.txt
+	python3 -m venv $(IAC_VENV)
+	$(IAC_VENV)/bin/pip install --quiet --disable-pip-version-check -r requirements-iac.txt
+	touch $@
+
 $(PY_STAMP): requirements-dev.txt
 	python3 -m venv $(VENV)
 	$(VENV)/bin/pip install --quiet --disable-pip-version-check -r requirements-dev.txt
 	touch $@
 
 clean-venv:
-	rm -rf $(VENV)
+	rm -rf $(VENV) $(IAC_VENV)
