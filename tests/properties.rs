@@ -1,0 +1,170 @@
+//! Properties of the batch processor and the response check, over generated batches.
+
+use std::collections::HashSet;
+use std::num::NonZeroUsize;
+use std::sync::Mutex;
+
+use process_orders::batch::{
+    BatchOptions, BatchProcessor, FifoScope, RecordContext, RecordHandler, Verdict,
+};
+use process_orders::clock::ManualClock;
+use process_orders::sqs::{self, Message, QueueKind, ResponseError};
+use proptest::prelude::*;
+
+/// Answers by body ("ack", "retry", "poison") and records which records it started.
+#[derive(Default)]
+struct Scripted {
+    started: Mutex<Vec<String>>,
+}
+
+impl RecordHandler for Scripted {
+    async fn handle(&self, message: &Message<'_>, _context: RecordContext) -> Verdict {
+        self.started
+            .lock()
+            .unwrap()
+            .push(message.message_id.to_owned());
+        // Yield once so concurrent records really interleave.
+        tokio::task::yield_now().await;
+        match message.body {
+            "ack" => Verdict::ack("ok"),
+            "retry" => Verdict::retry("transient"),
+            _ => Verdict::poison("bad"),
+        }
+    }
+}
+
+#[derive(Debug, Clone)]
+struct Spec {
+    group: u8,
+    outcome: &'static str,
+}
+
+fn specs() -> impl Strategy<Value = Vec<Spec>> {
+    let outcome = prop_oneof![6 => Just("ack"), 1 => Just("retry"), 1 => Just("poison")];
+    prop::collection::vec(
+        (0u8..4, outcome).prop_map(|(group, outcome)| Spec { group, outcome }),
+        0..40,
+    )
+}
+
+struct Run {
+    failed: Vec<String>,
+    started: HashSet<String>,
+}
+
+fn run(specs: &[Spec], kind: QueueKind, scope: FifoScope, concurrency: usize) -> Run {
+    let ids: Vec<String> = (0..specs.len()).map(|i| format!("m{i}")).collect();
+    let groups: Vec<String> = specs.iter().map(|s| format!("g{}", s.group)).collect();
+    let batch: Vec<Message<'_>> = specs
+        .iter()
+        .enumerate()
+        .map(|(i, s)| Message {
+            group_id: Some(groups[i].as_str()),
+            ..Message::new(&ids[i], s.outcome)
+        })
+        .collect();
+    let options = BatchOptions {
+        max_concurrency: NonZeroUsize::new(concurrency).unwrap(),
+        fifo_scope: scope,
+        deadline_margin_ms: 0,
+    };
+    let processor = BatchProcessor::new(Scripted::default(), ManualClock::at(0), options);
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .unwrap();
+    let report = runtime.block_on(processor.process(&batch, kind, 60_000));
+    let response = sqs::response(report.failed_ids(&batch));
+    sqs::check_response(&response, &batch).expect("a valid response");
+    Run {
+        failed: response
+            .batch_item_failures
+            .iter()
+            .map(|f| f.item_identifier.clone())
+            .collect(),
+        started: processor
+            .handler()
+            .started
+            .lock()
+            .unwrap()
+            .iter()
+            .cloned()
+            .collect(),
+    }
+}
+
+proptest! {
+    /// Standard: failures are exactly the non-ACK records, each once, in batch order; all ran.
+    #[test]
+    fn standard_reports_exactly_the_non_acks(specs in specs(), concurrency in 1usize..16) {
+        let r = run(&specs, QueueKind::Standard, FifoScope::Batch, concurrency);
+        let expected: Vec<String> = specs.iter().enumerate().filter(|(_, s)| s.outcome != "ack").map(|(i, _)| format!("m{i}")).collect();
+        prop_assert_eq!(r.failed, expected);
+        prop_assert_eq!(r.started.len(), specs.len());
+    }
+
+    /// FIFO batch scope: failures are the suffix from the first non-ACK, and nothing after it ran.
+    #[test]
+    fn fifo_batch_scope_reports_the_suffix_and_stops(specs in specs()) {
+        let r = run(&specs, QueueKind::Fifo, FifoScope::Batch, 8);
+        let first = specs.iter().position(|s| s.outcome != "ack").unwrap_or(specs.len());
+        let expected: Vec<String> = (first..specs.len()).map(|i| format!("m{i}")).collect();
+        prop_assert_eq!(r.failed, expected);
+        let ran: HashSet<String> = (0..(first + 1).min(specs.len())).map(|i| format!("m{i}")).collect();
+        prop_assert_eq!(r.started, ran);
+    }
+
+    /// FIFO group scope: nothing after a group's failure ran; other groups are unaffected.
+    #[test]
+    fn fifo_group_scope_holds_back_only_the_failed_group(specs in specs(), concurrency in 1usize..8) {
+        let r = run(&specs, QueueKind::Fifo, FifoScope::Group, concurrency);
+        let mut expected_failed = Vec::new();
+        let mut expected_started = HashSet::new();
+        for (i, s) in specs.iter().enumerate() {
+            let earlier_failure = specs[..i].iter().any(|e| e.group == s.group && e.outcome != "ack");
+            if !earlier_failure {
+                expected_started.insert(format!("m{i}"));
+            }
+            if earlier_failure || s.outcome != "ack" {
+                expected_failed.push(format!("m{i}"));
+            }
+        }
+        prop_assert_eq!(r.failed, expected_failed);
+        prop_assert_eq!(r.started, expected_started);
+    }
+
+    /// The response check rejects any response that one mutation makes invalid.
+    #[test]
+    fn the_response_check_rejects_every_invalid_mutation(
+        n in 1usize..20,
+        picks in prop::collection::vec(any::<bool>(), 20),
+        mutation in 0u8..3,
+        at in any::<prop::sample::Index>(),
+    ) {
+        let ids: Vec<String> = (0..n).map(|i| format!("m{i}")).collect();
+        let batch: Vec<Message<'_>> = ids.iter().map(|id| Message::new(id, "")).collect();
+        let mut chosen: Vec<&str> = ids.iter().zip(&picks).filter(|(_, p)| **p).map(|(id, _)| id.as_str()).collect();
+        if chosen.is_empty() {
+            chosen.push(&ids[0]);
+        }
+        let valid = sqs::response(chosen.iter().copied());
+        prop_assert_eq!(sqs::check_response(&valid, &batch), Ok(()));
+        let mut bad = valid.clone();
+        let i = at.index(bad.batch_item_failures.len());
+        let expected = match mutation {
+            0 => {
+                bad.batch_item_failures[i].item_identifier.clear();
+                ResponseError::EmptyIdentifier
+            }
+            1 => {
+                let copy = bad.batch_item_failures[i].clone();
+                bad.batch_item_failures.push(copy.clone());
+                ResponseError::DuplicateIdentifier(copy.item_identifier)
+            }
+            _ => {
+                bad.batch_item_failures[i].item_identifier = "not-in-batch".into();
+                ResponseError::UnknownIdentifier("not-in-batch".into())
+            }
+        };
+        prop_assert_eq!(sqs::check_response(&bad, &batch), Err(expected));
+    }
+}
