@@ -2,7 +2,10 @@
 
 use aws_lambda_events::sqs::{SqsBatchResponse, SqsEvent};
 
-use crate::aws;
+use std::time::Duration;
+
+use crate::aws::{self, SdkSettings};
+use crate::backoff::BackoffPolicy;
 use crate::batch::{BatchProcessor, BatchReport};
 use crate::clock::{Clock, SystemClock};
 use crate::config::{Config, ConfigError};
@@ -11,6 +14,7 @@ use crate::order::{OrderHandler, Ports};
 use crate::payment::http::HttpSetupError;
 use crate::payment::{AnyGateway, HttpGateway, PaymentGateway, SimulatedGateway};
 use crate::sqs::{self, EventError, QueueKind};
+use crate::visibility::{self, SqsVisibility};
 
 /// Start-up failed: the function must not serve.
 #[derive(Debug, thiserror::Error)]
@@ -41,7 +45,17 @@ pub fn invocation_deadline(header_ms: u64, now_ms: u64) -> u64 {
 #[derive(Debug)]
 pub struct App<S = AnyStore, P = AnyGateway, C = SystemClock> {
     processor: BatchProcessor<OrderHandler<S, P, C>, C>,
+    /// Visibility backoff for reported records, when on.
+    backoff: Option<(SqsVisibility, BackoffPolicy)>,
 }
+
+/// Bounds for the visibility calls: they run after the batch, so they must be quick; a failure
+/// only leaves the queue's own visibility timeout in place.
+const SQS_SDK: SdkSettings = SdkSettings {
+    max_attempts: 2,
+    attempt_timeout: Duration::from_millis(1_000),
+    operation_timeout: Duration::from_millis(2_000),
+};
 
 impl App {
     /// Builds the ports the configuration names, each client once. No network call happens
@@ -55,11 +69,19 @@ impl App {
                 AnyStore::DynamoDb(DynamoDbStore::new(client, table, config.retention))
             }
         };
+        // The SQS client exists only when the backoff is on.
+        let backoff = match config.backoff {
+            None => None,
+            Some(policy) => {
+                let sdk = aws::load(&SQS_SDK).await;
+                Some((SqsVisibility::new(aws_sdk_sqs::Client::new(&sdk)), policy))
+            }
+        };
         let gateway = match &config.payment {
             None => AnyGateway::Simulated(SimulatedGateway::new()),
             Some(settings) => AnyGateway::Http(HttpGateway::new(settings)?),
         };
-        Ok(Self::with_ports(config, store, gateway, SystemClock))
+        Ok(Self::with_ports(config, store, gateway, SystemClock).with_backoff(backoff))
     }
 }
 
@@ -78,7 +100,16 @@ where
             lease: config.lease,
         };
         let processor = BatchProcessor::new(OrderHandler::new(ports), clock, config.batch);
-        Self { processor }
+        Self {
+            processor,
+            backoff: None,
+        }
+    }
+
+    /// Turns the visibility backoff on (`Some`) or off.
+    pub fn with_backoff(mut self, backoff: Option<(SqsVisibility, BackoffPolicy)>) -> Self {
+        self.backoff = backoff;
+        self
     }
 
     pub fn ports(&self) -> &Ports<S, P, C> {
@@ -107,6 +138,10 @@ where
             .await;
         let response = sqs::response(report.failed_ids(&batch));
         sqs::check_response(&response, &batch)?;
+        if let Some((port, policy)) = &self.backoff {
+            let now_ms = self.ports().clock.now_ms();
+            visibility::apply(port, policy, sqs::queue_arn(event), &batch, &report, now_ms).await;
+        }
         Ok((response, report))
     }
 

@@ -7,6 +7,7 @@ use std::str::FromStr;
 use std::time::Duration;
 
 use crate::aws::SdkSettings;
+use crate::backoff::{BackoffPolicy, MAX_VISIBILITY_S};
 use crate::batch::{BatchOptions, FifoScope};
 use crate::order::LeasePolicy;
 use crate::payment::http::{HttpSettings, Secret};
@@ -29,6 +30,9 @@ pub const VARIABLES: &[(&str, Option<&str>)] = &[
     ("PAYMENT_API_KEY", None),
     ("PAYMENT_CONNECT_TIMEOUT_MS", Some("1000")),
     ("PAYMENT_TIMEOUT_MS", Some("5000")),
+    ("VISIBILITY_BACKOFF", Some("false")),
+    ("BACKOFF_BASE_SECONDS", Some("5")),
+    ("BACKOFF_CAP_SECONDS", Some("900")),
 ];
 
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
@@ -44,7 +48,11 @@ pub enum ConfigError {
          simulated gateway charges nobody (PROCESS_ORDERS_LOCAL=1 allows it under a local emulator)"
     )]
     PaymentUrlRequiredInLambda,
-    #[error("AWS_REGION (or AWS_DEFAULT_REGION) must be set when IDEMPOTENCY_TABLE is set")]
+    #[error("BACKOFF_BASE_SECONDS ({base}) must not exceed BACKOFF_CAP_SECONDS ({cap})")]
+    BackoffBaseAboveCap { base: u64, cap: u64 },
+    #[error(
+        "AWS_REGION (or AWS_DEFAULT_REGION) must be set when IDEMPOTENCY_TABLE is set or VISIBILITY_BACKOFF is on"
+    )]
     RegionRequired,
     #[error(
         "IDEMPOTENCY_TABLE must be set inside Lambda (AWS_LAMBDA_FUNCTION_NAME is set): \
@@ -67,6 +75,8 @@ pub struct Config {
     pub dynamodb: SdkSettings,
     /// The HTTP payment gateway; `None` selects the simulated one (local only).
     pub payment: Option<HttpSettings>,
+    /// Visibility backoff for reported records; `None` when off.
+    pub backoff: Option<BackoffPolicy>,
     /// Running inside Lambda (`AWS_LAMBDA_FUNCTION_NAME` set).
     pub in_lambda: bool,
 }
@@ -92,10 +102,25 @@ impl Config {
         if in_lambda && !local && idempotency_table.is_none() {
             return Err(ConfigError::TableRequiredInLambda);
         }
+        let backoff = match env.text("VISIBILITY_BACKOFF").as_deref() {
+            None | Some("0" | "false") => None,
+            Some("1" | "true") => {
+                let base = env.ranged("BACKOFF_BASE_SECONDS", 5, 0, MAX_VISIBILITY_S)?;
+                let cap = env.ranged("BACKOFF_CAP_SECONDS", 900, 0, MAX_VISIBILITY_S)?;
+                if base > cap {
+                    return Err(ConfigError::BackoffBaseAboveCap { base, cap });
+                }
+                Some(BackoffPolicy {
+                    base_s: base,
+                    cap_s: cap,
+                })
+            }
+            Some(v) => return Err(invalid("VISIBILITY_BACKOFF", v, "true/1 or false/0")),
+        };
         let region = env
             .text("AWS_REGION")
             .or_else(|| env.text("AWS_DEFAULT_REGION"));
-        if idempotency_table.is_some() && region.is_none() {
+        if (idempotency_table.is_some() || backoff.is_some()) && region.is_none() {
             return Err(ConfigError::RegionRequired);
         }
         let dynamodb = SdkSettings {
@@ -158,6 +183,7 @@ impl Config {
             },
             dynamodb,
             payment,
+            backoff,
             in_lambda,
         })
     }
@@ -287,6 +313,7 @@ mod tests {
             ("FIFO_SCOPE", "sometimes"),
             ("DYNAMODB_MAX_ATTEMPTS", "0"),
             ("DYNAMODB_OPERATION_TIMEOUT_MS", "10"),
+            ("VISIBILITY_BACKOFF", "sometimes"),
         ] {
             let err = config(&[(var, value)]).expect_err(var);
             assert!(err.to_string().starts_with(var), "{err}");
@@ -335,6 +362,48 @@ mod tests {
         assert_eq!(
             config(&vars).expect_err("no url"),
             ConfigError::PaymentUrlRequiredInLambda
+        );
+    }
+
+    #[test]
+    fn visibility_backoff_is_off_unless_asked_for() {
+        assert_eq!(config(&[]).expect("defaults").backoff, None);
+        let on = config(&[
+            ("VISIBILITY_BACKOFF", "true"),
+            ("AWS_REGION", "us-east-1"),
+            ("BACKOFF_CAP_SECONDS", "60"),
+        ]);
+        assert_eq!(
+            on.expect("on").backoff,
+            Some(BackoffPolicy {
+                base_s: 5,
+                cap_s: 60
+            })
+        );
+        let err = config(&[
+            ("VISIBILITY_BACKOFF", "1"),
+            ("AWS_REGION", "r"),
+            ("BACKOFF_BASE_SECONDS", "10"),
+            ("BACKOFF_CAP_SECONDS", "5"),
+        ]);
+        assert_eq!(
+            err.expect_err("base > cap"),
+            ConfigError::BackoffBaseAboveCap { base: 10, cap: 5 }
+        );
+        assert_eq!(
+            config(&[("VISIBILITY_BACKOFF", "1")]).expect_err("no region"),
+            ConfigError::RegionRequired
+        );
+        let twelve_hours = config(&[
+            ("VISIBILITY_BACKOFF", "1"),
+            ("AWS_REGION", "r"),
+            ("BACKOFF_CAP_SECONDS", "43200"),
+        ]);
+        assert!(
+            twelve_hours
+                .expect_err("12 h")
+                .to_string()
+                .starts_with("BACKOFF_CAP_SECONDS")
         );
     }
 

@@ -19,6 +19,8 @@
 //! - [`payment`]: the payment port and its adapters (`simulated`, ...).
 //! - [`order`]: decoding a body into an order, and the order handler: a function of (order,
 //!   ports) that returns a decision.
+//! - [`backoff`] and [`visibility`]: retry timing for reported records, applied with
+//!   `ChangeMessageVisibilityBatch` (the port and its `sqs` adapter).
 //! - [`config`]: the typed configuration, read once.
 //! - [`app`]: the ports assembled once per container; [`cli`]: Lambda or one-shot mode.
 //! - [`aws`]: the AWS SDK configuration, loaded once.
@@ -29,6 +31,7 @@
 
 pub mod app;
 pub mod aws;
+pub mod backoff;
 pub mod batch;
 pub mod cli;
 pub mod clock;
@@ -37,3 +40,4 @@ pub mod idempotency;
 pub mod order;
 pub mod payment;
 pub mod sqs;
+pub mod visibility;

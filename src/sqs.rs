@@ -72,6 +72,8 @@ pub struct Message<'a> {
     pub receive_count: Option<u32>,
     pub group_id: Option<&'a str>,
     pub first_receive_ms: Option<u64>,
+    /// Needed only to change the record's visibility.
+    pub receipt_handle: Option<&'a str>,
 }
 
 impl<'a> Message<'a> {
@@ -83,6 +85,7 @@ impl<'a> Message<'a> {
             receive_count: None,
             group_id: None,
             first_receive_ms: None,
+            receipt_handle: None,
         }
     }
 }
@@ -112,6 +115,11 @@ impl QueueKind {
     }
 }
 
+/// The source queue's ARN: all records of one event come from one queue.
+pub fn queue_arn(event: &SqsEvent) -> Option<&str> {
+    event.records.iter().find_map(|r| r.queue_arn())
+}
+
 /// Parses an event from JSON text.
 pub fn parse_event(json: &str) -> Result<SqsEvent, EventError> {
     serde_json::from_str(json).map_err(EventError::Malformed)
@@ -135,6 +143,7 @@ pub fn messages(event: &SqsEvent) -> Result<Vec<Message<'_>>, EventError> {
                 receive_count: record.receive_count(),
                 group_id: record.message_group_id(),
                 first_receive_ms: record.first_receive_ms(),
+                receipt_handle: record.receipt_handle.as_deref(),
             })
         })
         .collect()

@@ -4,6 +4,7 @@ use std::collections::HashSet;
 use std::num::NonZeroUsize;
 use std::sync::Mutex;
 
+use process_orders::backoff::{BackoffPolicy, MAX_VISIBILITY_S};
 use process_orders::batch::{
     BatchOptions, BatchProcessor, FifoScope, RecordContext, RecordHandler, Verdict,
 };
@@ -130,6 +131,24 @@ proptest! {
         }
         prop_assert_eq!(r.failed, expected_failed);
         prop_assert_eq!(r.started, expected_started);
+    }
+
+    /// Backoff: every delay is within [0, min(cap, base x 2^(n-1))] and under 12 hours.
+    #[test]
+    fn backoff_delays_stay_within_their_bound(
+        base in 0u64..100_000,
+        cap in 0u64..100_000,
+        receive_count in any::<u32>(),
+        random in any::<u64>(),
+    ) {
+        let policy = BackoffPolicy { base_s: base, cap_s: cap };
+        let delay = policy.delay(receive_count, random);
+        let exponent = receive_count.max(1) - 1;
+        let doubled = if exponent >= 64 { u128::MAX } else { u128::from(base) << exponent };
+        let bound = doubled.min(u128::from(cap));
+        prop_assert!(u128::from(delay) <= bound, "{delay} > {bound}");
+        prop_assert!(delay <= MAX_VISIBILITY_S);
+        prop_assert!(delay < 12 * 3600);
     }
 
     /// The response check rejects any response that one mutation makes invalid.

@@ -5,6 +5,7 @@ use std::collections::BTreeSet;
 
 use process_orders::config::VARIABLES;
 use process_orders::idempotency::dynamodb::{ACTIONS, KEY_ATTRIBUTE, TTL_ATTRIBUTE};
+use process_orders::visibility::sqs::ACTIONS as VISIBILITY_ACTIONS;
 use serde_yaml_ng::Value;
 
 fn template() -> Value {
@@ -324,6 +325,37 @@ fn the_table_actions_are_exactly_the_ones_the_store_calls() {
         .collect();
     let expected: BTreeSet<String> = ACTIONS.iter().map(|a| (*a).to_owned()).collect();
     assert_eq!(on_table, expected);
+}
+
+/// The source queues get what the mappings need plus what the backoff calls, nothing more.
+#[test]
+fn the_queue_actions_are_the_mapping_ones_plus_the_backoff() {
+    let t = template();
+    let sources: BTreeSet<String> = source_queues(&t)
+        .iter()
+        .map(|(name, _)| (*name).to_owned())
+        .collect();
+    let on_queues: BTreeSet<String> = statements(&t)
+        .into_iter()
+        .filter(|s| {
+            let resources: BTreeSet<String> = s["Resource"]
+                .as_sequence()
+                .map(|r| r.iter().map(target).collect())
+                .unwrap_or_default();
+            resources == sources
+        })
+        .flat_map(actions)
+        .collect();
+    let mut expected: BTreeSet<String> = [
+        "sqs:ReceiveMessage",
+        "sqs:DeleteMessage",
+        "sqs:GetQueueAttributes",
+    ]
+    .iter()
+    .map(|a| (*a).to_owned())
+    .collect();
+    expected.extend(VISIBILITY_ACTIONS.iter().map(|a| (*a).to_owned()));
+    assert_eq!(on_queues, expected);
 }
 
 #[test]

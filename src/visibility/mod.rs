@@ -1,0 +1,215 @@
+//! Visibility backoff: after a batch, reported records get their retry timing from
+//! [`BackoffPolicy`] through one `ChangeMessageVisibilityBatch` call per 10 records. A failure of
+//! that call is logged and changes nothing else: the record is reported either way, and the
+//! queue's own visibility timeout then applies.
+
+pub mod sqs;
+
+use std::future::Future;
+
+use tracing::warn;
+
+use crate::backoff::BackoffPolicy;
+use crate::batch::BatchReport;
+use crate::sqs::Message;
+
+pub use sqs::SqsVisibility;
+
+/// SQS takes at most 10 entries per `ChangeMessageVisibilityBatch`.
+pub const BATCH_LIMIT: usize = 10;
+
+/// One visibility change.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Change<'a> {
+    pub message_id: &'a str,
+    pub receipt_handle: &'a str,
+    pub seconds: u64,
+}
+
+/// An entry SQS did not apply.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ChangeFailure {
+    pub message_id: String,
+    pub reason: String,
+}
+
+/// The port: change the visibility of up to [`BATCH_LIMIT`] messages of one queue.
+pub trait VisibilityPort: Send + Sync {
+    fn change(
+        &self,
+        queue_url: &str,
+        changes: &[Change<'_>],
+    ) -> impl Future<Output = Vec<ChangeFailure>> + Send;
+}
+
+/// The queue URL of an SQS queue ARN (`arn:PARTITION:sqs:REGION:ACCOUNT:NAME`).
+pub fn queue_url(arn: &str) -> Option<String> {
+    let mut parts = arn.split(':');
+    let (Some("arn"), Some(partition), Some("sqs"), Some(region), Some(account), Some(name), None) = (
+        parts.next(),
+        parts.next(),
+        parts.next(),
+        parts.next(),
+        parts.next(),
+        parts.next(),
+        parts.next(),
+    ) else {
+        return None;
+    };
+    if region.is_empty() || account.is_empty() || name.is_empty() {
+        return None;
+    }
+    let domain = match partition {
+        "aws-cn" => "amazonaws.com.cn",
+        _ => "amazonaws.com",
+    };
+    Some(format!("https://sqs.{region}.{domain}/{account}/{name}"))
+}
+
+/// The changes a report calls for, in batch order.
+pub fn changes<'a>(
+    policy: &BackoffPolicy,
+    batch: &'a [Message<'a>],
+    report: &BatchReport,
+    now_ms: u64,
+    mut random: impl FnMut() -> u64,
+) -> Vec<Change<'a>> {
+    batch
+        .iter()
+        .zip(&report.statuses)
+        .filter_map(|(message, status)| {
+            let seconds =
+                policy.visibility(status, message.receive_count.unwrap_or(1), now_ms, random())?;
+            Some(Change {
+                message_id: message.message_id,
+                receipt_handle: message.receipt_handle?,
+                seconds,
+            })
+        })
+        .collect()
+}
+
+/// Applies the report's visibility changes to the queue; failures are logged only.
+pub async fn apply<V: VisibilityPort>(
+    port: &V,
+    policy: &BackoffPolicy,
+    queue_arn: Option<&str>,
+    batch: &[Message<'_>],
+    report: &BatchReport,
+    now_ms: u64,
+) {
+    let changes = changes(policy, batch, report, now_ms, || fastrand::u64(..));
+    if changes.is_empty() {
+        return;
+    }
+    let Some(url) = queue_arn.and_then(queue_url) else {
+        warn!(
+            queue_arn,
+            "no usable queue ARN on the event: visibility backoff skipped"
+        );
+        return;
+    };
+    for chunk in changes.chunks(BATCH_LIMIT) {
+        for failure in port.change(&url, chunk).await {
+            warn!(
+                message_id = failure.message_id,
+                reason = failure.reason,
+                "visibility change failed; the queue's visibility timeout applies"
+            );
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::batch::{RecordStatus, Verdict};
+    use crate::sqs::QueueKind;
+    use std::sync::Mutex;
+
+    #[test]
+    fn queue_urls_come_from_arns() {
+        assert_eq!(
+            queue_url("arn:aws:sqs:eu-west-1:123456789012:orders.fifo").as_deref(),
+            Some("https://sqs.eu-west-1.amazonaws.com/123456789012/orders.fifo")
+        );
+        assert_eq!(
+            queue_url("arn:aws-cn:sqs:cn-north-1:123456789012:q").as_deref(),
+            Some("https://sqs.cn-north-1.amazonaws.com.cn/123456789012/q")
+        );
+        for bad in [
+            "",
+            "arn:aws:sns:us-east-1:1:t",
+            "arn:aws:sqs:us-east-1:1",
+            "arn:aws:sqs::1:q",
+            "x:aws:sqs:r:1:q:extra",
+        ] {
+            assert_eq!(queue_url(bad), None, "{bad}");
+        }
+    }
+
+    #[derive(Default)]
+    struct Recorder {
+        calls: Mutex<Vec<(String, Vec<(String, u64)>)>>,
+    }
+
+    impl VisibilityPort for Recorder {
+        async fn change(&self, queue_url: &str, changes: &[Change<'_>]) -> Vec<ChangeFailure> {
+            let entries = changes
+                .iter()
+                .map(|c| (c.message_id.to_owned(), c.seconds))
+                .collect();
+            self.calls
+                .lock()
+                .unwrap()
+                .push((queue_url.to_owned(), entries));
+            vec![ChangeFailure {
+                message_id: changes[0].message_id.to_owned(),
+                reason: "test".into(),
+            }]
+        }
+    }
+
+    #[tokio::test]
+    async fn reported_records_are_changed_in_calls_of_ten() {
+        let ids: Vec<String> = (0..23).map(|i| format!("m{i}")).collect();
+        let batch: Vec<Message<'_>> = ids
+            .iter()
+            .map(|id| Message {
+                receipt_handle: Some("rh"),
+                ..Message::new(id, "")
+            })
+            .collect();
+        let mut statuses: Vec<RecordStatus> = (0..23)
+            .map(|_| RecordStatus::Handled(Verdict::poison("bad")))
+            .collect();
+        statuses[0] = RecordStatus::Handled(Verdict::ack("charged"));
+        let report = BatchReport {
+            kind: QueueKind::Standard,
+            statuses,
+        };
+        let recorder = Recorder::default();
+        let policy = BackoffPolicy {
+            base_s: 5,
+            cap_s: 900,
+        };
+        apply(
+            &recorder,
+            &policy,
+            Some("arn:aws:sqs:us-east-1:1:q"),
+            &batch,
+            &report,
+            0,
+        )
+        .await;
+        let calls = recorder.calls.lock().unwrap();
+        let sizes: Vec<usize> = calls.iter().map(|(_, e)| e.len()).collect();
+        assert_eq!(sizes, [10, 10, 2]);
+        assert!(
+            calls
+                .iter()
+                .all(|(url, _)| url == "https://sqs.us-east-1.amazonaws.com/1/q")
+        );
+        assert_eq!(calls[0].1[0], ("m1".to_owned(), 0));
+    }
+}

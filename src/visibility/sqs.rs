@@ -1,0 +1,71 @@
+//! The SQS adapter of the visibility port: `ChangeMessageVisibilityBatch`, client built once,
+//! and only when the backoff is on.
+
+use aws_sdk_sqs::Client;
+use aws_sdk_sqs::types::ChangeMessageVisibilityBatchRequestEntry;
+
+use super::{Change, ChangeFailure, VisibilityPort};
+
+/// The SQS action this adapter calls; IAM grants it on the source queues.
+pub const ACTIONS: &[&str] = &["sqs:ChangeMessageVisibility"];
+
+#[derive(Debug, Clone)]
+pub struct SqsVisibility {
+    client: Client,
+}
+
+impl SqsVisibility {
+    pub fn new(client: Client) -> Self {
+        Self { client }
+    }
+}
+
+impl VisibilityPort for SqsVisibility {
+    async fn change(&self, queue_url: &str, changes: &[Change<'_>]) -> Vec<ChangeFailure> {
+        let entries: Vec<_> = changes
+            .iter()
+            .enumerate()
+            .filter_map(|(index, change)| {
+                ChangeMessageVisibilityBatchRequestEntry::builder()
+                    // The entry id only has to be unique in the call; a message id may not be.
+                    .id(index.to_string())
+                    .receipt_handle(change.receipt_handle)
+                    .visibility_timeout(i32::try_from(change.seconds).unwrap_or(i32::MAX))
+                    .build()
+                    .ok()
+            })
+            .collect();
+        let result = self
+            .client
+            .change_message_visibility_batch()
+            .queue_url(queue_url)
+            .set_entries(Some(entries))
+            .send()
+            .await;
+        match result {
+            Ok(output) => output
+                .failed()
+                .iter()
+                .map(|failed| ChangeFailure {
+                    message_id: failed
+                        .id()
+                        .parse::<usize>()
+                        .ok()
+                        .and_then(|i| changes.get(i))
+                        .map_or_else(|| failed.id().to_owned(), |c| c.message_id.to_owned()),
+                    reason: format!("{}: {}", failed.code(), failed.message().unwrap_or("")),
+                })
+                .collect(),
+            Err(error) => {
+                let reason = crate::order::error_chain(&error);
+                changes
+                    .iter()
+                    .map(|c| ChangeFailure {
+                        message_id: c.message_id.to_owned(),
+                        reason: reason.clone(),
+                    })
+                    .collect()
+            }
+        }
+    }
+}
