@@ -84,7 +84,7 @@ mod tests {
     #[test]
     fn each_outcome_gets_its_visibility() {
         let retry = RecordStatus::Handled(Verdict::retry("payment_transient"));
-        assert_eq!(POLICY.visibility(&retry, 3, 0, 7), Some(7 % 21));
+        assert_eq!(POLICY.visibility(&retry, 3, 0, 30), Some(30 % 21));
         let poison = RecordStatus::Handled(Verdict::poison("invalid_body"));
         assert_eq!(POLICY.visibility(&poison, 3, 0, 7), Some(0));
         let ack = RecordStatus::Handled(Verdict::ack("charged"));

@@ -148,9 +148,12 @@ mod tests {
         }
     }
 
+    /// One call: the queue URL and its (message id, seconds) entries.
+    type Call = (String, Vec<(String, u64)>);
+
     #[derive(Default)]
     struct Recorder {
-        calls: Mutex<Vec<(String, Vec<(String, u64)>)>>,
+        calls: Mutex<Vec<Call>>,
     }
 
     impl VisibilityPort for Recorder {
