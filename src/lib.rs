@@ -25,6 +25,7 @@
 //! - [`app`]: the ports assembled once per container; [`cli`]: Lambda or one-shot mode.
 //! - [`aws`]: the AWS SDK configuration, loaded once.
 //! - [`clock`]: injected time.
+//! - [`local`]: local tools (event source mapping, set-up, load), not used by the function.
 
 // The AWS SDK's nested futures exceed the default query depth when their layout is computed.
 #![recursion_limit = "256"]
@@ -37,6 +38,7 @@ pub mod cli;
 pub mod clock;
 pub mod config;
 pub mod idempotency;
+pub mod local;
 pub mod order;
 pub mod payment;
 pub mod sqs;

@@ -36,6 +36,9 @@ struct Ledger {
     charges: HashMap<String, f64>,
     authorization: Vec<Option<String>>,
     bodies: Vec<serde_json::Value>,
+    /// Share of requests answered 503 without charging.
+    flaky_rate: f64,
+    rng: Option<fastrand::Rng>,
 }
 
 #[derive(Debug, Clone)]
@@ -75,6 +78,29 @@ impl PaymentStub {
 
     pub fn set_default(&self, behaviour: Behaviour) {
         self.ledger.lock().unwrap().default = Some(behaviour);
+    }
+
+    /// Answers this share of all requests with a 503, without charging (seeded, repeatable).
+    pub fn set_flaky(&self, rate: f64, seed: u64) {
+        let mut l = self.ledger.lock().unwrap();
+        l.flaky_rate = rate;
+        l.rng = Some(fastrand::Rng::with_seed(seed));
+    }
+
+    /// Charged keys.
+    pub fn charged_keys(&self) -> Vec<String> {
+        self.ledger
+            .lock()
+            .unwrap()
+            .charges
+            .keys()
+            .cloned()
+            .collect()
+    }
+
+    /// Requests for every key.
+    pub fn all_requests(&self) -> usize {
+        self.ledger.lock().unwrap().requests.values().sum()
     }
 
     pub fn requests(&self, key: &str) -> usize {

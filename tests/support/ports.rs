@@ -101,3 +101,60 @@ impl IdempotencyStore for FlakyStore {
         self.inner.release(key, lease).await
     }
 }
+
+/// Any store, with random faults: store errors on `begin` and `complete`, and a `complete` that
+/// never returns (the invocation is abandoned after its claims, before completing them).
+#[derive(Debug)]
+pub struct FaultyStore<S> {
+    pub inner: S,
+    pub error_rate: f64,
+    pub hang_rate: f64,
+    rng: Mutex<fastrand::Rng>,
+    pub errors: AtomicUsize,
+    pub hangs: AtomicUsize,
+}
+
+impl<S> FaultyStore<S> {
+    pub fn new(inner: S, error_rate: f64, hang_rate: f64, seed: u64) -> Self {
+        Self {
+            inner,
+            error_rate,
+            hang_rate,
+            rng: Mutex::new(fastrand::Rng::with_seed(seed)),
+            errors: AtomicUsize::new(0),
+            hangs: AtomicUsize::new(0),
+        }
+    }
+
+    fn roll(&self) -> f64 {
+        self.rng.lock().unwrap().f64()
+    }
+
+    fn fail(&self) -> Result<(), StoreError> {
+        if self.roll() < self.error_rate {
+            self.errors.fetch_add(1, Ordering::SeqCst);
+            return Err(StoreError::Unavailable("injected store fault".into()));
+        }
+        Ok(())
+    }
+}
+
+impl<S: IdempotencyStore> IdempotencyStore for FaultyStore<S> {
+    async fn begin(&self, request: &ClaimRequest<'_>) -> Result<Begin, StoreError> {
+        self.fail()?;
+        self.inner.begin(request).await
+    }
+
+    async fn complete(&self, key: &str, lease: &Lease, now_ms: u64) -> Result<(), StoreError> {
+        if self.roll() < self.hang_rate {
+            self.hangs.fetch_add(1, Ordering::SeqCst);
+            std::future::pending::<()>().await;
+        }
+        self.fail()?;
+        self.inner.complete(key, lease, now_ms).await
+    }
+
+    async fn release(&self, key: &str, lease: &Lease) -> Result<(), StoreError> {
+        self.inner.release(key, lease).await
+    }
+}

@@ -1,0 +1,208 @@
+//! The local system without Docker: queues and table on a local SQS/DynamoDB-compatible server
+//! (moto), a generated load, and the local event source mapping driving the function.
+//!
+//!   local-esm demo --endpoint http://127.0.0.1:PORT [--orders 300] [--duplicate-rate 0.1]
+//!                  [--poison-rate 0.05] [--groups 8] [--concurrency 4]
+//!                  [--invoke-address 127.0.0.1:9000]   (the real binary under cargo lambda watch)
+
+use std::collections::HashMap;
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use process_orders::app::App;
+use process_orders::backoff::BackoffPolicy;
+use process_orders::clock::SystemClock;
+use process_orders::config::Config;
+use process_orders::idempotency::DynamoDbStore;
+use process_orders::local::esm::{self, EsmSettings, EsmStats, RuntimeApi};
+use process_orders::local::send::{self, SendPlan};
+use process_orders::local::setup::{self, QueueSettings};
+use process_orders::local::{LocalError, sdk_config};
+use process_orders::payment::SimulatedGateway;
+use process_orders::visibility::SqsVisibility;
+
+const USAGE: &str = "usage: local-esm demo --endpoint URL [--orders N] [--duplicate-rate R] [--poison-rate R] [--groups G] [--concurrency C] [--max-receive-count M] [--invoke-address HOST:PORT]";
+
+fn flags(args: &[String]) -> Result<HashMap<String, String>, String> {
+    let mut map = HashMap::new();
+    let mut it = args.iter();
+    while let Some(flag) = it.next() {
+        let name = flag
+            .strip_prefix("--")
+            .ok_or_else(|| format!("unexpected argument {flag:?}"))?;
+        let value = it.next().ok_or_else(|| format!("--{name} needs a value"))?;
+        map.insert(name.to_owned(), value.clone());
+    }
+    Ok(map)
+}
+
+fn get<T: std::str::FromStr>(
+    flags: &HashMap<String, String>,
+    name: &str,
+    default: T,
+) -> Result<T, String> {
+    flags.get(name).map_or(Ok(default), |v| {
+        v.parse().map_err(|_| format!("--{name} {v:?} is invalid"))
+    })
+}
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "warn".into()),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let result = match args.first().map(String::as_str) {
+        Some("demo") => match flags(&args[1..]) {
+            Ok(flags) => demo(&flags).await,
+            Err(e) => Err(e),
+        },
+        _ => Err(USAGE.to_owned()),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("local-esm: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn local(e: LocalError) -> String {
+    process_orders::order::error_chain(&e)
+}
+
+async fn demo(flags: &HashMap<String, String>) -> Result<(), String> {
+    let endpoint = flags.get("endpoint").ok_or(USAGE)?.clone();
+    let orders: usize = get(flags, "orders", 300)?;
+    let duplicate_rate: f64 = get(flags, "duplicate-rate", 0.1)?;
+    let poison_rate: f64 = get(flags, "poison-rate", 0.05)?;
+    let groups: usize = get(flags, "groups", 8)?;
+    let concurrency: usize = get(flags, "concurrency", 4)?;
+    let max_receive_count: u32 = get(flags, "max-receive-count", 5)?;
+    let started = Instant::now();
+
+    let sdk = sdk_config(&endpoint);
+    let sqs = aws_sdk_sqs::Client::new(&sdk);
+    let dynamodb = aws_sdk_dynamodb::Client::new(&sdk);
+    let settings = QueueSettings {
+        visibility_timeout_s: 3,
+        max_receive_count,
+    };
+    let standard = setup::queue_pair(&sqs, "orders", false, settings)
+        .await
+        .map_err(local)?;
+    let fifo = setup::queue_pair(&sqs, "orders", true, settings)
+        .await
+        .map_err(local)?;
+    let table = "process-orders-demo";
+    setup::table(&dynamodb, table).await.map_err(local)?;
+
+    let mut sent = Vec::new();
+    for (queue, prefix) in [(&standard, "std"), (&fifo, "fifo")] {
+        let plan = SendPlan {
+            orders,
+            duplicate_rate,
+            poison_rate,
+            groups,
+            seed: 42,
+            prefix: prefix.into(),
+        };
+        let generated = send::generate(&plan);
+        send::send(&sqs, queue, &generated.messages)
+            .await
+            .map_err(local)?;
+        println!(
+            "sent {:>5} messages to {:<12} {} orders, {} sent twice, {} poison",
+            generated.messages.len(),
+            queue.name,
+            generated.valid_orders.len(),
+            generated.duplicates,
+            generated.poison
+        );
+        sent.push(generated);
+    }
+
+    let config = Config::from_lookup(|name| match name {
+        "FIFO_SCOPE" => Some("group".into()),
+        _ => None,
+    })
+    .map_err(|e| e.to_string())?;
+    let esm_settings = EsmSettings {
+        batch_size: 10,
+        batching_window: Duration::from_millis(500),
+        concurrency,
+        function_timeout: Duration::from_secs(30),
+        max_run: Duration::from_secs(600),
+    };
+    let policy = BackoffPolicy {
+        base_s: 1,
+        cap_s: 2,
+    };
+    let gateway = Arc::new(SimulatedGateway::new());
+    let stats: Vec<EsmStats> = if let Some(address) = flags.get("invoke-address") {
+        let function = Arc::new(RuntimeApi::new(address, "process-orders"));
+        let a = tokio::spawn(esm::run(
+            sqs.clone(),
+            standard.clone(),
+            Arc::clone(&function),
+            esm_settings,
+        ));
+        let b = tokio::spawn(esm::run(sqs.clone(), fifo.clone(), function, esm_settings));
+        vec![
+            a.await.map_err(|e| e.to_string())?.map_err(local)?,
+            b.await.map_err(|e| e.to_string())?.map_err(local)?,
+        ]
+    } else {
+        let store = DynamoDbStore::new(dynamodb.clone(), table, config.retention);
+        let app = App::with_ports(&config, store, Arc::clone(&gateway), SystemClock)
+            .with_backoff(Some((SqsVisibility::new(sqs.clone()), policy)));
+        let function = Arc::new(app);
+        let a = tokio::spawn(esm::run(
+            sqs.clone(),
+            standard.clone(),
+            Arc::clone(&function),
+            esm_settings,
+        ));
+        let b = tokio::spawn(esm::run(sqs.clone(), fifo.clone(), function, esm_settings));
+        vec![
+            a.await.map_err(|e| e.to_string())?.map_err(local)?,
+            b.await.map_err(|e| e.to_string())?.map_err(local)?,
+        ]
+    };
+
+    println!();
+    println!(
+        "{:<12} {:>11} {:>8} {:>9} {:>8} {:>10} {:>11}",
+        "queue", "invocations", "records", "reported", "deleted", "left", "in DLQ"
+    );
+    for (queue, s) in [(&standard, stats[0]), (&fifo, stats[1])] {
+        let left = setup::depth(&sqs, &queue.url).await.map_err(local)?.total();
+        let dlq = setup::depth(&sqs, &queue.dlq_url)
+            .await
+            .map_err(local)?
+            .total();
+        println!(
+            "{:<12} {:>11} {:>8} {:>9} {:>8} {:>10} {:>11}",
+            queue.name, s.invocations, s.records, s.reported, s.deleted, left, dlq
+        );
+    }
+    let valid: usize = sent.iter().map(|g| g.valid_orders.len()).sum();
+    let duplicates: usize = sent.iter().map(|g| g.duplicates).sum();
+    let poison: usize = sent.iter().map(|g| g.poison).sum();
+    if flags.contains_key("invoke-address") {
+        println!("\ncharges happened in the invoked binary's simulated gateway; see its log");
+    } else {
+        println!(
+            "\norders charged {} of {valid} valid (charge requests {}), duplicate sends absorbed {duplicates}, poison sent {poison}",
+            gateway.effective_charges(),
+            gateway.requests()
+        );
+    }
+    println!("wall time {:.1} s", started.elapsed().as_secs_f64());
+    Ok(())
+}

@@ -1,0 +1,44 @@
+//! Local tools, not part of the Lambda function: an event source mapping that does what
+//! Lambda's SQS poller does against a local SQS-compatible server (moto), the queue and table
+//! set-up, and an order generator. `make demo` and the end-to-end tests use them.
+
+pub mod esm;
+pub mod send;
+pub mod setup;
+
+/// A local server's endpoint with static test credentials: the SDK clients for the local tools.
+pub fn sdk_config(endpoint: &str) -> aws_config::SdkConfig {
+    aws_config::SdkConfig::builder()
+        .behavior_version(aws_config::BehaviorVersion::latest())
+        .region(aws_config::Region::new("us-east-1"))
+        .credentials_provider(aws_sdk_sqs::config::SharedCredentialsProvider::new(
+            aws_sdk_sqs::config::Credentials::new("test", "test", None, None, "local"),
+        ))
+        .endpoint_url(endpoint)
+        .build()
+}
+
+/// An error of the local tools, with its source.
+#[derive(Debug, thiserror::Error)]
+pub enum LocalError {
+    #[error("{what}")]
+    Aws {
+        what: String,
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
+    #[error("{0}")]
+    Other(String),
+}
+
+impl LocalError {
+    pub fn aws(
+        what: impl Into<String>,
+        source: impl std::error::Error + Send + Sync + 'static,
+    ) -> Self {
+        Self::Aws {
+            what: what.into(),
+            source: Box::new(source),
+        }
+    }
+}

@@ -1,0 +1,270 @@
+//! The chaos run: the whole system locally (moto's SQS with redrive, the local event source
+//! mapping, the function, a DynamoDB-compatible table, an HTTP payment provider), with duplicate
+//! sends, poison bodies, transient payment failures, store errors and abandoned invocations.
+//! Every valid order must be charged exactly once and none may reach a DLQ.
+//!
+//! Size: `CHAOS_ORDERS` orders per queue kind (default 1000; 10000+ works, only slower).
+
+mod support;
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use aws_lambda_events::sqs::{SqsBatchResponse, SqsEvent};
+use process_orders::app::App;
+use process_orders::backoff::BackoffPolicy;
+use process_orders::clock::SystemClock;
+use process_orders::config::Config;
+use process_orders::idempotency::DynamoDbStore;
+use process_orders::local::esm::{self, EsmSettings, Invoke};
+use process_orders::local::sdk_config;
+use process_orders::local::send::{self, SendPlan};
+use process_orders::local::setup::{self, QueueSettings};
+use process_orders::payment::http::{HttpGateway, HttpSettings};
+use process_orders::visibility::SqsVisibility;
+use support::dynamo::{Dynoxide, moto_endpoint};
+use support::payment_stub::PaymentStub;
+use support::ports::FaultyStore;
+
+type ChaosApp = App<FaultyStore<DynamoDbStore>, HttpGateway, SystemClock>;
+
+/// Invokes the app like Lambda: an invocation that outlives the function timeout is abandoned
+/// (its future dropped mid-batch) and reported as an error, so nothing of its batch is deleted.
+struct Lambda {
+    app: ChaosApp,
+    timeout: Duration,
+}
+
+impl Invoke for Lambda {
+    async fn invoke(&self, event: &SqsEvent, deadline_ms: u64) -> Result<SqsBatchResponse, String> {
+        match tokio::time::timeout(self.timeout, self.app.handle(event, deadline_ms)).await {
+            Ok(result) => result.map_err(|e| e.to_string()),
+            Err(_) => Err("abandoned: the function timed out".into()),
+        }
+    }
+}
+
+const FUNCTION_TIMEOUT: Duration = Duration::from_secs(3);
+/// A valid order fails one receive with probability about 0.35 here (payment 20%, store faults,
+/// abandoned batches, busy keys); 0.35^20 < 1e-9, so no valid order can exhaust 20 receives.
+const MAX_RECEIVE_COUNT: u32 = 20;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_valid_order_is_charged_exactly_once_and_only_poison_reaches_the_dlqs() {
+    let orders: usize = std::env::var("CHAOS_ORDERS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(1_000);
+    let started = Instant::now();
+    let sdk = sdk_config(&moto_endpoint());
+    let sqs = aws_sdk_sqs::Client::new(&sdk);
+
+    let dynamo = Dynoxide::start().await;
+    let (dynamodb, _) = support::dynamo::client(&dynamo.endpoint());
+    let table = "chaos";
+    setup::table(&dynamodb, table).await.expect("table");
+
+    let stub = PaymentStub::start().await;
+    stub.set_flaky(0.2, 7);
+
+    let mut env = vec![
+        ("FIFO_SCOPE", "group"),
+        ("IDEMPOTENCY_LEASE_MARGIN_MS", "500"),
+    ];
+    env.push(("DEADLINE_MARGIN_MS", "500"));
+    let config = Config::from_lookup(|k| {
+        env.iter()
+            .find(|(n, _)| *n == k)
+            .map(|(_, v)| (*v).to_owned())
+    })
+    .unwrap();
+    let store = FaultyStore::new(
+        DynamoDbStore::new(dynamodb.clone(), table, config.retention),
+        0.03,
+        0.002,
+        11,
+    );
+    let gateway = HttpGateway::new(&HttpSettings {
+        base_url: stub.url().parse().unwrap(),
+        api_key: None,
+        connect_timeout: Duration::from_millis(500),
+        timeout: Duration::from_secs(2),
+    })
+    .unwrap();
+    let app = App::with_ports(&config, store, gateway, SystemClock).with_backoff(Some((
+        SqsVisibility::new(sqs.clone()),
+        BackoffPolicy {
+            base_s: 1,
+            cap_s: 2,
+        },
+    )));
+    let function = Arc::new(Lambda {
+        app,
+        timeout: FUNCTION_TIMEOUT,
+    });
+
+    let settings = QueueSettings {
+        visibility_timeout_s: 4,
+        max_receive_count: MAX_RECEIVE_COUNT,
+    };
+    let mut queues = Vec::new();
+    for (fifo, prefix) in [(false, "std"), (true, "fifo")] {
+        let queue = setup::queue_pair(
+            &sqs,
+            &format!("chaos-{}", std::process::id()),
+            fifo,
+            settings,
+        )
+        .await
+        .expect("queues");
+        let plan = SendPlan {
+            orders,
+            duplicate_rate: 0.1,
+            poison_rate: 0.05,
+            groups: 16,
+            seed: 3,
+            prefix: prefix.into(),
+        };
+        let generated = send::generate(&plan);
+        send::send(&sqs, &queue, &generated.messages)
+            .await
+            .expect("send");
+        queues.push((queue, generated));
+    }
+
+    let esm_settings = EsmSettings {
+        batch_size: 10,
+        batching_window: Duration::from_millis(200),
+        concurrency: 3,
+        function_timeout: FUNCTION_TIMEOUT,
+        max_run: Duration::from_secs(900),
+    };
+    let runs: Vec<_> = queues
+        .iter()
+        .map(|(queue, _)| {
+            tokio::spawn(esm::run(
+                sqs.clone(),
+                queue.clone(),
+                Arc::clone(&function),
+                esm_settings,
+            ))
+        })
+        .collect();
+    let mut stats = Vec::new();
+    for run in runs {
+        stats.push(run.await.expect("esm task").expect("esm run"));
+    }
+
+    // Every valid order charged exactly once at the provider; nothing else charged.
+    let valid: Vec<&String> = queues.iter().flat_map(|(_, g)| &g.valid_orders).collect();
+    for order in &valid {
+        assert_eq!(stub.charges(order), 1, "{order} not charged exactly once");
+    }
+    assert_eq!(
+        stub.total_charges(),
+        valid.len(),
+        "something else was charged"
+    );
+
+    for ((queue, generated), s) in queues.iter().zip(&stats) {
+        // Every source queue empty; every poison message, and nothing else, in its DLQ.
+        assert_eq!(
+            setup::depth(&sqs, &queue.url).await.unwrap().total(),
+            0,
+            "{} not drained",
+            queue.name
+        );
+        let in_dlq = drain_bodies(&sqs, &queue.dlq_url).await;
+        let valid_in_dlq = in_dlq
+            .iter()
+            .filter(|b| process_orders::order::decode_order(b).is_ok())
+            .count();
+        assert_eq!(valid_in_dlq, 0, "{}: valid orders in the DLQ", queue.name);
+        assert_eq!(
+            in_dlq.len(),
+            generated.poison,
+            "{}: poison messages in the DLQ",
+            queue.name
+        );
+        eprintln!(
+            "{}: {} messages ({} orders, {} duplicate sends, {} poison), {} invocations, {} records received, {} reported, {} abandoned",
+            queue.name,
+            generated.messages.len(),
+            generated.valid_orders.len(),
+            generated.duplicates,
+            generated.poison,
+            s.invocations,
+            s.records,
+            s.reported,
+            s.errors
+        );
+    }
+
+    // The table holds one COMPLETED item per valid order, and nothing else that is completed.
+    let items = dynamodb
+        .scan()
+        .table_name(table)
+        .send()
+        .await
+        .unwrap()
+        .items
+        .unwrap_or_default();
+    let completed: std::collections::BTreeSet<String> = items
+        .iter()
+        .filter(|i| {
+            i.get("status")
+                .and_then(|s| s.as_s().ok())
+                .map(String::as_str)
+                == Some("COMPLETED")
+        })
+        .filter_map(|i| i.get("pk").and_then(|k| k.as_s().ok()).cloned())
+        .collect();
+    let expected: std::collections::BTreeSet<String> = valid.iter().map(|o| (*o).clone()).collect();
+    assert_eq!(completed, expected);
+    eprintln!(
+        "chaos: {} valid orders charged once each; {} payment requests; {} injected store errors, {} abandoned completions; {:.1} s",
+        valid.len(),
+        stub.all_requests(),
+        function
+            .app
+            .ports()
+            .store
+            .errors
+            .load(std::sync::atomic::Ordering::SeqCst),
+        function
+            .app
+            .ports()
+            .store
+            .hangs
+            .load(std::sync::atomic::Ordering::SeqCst),
+        started.elapsed().as_secs_f64()
+    );
+}
+
+/// Receives and deletes everything in a queue, returning the bodies.
+async fn drain_bodies(sqs: &aws_sdk_sqs::Client, url: &str) -> Vec<String> {
+    let mut bodies = Vec::new();
+    loop {
+        let out = sqs
+            .receive_message()
+            .queue_url(url)
+            .max_number_of_messages(10)
+            .wait_time_seconds(0)
+            .send()
+            .await
+            .unwrap();
+        let messages = out.messages.unwrap_or_default();
+        if messages.is_empty() {
+            return bodies;
+        }
+        for m in messages {
+            bodies.push(m.body().unwrap_or_default().to_owned());
+            sqs.delete_message()
+                .queue_url(url)
+                .receipt_handle(m.receipt_handle().unwrap_or_default())
+                .send()
+                .await
+                .unwrap();
+        }
+    }
+}
