@@ -13,7 +13,7 @@ IAC_STAMP := $(IAC_VENV)/.installed
 EVENT ?= events/standard.json
 INVOKE_PORT ?= 9010
 
-.PHONY: run run-dynamodb test lint invoke check-template build-lambda deploy clean-venv
+.PHONY: run run-dynamodb demo test lint invoke check-template build-lambda deploy clean-venv
 
 run:
 	@$(CARGO) build --quiet --bin process-orders
@@ -27,6 +27,11 @@ run:
 run-dynamodb: $(PY_STAMP)
 	@$(CARGO) build --quiet --bin process-orders
 	@PATH="$(VENV)/bin:$$PATH" BIN="$${CARGO_TARGET_DIR:-target}/debug/process-orders" scripts/run-dynamodb.sh
+
+# The whole system locally (moto + the local event source mapping): DEMO_ARGS="--orders 1000".
+demo: $(PY_STAMP)
+	@$(CARGO) build --quiet --bin local-esm
+	@PATH="$(VENV)/bin:$$PATH" BIN="$${CARGO_TARGET_DIR:-target}/debug/local-esm" scripts/demo.sh $(DEMO_ARGS)
 
 test: $(PY_STAMP)
 	PATH="$(VENV)/bin:$$PATH" $(CARGO) test --all-targets

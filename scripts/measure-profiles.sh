@@ -10,7 +10,7 @@ EVENT="${EVENT_10K:-/tmp/event-10k.json}"
 printf '| profile | build s | bootstrap bytes | zip bytes | 10k one-shot ms (median of 7) |\n|---|---|---|---|---|\n'
 for profile in ${PROFILES:-release-plain release-lto release-small}; do
   start=$(date +%s)
-  cargo lambda build --quiet --arm64 --profile "$profile" --bin process-orders --output-format zip >/dev/null 2>&1
+  cargo lambda build --quiet --arm64 --profile "$profile" --bin process-orders --output-format zip >&2
   took=$(( $(date +%s) - start ))
   dir="$CARGO_TARGET_DIR/lambda/process-orders"
   size=$(stat -c %s "$CARGO_TARGET_DIR/aarch64-unknown-linux-gnu/$profile/process-orders")

@@ -5,8 +5,9 @@
 //!   non-ACK record is reported, once, in batch order.
 //! - FIFO, batch scope (the Lambda contract): records run one by one in batch order; the first
 //!   non-ACK record and every record after it are reported, and nothing after it is started.
-//! - FIFO, group scope: only the failed message group's later records are skipped; groups run
-//!   concurrently, in order inside each group.
+//! - FIFO, group scope: only the failed message group's later records are skipped, and only
+//!   after a RETRY (a POISON record never succeeds, so it does not hold its group: see
+//!   `Hold::RetryOnly`); groups run concurrently, in order inside each group.
 //! - A record is not started when the invocation's remaining time is below the deadline margin;
 //!   it is reported instead, so the batch never dies of the function timeout.
 //! - A panic inside a handler is RETRY for that record only.
@@ -336,7 +337,9 @@ impl<H: RecordHandler, C: Clock> BatchProcessor<H, C> {
     async fn in_order(&self, batch: &[Message<'_>], deadline_ms: u64) -> Vec<RecordStatus> {
         // The whole batch is one group.
         let all = (0..batch.len()).collect();
-        let statuses = self.run_group(batch, all, deadline_ms).await;
+        let statuses = self
+            .run_group(batch, all, deadline_ms, Hold::AnyFailure)
+            .await;
         statuses.into_iter().map(|(_, status)| status).collect()
     }
 
@@ -356,13 +359,13 @@ impl<H: RecordHandler, C: Clock> BatchProcessor<H, C> {
         let mut pending = groups.into_iter();
         let mut in_flight = FuturesUnordered::new();
         for members in pending.by_ref().take(limit) {
-            in_flight.push(self.run_group(batch, members, deadline_ms));
+            in_flight.push(self.run_group(batch, members, deadline_ms, Hold::RetryOnly));
         }
         let mut per_group = Vec::new();
         while let Some(done) = in_flight.next().await {
             per_group.push(done);
             if let Some(members) = pending.next() {
-                in_flight.push(self.run_group(batch, members, deadline_ms));
+                in_flight.push(self.run_group(batch, members, deadline_ms, Hold::RetryOnly));
             }
         }
         let mut statuses = vec![RecordStatus::SkippedDeadline; batch.len()];
@@ -374,12 +377,14 @@ impl<H: RecordHandler, C: Clock> BatchProcessor<H, C> {
 }
 
 impl<H: RecordHandler, C: Clock> BatchProcessor<H, C> {
-    /// One message group, in order; after a failure the group's later records are skipped.
+    /// One message group, in order; after a failure that `hold` counts, the group's later
+    /// records are skipped.
     async fn run_group(
         &self,
         batch: &[Message<'_>],
         members: Vec<usize>,
         deadline_ms: u64,
+        hold: Hold,
     ) -> Vec<(usize, RecordStatus)> {
         let mut out = Vec::with_capacity(members.len());
         let mut culprit = None;
@@ -388,12 +393,34 @@ impl<H: RecordHandler, C: Clock> BatchProcessor<H, C> {
                 Some(culprit) => RecordStatus::SkippedAfter { culprit },
                 None => self.run_one(&batch[index], deadline_ms).await,
             };
-            if culprit.is_none() && !status.is_ack() {
+            if culprit.is_none() && hold.holds(&status) {
                 culprit = Some(index);
             }
             out.push((index, status));
         }
         out
+    }
+}
+
+/// Which failures hold back the rest of their group.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Hold {
+    /// Batch scope: any failure stops the rest (Lambda's FIFO contract).
+    AnyFailure,
+    /// Group scope: a RETRY holds its group back; a POISON does not. A poison message can never
+    /// succeed and ends in the DLQ; the records behind it would then be processed after it is
+    /// gone. Holding them meanwhile only makes them ride along on every receive, so their
+    /// receive counts climb with the poison's and SQS moves them to the DLQ with it. Processing
+    /// them now gives the order a DLQ hand-off would, without losing them.
+    RetryOnly,
+}
+
+impl Hold {
+    fn holds(self, status: &RecordStatus) -> bool {
+        match self {
+            Self::AnyFailure => !status.is_ack(),
+            Self::RetryOnly => status.outcome() == Outcome::Retry,
+        }
     }
 }
 
@@ -554,7 +581,7 @@ mod tests {
     async fn fifo_group_scope_holds_back_only_the_failed_group() {
         let specs = [
             ("a", Some("g1"), "ack"),
-            ("b", Some("g2"), "poison"),
+            ("b", Some("g2"), "retry"),
             ("c", Some("g1"), "ack"),
             ("d", Some("g2"), "ack"),
             ("e", Some("g3"), "ack"),
@@ -563,6 +590,19 @@ mod tests {
         assert_eq!(failed, ["b", "d"]);
         assert!(!started.contains(&"d".to_owned()));
         assert_eq!(started.len(), 4);
+    }
+
+    #[tokio::test]
+    async fn in_group_scope_a_poison_record_does_not_hold_its_group() {
+        let specs = [
+            ("a", Some("g1"), "poison"),
+            ("b", Some("g1"), "ack"),
+            ("c", Some("g1"), "retry"),
+            ("d", Some("g1"), "ack"),
+        ];
+        let (failed, started) = run(FifoScope::Group, QueueKind::Fifo, &specs).await;
+        assert_eq!(failed, ["a", "c", "d"]);
+        assert_eq!(started, ["a", "b", "c"]);
     }
 
     #[tokio::test]
