@@ -13,7 +13,7 @@ IAC_STAMP := $(IAC_VENV)/.installed
 EVENT ?= events/standard.json
 INVOKE_PORT ?= 9010
 
-.PHONY: run run-dynamodb demo test lint invoke check-template build-lambda deploy clean-venv
+.PHONY: run run-dynamodb demo test lint deny fuzz invoke check-template build-lambda deploy clean-venv
 
 run:
 	@$(CARGO) build --quiet --bin process-orders
@@ -39,6 +39,16 @@ test: $(PY_STAMP)
 lint:
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --all-targets -- -D warnings
+
+# Supply chain: licenses, bans (no OpenSSL) and sources, per deny.toml. Offline.
+deny:
+	@command -v cargo-deny >/dev/null || $(CARGO) install cargo-deny --locked
+	$(CARGO) deny check licenses bans sources
+
+# The fuzzers, FUZZ_SECONDS each (default 600). Not part of CI.
+fuzz:
+	@command -v cargo-fuzz >/dev/null || $(CARGO) install cargo-fuzz --locked
+	scripts/fuzz.sh
 
 # The real binary over the Lambda Runtime API, through cargo-lambda's emulator. The emulator
 # compiles the function on the first invocation, which can eat that invocation's deadline, so a
