@@ -138,7 +138,7 @@ async fn every_valid_order_is_charged_exactly_once_and_only_poison_reaches_the_d
     let esm_settings = EsmSettings {
         batch_size: 10,
         batching_window: Duration::from_millis(200),
-        concurrency: 3,
+        concurrency: 4,
         function_timeout: FUNCTION_TIMEOUT,
         max_run: Duration::from_secs(900),
     };

@@ -182,15 +182,28 @@ pub async fn run<I: Invoke + 'static>(
         );
         pollers.push(tokio::spawn(async move {
             while started.elapsed() < settings.max_run {
-                let batch = receive_batch(&sqs, &queue, &settings).await?;
+                // Like Lambda's poller, a failed SQS call is logged and retried, never fatal.
+                let batch = match receive_batch(&sqs, &queue, &settings).await {
+                    Ok(batch) => batch,
+                    Err(e) => {
+                        warn!(error = %crate::order::error_chain(&e), "receive failed; retrying");
+                        counters.errors.fetch_add(1, Ordering::SeqCst);
+                        tokio::time::sleep(Duration::from_millis(200)).await;
+                        continue;
+                    }
+                };
                 if batch.is_empty() {
-                    if depth(&sqs, &queue.url).await?.total() == 0 {
+                    if depth(&sqs, &queue.url).await.is_ok_and(|d| d.total() == 0) {
                         return Ok::<(), LocalError>(());
                     }
                     continue;
                 }
-                invoke_and_delete(&sqs, &queue, function.as_ref(), batch, &settings, &counters)
-                    .await?;
+                let done =
+                    invoke_and_delete(&sqs, &queue, function.as_ref(), batch, &settings, &counters);
+                if let Err(e) = done.await {
+                    warn!(error = %crate::order::error_chain(&e), "delete failed; the messages come back");
+                    counters.errors.fetch_add(1, Ordering::SeqCst);
+                }
             }
             Ok(())
         }));
