@@ -161,11 +161,16 @@ async fn charge(
                 .map(str::to_owned),
         );
         l.bodies.push(parsed);
-        l.behaviour
-            .get(&key)
-            .copied()
-            .or(l.default)
-            .unwrap_or(Behaviour::Normal)
+        let rate = l.flaky_rate;
+        if l.rng.as_mut().is_some_and(|rng| rng.f64() < rate) {
+            Behaviour::Status(503)
+        } else {
+            l.behaviour
+                .get(&key)
+                .copied()
+                .or(l.default)
+                .unwrap_or(Behaviour::Normal)
+        }
     };
     if let Behaviour::Status(code) = behaviour {
         let status = StatusCode::from_u16(code).unwrap();
