@@ -15,9 +15,9 @@ use process_orders::backoff::BackoffPolicy;
 use process_orders::clock::SystemClock;
 use process_orders::config::Config;
 use process_orders::idempotency::DynamoDbStore;
-use process_orders::local::esm::{self, EsmSettings, EsmStats, RuntimeApi};
+use process_orders::local::esm::{self, EsmSettings, EsmStats, Invoke, RuntimeApi};
 use process_orders::local::send::{self, SendPlan};
-use process_orders::local::setup::{self, QueueSettings};
+use process_orders::local::setup::{self, QueuePair, QueueSettings};
 use process_orders::local::{LocalError, sdk_config};
 use process_orders::payment::SimulatedGateway;
 use process_orders::visibility::SqsVisibility;
@@ -70,6 +70,26 @@ async fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+/// The local event source mapping on both queues at once.
+async fn run_both<I: Invoke + 'static>(
+    sqs: &aws_sdk_sqs::Client,
+    queues: [&QueuePair; 2],
+    function: Arc<I>,
+    settings: EsmSettings,
+) -> Result<[EsmStats; 2], String> {
+    let [a, b] = queues.map(|q| {
+        tokio::spawn(esm::run(
+            sqs.clone(),
+            q.clone(),
+            Arc::clone(&function),
+            settings,
+        ))
+    });
+    let a = a.await.map_err(|e| e.to_string())?.map_err(local)?;
+    let b = b.await.map_err(|e| e.to_string())?.map_err(local)?;
+    Ok([a, b])
 }
 
 fn local(e: LocalError) -> String {
@@ -144,35 +164,14 @@ async fn demo(flags: &HashMap<String, String>) -> Result<(), String> {
         cap_s: 2,
     };
     let gateway = Arc::new(SimulatedGateway::new());
-    let stats: Vec<EsmStats> = if let Some(address) = flags.get("invoke-address") {
+    let stats = if let Some(address) = flags.get("invoke-address") {
         let function = Arc::new(RuntimeApi::new(address, "process-orders"));
-        let a = tokio::spawn(esm::run(
-            sqs.clone(),
-            standard.clone(),
-            Arc::clone(&function),
-            esm_settings,
-        ));
-        let b = tokio::spawn(esm::run(sqs.clone(), fifo.clone(), function, esm_settings));
-        vec![
-            a.await.map_err(|e| e.to_string())?.map_err(local)?,
-            b.await.map_err(|e| e.to_string())?.map_err(local)?,
-        ]
+        run_both(&sqs, [&standard, &fifo], function, esm_settings).await?
     } else {
         let store = DynamoDbStore::new(dynamodb.clone(), table, config.retention);
         let app = App::with_ports(&config, store, Arc::clone(&gateway), SystemClock)
             .with_backoff(Some((SqsVisibility::new(sqs.clone()), policy)));
-        let function = Arc::new(app);
-        let a = tokio::spawn(esm::run(
-            sqs.clone(),
-            standard.clone(),
-            Arc::clone(&function),
-            esm_settings,
-        ));
-        let b = tokio::spawn(esm::run(sqs.clone(), fifo.clone(), function, esm_settings));
-        vec![
-            a.await.map_err(|e| e.to_string())?.map_err(local)?,
-            b.await.map_err(|e| e.to_string())?.map_err(local)?,
-        ]
+        run_both(&sqs, [&standard, &fifo], Arc::new(app), esm_settings).await?
     };
 
     println!();

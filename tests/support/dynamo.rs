@@ -8,12 +8,7 @@ use std::time::Duration;
 
 use aws_sdk_dynamodb::Client;
 use aws_sdk_dynamodb::config::{BehaviorVersion, Credentials, Region};
-use aws_sdk_dynamodb::types::{
-    AttributeDefinition, BillingMode, KeySchemaElement, KeyType, ScalarAttributeType,
-    TimeToLiveSpecification,
-};
 use process_orders::aws::SdkSettings;
-use process_orders::idempotency::dynamodb::{KEY_ATTRIBUTE, TTL_ATTRIBUTE};
 use tokio::sync::oneshot;
 
 /// Short bounds so an outage test fails fast instead of waiting out production timeouts.
@@ -74,42 +69,11 @@ pub fn unique_table() -> String {
     )
 }
 
-/// Creates the idempotency table with the key schema and TTL attribute the code writes.
+/// Creates the idempotency table as the local tools do (key schema and TTL from the code).
 pub async fn create_table(client: &Client, name: &str) {
-    client
-        .create_table()
-        .table_name(name)
-        .billing_mode(BillingMode::PayPerRequest)
-        .attribute_definitions(
-            AttributeDefinition::builder()
-                .attribute_name(KEY_ATTRIBUTE)
-                .attribute_type(ScalarAttributeType::S)
-                .build()
-                .unwrap(),
-        )
-        .key_schema(
-            KeySchemaElement::builder()
-                .attribute_name(KEY_ATTRIBUTE)
-                .key_type(KeyType::Hash)
-                .build()
-                .unwrap(),
-        )
-        .send()
+    process_orders::local::setup::table(client, name)
         .await
         .expect("create table");
-    client
-        .update_time_to_live()
-        .table_name(name)
-        .time_to_live_specification(
-            TimeToLiveSpecification::builder()
-                .attribute_name(TTL_ATTRIBUTE)
-                .enabled(true)
-                .build()
-                .unwrap(),
-        )
-        .send()
-        .await
-        .expect("enable TTL");
 }
 
 /// dynoxide served from inside the test process, on a port of its own.
