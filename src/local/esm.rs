@@ -340,3 +340,65 @@ async fn invoke_and_delete<I: Invoke>(
     );
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use aws_sdk_sqs::types::{MessageAttributeValue, MessageSystemAttributeName as Attr};
+
+    fn keys(value: &serde_json::Value) -> Vec<String> {
+        let mut keys: Vec<String> = value.as_object().expect("object").keys().cloned().collect();
+        keys.sort();
+        keys
+    }
+
+    /// The local mapping's records have the shape of the sample events (Lambda's shape).
+    #[test]
+    fn records_have_the_shape_lambda_delivers() {
+        let message = Message::builder()
+            .message_id("m1")
+            .receipt_handle("rh")
+            .body(r#"{"order_id":"o-1","amount":1}"#)
+            .md5_of_body("abc")
+            .attributes(Attr::ApproximateReceiveCount, "2")
+            .attributes(Attr::MessageGroupId, "g")
+            .message_attributes(
+                "trace",
+                MessageAttributeValue::builder()
+                    .data_type("String")
+                    .string_value("t-1")
+                    .build()
+                    .expect("attribute"),
+            )
+            .build();
+        let record = lambda_record(&message, "arn:aws:sqs:us-east-1:1:orders.fifo", "us-east-1");
+        let json = serde_json::to_value(&record).expect("json");
+        let sample: serde_json::Value =
+            serde_json::from_str(include_str!("../../events/standard.json")).expect("sample");
+        let mut expected = keys(&sample["Records"][0]);
+        expected.retain(|k| k != "md5OfMessageAttributes");
+        let mut got = keys(&json);
+        got.retain(|k| k != "md5OfMessageAttributes");
+        assert_eq!(got, expected);
+        assert_eq!(json["attributes"]["ApproximateReceiveCount"], "2");
+        assert_eq!(json["attributes"]["MessageGroupId"], "g");
+        assert_eq!(json["messageAttributes"]["trace"]["stringValue"], "t-1");
+        assert_eq!(json["messageAttributes"]["trace"]["dataType"], "String");
+        assert_eq!(
+            json["eventSourceARN"],
+            "arn:aws:sqs:us-east-1:1:orders.fifo"
+        );
+        // And the function's own parser reads it back.
+        let event: SqsEvent =
+            serde_json::from_value(serde_json::json!({ "Records": [json] })).expect("event");
+        let batch = crate::sqs::messages(&event).expect("messages");
+        assert_eq!(
+            (
+                batch[0].message_id,
+                batch[0].receive_count,
+                batch[0].group_id
+            ),
+            ("m1", Some(2), Some("g"))
+        );
+    }
+}
