@@ -6,7 +6,7 @@
 
 use std::collections::HashSet;
 
-use aws_lambda_events::sqs::{BatchItemFailure, SqsBatchResponse, SqsEvent, SqsMessage};
+use aws_lambda_events::sqs::{SqsBatchResponse, SqsEvent, SqsMessage};
 
 /// A whole event that cannot be processed. Lambda retries the batch.
 #[derive(Debug, thiserror::Error)]
@@ -167,9 +167,7 @@ pub fn response<'a>(failed: impl IntoIterator<Item = &'a str>) -> SqsBatchRespon
     for id in failed {
         // A batch with a repeated messageId is one message to SQS: report it once.
         if seen.insert(id) {
-            let mut failure = BatchItemFailure::default();
-            failure.item_identifier = id.to_owned();
-            response.batch_item_failures.push(failure);
+            response.add_failure(id);
         }
     }
     response

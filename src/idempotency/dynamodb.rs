@@ -100,6 +100,23 @@ where
     StoreError::Unavailable(Box::new(error))
 }
 
+/// The outcome of a write fenced by the holder's lease token: a failed condition means the
+/// lease was taken over (or the item is gone), which is `LeaseLost`, never a store outage.
+fn fenced<T, E, R>(
+    result: Result<T, SdkError<E, R>>,
+    condition_failed: fn(&E) -> bool,
+) -> Result<(), StoreError>
+where
+    E: std::error::Error + Send + Sync + 'static,
+    R: std::fmt::Debug + Send + Sync + 'static,
+{
+    match result {
+        Ok(_) => Ok(()),
+        Err(SdkError::ServiceError(e)) if condition_failed(e.err()) => Err(StoreError::LeaseLost),
+        Err(e) => Err(unavailable(e)),
+    }
+}
+
 /// Reads the decision-relevant part of an item this store wrote.
 fn claim_state(item: &HashMap<String, AttributeValue>) -> Result<ClaimState, StoreError> {
     let text = |name: &str| match item.get(name) {
@@ -195,15 +212,10 @@ impl IdempotencyStore for DynamoDbStore {
             .expression_attribute_values(":token", s(lease.token.to_string()))
             .send()
             .await;
-        match result {
-            Ok(_) => Ok(()),
-            Err(SdkError::ServiceError(e))
-                if matches!(e.err(), UpdateItemError::ConditionalCheckFailedException(_)) =>
-            {
-                Err(StoreError::LeaseLost)
-            }
-            Err(e) => Err(unavailable(e)),
-        }
+        fenced(
+            result,
+            UpdateItemError::is_conditional_check_failed_exception,
+        )
     }
 
     async fn release(&self, key: &str, lease: &Lease) -> Result<(), StoreError> {
@@ -217,15 +229,10 @@ impl IdempotencyStore for DynamoDbStore {
             .expression_attribute_values(":token", s(lease.token.to_string()))
             .send()
             .await;
-        match result {
-            Ok(_) => Ok(()),
-            Err(SdkError::ServiceError(e))
-                if matches!(e.err(), DeleteItemError::ConditionalCheckFailedException(_)) =>
-            {
-                Err(StoreError::LeaseLost)
-            }
-            Err(e) => Err(unavailable(e)),
-        }
+        fenced(
+            result,
+            DeleteItemError::is_conditional_check_failed_exception,
+        )
     }
 }
 
