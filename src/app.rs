@@ -13,7 +13,7 @@ use crate::idempotency::{AnyStore, DynamoDbStore, IdempotencyStore, MemoryStore}
 use crate::order::{OrderHandler, Ports};
 use crate::payment::http::HttpSetupError;
 use crate::payment::{AnyGateway, HttpGateway, PaymentGateway, SimulatedGateway};
-use crate::sqs::{self, EventError, QueueKind};
+use crate::sqs::{self, Batch, EventError, EventView};
 use crate::visibility::{self, SqsVisibility};
 
 /// Start-up failed: the function must not serve.
@@ -131,27 +131,42 @@ where
         event: &SqsEvent,
         deadline_ms: u64,
     ) -> Result<(SqsBatchResponse, BatchReport), EventError> {
-        let batch = sqs::messages(event)?;
-        let report = self
-            .processor
-            .process(&batch, QueueKind::detect(event), deadline_ms)
-            .await;
-        let response = sqs::response(report.failed_ids(&batch));
-        sqs::check_response(&response, &batch)?;
-        if let Some((port, policy)) = &self.backoff {
-            let now_ms = self.ports().clock.now_ms();
-            visibility::apply(port, policy, sqs::queue_arn(event), &batch, &report, now_ms).await;
-        }
-        Ok((response, report))
+        self.handle_batch(&Batch::from_event(event)?, deadline_ms)
+            .await
     }
 
-    /// Parses an event from JSON text and processes it.
+    /// Parses Lambda's payload (borrowed, see [`sqs::EventView`]) and processes it. This is the
+    /// function's own path, in Lambda and in one-shot mode.
     pub async fn handle_json(
         &self,
         json: &str,
         deadline_ms: u64,
     ) -> Result<SqsBatchResponse, EventError> {
-        self.handle(&sqs::parse_event(json)?, deadline_ms).await
+        let event = EventView::parse(json)?;
+        Ok(self
+            .handle_batch(&Batch::from_view(&event)?, deadline_ms)
+            .await?
+            .0)
+    }
+
+    /// Processes one batch: the records, the response and its check, then the backoff.
+    pub async fn handle_batch(
+        &self,
+        batch: &Batch<'_>,
+        deadline_ms: u64,
+    ) -> Result<(SqsBatchResponse, BatchReport), EventError> {
+        let records = &batch.messages;
+        let report = self
+            .processor
+            .process(records, batch.kind, deadline_ms)
+            .await;
+        let response = sqs::response(report.failed_ids(records));
+        sqs::check_response(&response, records)?;
+        if let Some((port, policy)) = &self.backoff {
+            let now_ms = self.ports().clock.now_ms();
+            visibility::apply(port, policy, batch.queue_arn, records, &report, now_ms).await;
+        }
+        Ok((response, report))
     }
 }
 

@@ -3,12 +3,12 @@
 
 use std::process::ExitCode;
 
-use aws_lambda_events::sqs::SqsEvent;
 use lambda_runtime::{Error, LambdaEvent, service_fn};
 use process_orders::app::{self, App};
 use process_orders::cli::{self, Mode};
 use process_orders::clock::{Clock, SystemClock};
 use process_orders::config::Config;
+use serde_json::value::RawValue;
 
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> ExitCode {
@@ -45,10 +45,11 @@ async fn main() -> ExitCode {
         },
         _ => {
             let app = &app;
-            let handler = service_fn(move |event: LambdaEvent<SqsEvent>| async move {
+            // The payload is kept as raw JSON and read borrowed by the app (see sqs::EventView).
+            let handler = service_fn(move |event: LambdaEvent<Box<RawValue>>| async move {
                 let deadline_ms =
                     app::invocation_deadline(event.context.deadline, SystemClock.now_ms());
-                app.handle(&event.payload, deadline_ms)
+                app.handle_json(event.payload.get(), deadline_ms)
                     .await
                     .map_err(Error::from)
             });

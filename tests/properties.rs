@@ -187,4 +187,49 @@ proptest! {
         };
         prop_assert_eq!(sqs::check_response(&bad, &batch), Err(expected));
     }
+
+    /// The borrowed view the function reads and `aws_lambda_events`' owned event give the same
+    /// batch, whatever the strings hold (escapes, unicode) and whichever fields are present.
+    #[test]
+    fn the_borrowed_view_and_the_owned_event_agree(
+        records in prop::collection::vec(
+            (
+                "[a-z0-9\\-\"\\\\/é]{1,12}",
+                prop::option::of(".{0,40}"),
+                prop::option::of(prop_oneof!["[0-9]{1,3}", "x"]),
+                prop::option::of("g[0-9]"),
+                prop::option::of("[0-9]{13}"),
+                prop::option::of("[A-Za-z0-9+/=]{4,20}"),
+                prop::bool::ANY,
+            ),
+            0..12,
+        ),
+    ) {
+        let records: Vec<serde_json::Value> = records
+            .into_iter()
+            .map(|(id, body, count, group, first, receipt, fifo)| {
+                let mut attributes = serde_json::Map::new();
+                let mut put = |k: &str, v: Option<String>| {
+                    if let Some(v) = v {
+                        attributes.insert(k.to_owned(), v.into());
+                    }
+                };
+                put("ApproximateReceiveCount", count);
+                put("MessageGroupId", group);
+                put("ApproximateFirstReceiveTimestamp", first);
+                put("SentTimestamp", Some("1545082649183".to_owned()));
+                let arn = if fifo { "arn:aws:sqs:us-east-1:1:q.fifo" } else { "arn:aws:sqs:us-east-1:1:q" };
+                serde_json::json!({
+                    "messageId": id, "receiptHandle": receipt, "body": body,
+                    "attributes": attributes, "messageAttributes": {},
+                    "md5OfBody": "x", "eventSource": "aws:sqs", "eventSourceARN": arn,
+                    "awsRegion": "us-east-1",
+                })
+            })
+            .collect();
+        let json = serde_json::json!({ "Records": records }).to_string();
+        let owned = sqs::parse_event(&json).expect("owned parse");
+        let view = sqs::EventView::parse(&json).expect("view parse");
+        prop_assert_eq!(sqs::Batch::from_event(&owned).ok(), sqs::Batch::from_view(&view).ok());
+    }
 }
