@@ -13,7 +13,7 @@ IAC_STAMP := $(IAC_VENV)/.installed
 EVENT ?= events/standard.json
 INVOKE_PORT ?= 9010
 
-.PHONY: run run-dynamodb demo test lint deny fuzz invoke check-template build-lambda deploy clean-venv
+.PHONY: run run-dynamodb demo test bench lint deny fuzz invoke check-template build-lambda deploy clean-venv
 
 run:
 	@$(CARGO) build --quiet --bin process-orders
@@ -35,6 +35,15 @@ demo: $(PY_STAMP)
 
 test: $(PY_STAMP)
 	PATH="$(VENV)/bin:$$PATH" $(CARGO) test --all-targets
+
+# Benchmarks (no pass/fail on time), each printing a table the README quotes:
+#   (a) per-record CPU vs deserializing into SqsEvent (criterion), (b) init vs hello-world and
+#   (c) peak RSS of the release binaries over a local Runtime API, (d) concurrency speedup,
+#   (e) DynamoDB requests per record on each path (against dynoxide).
+bench:
+	$(CARGO) build --release --bin process-orders --example hello
+	BENCH_BIN_DIR=$${CARGO_TARGET_DIR:-target}/release $(CARGO) bench --bench records --bench system
+	$(CARGO) test --test store_dynamodb each_path_costs_its_budget_of_requests -- --nocapture
 
 lint:
 	$(CARGO) fmt --all -- --check

@@ -61,21 +61,26 @@ impl App {
     /// Builds the ports the configuration names, each client once. No network call happens
     /// here: the first request of the first invocation opens the first connection.
     pub async fn build(config: &Config) -> Result<Self, StartupError> {
-        let store = match &config.idempotency_table {
-            None => AnyStore::Memory(MemoryStore::new(config.retention)),
-            Some(table) => {
-                let sdk = aws::load(&config.dynamodb).await;
-                let client = aws_sdk_dynamodb::Client::new(&sdk);
-                AnyStore::DynamoDb(DynamoDbStore::new(client, table, config.retention))
-            }
+        // One SDK configuration (and HTTP client) for every AWS client, loaded only if needed.
+        let sdk = if config.idempotency_table.is_some() || config.backoff.is_some() {
+            Some(aws::load().await)
+        } else {
+            None
+        };
+        let store = match (&config.idempotency_table, &sdk) {
+            (Some(table), Some(sdk)) => AnyStore::DynamoDb(DynamoDbStore::new(
+                aws::dynamodb(sdk, &config.dynamodb),
+                table,
+                config.retention,
+            )),
+            _ => AnyStore::Memory(MemoryStore::new(config.retention)),
         };
         // The SQS client exists only when the backoff is on.
-        let backoff = match config.backoff {
-            None => None,
-            Some(policy) => {
-                let sdk = aws::load(&SQS_SDK).await;
-                Some((SqsVisibility::new(aws_sdk_sqs::Client::new(&sdk)), policy))
+        let backoff = match (config.backoff, &sdk) {
+            (Some(policy), Some(sdk)) => {
+                Some((SqsVisibility::new(aws::sqs(sdk, &SQS_SDK)), policy))
             }
+            _ => None,
         };
         let gateway = match &config.payment {
             None => AnyGateway::Simulated(SimulatedGateway::new()),

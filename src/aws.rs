@@ -36,12 +36,29 @@ impl SdkSettings {
     }
 }
 
-/// Loads the shared SDK configuration.
-pub async fn load(settings: &SdkSettings) -> SdkConfig {
+/// Loads the SDK configuration every client of the container shares: one HTTP client, so the
+/// TLS trust store is read once (each read costs milliseconds of cold start).
+pub async fn load() -> SdkConfig {
     aws_config::defaults(BehaviorVersion::latest())
         .region(EnvironmentVariableRegionProvider::new())
-        .retry_config(settings.retry_config())
-        .timeout_config(settings.timeout_config())
         .load()
         .await
+}
+
+/// A DynamoDB client on the shared configuration, with its own retry and timeout bounds.
+pub fn dynamodb(sdk: &SdkConfig, settings: &SdkSettings) -> aws_sdk_dynamodb::Client {
+    let config = aws_sdk_dynamodb::config::Builder::from(sdk)
+        .retry_config(settings.retry_config())
+        .timeout_config(settings.timeout_config())
+        .build();
+    aws_sdk_dynamodb::Client::from_conf(config)
+}
+
+/// An SQS client on the shared configuration, with its own retry and timeout bounds.
+pub fn sqs(sdk: &SdkConfig, settings: &SdkSettings) -> aws_sdk_sqs::Client {
+    let config = aws_sdk_sqs::config::Builder::from(sdk)
+        .retry_config(settings.retry_config())
+        .timeout_config(settings.timeout_config())
+        .build();
+    aws_sdk_sqs::Client::from_conf(config)
 }

@@ -136,7 +136,7 @@ pub struct BatchOptions {
 impl Default for BatchOptions {
     fn default() -> Self {
         Self {
-            max_concurrency: NonZeroUsize::new(8).unwrap_or(NonZeroUsize::MIN),
+            max_concurrency: NonZeroUsize::new(16).unwrap_or(NonZeroUsize::MIN),
             fifo_scope: FifoScope::Batch,
             deadline_margin_ms: 5_000,
         }

@@ -19,7 +19,7 @@ pub const VARIABLES: &[(&str, Option<&str>)] = &[
     ("IDEMPOTENCY_LEASE_SECONDS", Some("300")),
     ("IDEMPOTENCY_LEASE_MARGIN_MS", Some("5000")),
     ("IDEMPOTENCY_RETENTION_DAYS", Some("18")),
-    ("MAX_CONCURRENCY", Some("8")),
+    ("MAX_CONCURRENCY", Some("16")),
     ("FIFO_SCOPE", Some("batch")),
     ("DEADLINE_MARGIN_MS", Some("5000")),
     ("PROCESS_ORDERS_LOCAL", None),
@@ -161,7 +161,7 @@ impl Config {
         let lease_s: u64 = env.ranged("IDEMPOTENCY_LEASE_SECONDS", 300, 1, 43_200)?;
         let lease_margin_ms: u64 = env.ranged("IDEMPOTENCY_LEASE_MARGIN_MS", 5_000, 0, 900_000)?;
         let retention_days: u64 = env.ranged("IDEMPOTENCY_RETENTION_DAYS", 18, 1, 3_650)?;
-        let max_concurrency: usize = env.ranged("MAX_CONCURRENCY", 8, 1, 1_000)?;
+        let max_concurrency: usize = env.ranged("MAX_CONCURRENCY", 16, 1, 1_000)?;
         let deadline_margin_ms: u64 = env.ranged("DEADLINE_MARGIN_MS", 5_000, 0, 900_000)?;
         let fifo_scope = match env.text("FIFO_SCOPE").as_deref() {
             None => FifoScope::Batch,
@@ -274,7 +274,7 @@ mod tests {
             }
         );
         assert_eq!(c.retention, Duration::from_secs(18 * 86_400));
-        assert_eq!(c.batch.max_concurrency.get(), 8);
+        assert_eq!(c.batch.max_concurrency.get(), 16);
         assert_eq!(c.batch.fifo_scope, FifoScope::Batch);
         assert_eq!(c.batch.deadline_margin_ms, 5_000);
         assert!(!c.in_lambda);

@@ -4,6 +4,7 @@
 //!   local-esm demo --endpoint http://127.0.0.1:PORT [--orders 300] [--duplicate-rate 0.1]
 //!                  [--poison-rate 0.05] [--groups 8] [--concurrency 4]
 //!                  [--invoke-address 127.0.0.1:9000]   (the real binary under cargo lambda watch)
+//!   local-esm gen-event [--records 10000] [--fifo-groups 0] [--seed 7]   (a generated event)
 
 use std::collections::HashMap;
 use std::process::ExitCode;
@@ -22,7 +23,8 @@ use process_orders::local::{LocalError, sdk_config};
 use process_orders::payment::SimulatedGateway;
 use process_orders::visibility::SqsVisibility;
 
-const USAGE: &str = "usage: local-esm demo --endpoint URL [--orders N] [--duplicate-rate R] [--poison-rate R] [--groups G] [--concurrency C] [--max-receive-count M] [--invoke-address HOST:PORT]";
+const USAGE: &str = "usage: local-esm demo --endpoint URL [--orders N] [--duplicate-rate R] [--poison-rate R] [--groups G] [--concurrency C] [--max-receive-count M] [--invoke-address HOST:PORT]
+       local-esm gen-event [--records N] [--fifo-groups G] [--seed S]   (an SQS event on stdout)";
 
 fn flags(args: &[String]) -> Result<HashMap<String, String>, String> {
     let mut map = HashMap::new();
@@ -61,6 +63,7 @@ async fn main() -> ExitCode {
             Ok(flags) => demo(&flags).await,
             Err(e) => Err(e),
         },
+        Some("gen-event") => flags(&args[1..]).and_then(|flags| gen_event(&flags)),
         _ => Err(USAGE.to_owned()),
     };
     match result {
@@ -203,5 +206,18 @@ async fn demo(flags: &HashMap<String, String>) -> Result<(), String> {
         );
     }
     println!("wall time {:.1} s", started.elapsed().as_secs_f64());
+    Ok(())
+}
+
+/// Prints a generated event of valid orders, shaped as Lambda delivers it.
+fn gen_event(flags: &HashMap<String, String>) -> Result<(), String> {
+    let shape = process_orders::local::event::EventShape {
+        records: get(flags, "records", 10_000)?,
+        fifo_groups: get(flags, "fifo-groups", 0)?,
+        seed: get(flags, "seed", 7)?,
+    };
+    let event = process_orders::local::event::generate(shape);
+    let json = serde_json::to_string(&event).map_err(|e| e.to_string())?;
+    println!("{json}");
     Ok(())
 }

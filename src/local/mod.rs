@@ -3,6 +3,7 @@
 //! set-up, and an order generator. `make demo` and the end-to-end tests use them.
 
 pub mod esm;
+pub mod event;
 pub mod send;
 pub mod setup;
 

@@ -1,0 +1,350 @@
+//! The system benchmarks, each printing a table (`make bench`; numbers quoted in the README):
+//!
+//! - (b) init: process spawn to first event served, over a local Lambda Runtime API, against a
+//!   hello-world `lambda_runtime` binary built with the same profile;
+//! - (c) peak RSS with the largest generated event that fits Lambda's 6 MB payload;
+//! - (d) concurrency speedup with a store that adds 10 ms to every call.
+//!
+//! (b) and (c) run the release binaries found in `BENCH_BIN_DIR` (`make bench` builds them).
+//! Under `cargo test --all-targets` (no `--bench` argument) this runs a small smoke version.
+//! Benchmarks, not tests: nothing here passes or fails on time.
+
+use std::process::Stdio;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use axum::Router;
+use axum::extract::State;
+use axum::http::HeaderMap;
+use axum::response::IntoResponse;
+use axum::routing::{get, post};
+use process_orders::app::App;
+use process_orders::clock::{Clock, SystemClock};
+use process_orders::config::Config;
+use process_orders::idempotency::{
+    Begin, ClaimRequest, IdempotencyStore, Lease, MemoryStore, StoreError,
+};
+use process_orders::local::event::{self, EventShape};
+use process_orders::payment::SimulatedGateway;
+use tokio::sync::mpsc;
+
+/// Lambda's invocation payload limit for a synchronous invoke (the ESM's batch limit).
+const PAYLOAD_LIMIT: usize = 6 * 1024 * 1024;
+const STORE_DELAY: Duration = Duration::from_millis(10);
+
+fn main() {
+    let full = std::env::args().any(|a| a == "--bench");
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("runtime");
+    runtime.block_on(async {
+        match std::env::var("BENCH_BIN_DIR") {
+            Ok(dir) => {
+                let api = RuntimeApi::start().await;
+                init(&api, &dir, if full { 21 } else { 3 }).await;
+                peak_rss(&api, &dir, if full { PAYLOAD_LIMIT } else { 200_000 }).await;
+            }
+            Err(_) => eprintln!(
+                "(b) and (c) skipped: BENCH_BIN_DIR is not set (make bench builds the release binaries and sets it)"
+            ),
+        }
+        concurrency(full).await;
+    });
+}
+
+// ---------------------------------------------------------------------------------------------
+// A local Lambda Runtime API: hands out one queued event, then reports the function's answer.
+
+#[derive(Clone)]
+struct RuntimeApi {
+    addr: String,
+    next: Arc<Mutex<Option<String>>>,
+    answers: Arc<tokio::sync::Mutex<mpsc::UnboundedReceiver<Result<String, String>>>>,
+}
+
+#[derive(Clone)]
+struct ApiState {
+    next: Arc<Mutex<Option<String>>>,
+    answers: mpsc::UnboundedSender<Result<String, String>>,
+}
+
+impl RuntimeApi {
+    async fn start() -> Self {
+        let next = Arc::new(Mutex::new(None));
+        let (tx, rx) = mpsc::unbounded_channel();
+        let state = ApiState {
+            next: Arc::clone(&next),
+            answers: tx,
+        };
+        let app = Router::new()
+            .route("/2018-06-01/runtime/invocation/next", get(next_event))
+            .route(
+                "/2018-06-01/runtime/invocation/{id}/response",
+                post(|State(s): State<ApiState>, body: String| async move {
+                    let _ = s.answers.send(Ok(body));
+                    "{}"
+                }),
+            )
+            .route(
+                "/2018-06-01/runtime/invocation/{id}/error",
+                post(|State(s): State<ApiState>, body: String| async move {
+                    let _ = s.answers.send(Err(body));
+                    "{}"
+                }),
+            )
+            .route(
+                "/2018-06-01/runtime/init/error",
+                post(|State(s): State<ApiState>, body: String| async move {
+                    let _ = s.answers.send(Err(format!("init error: {body}")));
+                    "{}"
+                }),
+            )
+            .with_state(state);
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let addr = listener.local_addr().expect("addr").to_string();
+        tokio::spawn(async move { axum::serve(listener, app).await });
+        Self {
+            addr,
+            next,
+            answers: Arc::new(tokio::sync::Mutex::new(rx)),
+        }
+    }
+
+    /// Spawns `bin` against this API with `event` queued; returns the time from spawn to the
+    /// answer, and the child's peak RSS (VmHWM, KiB) read before it is killed.
+    async fn serve_one(&self, bin: &str, env: &[(&str, &str)], event: &str) -> (Duration, u64) {
+        *self.next.lock().expect("lock") = Some(event.to_owned());
+        let mut answers = self.answers.lock().await;
+        let started = Instant::now();
+        let mut child = tokio::process::Command::new(bin)
+            .env_clear()
+            .env("AWS_LAMBDA_RUNTIME_API", &self.addr)
+            .env("AWS_LAMBDA_FUNCTION_NAME", "bench")
+            .env("AWS_LAMBDA_FUNCTION_MEMORY_SIZE", "1024")
+            .env("AWS_LAMBDA_FUNCTION_VERSION", "$LATEST")
+            .env("AWS_LAMBDA_LOG_STREAM_NAME", "bench")
+            .env("AWS_LAMBDA_LOG_GROUP_NAME", "/aws/lambda/bench")
+            .env("AWS_REGION", "us-east-1")
+            .env("AWS_ACCESS_KEY_ID", "bench")
+            .env("AWS_SECRET_ACCESS_KEY", "bench")
+            .envs(env.iter().copied())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .kill_on_drop(true)
+            .spawn()
+            .unwrap_or_else(|e| panic!("spawn {bin}: {e}"));
+        let answer = tokio::time::timeout(Duration::from_secs(60), answers.recv())
+            .await
+            .unwrap_or_else(|_| panic!("{bin} did not answer within 60 s"))
+            .expect("channel open");
+        let took = started.elapsed();
+        if let Err(e) = answer {
+            panic!("{bin} failed: {e}");
+        }
+        let rss = child.id().map_or(0, vm_hwm_kib);
+        let _ = child.kill().await;
+        (took, rss)
+    }
+}
+
+async fn next_event(State(s): State<ApiState>) -> impl IntoResponse {
+    let event = s.next.lock().expect("lock").take();
+    match event {
+        Some(body) => {
+            let deadline = SystemClock.now_ms() + 60_000;
+            let mut headers = HeaderMap::new();
+            let mut put = |k: &'static str, v: String| {
+                headers.insert(k, v.parse().expect("header value"));
+            };
+            put("lambda-runtime-aws-request-id", "req-1".into());
+            put("lambda-runtime-deadline-ms", deadline.to_string());
+            put(
+                "lambda-runtime-invoked-function-arn",
+                "arn:aws:lambda:us-east-1:123456789012:function:bench".into(),
+            );
+            put(
+                "lambda-runtime-trace-id",
+                "Root=1-00000000-000000000000000000000000".into(),
+            );
+            (headers, body)
+        }
+        // One event per process: later polls wait until the process is killed.
+        None => std::future::pending().await,
+    }
+}
+
+fn vm_hwm_kib(pid: u32) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("VmHWM:"))
+                .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        })
+        .unwrap_or(0)
+}
+
+fn median(mut values: Vec<Duration>) -> Duration {
+    values.sort();
+    values[values.len() / 2]
+}
+
+fn ms(d: Duration) -> String {
+    format!("{:.2}", d.as_secs_f64() * 1000.0)
+}
+
+/// The function as deployed: DynamoDB store, HTTP payments and the visibility backoff all
+/// configured (clients built, nothing contacted: the event has no records).
+const DEPLOYED: &[(&str, &str)] = &[
+    ("IDEMPOTENCY_TABLE", "orders"),
+    ("PAYMENT_API_URL", "https://127.0.0.1:9/charges"),
+    ("PAYMENT_API_KEY", "bench"),
+    ("VISIBILITY_BACKOFF", "true"),
+    ("FIFO_SCOPE", "group"),
+];
+
+async fn init(api: &RuntimeApi, dir: &str, runs: usize) {
+    let hello = format!("{dir}/examples/hello");
+    let function = format!("{dir}/process-orders");
+    let empty = r#"{"Records":[]}"#;
+    let (mut h, mut f) = (Vec::new(), Vec::new());
+    for _ in 0..runs {
+        // Alternate, so drift on the machine touches both alike.
+        h.push(api.serve_one(&hello, &[], empty).await.0);
+        f.push(api.serve_one(&function, DEPLOYED, empty).await.0);
+    }
+    let (h, f) = (median(h), median(f));
+    println!("\n(b) init: spawn to first event served, median of {runs}");
+    println!("| binary | ms | ratio |\n|---|---|---|");
+    println!("| hello-world lambda_runtime | {} | 1.00 |", ms(h));
+    println!(
+        "| process-orders (DynamoDB + HTTP + SQS clients) | {} | {:.2} |",
+        ms(f),
+        f.as_secs_f64() / h.as_secs_f64()
+    );
+}
+
+async fn peak_rss(api: &RuntimeApi, dir: &str, limit: usize) {
+    let (records, json) = event::largest_within(limit, 0);
+    let hello = format!("{dir}/examples/hello");
+    let function = format!("{dir}/process-orders");
+    // In-memory store and simulated payments: the whole event is processed without network.
+    let local = &[("PROCESS_ORDERS_LOCAL", "1")];
+    let (ht, hr) = api.serve_one(&hello, &[], &json).await;
+    let (ft, fr) = api.serve_one(&function, local, &json).await;
+    println!(
+        "\n(c) peak RSS (VmHWM), one event of {records} records, {} bytes",
+        json.len()
+    );
+    println!("| binary | peak RSS MiB | spawn to answer ms |\n|---|---|---|");
+    println!(
+        "| hello-world (parses into serde_json::Value) | {:.1} | {} |",
+        hr as f64 / 1024.0,
+        ms(ht)
+    );
+    println!(
+        "| process-orders (in-memory store) | {:.1} | {} |",
+        fr as f64 / 1024.0,
+        ms(ft)
+    );
+}
+
+// ---------------------------------------------------------------------------------------------
+// (d) Concurrency: every store call takes 10 ms more, as a DynamoDB round trip would.
+
+struct SlowStore(MemoryStore);
+
+impl IdempotencyStore for SlowStore {
+    async fn begin(&self, request: &ClaimRequest<'_>) -> Result<Begin, StoreError> {
+        tokio::time::sleep(STORE_DELAY).await;
+        self.0.begin(request).await
+    }
+
+    async fn complete(&self, key: &str, lease: &Lease, now_ms: u64) -> Result<(), StoreError> {
+        tokio::time::sleep(STORE_DELAY).await;
+        self.0.complete(key, lease, now_ms).await
+    }
+
+    async fn release(&self, key: &str, lease: &Lease) -> Result<(), StoreError> {
+        tokio::time::sleep(STORE_DELAY).await;
+        self.0.release(key, lease).await
+    }
+}
+
+async fn run_once(json: &str, settings: &[(&str, String)]) -> Duration {
+    let config = Config::from_lookup(|k| {
+        settings
+            .iter()
+            .find(|(name, _)| *name == k)
+            .map(|(_, v)| v.clone())
+    })
+    .expect("configuration");
+    let app = App::with_ports(
+        &config,
+        SlowStore(MemoryStore::new(config.retention)),
+        SimulatedGateway::new(),
+        SystemClock,
+    );
+    let started = Instant::now();
+    let response = app
+        .handle_json(json, SystemClock.now_ms() + 3_600_000)
+        .await
+        .expect("handled");
+    assert!(response.batch_item_failures.is_empty());
+    started.elapsed()
+}
+
+async fn concurrency(full: bool) {
+    let records = if full { 1_000 } else { 50 };
+    let levels: &[usize] = if full { &[1, 8, 16, 32, 64] } else { &[1, 8] };
+    let json = |fifo_groups| {
+        serde_json::to_string(&event::generate(EventShape {
+            records,
+            fifo_groups,
+            seed: 7,
+        }))
+        .expect("event")
+    };
+    let standard = json(0);
+    println!(
+        "\n(d) concurrency: {records}-record standard batch, store +{} ms per call (2 calls per record)",
+        STORE_DELAY.as_millis()
+    );
+    println!("| MAX_CONCURRENCY | ms | speedup | speedup / C |\n|---|---|---|---|");
+    let mut base = None;
+    for &c in levels {
+        let took = run_once(&standard, &[("MAX_CONCURRENCY", c.to_string())]).await;
+        let base = *base.get_or_insert(took);
+        let speedup = base.as_secs_f64() / took.as_secs_f64();
+        println!(
+            "| {c} | {} | {speedup:.2} | {:.2} |",
+            ms(took),
+            speedup / c as f64
+        );
+    }
+
+    let groups = 8;
+    let fifo = json(groups);
+    let sequential = run_once(&fifo, &[("FIFO_SCOPE", "batch".into())]).await;
+    let grouped = run_once(
+        &fifo,
+        &[
+            ("FIFO_SCOPE", "group".into()),
+            ("MAX_CONCURRENCY", groups.to_string()),
+        ],
+    )
+    .await;
+    let speedup = sequential.as_secs_f64() / grouped.as_secs_f64();
+    println!("\n(d) FIFO: {records} records in {groups} groups, same store");
+    println!("| scope | ms | speedup | speedup / G |\n|---|---|---|---|");
+    println!("| batch (sequential) | {} | 1.00 | |", ms(sequential));
+    println!(
+        "| group, MAX_CONCURRENCY {groups} | {} | {speedup:.2} | {:.2} |",
+        ms(grouped),
+        speedup / groups as f64
+    );
+}
