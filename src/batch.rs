@@ -9,7 +9,8 @@
 //!   after a RETRY (a POISON record never succeeds, so it does not hold its group: see
 //!   `Hold::RetryOnly`); groups run concurrently, in order inside each group.
 //! - A record is not started when the invocation's remaining time is below the deadline margin;
-//!   it is reported instead, so the batch never dies of the function timeout.
+//!   it is reported instead. A started record still running when half the margin is left is
+//!   abandoned and reported RETRY. Either way the response leaves before the function timeout.
 //! - A panic inside a handler is RETRY for that record only.
 
 use std::borrow::Cow;
@@ -17,6 +18,7 @@ use std::collections::HashMap;
 use std::future::Future;
 use std::num::NonZeroUsize;
 use std::panic::AssertUnwindSafe;
+use std::time::Duration;
 
 use futures_util::stream::{FuturesOrdered, FuturesUnordered};
 use futures_util::{FutureExt, StreamExt};
@@ -303,12 +305,22 @@ impl<H: RecordHandler, C: Clock> BatchProcessor<H, C> {
             return RecordStatus::SkippedDeadline;
         }
         let context = RecordContext { deadline_ms };
+        // A started record may run until half the margin is left; then it is abandoned and
+        // reported, so the response and the visibility calls still leave before Lambda ends
+        // the invocation (which would retry the whole batch). Dropping it mid-call is safe: its
+        // claim stays STARTED until the lease ends, and a charge that did go out carries the
+        // idempotency key the redelivery will send again.
+        let budget = Duration::from_millis(remaining - self.options.deadline_margin_ms / 2);
         // AssertUnwindSafe: after a panic the handler's state is only read through its own
         // synchronisation (stores lock, clients are stateless), so no broken invariant leaks.
-        let verdict = AssertUnwindSafe(self.handler.handle(message, context))
-            .catch_unwind()
-            .await
-            .unwrap_or_else(|_| Verdict::retry("panic").with_detail("the record handler panicked"));
+        let handled = AssertUnwindSafe(self.handler.handle(message, context)).catch_unwind();
+        let verdict = match tokio::time::timeout(budget, handled).await {
+            Ok(Ok(verdict)) => verdict,
+            Ok(Err(_)) => Verdict::retry("panic").with_detail("the record handler panicked"),
+            Err(_) => Verdict::retry("abandoned").with_detail(
+                "still running when the invocation's time was nearly up: abandoned and reported",
+            ),
+        };
         RecordStatus::Handled(verdict)
     }
 
@@ -493,6 +505,7 @@ mod tests {
                 "retry" => Verdict::retry("transient"),
                 "poison" => Verdict::poison("bad"),
                 "panic" => panic!("scripted panic"),
+                "hang" => std::future::pending().await,
                 slow => {
                     let ms = slow.trim_start_matches("slow:").parse().unwrap_or(0);
                     self.clock.advance_ms(ms);
@@ -634,6 +647,26 @@ mod tests {
         let report = p.process(&messages, QueueKind::Standard, 5_000).await;
         assert_eq!(report.statuses[2], RecordStatus::SkippedDeadline);
         assert_eq!(report.failed_ids(&messages).collect::<Vec<_>>(), ["c"]);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_record_still_running_near_the_deadline_is_abandoned_and_reported() {
+        // GIVEN a deadline 5 s away and a margin of 1 s, WHEN a record never finishes, THEN it
+        // is abandoned with 0.5 s left and reported; the records around it are unaffected.
+        let specs = [("a", None, "ack"), ("b", None, "hang"), ("c", None, "ack")];
+        let clock = ManualClock::at(0);
+        let p = processor(FifoScope::Batch, &clock);
+        let messages = batch(&specs);
+        let started = tokio::time::Instant::now();
+        let report = p.process(&messages, QueueKind::Standard, 5_000).await;
+        assert_eq!(started.elapsed(), std::time::Duration::from_millis(4_500));
+        assert_eq!(report.failed_ids(&messages).collect::<Vec<_>>(), ["b"]);
+        match &report.statuses[1] {
+            RecordStatus::Handled(v) => {
+                assert_eq!((v.outcome, v.reason), (Outcome::Retry, "abandoned"))
+            }
+            other => panic!("expected an abandoned record, got {other:?}"),
+        }
     }
 
     #[tokio::test]
