@@ -2,7 +2,7 @@
 
 use aws_lambda_events::sqs::{SqsBatchResponse, SqsEvent};
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use crate::aws::{self, SdkSettings};
 use crate::backoff::BackoffPolicy;
@@ -10,6 +10,7 @@ use crate::batch::{BatchProcessor, BatchReport};
 use crate::clock::{Clock, SystemClock};
 use crate::config::{Config, ConfigError};
 use crate::idempotency::{AnyStore, DynamoDbStore, IdempotencyStore, MemoryStore};
+use crate::metrics::{self, CallLatency, MetricsSettings, MetricsSink};
 use crate::order::{OrderHandler, Ports};
 use crate::payment::http::HttpSetupError;
 use crate::payment::{AnyGateway, HttpGateway, PaymentGateway, SimulatedGateway};
@@ -47,6 +48,8 @@ pub struct App<S = AnyStore, P = AnyGateway, C = SystemClock> {
     processor: BatchProcessor<OrderHandler<S, P, C>, C>,
     /// Visibility backoff for reported records, when on.
     backoff: Option<(SqsVisibility, BackoffPolicy)>,
+    /// EMF metrics, when on, and where they are written.
+    metrics: Option<(MetricsSettings, MetricsSink)>,
 }
 
 /// Bounds for the visibility calls: they run after the batch, so they must be quick; a failure
@@ -103,12 +106,25 @@ where
             gateway,
             clock: clock.clone(),
             lease: config.lease,
+            calls: CallLatency::default(),
         };
         let processor = BatchProcessor::new(OrderHandler::new(ports), clock, config.batch);
         Self {
             processor,
             backoff: None,
+            metrics: config
+                .metrics
+                .clone()
+                .map(|settings| (settings, MetricsSink::Stdout)),
         }
+    }
+
+    /// Sends the metrics documents to `sink` instead of stdout (when metrics are on).
+    pub fn with_metrics_sink(mut self, sink: MetricsSink) -> Self {
+        if let Some((_, current)) = &mut self.metrics {
+            *current = sink;
+        }
+        self
     }
 
     /// Turns the visibility backoff on (`Some`) or off.
@@ -154,12 +170,15 @@ where
             .0)
     }
 
-    /// Processes one batch: the records, the response and its check, then the backoff.
+    /// Processes one batch: the records, the response and its check, the backoff, then the
+    /// metrics.
     pub async fn handle_batch(
         &self,
         batch: &Batch<'_>,
         deadline_ms: u64,
     ) -> Result<(SqsBatchResponse, BatchReport), EventError> {
+        // A duration measurement only: the monotonic clock, not the injected one.
+        let started = Instant::now();
         let records = &batch.messages;
         let report = self
             .processor
@@ -170,6 +189,19 @@ where
         if let Some((port, policy)) = &self.backoff {
             let now_ms = self.ports().clock.now_ms();
             visibility::apply(port, policy, batch.queue_arn, records, &report, now_ms).await;
+        }
+        if let Some((settings, sink)) = &self.metrics {
+            let calls = &self.ports().calls;
+            let invocation = metrics::Invocation {
+                report: &report,
+                queue_arn: batch.queue_arn,
+                kind: batch.kind,
+                timestamp_ms: self.ports().clock.now_ms(),
+                duration_ms: started.elapsed().as_secs_f64() * 1_000.0,
+                store: calls.store.take(),
+                payment: calls.payment.take(),
+            };
+            sink.write(&metrics::document(settings, &invocation));
         }
         Ok((response, report))
     }

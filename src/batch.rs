@@ -25,6 +25,7 @@ use futures_util::{FutureExt, StreamExt};
 use tracing::{info, warn};
 
 use crate::clock::Clock;
+use crate::idempotency::LeaseToken;
 use crate::sqs::{Message, QueueKind};
 
 /// What should become of a record.
@@ -60,6 +61,9 @@ pub struct Verdict {
     pub key: Option<String>,
     /// When retrying makes sense again, in epoch ms (for example a busy lease's end).
     pub retry_after_ms: Option<u64>,
+    /// The lease token of the idempotency claim this record held, if it got that far: joins
+    /// the log line to the store's item.
+    pub lease_token: Option<LeaseToken>,
 }
 
 impl Verdict {
@@ -82,6 +86,7 @@ impl Verdict {
             detail: None,
             key: None,
             retry_after_ms: None,
+            lease_token: None,
         }
     }
 
@@ -444,11 +449,15 @@ fn log_report(batch: &[Message<'_>], report: &BatchReport, duration_ms: u64) {
             RecordStatus::Handled(v) if v.outcome == Outcome::Ack => {}
             RecordStatus::Handled(v) => warn!(
                 message_id = message.message_id,
-                key = v.key.as_deref(),
+                order_id = v.key.as_deref(),
                 outcome = v.outcome.as_str(),
                 reason = v.reason,
                 detail = v.detail.as_deref().unwrap_or(""),
                 receive_count,
+                first_receive_ms = message.first_receive_ms,
+                group_id = message.group_id,
+                lease_token = v.lease_token.map(tracing::field::display),
+                retry_after_ms = v.retry_after_ms,
                 "record not acknowledged"
             ),
             RecordStatus::SkippedDeadline => warn!(
@@ -456,6 +465,8 @@ fn log_report(batch: &[Message<'_>], report: &BatchReport, duration_ms: u64) {
                 outcome = Outcome::Retry.as_str(),
                 reason = "deadline",
                 receive_count,
+                first_receive_ms = message.first_receive_ms,
+                group_id = message.group_id,
                 "record not started: too close to the invocation deadline"
             ),
             RecordStatus::SkippedAfter { culprit } => warn!(
@@ -464,6 +475,8 @@ fn log_report(batch: &[Message<'_>], report: &BatchReport, duration_ms: u64) {
                 reason = "after_failure",
                 caused_by = batch[*culprit].message_id,
                 receive_count,
+                first_receive_ms = message.first_receive_ms,
+                group_id = message.group_id,
                 "record not started: an earlier record failed and FIFO order must hold"
             ),
         }

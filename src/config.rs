@@ -9,6 +9,7 @@ use std::time::Duration;
 use crate::aws::SdkSettings;
 use crate::backoff::{BackoffPolicy, MAX_VISIBILITY_S};
 use crate::batch::{BatchOptions, FifoScope};
+use crate::metrics::MetricsSettings;
 use crate::order::LeasePolicy;
 use crate::payment::http::{HttpSettings, Secret};
 
@@ -33,6 +34,8 @@ pub const VARIABLES: &[(&str, Option<&str>)] = &[
     ("VISIBILITY_BACKOFF", Some("false")),
     ("BACKOFF_BASE_SECONDS", Some("5")),
     ("BACKOFF_CAP_SECONDS", Some("900")),
+    ("METRICS_ENABLED", Some("true")),
+    ("METRICS_NAMESPACE", Some("ProcessOrders")),
 ];
 
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
@@ -79,6 +82,8 @@ pub struct Config {
     pub backoff: Option<BackoffPolicy>,
     /// Running inside Lambda (`AWS_LAMBDA_FUNCTION_NAME` set).
     pub in_lambda: bool,
+    /// CloudWatch EMF metrics, one document per invocation; `None` when off.
+    pub metrics: Option<MetricsSettings>,
 }
 
 impl Config {
@@ -163,6 +168,27 @@ impl Config {
         let retention_days: u64 = env.ranged("IDEMPOTENCY_RETENTION_DAYS", 18, 1, 3_650)?;
         let max_concurrency: usize = env.ranged("MAX_CONCURRENCY", 16, 1, 1_000)?;
         let deadline_margin_ms: u64 = env.ranged("DEADLINE_MARGIN_MS", 5_000, 0, 900_000)?;
+        let metrics = match env.text("METRICS_ENABLED").as_deref() {
+            None | Some("1" | "true") => Some(MetricsSettings {
+                namespace: env
+                    .text("METRICS_NAMESPACE")
+                    .unwrap_or_else(|| "ProcessOrders".to_owned()),
+                function_name: env
+                    .text("AWS_LAMBDA_FUNCTION_NAME")
+                    .unwrap_or_else(|| "process-orders".to_owned()),
+            }),
+            Some("0" | "false") => None,
+            Some(v) => return Err(invalid("METRICS_ENABLED", v, "true/1 or false/0")),
+        };
+        if let Some(m) = &metrics
+            && (m.namespace.len() > 255 || m.namespace.contains(':'))
+        {
+            return Err(invalid(
+                "METRICS_NAMESPACE",
+                &m.namespace,
+                "at most 255 characters, without ':'",
+            ));
+        }
         let fifo_scope = match env.text("FIFO_SCOPE").as_deref() {
             None => FifoScope::Batch,
             Some(v) if v.eq_ignore_ascii_case("batch") => FifoScope::Batch,
@@ -185,6 +211,7 @@ impl Config {
             payment,
             backoff,
             in_lambda,
+            metrics,
         })
     }
 }

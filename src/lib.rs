@@ -25,6 +25,8 @@
 //! - [`app`]: the ports assembled once per container; [`cli`]: Lambda or one-shot mode.
 //! - [`aws`]: the AWS SDK configuration, loaded once.
 //! - [`clock`]: injected time.
+//! - [`metrics`]: one CloudWatch EMF document per invocation, and call latencies.
+//! - [`ops`]: depth, inspect and redrive for the `orders-ops` on-call tool.
 //! - [`local`]: local tools (event source mapping, set-up, load), not used by the function.
 
 // The AWS SDK's nested futures exceed the default query depth when their layout is computed.
@@ -39,6 +41,8 @@ pub mod clock;
 pub mod config;
 pub mod idempotency;
 pub mod local;
+pub mod metrics;
+pub mod ops;
 pub mod order;
 pub mod payment;
 pub mod sqs;

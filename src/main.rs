@@ -8,6 +8,7 @@ use process_orders::app::{self, App};
 use process_orders::cli::{self, Mode};
 use process_orders::clock::{Clock, SystemClock};
 use process_orders::config::Config;
+use process_orders::metrics::MetricsSink;
 use serde_json::value::RawValue;
 
 #[tokio::main(flavor = "current_thread")]
@@ -32,6 +33,10 @@ async fn main() -> ExitCode {
         Err(e) => return fail(&e, 2),
     };
     let app = match App::build(&config).await {
+        // One-shot mode's stdout carries the response, so its metrics go to stderr.
+        Ok(app) if matches!(mode, Mode::OneShot { .. }) => {
+            app.with_metrics_sink(MetricsSink::Stderr)
+        }
         Ok(app) => app,
         Err(e) => return fail(&e, 2),
     };

@@ -11,7 +11,10 @@ use serde_json::value::RawValue;
 
 use crate::batch::{Outcome, RecordContext, RecordHandler, Verdict};
 use crate::clock::Clock;
-use crate::idempotency::{Begin, ClaimRequest, Fingerprint, IdempotencyStore, lease_end};
+use crate::idempotency::{
+    Begin, ClaimRequest, Fingerprint, IdempotencyStore, LeaseToken, lease_end,
+};
+use crate::metrics::CallLatency;
 use crate::payment::{ChargeRequest, PaymentError, PaymentGateway};
 use crate::sqs::Message;
 
@@ -221,6 +224,8 @@ pub struct Ports<S, P, C> {
     pub gateway: P,
     pub clock: C,
     pub lease: LeasePolicy,
+    /// Latency of the store and payment calls, for the metrics.
+    pub calls: CallLatency,
 }
 
 /// Claims the order, charges it with its id as the idempotency key, and completes the claim.
@@ -229,7 +234,7 @@ pub async fn handle_order<S, P, C>(
     ports: &Ports<S, P, C>,
     deadline_ms: u64,
     message_id: &str,
-) -> OrderDecision
+) -> (OrderDecision, Option<LeaseToken>)
 where
     S: IdempotencyStore,
     P: PaymentGateway,
@@ -249,37 +254,44 @@ where
         ),
         message_id,
     };
-    let lease = match ports.store.begin(&claim).await {
+    let store = &ports.calls.store;
+    let lease = match store.time(ports.store.begin(&claim)).await {
         Ok(Begin::Started(lease)) => lease,
-        Ok(Begin::Done) => return OrderDecision::Duplicate,
-        Ok(Begin::Busy { until_ms }) => return OrderDecision::Busy { until_ms },
-        Ok(Begin::Conflict) => return OrderDecision::Conflict,
-        Err(e) => return OrderDecision::StoreUnavailable(e),
+        Ok(Begin::Done) => return (OrderDecision::Duplicate, None),
+        Ok(Begin::Busy { until_ms }) => return (OrderDecision::Busy { until_ms }, None),
+        Ok(Begin::Conflict) => return (OrderDecision::Conflict, None),
+        Err(e) => return (OrderDecision::StoreUnavailable(e), None),
     };
+    // From here on the decision carries the claim's lease token, for the log line.
+    let claimed = |decision| (decision, Some(lease.token));
     let charge = ChargeRequest {
         order_id: key,
         amount: order.amount,
         idempotency_key: key,
     };
-    if let Err(error) = ports.gateway.charge(&charge).await {
-        // Give the key back so the next delivery need not wait out the lease. If this fails
-        // the lease simply runs out; the decision stands.
-        if let Err(release) = ports.store.release(key, &lease).await {
-            tracing::warn!(order_id = key, error = %release, "could not release the claim");
-        }
-        return match error {
-            PaymentError::Rejected { .. } => OrderDecision::Declined(error),
-            PaymentError::Transient { .. } => OrderDecision::PaymentUnavailable(error),
-        };
-    }
-    match ports
-        .store
-        .complete(key, &lease, ports.clock.now_ms())
+    if let Err(error) = ports
+        .calls
+        .payment
+        .time(ports.gateway.charge(&charge))
         .await
     {
-        Ok(()) => OrderDecision::Charged,
-        Err(crate::idempotency::StoreError::LeaseLost) => OrderDecision::LeaseLost,
-        Err(e) => OrderDecision::StoreUnavailable(e),
+        // Give the key back so the next delivery need not wait out the lease. If this fails
+        // the lease simply runs out; the decision stands.
+        if let Err(release) = store.time(ports.store.release(key, &lease)).await {
+            tracing::warn!(order_id = key, error = %release, "could not release the claim");
+        }
+        return claimed(match error {
+            PaymentError::Rejected { .. } => OrderDecision::Declined(error),
+            PaymentError::Transient { .. } => OrderDecision::PaymentUnavailable(error),
+        });
+    }
+    match store
+        .time(ports.store.complete(key, &lease, ports.clock.now_ms()))
+        .await
+    {
+        Ok(()) => claimed(OrderDecision::Charged),
+        Err(crate::idempotency::StoreError::LeaseLost) => claimed(OrderDecision::LeaseLost),
+        Err(e) => claimed(OrderDecision::StoreUnavailable(e)),
     }
 }
 
@@ -313,19 +325,20 @@ where
                     .with_detail(format!("{e} (body length {})", message.body.len()));
             }
         };
-        let decision =
+        let (decision, lease) =
             handle_order(&order, &self.ports, context.deadline_ms, message.message_id).await;
-        verdict(decision, order)
+        verdict(decision, order, lease)
     }
 }
 
-fn verdict(decision: OrderDecision, order: Order<'_>) -> Verdict {
+fn verdict(decision: OrderDecision, order: Order<'_>, lease: Option<LeaseToken>) -> Verdict {
     let verdict = match decision.outcome() {
         Outcome::Ack => return Verdict::ack(decision.reason()),
         Outcome::Retry => Verdict::retry(decision.reason()),
         Outcome::Poison => Verdict::poison(decision.reason()),
     };
-    let verdict = verdict.with_key(order.order_id.into_owned());
+    let mut verdict = verdict.with_key(order.order_id.into_owned());
+    verdict.lease_token = lease;
     match decision {
         OrderDecision::Busy { until_ms } => verdict
             .with_retry_after_ms(until_ms)

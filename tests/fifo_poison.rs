@@ -154,7 +154,15 @@ async fn valid_orders_in_dlq(name: &str, poison: usize, fifo_scope: &str, backof
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn with_the_shipped_defaults_no_valid_order_reaches_the_dlq() {
-    let batch = valid_orders_in_dlq("batch", 3, "batch", false).await;
+    // How many innocents ride along depends on how moto regroups redeliveries, which varies
+    // with timing (0 to 6 seen on a loaded machine): up to three attempts to see the hazard.
+    let mut batch = 0;
+    for attempt in 1..=3 {
+        batch = valid_orders_in_dlq(&format!("batch{attempt}"), 3, "batch", false).await;
+        if batch > 0 {
+            break;
+        }
+    }
     let batch_vis0 = valid_orders_in_dlq("batch-vis0", 3, "batch", true).await;
     let group = valid_orders_in_dlq("group", 3, "group", true).await;
     eprintln!(
@@ -163,7 +171,7 @@ async fn with_the_shipped_defaults_no_valid_order_reaches_the_dlq() {
     // The hazard itself: without this the scenario proves nothing about the defaults.
     assert!(
         batch > 0,
-        "the hazard did not reproduce: batch scope lost no valid order"
+        "the hazard did not reproduce: batch scope lost no valid order in three attempts"
     );
     assert_eq!(group, 0, "the shipped defaults lost valid orders");
 }

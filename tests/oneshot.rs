@@ -52,6 +52,14 @@ fn a_file_event_prints_the_response_and_logs_to_stderr() {
     assert_eq!(ids[0], "11111111-aaaa-4000-8000-000000000003");
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(stderr.contains("batch processed"), "{stderr}");
+    // The EMF document goes to stderr too, one line, never onto the response.
+    let emf: Vec<serde_json::Value> = stderr
+        .lines()
+        .filter(|l| l.starts_with('{') && l.contains(r#""_aws":"#))
+        .map(|l| serde_json::from_str(l).expect("EMF line is JSON"))
+        .collect();
+    assert_eq!(emf.len(), 1, "{stderr}");
+    assert_eq!(emf[0]["Records"], 5.0);
 }
 
 #[test]

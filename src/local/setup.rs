@@ -136,41 +136,5 @@ pub async fn table(dynamodb: &aws_sdk_dynamodb::Client, name: &str) -> Result<()
     Ok(())
 }
 
-/// Visible, in flight and delayed messages of a queue.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct Depth {
-    pub visible: u64,
-    pub in_flight: u64,
-    pub delayed: u64,
-}
-
-impl Depth {
-    pub fn total(&self) -> u64 {
-        self.visible + self.in_flight + self.delayed
-    }
-}
-
-pub async fn depth(sqs: &aws_sdk_sqs::Client, url: &str) -> Result<Depth, LocalError> {
-    let attributes = sqs
-        .get_queue_attributes()
-        .queue_url(url)
-        .attribute_names(QueueAttributeName::ApproximateNumberOfMessages)
-        .attribute_names(QueueAttributeName::ApproximateNumberOfMessagesNotVisible)
-        .attribute_names(QueueAttributeName::ApproximateNumberOfMessagesDelayed)
-        .send()
-        .await
-        .map_err(|e| LocalError::aws("queue depth", e))?
-        .attributes
-        .unwrap_or_default();
-    let read = |name: QueueAttributeName| {
-        attributes
-            .get(&name)
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(0)
-    };
-    Ok(Depth {
-        visible: read(QueueAttributeName::ApproximateNumberOfMessages),
-        in_flight: read(QueueAttributeName::ApproximateNumberOfMessagesNotVisible),
-        delayed: read(QueueAttributeName::ApproximateNumberOfMessagesDelayed),
-    })
-}
+/// The queue depth: the ops tools' own reading, used here to tell when a run has drained.
+pub use crate::ops::{Depth, depth};

@@ -1,0 +1,233 @@
+//! On-call tool for the order queues (see the README's runbook).
+//!
+//!   orders-ops depth   --queue NAME|URL [--endpoint URL]
+//!   orders-ops inspect --queue NAME|URL [--max 50] [--endpoint URL]
+//!   orders-ops redrive --queue NAME|URL [--manual] [--rate 10] [--yes] [--endpoint URL]
+//!
+//! `--queue` names the source queue; `inspect` and `redrive` work on its DLQ (from the redrive
+//! policy). Without `--endpoint` the AWS SDK's usual configuration applies (profile, region).
+
+use std::collections::HashMap;
+use std::io::{BufRead, Write};
+use std::process::ExitCode;
+use std::time::Duration;
+
+use aws_sdk_sqs::Client;
+use process_orders::local::{LocalError, sdk_config};
+use process_orders::ops::{self, Queue};
+
+const USAGE: &str = "usage: orders-ops depth|inspect|redrive --queue NAME|URL [--endpoint URL] [--max N] [--manual] [--rate R] [--yes]";
+
+#[tokio::main(flavor = "current_thread")]
+async fn main() -> ExitCode {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "warn".into()),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    match run(&args).await {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("orders-ops: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// `--name value` pairs; `--manual` and `--yes` take no value.
+fn flags(args: &[String]) -> Result<HashMap<String, String>, String> {
+    let mut map = HashMap::new();
+    let mut it = args.iter();
+    while let Some(flag) = it.next() {
+        let name = flag
+            .strip_prefix("--")
+            .ok_or_else(|| format!("unexpected argument {flag:?}\n{USAGE}"))?;
+        let value = match name {
+            "manual" | "yes" => "true".to_owned(),
+            _ => it
+                .next()
+                .ok_or_else(|| format!("--{name} needs a value"))?
+                .clone(),
+        };
+        map.insert(name.to_owned(), value);
+    }
+    Ok(map)
+}
+
+async fn run(args: &[String]) -> Result<(), String> {
+    let command = args.first().map(String::as_str).unwrap_or("");
+    let flags = flags(args.get(1..).unwrap_or_default())?;
+    let queue = flags.get("queue").ok_or(USAGE)?;
+    let sqs = match flags.get("endpoint") {
+        Some(endpoint) => Client::new(&sdk_config(endpoint)),
+        None => {
+            Client::new(&aws_config::load_defaults(aws_config::BehaviorVersion::latest()).await)
+        }
+    };
+    let source = ops::resolve(&sqs, queue).await.map_err(text)?;
+    match command {
+        "depth" => depth(&sqs, &source).await,
+        "inspect" => {
+            let max = number(&flags, "max", 50)?;
+            inspect(&sqs, &source, max as usize).await
+        }
+        "redrive" => {
+            let rate = number(&flags, "rate", 10)?;
+            let dlq = ops::dead_letter_queue(&sqs, &source).await.map_err(text)?;
+            println!("{}", ops::REDRIVE_CHECKLIST);
+            println!(
+                "Move the messages of {} back to {} at {rate}/s.",
+                dlq.name(),
+                source.name()
+            );
+            if !flags.contains_key("yes") && !confirm()? {
+                return Err("not confirmed; nothing moved".into());
+            }
+            if flags.contains_key("manual") {
+                let moved = ops::redrive_manual(&sqs, &dlq, &source, rate as u32)
+                    .await
+                    .map_err(text)?;
+                println!(
+                    "moved {} message(s); {} refused by the source queue",
+                    moved.moved, moved.failed
+                );
+                Ok(())
+            } else {
+                move_task(&sqs, &dlq, &source, rate as i32).await
+            }
+        }
+        _ => Err(USAGE.into()),
+    }
+}
+
+fn text(e: LocalError) -> String {
+    process_orders::order::error_chain(&e)
+}
+
+fn number(flags: &HashMap<String, String>, name: &str, default: u64) -> Result<u64, String> {
+    flags.get(name).map_or(Ok(default), |v| {
+        v.parse()
+            .ok()
+            .filter(|n| *n > 0)
+            .ok_or_else(|| format!("--{name} {v:?} must be a positive whole number"))
+    })
+}
+
+fn confirm() -> Result<bool, String> {
+    print!("Type yes to go on: ");
+    std::io::stdout().flush().map_err(|e| e.to_string())?;
+    let mut line = String::new();
+    std::io::stdin()
+        .lock()
+        .read_line(&mut line)
+        .map_err(|e| e.to_string())?;
+    Ok(line.trim() == "yes")
+}
+
+async fn depth(sqs: &Client, source: &Queue) -> Result<(), String> {
+    println!("| queue | visible | in flight | delayed |\n|---|---|---|---|");
+    let mut queues = vec![source.clone()];
+    if source.dlq_arn.is_some() {
+        queues.push(ops::dead_letter_queue(sqs, source).await.map_err(text)?);
+    }
+    for q in &queues {
+        let d = ops::depth(sqs, &q.url).await.map_err(text)?;
+        println!(
+            "| {} | {} | {} | {} |",
+            q.name(),
+            d.visible,
+            d.in_flight,
+            d.delayed
+        );
+    }
+    // SQS's API has no age of the oldest message; CloudWatch has it as a metric.
+    println!(
+        "oldest message age: CloudWatch metric ApproximateAgeOfOldestMessage (not in the SQS API)"
+    );
+    Ok(())
+}
+
+async fn inspect(sqs: &Client, source: &Queue, max: usize) -> Result<(), String> {
+    let dlq = ops::dead_letter_queue(sqs, source).await.map_err(text)?;
+    let peeked = ops::inspect(sqs, &dlq.url, max).await.map_err(text)?;
+    println!(
+        "{} message(s) in {} (made visible again):",
+        peeked.len(),
+        dlq.name()
+    );
+    println!(
+        "| message id | receives | first received (ms) | sent (ms) | body bytes | group | order id |\n|---|---|---|---|---|---|---|"
+    );
+    let show = |v: Option<String>| v.unwrap_or_else(|| "-".into());
+    for p in peeked {
+        println!(
+            "| {} | {} | {} | {} | {} | {} | {} |",
+            p.message_id,
+            show(p.receive_count.map(|n| n.to_string())),
+            show(p.first_receive_ms.map(|n| n.to_string())),
+            show(p.sent_ms.map(|n| n.to_string())),
+            p.body_len,
+            show(p.group_id),
+            show(p.order_id)
+        );
+    }
+    Ok(())
+}
+
+/// SQS's own redrive: a message move task at `rate` per second, followed until it ends and
+/// cancelled on Ctrl-C.
+async fn move_task(sqs: &Client, dlq: &Queue, source: &Queue, rate: i32) -> Result<(), String> {
+    let started = sqs
+        .start_message_move_task()
+        .source_arn(&dlq.arn)
+        .destination_arn(&source.arn)
+        .max_number_of_messages_per_second(rate)
+        .send()
+        .await
+        .map_err(|e| {
+            format!(
+                "{} (a server without message move tasks, such as moto, needs --manual)",
+                process_orders::order::error_chain(&e)
+            )
+        })?;
+    let handle = started.task_handle().unwrap_or_default().to_owned();
+    println!("move task started: {handle}");
+    loop {
+        tokio::select! {
+            _ = tokio::signal::ctrl_c() => {
+                sqs.cancel_message_move_task().task_handle(&handle).send().await
+                    .map_err(|e| process_orders::order::error_chain(&e))?;
+                return Err("cancelled; messages already moved stay moved".into());
+            }
+            _ = tokio::time::sleep(Duration::from_secs(5)) => {}
+        }
+        let tasks = sqs
+            .list_message_move_tasks()
+            .source_arn(&dlq.arn)
+            .max_results(1)
+            .send()
+            .await
+            .map_err(|e| process_orders::order::error_chain(&e))?;
+        let Some(task) = tasks.results().first() else {
+            continue;
+        };
+        println!(
+            "{}: {} of {} moved",
+            task.status().unwrap_or("UNKNOWN"),
+            task.approximate_number_of_messages_moved(),
+            task.approximate_number_of_messages_to_move().unwrap_or(0)
+        );
+        match task.status() {
+            Some("COMPLETED") => return Ok(()),
+            Some("FAILED" | "CANCELLED") => {
+                return Err(format!(
+                    "move task ended: {}",
+                    task.failure_reason().unwrap_or("no reason given")
+                ));
+            }
+            _ => {}
+        }
+    }
+}
