@@ -254,21 +254,24 @@ impl IdempotencyStore for AnyStore {
     async fn begin(&self, request: &ClaimRequest<'_>) -> Result<Begin, StoreError> {
         match self {
             Self::Memory(s) => s.begin(request).await,
-            Self::DynamoDb(s) => s.begin(request).await,
+            // Boxed: the SDK's futures are kilobytes, and an enum's future is as large as its
+            // largest arm, so every record's future (moved into the batch's queue) would be too.
+            // One allocation per network call is nothing next to the call.
+            Self::DynamoDb(s) => Box::pin(s.begin(request)).await,
         }
     }
 
     async fn complete(&self, key: &str, lease: &Lease, now_ms: u64) -> Result<(), StoreError> {
         match self {
             Self::Memory(s) => s.complete(key, lease, now_ms).await,
-            Self::DynamoDb(s) => s.complete(key, lease, now_ms).await,
+            Self::DynamoDb(s) => Box::pin(s.complete(key, lease, now_ms)).await,
         }
     }
 
     async fn release(&self, key: &str, lease: &Lease) -> Result<(), StoreError> {
         match self {
             Self::Memory(s) => s.release(key, lease).await,
-            Self::DynamoDb(s) => s.release(key, lease).await,
+            Self::DynamoDb(s) => Box::pin(s.release(key, lease)).await,
         }
     }
 }

@@ -60,7 +60,10 @@ impl PaymentGateway for AnyGateway {
     async fn charge(&self, request: &ChargeRequest<'_>) -> Result<(), PaymentError> {
         match self {
             Self::Simulated(g) => g.charge(request).await,
-            Self::Http(g) => g.charge(request).await,
+            // Boxed: reqwest's future is kilobytes, and an enum's future is as large as its
+            // largest arm, so every record's future (moved into the batch's queue) would be too.
+            // One allocation per network call is nothing next to the call.
+            Self::Http(g) => Box::pin(g.charge(request)).await,
         }
     }
 }
