@@ -300,13 +300,17 @@ fn statements(t: &Value) -> Vec<&Value> {
         .collect()
 }
 
+/// A statement's actions, whether one string or a list.
 fn actions(statement: &Value) -> BTreeSet<String> {
-    statement["Action"]
-        .as_sequence()
-        .unwrap()
-        .iter()
-        .map(|a| a.as_str().unwrap().to_owned())
-        .collect()
+    match &statement["Action"] {
+        Value::String(one) => BTreeSet::from([one.clone()]),
+        list => list
+            .as_sequence()
+            .unwrap()
+            .iter()
+            .map(|a| a.as_str().unwrap().to_owned())
+            .collect(),
+    }
 }
 
 #[test]
@@ -449,4 +453,105 @@ fn the_release_profile_unwinds_on_panic() {
             .any(|l| l.trim().replace(' ', "") == "panic=\"unwind\""),
         "{release}"
     );
+}
+
+/// The topic a `!If [CreateTopics, !Ref Created, !Ref ExistingParameter]` picks in each branch.
+fn topic_choices(v: &Value) -> (String, String) {
+    let (tag, inner) = tagged(v).expect("an !If between the created and the existing topic");
+    assert_eq!(tag, "!If");
+    let branches = inner.as_sequence().expect("!If [condition, then, else]");
+    assert_eq!(branches[0].as_str(), Some("CreateTopics"));
+    (target(&branches[1]), target(&branches[2]))
+}
+
+#[test]
+fn each_queue_subscribes_to_its_own_kind_of_topic_with_the_chosen_raw_delivery() {
+    let t = template();
+    let subscriptions = resources_of_type(&t, "AWS::SNS::Subscription");
+    assert_eq!(subscriptions.len(), 2, "one subscription per source queue");
+    let raw = &t["Parameters"]["RawMessageDelivery"];
+    assert_eq!(
+        raw["AllowedValues"].as_sequence().map(Vec::len),
+        Some(2),
+        "raw delivery is an explicit true/false choice"
+    );
+    for (name, s) in subscriptions {
+        assert_eq!(s["Protocol"].as_str(), Some("sqs"), "{name}");
+        let queue = target(&s["Endpoint"]);
+        let fifo_queue = resource(&t, &queue)["FifoQueue"].as_bool() == Some(true);
+        let (created, existing) = topic_choices(&s["TopicArn"]);
+        let fifo_topic = resource(&t, &created)["FifoTopic"].as_bool() == Some(true);
+        assert_eq!(
+            fifo_queue, fifo_topic,
+            "{name}: queue and topic are of the same kind"
+        );
+        let pattern = t["Parameters"][existing.as_str()]["AllowedPattern"]
+            .as_str()
+            .unwrap_or_default();
+        assert_eq!(
+            pattern.contains("fifo"),
+            fifo_queue,
+            "{name}: the existing topic's ARN pattern matches the queue kind"
+        );
+        assert_eq!(
+            tagged(&s["RawMessageDelivery"]).map(|(tag, v)| (tag, v.as_str().map(str::to_owned))),
+            Some(("!Ref".to_owned(), Some("RawMessageDelivery".to_owned()))),
+            "{name}: raw delivery follows the parameter"
+        );
+    }
+}
+
+#[test]
+fn sns_may_send_to_a_queue_only_from_its_own_topic() {
+    let t = template();
+    let policies = resources_of_type(&t, "AWS::SQS::QueuePolicy");
+    assert_eq!(policies.len(), 2, "one policy per subscribed queue");
+    let subscriptions = resources_of_type(&t, "AWS::SNS::Subscription");
+    for (name, p) in policies {
+        let queues = p["Queues"].as_sequence().expect("Queues");
+        assert_eq!(queues.len(), 1, "{name}: one queue per policy");
+        let queue = target(&queues[0]);
+        // The topic subscribed to this queue.
+        let (_, subscription) = subscriptions
+            .iter()
+            .find(|(_, s)| target(&s["Endpoint"]) == queue)
+            .unwrap_or_else(|| panic!("{name}: no subscription feeds {queue}"));
+        let topic = topic_choices(&subscription["TopicArn"]);
+        for statement in p["PolicyDocument"]["Statement"]
+            .as_sequence()
+            .expect("statements")
+        {
+            let principal = &statement["Principal"];
+            assert!(
+                principal.as_str() != Some("*") && principal["AWS"].as_str() != Some("*"),
+                "{name}: no statement for any principal"
+            );
+            assert_eq!(
+                principal["Service"].as_str(),
+                Some("sns.amazonaws.com"),
+                "{name}"
+            );
+            assert_eq!(statement["Effect"].as_str(), Some("Allow"));
+            assert_eq!(
+                actions(statement),
+                BTreeSet::from(["sqs:SendMessage".to_owned()]),
+                "{name}"
+            );
+            assert_eq!(
+                target(&statement["Resource"]),
+                queue,
+                "{name}: scoped to its queue"
+            );
+            let source = &statement["Condition"]["ArnEquals"]["aws:SourceArn"];
+            assert!(
+                !source.is_null(),
+                "{name}: an aws:SourceArn condition is required"
+            );
+            assert_eq!(
+                topic_choices(source),
+                topic,
+                "{name}: the condition names the subscribed topic"
+            );
+        }
+    }
 }
