@@ -35,6 +35,8 @@ demo: $(PY_STAMP)
 
 test: $(PY_STAMP)
 	PATH="$(VENV)/bin:$$PATH" $(CARGO) test --all-targets
+	# The S3 claim check is an optional feature: its unit and moto tests built with it on.
+	PATH="$(VENV)/bin:$$PATH" $(CARGO) test --features s3-claim-check --lib --test claim_check
 
 # Benchmarks (no pass/fail on time), each printing a table the README quotes:
 #   (a) per-record CPU vs deserializing into SqsEvent (criterion), (b) init vs hello-world and
@@ -48,6 +50,7 @@ bench:
 lint:
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --all-targets -- -D warnings
+	$(CARGO) clippy --all-targets --features s3-claim-check -- -D warnings
 
 # Supply chain: licenses, bans (no OpenSSL) and sources, per deny.toml. Offline.
 deny:

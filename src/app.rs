@@ -7,6 +7,7 @@ use std::time::{Duration, Instant};
 use crate::aws::{self, SdkSettings};
 use crate::backoff::BackoffPolicy;
 use crate::batch::{BatchProcessor, BatchReport};
+use crate::claim_check::AnyPayloads;
 use crate::clock::{Clock, SystemClock};
 use crate::config::{Config, ConfigError};
 use crate::idempotency::{AnyStore, DynamoDbStore, IdempotencyStore, MemoryStore};
@@ -65,7 +66,10 @@ impl App {
     /// here: the first request of the first invocation opens the first connection.
     pub async fn build(config: &Config) -> Result<Self, StartupError> {
         // One SDK configuration (and HTTP client) for every AWS client, loaded only if needed.
-        let sdk = if config.idempotency_table.is_some() || config.backoff.is_some() {
+        let sdk = if config.idempotency_table.is_some()
+            || config.backoff.is_some()
+            || config.claim_check.is_some()
+        {
             Some(aws::load().await)
         } else {
             None
@@ -89,7 +93,20 @@ impl App {
             None => AnyGateway::Simulated(SimulatedGateway::new()),
             Some(settings) => AnyGateway::Http(HttpGateway::new(settings)?),
         };
-        Ok(Self::with_ports(config, store, gateway, SystemClock).with_backoff(backoff))
+        let payloads = match (&config.claim_check, &sdk) {
+            #[cfg(feature = "s3-claim-check")]
+            (Some(settings), Some(sdk)) => {
+                AnyPayloads::S3(crate::claim_check::s3::S3Payloads::new(
+                    aws_sdk_s3::Client::new(sdk),
+                    &settings.bucket,
+                    settings.max_bytes,
+                ))
+            }
+            _ => AnyPayloads::Disabled,
+        };
+        Ok(Self::with_ports(config, store, gateway, SystemClock)
+            .with_backoff(backoff)
+            .with_payloads(payloads))
     }
 }
 
@@ -107,6 +124,7 @@ where
             clock: clock.clone(),
             lease: config.lease,
             calls: CallLatency::default(),
+            payloads: AnyPayloads::Disabled,
         };
         let processor = BatchProcessor::new(OrderHandler::new(ports), clock, config.batch);
         Self {
@@ -124,6 +142,12 @@ where
         if let Some((_, current)) = &mut self.metrics {
             *current = sink;
         }
+        self
+    }
+
+    /// Loads claim-check payloads from `payloads`.
+    pub fn with_payloads(mut self, payloads: AnyPayloads) -> Self {
+        self.processor.handler_mut().ports_mut().payloads = payloads;
         self
     }
 

@@ -269,6 +269,10 @@ impl<H: RecordHandler, C: Clock> BatchProcessor<H, C> {
         &self.handler
     }
 
+    pub fn handler_mut(&mut self) -> &mut H {
+        &mut self.handler
+    }
+
     /// Processes a batch and logs every record that is not acknowledged, plus one summary line.
     pub async fn process(
         &self,

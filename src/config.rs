@@ -35,6 +35,8 @@ pub const VARIABLES: &[(&str, Option<&str>)] = &[
     ("BACKOFF_BASE_SECONDS", Some("5")),
     ("BACKOFF_CAP_SECONDS", Some("900")),
     ("METRICS_ENABLED", Some("true")),
+    ("CLAIM_CHECK_BUCKET", None),
+    ("CLAIM_CHECK_MAX_BYTES", Some("10485760")),
     ("METRICS_NAMESPACE", Some("ProcessOrders")),
 ];
 
@@ -54,7 +56,7 @@ pub enum ConfigError {
     #[error("BACKOFF_BASE_SECONDS ({base}) must not exceed BACKOFF_CAP_SECONDS ({cap})")]
     BackoffBaseAboveCap { base: u64, cap: u64 },
     #[error(
-        "AWS_REGION (or AWS_DEFAULT_REGION) must be set when IDEMPOTENCY_TABLE is set or VISIBILITY_BACKOFF is on"
+        "AWS_REGION (or AWS_DEFAULT_REGION) must be set when IDEMPOTENCY_TABLE or CLAIM_CHECK_BUCKET is set or VISIBILITY_BACKOFF is on"
     )]
     RegionRequired,
     #[error(
@@ -63,6 +65,10 @@ pub enum ConfigError {
          under a local emulator)"
     )]
     TableRequiredInLambda,
+    #[error(
+        "CLAIM_CHECK_BUCKET is set, but this build has no claim check: build with --features s3-claim-check"
+    )]
+    ClaimCheckNotBuilt,
 }
 
 /// The whole configuration.
@@ -84,6 +90,15 @@ pub struct Config {
     pub in_lambda: bool,
     /// CloudWatch EMF metrics, one document per invocation; `None` when off.
     pub metrics: Option<MetricsSettings>,
+    /// Claim check through S3; `None` when off.
+    pub claim_check: Option<ClaimCheckSettings>,
+}
+
+/// Where claim-check payloads live and how large one may be.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClaimCheckSettings {
+    pub bucket: String,
+    pub max_bytes: u64,
 }
 
 impl Config {
@@ -189,6 +204,26 @@ impl Config {
                 "at most 255 characters, without ':'",
             ));
         }
+        let claim_check = match env.text("CLAIM_CHECK_BUCKET") {
+            None => None,
+            Some(_) if !cfg!(feature = "s3-claim-check") => {
+                return Err(ConfigError::ClaimCheckNotBuilt);
+            }
+            Some(bucket) => {
+                if region.is_none() {
+                    return Err(ConfigError::RegionRequired);
+                }
+                Some(ClaimCheckSettings {
+                    bucket,
+                    max_bytes: env.ranged(
+                        "CLAIM_CHECK_MAX_BYTES",
+                        10 * 1024 * 1024,
+                        1,
+                        1024 * 1024 * 1024,
+                    )?,
+                })
+            }
+        };
         let fifo_scope = match env.text("FIFO_SCOPE").as_deref() {
             None => FifoScope::Batch,
             Some(v) if v.eq_ignore_ascii_case("batch") => FifoScope::Batch,
@@ -212,6 +247,7 @@ impl Config {
             backoff,
             in_lambda,
             metrics,
+            claim_check,
         })
     }
 }

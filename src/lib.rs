@@ -36,6 +36,7 @@ pub mod app;
 pub mod aws;
 pub mod backoff;
 pub mod batch;
+pub mod claim_check;
 pub mod cli;
 pub mod clock;
 pub mod config;

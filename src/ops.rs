@@ -8,10 +8,13 @@
 
 use std::time::{Duration, Instant};
 
+use std::borrow::Cow;
+
 use aws_sdk_sqs::Client;
 use aws_sdk_sqs::types::{
     ChangeMessageVisibilityBatchRequestEntry, DeleteMessageBatchRequestEntry,
-    MessageSystemAttributeName, QueueAttributeName, SendMessageBatchRequestEntry,
+    MessageAttributeValue, MessageSystemAttributeName, QueueAttributeName,
+    SendMessageBatchRequestEntry,
 };
 
 use crate::local::LocalError;
@@ -349,3 +352,86 @@ pub async fn redrive_manual(
     }
     Ok(total)
 }
+
+/// SQS's largest message body; a larger one must go through the claim check.
+pub const INLINE_LIMIT: usize = 256 * 1024;
+
+/// Where a large body goes instead of the queue.
+#[derive(Debug, Clone, Copy)]
+pub struct Offload<'a> {
+    #[cfg(feature = "s3-claim-check")]
+    pub s3: &'a aws_sdk_s3::Client,
+    pub bucket: &'a str,
+    /// Bodies longer than this many bytes are offloaded (at most [`INLINE_LIMIT`]).
+    pub threshold: usize,
+}
+
+/// The message to send for `body`: the body itself, or a pointer and its attribute.
+type Outgoing<'b> = (Cow<'b, str>, Option<MessageAttributeValue>);
+
+/// Sends one order body to `queue` (FIFO: in `group`, with a fresh deduplication id). With
+/// `offload`, a body above its threshold is written to S3 first and the message carries the
+/// pointer, marked by the `payload-pointer` attribute. Returns whether it was offloaded.
+pub async fn send_order(
+    sqs: &Client,
+    queue: &Queue,
+    body: &str,
+    group: Option<&str>,
+    offload: Option<Offload<'_>>,
+) -> Result<bool, LocalError> {
+    let (text, pointer_attribute): Outgoing<'_> = match offload {
+        Some(o) if body.len() > o.threshold.min(INLINE_LIMIT) => offload_body(o, body).await?,
+        _ => (Cow::Borrowed(body), None),
+    };
+    if text.len() > INLINE_LIMIT {
+        return Err(LocalError::Other(format!(
+            "the body is {} bytes, above SQS's {INLINE_LIMIT}: it needs the claim check (--bucket)",
+            text.len()
+        )));
+    }
+    let offloaded = pointer_attribute.is_some();
+    let mut send = sqs
+        .send_message()
+        .queue_url(&queue.url)
+        .message_body(text.as_ref());
+    if let Some(attribute) = pointer_attribute {
+        send = send.message_attributes(crate::claim_check::POINTER_ATTRIBUTE, attribute);
+    }
+    if queue.fifo {
+        send = send
+            .message_group_id(group.unwrap_or("orders"))
+            .message_deduplication_id(uuid::Uuid::new_v4().to_string());
+    }
+    send.send()
+        .await
+        .map_err(|e| LocalError::aws("send the order", e))?;
+    Ok(offloaded)
+}
+
+#[cfg(feature = "s3-claim-check")]
+async fn offload_body<'b>(o: Offload<'_>, body: &'b str) -> Result<Outgoing<'b>, LocalError> {
+    let pointer = crate::claim_check::s3::offload(o.s3, o.bucket, PAYLOAD_PREFIX, body)
+        .await
+        .map_err(|e| LocalError::aws("write the payload to S3", e))?;
+    let text = serde_json::to_string(&pointer).map_err(|e| LocalError::Other(e.to_string()))?;
+    let attribute = MessageAttributeValue::builder()
+        .data_type("String")
+        .string_value(crate::claim_check::POINTER_S3)
+        .build()
+        .map_err(|e| LocalError::aws("build the pointer attribute", e))?;
+    Ok((Cow::Owned(text), Some(attribute)))
+}
+
+#[cfg(not(feature = "s3-claim-check"))]
+async fn offload_body<'b>(o: Offload<'_>, body: &'b str) -> Result<Outgoing<'b>, LocalError> {
+    Err(LocalError::Other(format!(
+        "the body is {} bytes, above the {}-byte threshold for bucket {}, and this build has no \
+         claim check: build with --features s3-claim-check",
+        body.len(),
+        o.threshold,
+        o.bucket
+    )))
+}
+
+/// The key prefix of offloaded payloads; the template's lifecycle rule expires exactly this.
+pub const PAYLOAD_PREFIX: &str = "payloads/";

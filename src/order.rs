@@ -10,6 +10,7 @@ use serde::Deserialize;
 use serde_json::value::RawValue;
 
 use crate::batch::{Outcome, RecordContext, RecordHandler, Verdict};
+use crate::claim_check::{self, AnyPayloads};
 use crate::clock::Clock;
 use crate::idempotency::{
     Begin, ClaimRequest, Fingerprint, IdempotencyStore, LeaseToken, lease_end,
@@ -226,6 +227,8 @@ pub struct Ports<S, P, C> {
     pub lease: LeasePolicy,
     /// Latency of the store and payment calls, for the metrics.
     pub calls: CallLatency,
+    /// Where claim-check payloads are loaded from (disabled unless configured).
+    pub payloads: AnyPayloads,
 }
 
 /// Claims the order, charges it with its id as the idempotency key, and completes the claim.
@@ -309,6 +312,10 @@ impl<S, P, C> OrderHandler<S, P, C> {
     pub fn ports(&self) -> &Ports<S, P, C> {
         &self.ports
     }
+
+    pub fn ports_mut(&mut self) -> &mut Ports<S, P, C> {
+        &mut self.ports
+    }
 }
 
 impl<S, P, C> RecordHandler for OrderHandler<S, P, C>
@@ -318,11 +325,30 @@ where
     C: Clock,
 {
     async fn handle(&self, message: &Message<'_>, context: RecordContext) -> Verdict {
-        let order = match decode_order(message.body) {
+        let loaded;
+        let body = match message.payload_pointer {
+            None => message.body,
+            Some(kind) => {
+                match claim_check::resolve(&self.ports.payloads, kind, message.body).await {
+                    Ok(payload) => {
+                        loaded = payload;
+                        loaded.as_str()
+                    }
+                    Err(e) => {
+                        let verdict = match e.outcome() {
+                            Outcome::Retry => Verdict::retry(e.reason()),
+                            _ => Verdict::poison(e.reason()),
+                        };
+                        return verdict.with_detail(error_chain(&e));
+                    }
+                }
+            }
+        };
+        let order = match decode_order(body) {
             Ok(order) => order,
             Err(e) => {
                 return Verdict::poison("invalid_body")
-                    .with_detail(format!("{e} (body length {})", message.body.len()));
+                    .with_detail(format!("{e} (body length {})", body.len()));
             }
         };
         let (decision, lease) =

@@ -11,6 +11,8 @@ use std::collections::HashSet;
 
 use aws_lambda_events::sqs::{SqsBatchResponse, SqsEvent, SqsMessage};
 
+use crate::claim_check::POINTER_ATTRIBUTE;
+
 /// A whole event that cannot be processed. Lambda retries the batch.
 #[derive(Debug, thiserror::Error)]
 pub enum EventError {
@@ -77,6 +79,9 @@ pub struct Message<'a> {
     pub first_receive_ms: Option<u64>,
     /// Needed only to change the record's visibility.
     pub receipt_handle: Option<&'a str>,
+    /// The `payload-pointer` message attribute: the body points at the real payload
+    /// (claim check, see [`crate::claim_check`]).
+    pub payload_pointer: Option<&'a str>,
 }
 
 impl<'a> Message<'a> {
@@ -89,6 +94,7 @@ impl<'a> Message<'a> {
             group_id: None,
             first_receive_ms: None,
             receipt_handle: None,
+            payload_pointer: None,
         }
     }
 }
@@ -148,6 +154,7 @@ struct Fields<'a> {
     first_receive_ms: Option<&'a str>,
     receipt_handle: Option<&'a str>,
     queue_arn: Option<&'a str>,
+    payload_pointer: Option<&'a str>,
 }
 
 impl<'a> Batch<'a> {
@@ -168,6 +175,10 @@ impl<'a> Batch<'a> {
                     .map(String::as_str),
                 receipt_handle: r.receipt_handle.as_deref(),
                 queue_arn: r.queue_arn(),
+                payload_pointer: r
+                    .message_attributes
+                    .get(POINTER_ATTRIBUTE)
+                    .and_then(|a| a.string_value.as_deref()),
             }
         }))
     }
@@ -184,6 +195,11 @@ impl<'a> Batch<'a> {
                 first_receive_ms: attributes.and_then(|a| text(&a.first_receive_ms)),
                 receipt_handle: text(&r.receipt_handle),
                 queue_arn: text(&r.event_source_arn),
+                payload_pointer: r
+                    .message_attributes
+                    .as_ref()
+                    .and_then(|a| a.payload_pointer.as_ref())
+                    .and_then(|p| text(&p.string_value)),
             }
         }))
     }
@@ -211,6 +227,7 @@ impl<'a> Batch<'a> {
                 group_id: r.group_id,
                 first_receive_ms: r.first_receive_ms.and_then(|v| v.parse().ok()),
                 receipt_handle: r.receipt_handle,
+                payload_pointer: r.payload_pointer,
             });
         }
         Ok(batch)
@@ -254,6 +271,22 @@ struct RecordView<'a> {
     attributes: Option<AttributesView<'a>>,
     #[serde(rename = "eventSourceARN", borrow, default)]
     event_source_arn: Option<Text<'a>>,
+    #[serde(borrow, default)]
+    message_attributes: Option<MessageAttributesView<'a>>,
+}
+
+/// Of the message attributes, only the claim-check pointer is read.
+#[derive(Debug, serde::Deserialize)]
+struct MessageAttributesView<'a> {
+    #[serde(rename = "payload-pointer", borrow, default)]
+    payload_pointer: Option<MessageAttributeView<'a>>,
+}
+
+#[derive(Debug, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct MessageAttributeView<'a> {
+    #[serde(borrow, default)]
+    string_value: Option<Text<'a>>,
 }
 
 #[derive(Debug, serde::Deserialize)]

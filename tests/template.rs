@@ -555,3 +555,69 @@ fn sns_may_send_to_a_queue_only_from_its_own_topic() {
         }
     }
 }
+
+#[test]
+fn the_claim_check_reads_only_its_prefix_and_payloads_expire_with_the_messages() {
+    let t = template();
+    let prefix = process_orders::ops::PAYLOAD_PREFIX;
+    // The function's S3 statement, inside `!If [ClaimCheckEnabled, {Statement: ...}, NoValue]`.
+    let conditional: Vec<&Value> = function(&t)["Policies"]
+        .as_sequence()
+        .unwrap()
+        .iter()
+        .filter_map(|p| match tagged(p) {
+            Some((tag, inner)) if tag == "!If" => Some(inner),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(conditional.len(), 1, "one conditional policy");
+    let branches = conditional[0].as_sequence().unwrap();
+    assert_eq!(branches[0].as_str(), Some("ClaimCheckEnabled"));
+    let statements = branches[1]["Statement"].as_sequence().unwrap();
+    assert_eq!(statements.len(), 1);
+    assert_eq!(
+        actions(&statements[0]),
+        BTreeSet::from(["s3:GetObject".to_owned()])
+    );
+    let (tag, arn) = tagged(&statements[0]["Resource"]).expect("!Sub");
+    assert_eq!(tag, "!Sub");
+    assert_eq!(
+        arn.as_str(),
+        Some(format!("${{PayloadBucket.Arn}}/{prefix}*").as_str())
+    );
+
+    let bucket = resource(&t, "PayloadBucket");
+    assert_eq!(
+        t["Resources"]["PayloadBucket"]["Condition"].as_str(),
+        Some("ClaimCheckEnabled")
+    );
+    let rules = bucket["LifecycleConfiguration"]["Rules"]
+        .as_sequence()
+        .unwrap();
+    let expiry = rules
+        .iter()
+        .find(|r| r["Prefix"].as_str() == Some(prefix))
+        .expect("a lifecycle rule on the payload prefix");
+    assert_eq!(expiry["Status"].as_str(), Some("Enabled"));
+    assert_eq!(
+        tagged(&expiry["ExpirationInDays"]).map(|(tag, v)| (tag, v.as_str().map(str::to_owned))),
+        Some((
+            "!Ref".to_owned(),
+            Some("IdempotencyRetentionDays".to_owned())
+        )),
+        "payloads live as long as a message can point at them (source retention + DLQ window)"
+    );
+    let block = &bucket["PublicAccessBlockConfiguration"];
+    for setting in [
+        "BlockPublicAcls",
+        "BlockPublicPolicy",
+        "IgnorePublicAcls",
+        "RestrictPublicBuckets",
+    ] {
+        assert_eq!(block[setting].as_bool(), Some(true), "{setting}");
+    }
+    let env = &function(&t)["Environment"]["Variables"];
+    let (tag, inner) = tagged(&env["CLAIM_CHECK_BUCKET"]).expect("!If");
+    assert_eq!(tag, "!If");
+    assert_eq!(target(&inner.as_sequence().unwrap()[1]), "PayloadBucket");
+}

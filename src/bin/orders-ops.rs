@@ -3,6 +3,9 @@
 //!   orders-ops depth   --queue NAME|URL [--endpoint URL]
 //!   orders-ops inspect --queue NAME|URL [--max 50] [--endpoint URL]
 //!   orders-ops redrive --queue NAME|URL [--manual] [--rate 10] [--yes] [--endpoint URL]
+//!   orders-ops send    --queue NAME|URL --file FILE [--group G] [--bucket B] [--threshold 262144]
+//!                      (--bucket: bodies above the threshold go to S3 with a pointer; needs the
+//!                      s3-claim-check feature)
 //!
 //! `--queue` names the source queue; `inspect` and `redrive` work on its DLQ (from the redrive
 //! policy). Without `--endpoint` the AWS SDK's usual configuration applies (profile, region).
@@ -16,7 +19,7 @@ use aws_sdk_sqs::Client;
 use process_orders::local::{LocalError, sdk_config};
 use process_orders::ops::{self, Queue};
 
-const USAGE: &str = "usage: orders-ops depth|inspect|redrive --queue NAME|URL [--endpoint URL] [--max N] [--manual] [--rate R] [--yes]";
+const USAGE: &str = "usage: orders-ops depth|inspect|redrive|send --queue NAME|URL [--endpoint URL] [--max N] [--manual] [--rate R] [--yes] [--file F] [--group G] [--bucket B] [--threshold N]";
 
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> ExitCode {
@@ -60,12 +63,11 @@ async fn run(args: &[String]) -> Result<(), String> {
     let command = args.first().map(String::as_str).unwrap_or("");
     let flags = flags(args.get(1..).unwrap_or_default())?;
     let queue = flags.get("queue").ok_or(USAGE)?;
-    let sqs = match flags.get("endpoint") {
-        Some(endpoint) => Client::new(&sdk_config(endpoint)),
-        None => {
-            Client::new(&aws_config::load_defaults(aws_config::BehaviorVersion::latest()).await)
-        }
+    let sdk = match flags.get("endpoint") {
+        Some(endpoint) => sdk_config(endpoint),
+        None => aws_config::load_defaults(aws_config::BehaviorVersion::latest()).await,
     };
+    let sqs = Client::new(&sdk);
     let source = ops::resolve(&sqs, queue).await.map_err(text)?;
     match command {
         "depth" => depth(&sqs, &source).await,
@@ -97,6 +99,38 @@ async fn run(args: &[String]) -> Result<(), String> {
             } else {
                 move_task(&sqs, &dlq, &source, rate as i32).await
             }
+        }
+        "send" => {
+            let file = flags.get("file").ok_or("send needs --file")?;
+            let body = std::fs::read_to_string(file).map_err(|e| format!("{file}: {e}"))?;
+            let threshold = number(&flags, "threshold", ops::INLINE_LIMIT as u64)? as usize;
+            #[cfg(feature = "s3-claim-check")]
+            let s3 = aws_sdk_s3::Client::from_conf(
+                aws_sdk_s3::config::Builder::from(&sdk)
+                    .force_path_style(flags.contains_key("endpoint"))
+                    .build(),
+            );
+            let offload = flags.get("bucket").map(|bucket| ops::Offload {
+                #[cfg(feature = "s3-claim-check")]
+                s3: &s3,
+                bucket,
+                threshold,
+            });
+            let group = flags.get("group").map(String::as_str);
+            let offloaded = ops::send_order(&sqs, &source, &body, group, offload)
+                .await
+                .map_err(text)?;
+            println!(
+                "sent {} bytes to {}{}",
+                body.len(),
+                source.name(),
+                if offloaded {
+                    " through S3 (claim check)"
+                } else {
+                    ""
+                }
+            );
+            Ok(())
         }
         _ => Err(USAGE.into()),
     }
