@@ -13,7 +13,7 @@ IAC_STAMP := $(IAC_VENV)/.installed
 EVENT ?= events/standard.json
 INVOKE_PORT ?= 9010
 
-.PHONY: run run-dynamodb demo test bench lint deny fuzz invoke check-template build-lambda deploy clean-venv
+.PHONY: run run-dynamodb demo ops-demo test bench lint deny fuzz invoke check-template build-lambda deploy clean-venv
 
 run:
 	@$(CARGO) build --quiet --bin process-orders
@@ -37,6 +37,11 @@ test: $(PY_STAMP)
 	PATH="$(VENV)/bin:$$PATH" $(CARGO) test --all-targets
 	# The S3 claim check is an optional feature: its unit and moto tests built with it on.
 	PATH="$(VENV)/bin:$$PATH" $(CARGO) test --features s3-claim-check --lib --test claim_check
+
+# An on-call session on a local server: orders-ops depth, inspect and redrive --manual.
+ops-demo: $(PY_STAMP)
+	@$(CARGO) build --quiet --bin local-esm --bin orders-ops
+	@PATH="$(VENV)/bin:$$PATH" ESM="$${CARGO_TARGET_DIR:-target}/debug/local-esm" OPS="$${CARGO_TARGET_DIR:-target}/debug/orders-ops" scripts/ops-session.sh
 
 # Benchmarks (no pass/fail on time), each printing a table the README quotes:
 #   (a) per-record CPU vs deserializing into SqsEvent (criterion), (b) init vs hello-world and

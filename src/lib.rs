@@ -25,6 +25,8 @@
 //! - [`app`]: the ports assembled once per container; [`cli`]: Lambda or one-shot mode.
 //! - [`aws`]: the AWS SDK configuration, loaded once.
 //! - [`clock`]: injected time.
+//! - [`claim_check`]: payloads above SQS's limit loaded from S3 through a pointer (the S3
+//!   adapter behind the `s3-claim-check` feature).
 //! - [`metrics`]: one CloudWatch EMF document per invocation, and call latencies.
 //! - [`ops`]: depth, inspect and redrive for the `orders-ops` on-call tool.
 //! - [`local`]: local tools (event source mapping, set-up, load), not used by the function.

@@ -23,12 +23,7 @@ const USAGE: &str = "usage: orders-ops depth|inspect|redrive|send --queue NAME|U
 
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> ExitCode {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "warn".into()),
-        )
-        .with_writer(std::io::stderr)
-        .init();
+    process_orders::local::init_tool_logging();
     let args: Vec<String> = std::env::args().skip(1).collect();
     match run(&args).await {
         Ok(()) => ExitCode::SUCCESS,

@@ -7,6 +7,17 @@ pub mod event;
 pub mod send;
 pub mod setup;
 
+/// Logging for the command-line tools: `RUST_LOG` (default `warn`) to stderr, so their stdout
+/// stays for results.
+pub fn init_tool_logging() {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "warn".into()),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+}
+
 /// A local server's endpoint with static test credentials: the SDK clients for the local tools.
 pub fn sdk_config(endpoint: &str) -> aws_config::SdkConfig {
     aws_config::SdkConfig::builder()
