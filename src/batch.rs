@@ -274,6 +274,9 @@ impl<H: RecordHandler, C: Clock> BatchProcessor<H, C> {
     }
 
     /// Processes a batch and logs every record that is not acknowledged, plus one summary line.
+    ///
+    /// Needs a Tokio runtime with the time driver (Lambda's runtime has it): records still
+    /// running near the deadline are cut off with a timer.
     pub async fn process(
         &self,
         batch: &[Message<'_>],

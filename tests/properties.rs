@@ -71,6 +71,7 @@ fn run(specs: &[Spec], kind: QueueKind, scope: FifoScope, concurrency: usize) ->
     };
     let processor = BatchProcessor::new(Scripted::default(), ManualClock::at(0), options);
     let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_time()
         .build()
         .unwrap();
     let report = runtime.block_on(processor.process(&batch, kind, 60_000));

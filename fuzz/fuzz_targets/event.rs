@@ -13,7 +13,7 @@ use process_orders::payment::SimulatedGateway;
 
 fn runtime() -> &'static tokio::runtime::Runtime {
     static RT: OnceLock<tokio::runtime::Runtime> = OnceLock::new();
-    RT.get_or_init(|| tokio::runtime::Builder::new_current_thread().build().expect("runtime"))
+    RT.get_or_init(|| tokio::runtime::Builder::new_current_thread().enable_time().build().expect("runtime"))
 }
 
 fuzz_target!(|data: &[u8]| {
