@@ -20,8 +20,14 @@ const RECORDS: usize = 10_000;
 
 fn app(fifo_scope: &str) -> App<MemoryStore, SimulatedGateway, SystemClock> {
     let scope = fifo_scope.to_owned();
-    let config = Config::from_lookup(|k| (k == "FIFO_SCOPE").then(|| scope.clone()))
-        .expect("default configuration");
+    // Metrics off: one EMF line per iteration would bury criterion's output (building it costs
+    // microseconds per invocation, nothing per record).
+    let config = Config::from_lookup(|k| match k {
+        "FIFO_SCOPE" => Some(scope.clone()),
+        "METRICS_ENABLED" => Some("false".to_owned()),
+        _ => None,
+    })
+    .expect("default configuration");
     App::with_ports(
         &config,
         MemoryStore::new(config.retention),
