@@ -107,22 +107,12 @@ pub enum QueueKind {
 }
 
 impl QueueKind {
-    /// FIFO when the source ARN ends in `.fifo` or any record carries a message group.
-    pub fn detect(event: &SqsEvent) -> Self {
-        Batch::from_event(event).map_or(Self::Standard, |b| b.kind)
-    }
-
     pub fn as_str(self) -> &'static str {
         match self {
             Self::Standard => "standard",
             Self::Fifo => "fifo",
         }
     }
-}
-
-/// The source queue's ARN: all records of one event come from one queue.
-pub fn queue_arn(event: &SqsEvent) -> Option<&str> {
-    event.records.iter().find_map(|r| r.queue_arn())
 }
 
 /// Parses an event from JSON text into `aws_lambda_events`' owned types (tests and tools; the
@@ -140,6 +130,7 @@ pub fn messages(event: &SqsEvent) -> Result<Vec<Message<'_>>, EventError> {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Batch<'a> {
     pub messages: Vec<Message<'a>>,
+    /// FIFO when the source ARN ends in `.fifo` or any record carries a message group.
     pub kind: QueueKind,
     /// The source queue's ARN (all records of one event come from one queue).
     pub queue_arn: Option<&'a str>,
@@ -410,7 +401,7 @@ mod tests {
             r.queue_arn(),
             Some("arn:aws:sqs:us-east-1:123456789012:orders.fifo")
         );
-        assert_eq!(QueueKind::detect(&ev), QueueKind::Fifo);
+        assert_eq!(Batch::from_event(&ev).expect("batch").kind, QueueKind::Fifo);
     }
 
     #[test]
@@ -426,11 +417,17 @@ mod tests {
         let standard = event(serde_json::json!([{
             "messageId": "m1", "eventSourceARN": "arn:aws:sqs:us-east-1:1:orders"
         }]));
-        assert_eq!(QueueKind::detect(&standard), QueueKind::Standard);
+        assert_eq!(
+            Batch::from_event(&standard).expect("batch").kind,
+            QueueKind::Standard
+        );
         let grouped = event(serde_json::json!([{
             "messageId": "m1", "attributes": { "MessageGroupId": "g" }
         }]));
-        assert_eq!(QueueKind::detect(&grouped), QueueKind::Fifo);
+        assert_eq!(
+            Batch::from_event(&grouped).expect("batch").kind,
+            QueueKind::Fifo
+        );
     }
 
     #[test]

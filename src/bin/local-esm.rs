@@ -19,25 +19,12 @@ use process_orders::idempotency::DynamoDbStore;
 use process_orders::local::esm::{self, EsmSettings, EsmStats, Invoke, RuntimeApi};
 use process_orders::local::send::{self, SendPlan};
 use process_orders::local::setup::{self, QueuePair, QueueSettings};
-use process_orders::local::{LocalError, sdk_config};
+use process_orders::local::{LocalError, parse_flags, sdk_config};
 use process_orders::payment::SimulatedGateway;
 use process_orders::visibility::SqsVisibility;
 
 const USAGE: &str = "usage: local-esm demo --endpoint URL [--orders N] [--duplicate-rate R] [--poison-rate R] [--groups G] [--concurrency C] [--max-receive-count M] [--invoke-address HOST:PORT]
        local-esm gen-event [--records N] [--fifo-groups G] [--seed S]   (an SQS event on stdout)";
-
-fn flags(args: &[String]) -> Result<HashMap<String, String>, String> {
-    let mut map = HashMap::new();
-    let mut it = args.iter();
-    while let Some(flag) = it.next() {
-        let name = flag
-            .strip_prefix("--")
-            .ok_or_else(|| format!("unexpected argument {flag:?}"))?;
-        let value = it.next().ok_or_else(|| format!("--{name} needs a value"))?;
-        map.insert(name.to_owned(), value.clone());
-    }
-    Ok(map)
-}
 
 fn get<T: std::str::FromStr>(
     flags: &HashMap<String, String>,
@@ -54,11 +41,11 @@ async fn main() -> ExitCode {
     process_orders::local::init_tool_logging();
     let args: Vec<String> = std::env::args().skip(1).collect();
     let result = match args.first().map(String::as_str) {
-        Some("demo") => match flags(&args[1..]) {
+        Some("demo") => match parse_flags(&args[1..], &[]) {
             Ok(flags) => demo(&flags).await,
             Err(e) => Err(e),
         },
-        Some("gen-event") => flags(&args[1..]).and_then(|flags| gen_event(&flags)),
+        Some("gen-event") => parse_flags(&args[1..], &[]).and_then(|flags| gen_event(&flags)),
         _ => Err(USAGE.to_owned()),
     };
     match result {

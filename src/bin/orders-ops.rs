@@ -16,7 +16,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use aws_sdk_sqs::Client;
-use process_orders::local::{LocalError, sdk_config};
+use process_orders::local::{LocalError, parse_flags, sdk_config};
 use process_orders::ops::{self, Queue};
 
 const USAGE: &str = "usage: orders-ops depth|inspect|redrive|send --queue NAME|URL [--endpoint URL] [--max N] [--manual] [--rate R] [--yes] [--file F] [--group G] [--bucket B] [--threshold N]";
@@ -34,29 +34,10 @@ async fn main() -> ExitCode {
     }
 }
 
-/// `--name value` pairs; `--manual` and `--yes` take no value.
-fn flags(args: &[String]) -> Result<HashMap<String, String>, String> {
-    let mut map = HashMap::new();
-    let mut it = args.iter();
-    while let Some(flag) = it.next() {
-        let name = flag
-            .strip_prefix("--")
-            .ok_or_else(|| format!("unexpected argument {flag:?}\n{USAGE}"))?;
-        let value = match name {
-            "manual" | "yes" => "true".to_owned(),
-            _ => it
-                .next()
-                .ok_or_else(|| format!("--{name} needs a value"))?
-                .clone(),
-        };
-        map.insert(name.to_owned(), value);
-    }
-    Ok(map)
-}
-
 async fn run(args: &[String]) -> Result<(), String> {
     let command = args.first().map(String::as_str).unwrap_or("");
-    let flags = flags(args.get(1..).unwrap_or_default())?;
+    let flags = parse_flags(args.get(1..).unwrap_or_default(), &["manual", "yes"])
+        .map_err(|e| format!("{e}\n{USAGE}"))?;
     let queue = flags.get("queue").ok_or(USAGE)?;
     let sdk = match flags.get("endpoint") {
         Some(endpoint) => sdk_config(endpoint),

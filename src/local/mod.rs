@@ -18,6 +18,29 @@ pub fn init_tool_logging() {
         .init();
 }
 
+/// The tools' `--name value` arguments; the names in `switches` take no value (`"true"`).
+pub fn parse_flags(
+    args: &[String],
+    switches: &[&str],
+) -> Result<std::collections::HashMap<String, String>, String> {
+    let mut map = std::collections::HashMap::new();
+    let mut it = args.iter();
+    while let Some(flag) = it.next() {
+        let name = flag
+            .strip_prefix("--")
+            .ok_or_else(|| format!("unexpected argument {flag:?}"))?;
+        let value = if switches.contains(&name) {
+            "true".to_owned()
+        } else {
+            it.next()
+                .ok_or_else(|| format!("--{name} needs a value"))?
+                .clone()
+        };
+        map.insert(name.to_owned(), value);
+    }
+    Ok(map)
+}
+
 /// A local server's endpoint with static test credentials: the SDK clients for the local tools.
 pub fn sdk_config(endpoint: &str) -> aws_config::SdkConfig {
     aws_config::SdkConfig::builder()
@@ -52,5 +75,27 @@ impl LocalError {
             what: what.into(),
             source: Box::new(source),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn flags_take_values_and_switches_take_none() {
+        let args: Vec<String> = ["--queue", "q", "--yes", "--rate", "5"]
+            .iter()
+            .map(|s| (*s).to_owned())
+            .collect();
+        let flags = parse_flags(&args, &["yes"]).expect("parsed");
+        assert_eq!(flags.get("queue").map(String::as_str), Some("q"));
+        assert_eq!(flags.get("yes").map(String::as_str), Some("true"));
+        assert_eq!(flags.get("rate").map(String::as_str), Some("5"));
+        assert!(
+            parse_flags(&args[..1], &[]).is_err(),
+            "a flag without its value"
+        );
+        assert!(parse_flags(&["q".to_owned()], &[]).is_err(), "a bare word");
     }
 }
