@@ -18,7 +18,7 @@ use aws_sdk_sqs::types::{
 };
 
 use crate::local::LocalError;
-use crate::order::decode_order;
+use crate::order::order_id_hint;
 
 /// A queue by URL and ARN, and its DLQ's ARN from the redrive policy.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -142,20 +142,6 @@ pub struct Peeked {
     pub group_id: Option<String>,
 }
 
-/// The order id a body names, if any: a valid order's, or the `order_id` string of any JSON
-/// object (so a conflicting or invalid order can still be looked up in the table).
-pub fn order_id_of(body: &str) -> Option<String> {
-    if let Ok(order) = decode_order(body) {
-        return Some(order.order_id.into_owned());
-    }
-    let value: serde_json::Value = serde_json::from_str(body).ok()?;
-    let inner = match value.get("Message").and_then(|m| m.as_str()) {
-        Some(message) => serde_json::from_str(message).ok()?,
-        None => value,
-    };
-    inner.get("order_id")?.as_str().map(str::to_owned)
-}
-
 /// Reads up to `max` messages of `url` and makes them visible again at once. Each look counts
 /// as a receive (`ApproximateReceiveCount` rises), which a DLQ without its own redrive policy
 /// ignores.
@@ -192,7 +178,7 @@ pub async fn inspect(sqs: &Client, url: &str, max: usize) -> Result<Vec<Peeked>,
                 ),
                 sent_ms: number(MessageSystemAttributeName::SentTimestamp),
                 body_len: body.len(),
-                order_id: order_id_of(body),
+                order_id: order_id_hint(body),
                 group_id: attribute(MessageSystemAttributeName::MessageGroupId),
             });
             if let Some(handle) = m.receipt_handle() {

@@ -108,6 +108,21 @@ pub fn decode_order(body: &str) -> Result<Order<'_>, DecodeError> {
     order_from(&raw)
 }
 
+/// The order id a body names, even when it is not a valid order (a conflicting amount, a bad
+/// field), so an operator can still look it up in the table. Same envelope rule as
+/// [`decode_order`].
+pub fn order_id_hint(body: &str) -> Option<String> {
+    let raw = parse_raw(body).ok()?;
+    if raw.kind.is_some_and(|k| k.get() == r#""Notification""#)
+        && let Some(message) = raw.message
+    {
+        let inner = json_string(message)?;
+        let inner_raw = parse_raw(&inner).ok()?;
+        return json_string(inner_raw.order_id?).map(Cow::into_owned);
+    }
+    json_string(raw.order_id?).map(Cow::into_owned)
+}
+
 fn parse_raw(body: &str) -> Result<RawBody<'_>, DecodeError> {
     let trimmed = body.trim_start();
     if trimmed.is_empty() {
@@ -406,6 +421,18 @@ mod tests {
         assert_eq!(order.order_id, "o-1");
         assert!(matches!(order.order_id, Cow::Borrowed(_)));
         assert_eq!(order.amount, 10.0);
+    }
+
+    #[test]
+    fn an_order_id_is_read_even_from_an_invalid_order() {
+        assert_eq!(
+            order_id_hint(r#"{"order_id":"o-1","amount":-5}"#).as_deref(),
+            Some("o-1")
+        );
+        let envelope = r#"{"Type":"Notification","Message":"{\"order_id\":\"o-2\"}"}"#;
+        assert_eq!(order_id_hint(envelope).as_deref(), Some("o-2"));
+        assert_eq!(order_id_hint(r#"{"order_id":7}"#), None);
+        assert_eq!(order_id_hint("not json"), None);
     }
 
     #[test]
