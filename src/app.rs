@@ -10,9 +10,10 @@ use crate::batch::{BatchProcessor, BatchReport};
 use crate::claim_check::AnyPayloads;
 use crate::clock::{Clock, SystemClock};
 use crate::config::{Config, ConfigError};
+use crate::idempotency::guard::GuardPolicy;
 use crate::idempotency::{AnyStore, DynamoDbStore, IdempotencyStore, MemoryStore};
 use crate::metrics::{self, CallLatency, MetricsSettings, MetricsSink};
-use crate::order::{OrderHandler, Ports};
+use crate::order::{ConfigBreaker, OrderHandler, Ports};
 use crate::payment::http::HttpSetupError;
 use crate::payment::{AnyGateway, HttpGateway, PaymentGateway, SimulatedGateway};
 use crate::sqs::{self, Batch, EventError, EventView};
@@ -90,7 +91,10 @@ impl App {
             _ => None,
         };
         let gateway = match &config.payment {
-            None => AnyGateway::Simulated(SimulatedGateway::new()),
+            None => AnyGateway::Simulated(SimulatedGateway::with_clock(
+                std::sync::Arc::new(SystemClock),
+                config.payment_key_window,
+            )),
             Some(settings) => AnyGateway::Http(HttpGateway::new(settings)?),
         };
         let payloads = match (&config.claim_check, &sdk) {
@@ -122,9 +126,14 @@ where
             store,
             gateway,
             clock: clock.clone(),
-            lease: config.lease,
+            guard: GuardPolicy {
+                lease: config.lease,
+                key_window_ms: u64::try_from(config.payment_key_window.as_millis())
+                    .unwrap_or(u64::MAX),
+            },
             calls: CallLatency::default(),
             payloads: AnyPayloads::Disabled,
+            breaker: ConfigBreaker::default(),
         };
         let processor = BatchProcessor::new(OrderHandler::new(ports), clock, config.batch);
         Self {
@@ -203,6 +212,8 @@ where
     ) -> Result<(SqsBatchResponse, BatchReport), EventError> {
         // A duration measurement only: the monotonic clock, not the injected one.
         let started = Instant::now();
+        // The breaker's count is per invocation: a key fixed meanwhile is tried again now.
+        self.ports().breaker.reset();
         let records = &batch.messages;
         let report = self
             .processor
@@ -253,6 +264,7 @@ mod tests {
             .handler()
             .handle(&message, RecordContext { deadline_ms: 0 });
         let size = std::mem::size_of_val(&future);
+        eprintln!("a record's future: {size} bytes");
         assert!(size <= 1_024, "a record's future is {size} bytes");
     }
 

@@ -9,8 +9,8 @@ use std::time::Duration;
 use crate::aws::SdkSettings;
 use crate::backoff::{BackoffPolicy, MAX_VISIBILITY_S};
 use crate::batch::{BatchOptions, FifoScope};
+use crate::idempotency::LeasePolicy;
 use crate::metrics::MetricsSettings;
-use crate::order::LeasePolicy;
 use crate::payment::http::{HttpSettings, Secret};
 
 /// Every variable the function reads, with its default (None: no default, optional).
@@ -31,6 +31,7 @@ pub const VARIABLES: &[(&str, Option<&str>)] = &[
     ("PAYMENT_API_KEY", None),
     ("PAYMENT_CONNECT_TIMEOUT_MS", Some("1000")),
     ("PAYMENT_TIMEOUT_MS", Some("5000")),
+    ("PAYMENT_KEY_WINDOW_SECONDS", Some("86400")),
     ("VISIBILITY_BACKOFF", Some("false")),
     ("BACKOFF_BASE_SECONDS", Some("5")),
     ("BACKOFF_CAP_SECONDS", Some("900")),
@@ -84,6 +85,8 @@ pub struct Config {
     pub dynamodb: SdkSettings,
     /// The HTTP payment gateway; `None` selects the simulated one (local only).
     pub payment: Option<HttpSettings>,
+    /// How long the payment provider remembers an idempotency key after its first use.
+    pub payment_key_window: Duration,
     /// Visibility backoff for reported records; `None` when off.
     pub backoff: Option<BackoffPolicy>,
     /// Running inside Lambda (`AWS_LAMBDA_FUNCTION_NAME` set).
@@ -178,6 +181,10 @@ impl Config {
                 )?),
             }),
         };
+        // A provider's key window, in seconds: an hour at least (none remembers less), 30 days
+        // at most.
+        let key_window_s: u64 =
+            env.ranged("PAYMENT_KEY_WINDOW_SECONDS", 86_400, 3_600, 2_592_000)?;
         let lease_s: u64 = env.ranged("IDEMPOTENCY_LEASE_SECONDS", 300, 1, 43_200)?;
         let lease_margin_ms: u64 = env.ranged("IDEMPOTENCY_LEASE_MARGIN_MS", 5_000, 0, 900_000)?;
         let retention_days: u64 = env.ranged("IDEMPOTENCY_RETENTION_DAYS", 18, 1, 3_650)?;
@@ -244,6 +251,7 @@ impl Config {
             },
             dynamodb,
             payment,
+            payment_key_window: Duration::from_secs(key_window_s),
             backoff,
             in_lambda,
             metrics,

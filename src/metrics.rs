@@ -10,6 +10,9 @@ use serde_json::{Map, Value, json};
 use crate::batch::{BatchReport, Outcome, RecordStatus};
 use crate::sqs::QueueKind;
 
+/// The dimensions of every metric, in this order (alarms must name all three).
+pub const DIMENSIONS: [&str; 3] = ["FunctionName", "QueueName", "QueueKind"];
+
 /// The most metrics one EMF directive may define.
 pub const MAX_METRICS: usize = 100;
 
@@ -93,42 +96,64 @@ pub fn queue_name(arn: Option<&str>) -> &str {
         .unwrap_or("unknown")
 }
 
+/// The count metrics, in document order.
+pub const COUNT_METRICS: [&str; 12] = [
+    "Records",
+    "Charged",
+    "Reconciled",
+    "Duplicates",
+    "Retried",
+    "Poisoned",
+    "Conflicts",
+    "Busy",
+    "PaymentConfigErrors",
+    "NeedsReconciliation",
+    "SkippedDeadline",
+    "SkippedAfterFailure",
+];
+
+/// The count metric a reason code feeds, besides `Retried` / `Poisoned`.
+fn reason_metric(reason: &str) -> Option<&'static str> {
+    Some(match reason {
+        "charged" => "Charged",
+        "reconciled" => "Reconciled",
+        "duplicate" => "Duplicates",
+        "conflict" | "payment_conflict" => "Conflicts",
+        "busy" => "Busy",
+        // The provider refuses our credentials or URL: an alarm, since only a deployment fixes it.
+        "payment_config" | "payment_circuit_open" => "PaymentConfigErrors",
+        // An earlier charge may exist and cannot be looked up: a person may have to check.
+        "needs_reconciliation" => "NeedsReconciliation",
+        _ => return None,
+    })
+}
+
 /// Records per metric: the ones every dashboard and alarm needs.
-fn counts(report: &BatchReport) -> [(&'static str, f64); 9] {
-    let mut c = [0usize; 9];
+fn counts(report: &BatchReport) -> [(&'static str, f64); COUNT_METRICS.len()] {
+    let mut c = [0usize; COUNT_METRICS.len()];
+    let mut add = |name: &str| {
+        if let Some(i) = COUNT_METRICS.iter().position(|m| *m == name) {
+            c[i] += 1;
+        }
+    };
     for status in &report.statuses {
-        c[0] += 1;
+        add("Records");
         match status {
             RecordStatus::Handled(v) => {
-                match v.reason {
-                    "charged" => c[1] += 1,
-                    "duplicate" => c[2] += 1,
-                    "conflict" => c[5] += 1,
-                    "busy" => c[6] += 1,
-                    _ => {}
+                if let Some(name) = reason_metric(v.reason) {
+                    add(name);
                 }
                 match v.outcome {
                     Outcome::Ack => {}
-                    Outcome::Retry => c[3] += 1,
-                    Outcome::Poison => c[4] += 1,
+                    Outcome::Retry => add("Retried"),
+                    Outcome::Poison => add("Poisoned"),
                 }
             }
-            RecordStatus::SkippedDeadline => c[7] += 1,
-            RecordStatus::SkippedAfter { .. } => c[8] += 1,
+            RecordStatus::SkippedDeadline => add("SkippedDeadline"),
+            RecordStatus::SkippedAfter { .. } => add("SkippedAfterFailure"),
         }
     }
-    let names = [
-        "Records",
-        "Charged",
-        "Duplicates",
-        "Retried",
-        "Poisoned",
-        "Conflicts",
-        "Busy",
-        "SkippedDeadline",
-        "SkippedAfterFailure",
-    ];
-    std::array::from_fn(|i| (names[i], c[i] as f64))
+    std::array::from_fn(|i| (COUNT_METRICS[i], c[i] as f64))
 }
 
 /// The EMF document for one invocation, as one line of JSON.
@@ -158,7 +183,7 @@ pub fn document(settings: &MetricsSettings, inv: &Invocation<'_>) -> String {
             "Timestamp": inv.timestamp_ms,
             "CloudWatchMetrics": [{
                 "Namespace": settings.namespace,
-                "Dimensions": [["FunctionName", "QueueName", "QueueKind"]],
+                "Dimensions": [DIMENSIONS],
                 "Metrics": definitions,
             }],
         }),

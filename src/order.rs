@@ -5,6 +5,7 @@
 //! types. [`OrderHandler`] adapts it to the batch processor.
 
 use std::borrow::Cow;
+use std::sync::atomic::{AtomicU32, Ordering};
 
 use serde::Deserialize;
 use serde_json::value::RawValue;
@@ -12,11 +13,12 @@ use serde_json::value::RawValue;
 use crate::batch::{Outcome, RecordContext, RecordHandler, Verdict};
 use crate::claim_check::{self, AnyPayloads};
 use crate::clock::Clock;
+use crate::idempotency::guard::{self, Claim, Failed, Found, GuardPolicy, Guarded, GuardedWork};
 use crate::idempotency::{
-    Begin, ClaimRequest, Fingerprint, IdempotencyStore, LeaseToken, lease_end,
+    Begin, ClaimRequest, Fingerprint, IdempotencyStore, Lease, LeaseToken, StoreError,
 };
-use crate::metrics::CallLatency;
-use crate::payment::{ChargeRequest, PaymentError, PaymentGateway};
+use crate::metrics::{CallLatency, Latency};
+use crate::payment::{ChargeRequest, ChargeStatus, PaymentError, PaymentGateway};
 use crate::sqs::Message;
 
 /// Longest accepted `order_id`, in bytes. It is the idempotency key downstream too, and
@@ -182,18 +184,29 @@ fn order_from<'a>(raw: &RawBody<'a>) -> Result<Order<'a>, DecodeError> {
 pub enum OrderDecision {
     /// Charged now and recorded as done.
     Charged,
+    /// An earlier attempt's charge was found by the lookup and recorded as done; not charged again.
+    Reconciled,
     /// Finished before with the same payload.
     Duplicate,
     /// Another consumer holds a live lease until this epoch ms.
     Busy { until_ms: u64 },
-    /// Finished before with a different payload.
+    /// The order id belongs to a different payload.
     Conflict,
-    /// The provider refused the charge for good.
-    Declined(PaymentError),
-    /// The provider failed transiently.
-    PaymentUnavailable(PaymentError),
+    /// The charge attempt failed; what it proves decides the outcome (see [`PaymentError`]).
+    Payment(PaymentError),
+    /// An earlier attempt is still being processed by the provider.
+    Pending,
+    /// An earlier attempt may have charged, the provider has forgotten the key by now, and the
+    /// lookup failed: charging again could charge twice, so nothing was sent.
+    NeedsReconciliation {
+        error: PaymentError,
+        first_attempt_ms: u64,
+    },
+    /// The provider refused our configuration several times in a row this invocation: not
+    /// called, not claimed.
+    CircuitOpen,
     /// The store failed; nothing is known for sure.
-    StoreUnavailable(crate::idempotency::StoreError),
+    StoreUnavailable(StoreError),
     /// Charged, but the lease was taken over before completion; the new holder completes it.
     LeaseLost,
 }
@@ -201,10 +214,16 @@ pub enum OrderDecision {
 impl OrderDecision {
     pub fn outcome(&self) -> Outcome {
         match self {
-            Self::Charged | Self::Duplicate => Outcome::Ack,
-            Self::Conflict | Self::Declined(_) => Outcome::Poison,
+            Self::Charged | Self::Reconciled | Self::Duplicate => Outcome::Ack,
+            Self::Conflict
+            | Self::Payment(PaymentError::Declined { .. } | PaymentError::KeyReused { .. }) => {
+                Outcome::Poison
+            }
             Self::Busy { .. }
-            | Self::PaymentUnavailable(_)
+            | Self::Payment(_)
+            | Self::Pending
+            | Self::NeedsReconciliation { .. }
+            | Self::CircuitOpen
             | Self::StoreUnavailable(_)
             | Self::LeaseLost => Outcome::Retry,
         }
@@ -214,23 +233,66 @@ impl OrderDecision {
     pub fn reason(&self) -> &'static str {
         match self {
             Self::Charged => "charged",
+            Self::Reconciled => "reconciled",
             Self::Duplicate => "duplicate",
             Self::Busy { .. } => "busy",
             Self::Conflict => "conflict",
-            Self::Declined(_) => "payment_rejected",
-            Self::PaymentUnavailable(_) => "payment_transient",
+            Self::Payment(e) => match e {
+                PaymentError::NotSent { .. } => "payment_not_sent",
+                PaymentError::Ambiguous { .. } => "payment_ambiguous",
+                PaymentError::InFlight { .. } => "payment_in_flight",
+                PaymentError::Declined { .. } => "payment_rejected",
+                PaymentError::KeyReused { .. } => "payment_conflict",
+                PaymentError::Misconfigured { .. } => "payment_config",
+            },
+            Self::Pending => "payment_pending",
+            Self::NeedsReconciliation { .. } => "needs_reconciliation",
+            Self::CircuitOpen => "payment_circuit_open",
             Self::StoreUnavailable(_) => "store_error",
             Self::LeaseLost => "lease_lost",
         }
     }
+
+    /// Whether the provider refused our configuration (or we stopped asking because it did).
+    pub fn is_configuration_error(&self) -> bool {
+        match self {
+            Self::Payment(e) | Self::NeedsReconciliation { error: e, .. } => {
+                matches!(e, PaymentError::Misconfigured { .. })
+            }
+            Self::CircuitOpen => true,
+            _ => false,
+        }
+    }
 }
 
-/// How leases are sized.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct LeasePolicy {
-    pub lease_ms: u64,
-    /// How far past the invocation deadline a lease may run.
-    pub margin_ms: u64,
+/// Stops calling the provider for the rest of an invocation once it has refused our
+/// configuration (401, 403, 404, ...) [`ConfigBreaker::TRIP_AFTER`] times in a row: the other
+/// records would only get the same answer. Reset at the start of every invocation, so a fixed
+/// key is tried again at the next one.
+#[derive(Debug, Default)]
+pub struct ConfigBreaker {
+    consecutive: AtomicU32,
+}
+
+impl ConfigBreaker {
+    pub const TRIP_AFTER: u32 = 3;
+
+    pub fn is_open(&self) -> bool {
+        self.consecutive.load(Ordering::Relaxed) >= Self::TRIP_AFTER
+    }
+
+    /// Counts a provider answer: a configuration error adds one, any other answer starts over.
+    fn record(&self, configuration_error: bool) {
+        if configuration_error {
+            self.consecutive.fetch_add(1, Ordering::Relaxed);
+        } else {
+            self.consecutive.store(0, Ordering::Relaxed);
+        }
+    }
+
+    pub fn reset(&self) {
+        self.consecutive.store(0, Ordering::Relaxed);
+    }
 }
 
 /// What an order needs from the outside world.
@@ -239,14 +301,89 @@ pub struct Ports<S, P, C> {
     pub store: S,
     pub gateway: P,
     pub clock: C,
-    pub lease: LeasePolicy,
+    /// Leases, and how long the provider remembers a key.
+    pub guard: GuardPolicy,
     /// Latency of the store and payment calls, for the metrics.
     pub calls: CallLatency,
     /// Where claim-check payloads are loaded from (disabled unless configured).
     pub payloads: AnyPayloads,
+    pub breaker: ConfigBreaker,
 }
 
-/// Claims the order, charges it with its id as the idempotency key, and completes the claim.
+/// The charge, as the idempotency guard drives it: the order id is the provider's
+/// idempotency key, and its lookup tells whether an earlier attempt charged.
+struct ChargeWork<'a, P> {
+    gateway: &'a P,
+    order: &'a Order<'a>,
+    latency: &'a Latency,
+}
+
+impl<P: PaymentGateway> GuardedWork for ChargeWork<'_, P> {
+    type Output = ();
+    type Error = PaymentError;
+
+    async fn look_up(&self) -> Result<Found, PaymentError> {
+        let lookup = self.gateway.lookup(&self.order.order_id);
+        Ok(match self.latency.time(lookup).await? {
+            ChargeStatus::Succeeded => Found::Happened,
+            // Failed, or never seen: the same key may be charged again.
+            ChargeStatus::Failed | ChargeStatus::Unknown => Found::NotHappened,
+            ChargeStatus::Pending => Found::Pending,
+        })
+    }
+
+    async fn perform(&self) -> Result<(), Failed<PaymentError>> {
+        let key: &str = &self.order.order_id;
+        let request = ChargeRequest {
+            order_id: key,
+            amount: self.order.amount,
+            idempotency_key: key,
+        };
+        self.latency
+            .time(self.gateway.charge(&request))
+            .await
+            .map_err(|error| Failed {
+                effect: error.effect(),
+                error,
+            })
+    }
+}
+
+/// The store with every call timed, for the metrics.
+struct Timed<'a, S> {
+    store: &'a S,
+    latency: &'a Latency,
+}
+
+impl<S: IdempotencyStore> IdempotencyStore for Timed<'_, S> {
+    async fn begin(&self, request: &ClaimRequest<'_>) -> Result<Begin, StoreError> {
+        self.latency.time(self.store.begin(request)).await
+    }
+
+    async fn complete(&self, key: &str, lease: &Lease, now_ms: u64) -> Result<(), StoreError> {
+        self.latency
+            .time(self.store.complete(key, lease, now_ms))
+            .await
+    }
+
+    async fn mark_attempted(
+        &self,
+        key: &str,
+        lease: &Lease,
+        now_ms: u64,
+    ) -> Result<(), StoreError> {
+        self.latency
+            .time(self.store.mark_attempted(key, lease, now_ms))
+            .await
+    }
+
+    async fn release(&self, key: &str, lease: &Lease) -> Result<(), StoreError> {
+        self.latency.time(self.store.release(key, lease)).await
+    }
+}
+
+/// Claims the order, reconciles an earlier attempt if one may have charged, charges with the
+/// order id as the idempotency key, and records the outcome (see `idempotency::guard`).
 pub async fn handle_order<S, P, C>(
     order: &Order<'_>,
     ports: &Ports<S, P, C>,
@@ -258,59 +395,57 @@ where
     P: PaymentGateway,
     C: Clock,
 {
+    if ports.breaker.is_open() {
+        return (OrderDecision::CircuitOpen, None);
+    }
     let key: &str = &order.order_id;
-    let now_ms = ports.clock.now_ms();
-    let claim = ClaimRequest {
+    let store = Timed {
+        store: &ports.store,
+        latency: &ports.calls.store,
+    };
+    let work = ChargeWork {
+        gateway: &ports.gateway,
+        order,
+        latency: &ports.calls.payment,
+    };
+    let claim = Claim {
         key,
         fingerprint: order.fingerprint(),
-        now_ms,
-        lease_until_ms: lease_end(
-            now_ms,
-            ports.lease.lease_ms,
-            deadline_ms,
-            ports.lease.margin_ms,
-        ),
         message_id,
+        deadline_ms,
     };
-    let store = &ports.calls.store;
-    let lease = match store.time(ports.store.begin(&claim)).await {
-        Ok(Begin::Started(lease)) => lease,
-        Ok(Begin::Done) => return (OrderDecision::Duplicate, None),
-        Ok(Begin::Busy { until_ms }) => return (OrderDecision::Busy { until_ms }, None),
-        Ok(Begin::Conflict) => return (OrderDecision::Conflict, None),
-        Err(e) => return (OrderDecision::StoreUnavailable(e), None),
+    let run = guard::run(&store, &ports.clock, &ports.guard, &claim, &work).await;
+    let decision = match run.outcome {
+        Guarded::Performed(()) => OrderDecision::Charged,
+        Guarded::Reconciled => OrderDecision::Reconciled,
+        Guarded::Duplicate => OrderDecision::Duplicate,
+        Guarded::Busy { until_ms } => OrderDecision::Busy { until_ms },
+        Guarded::Conflict => OrderDecision::Conflict,
+        Guarded::Pending => OrderDecision::Pending,
+        Guarded::Failed { error, .. } => OrderDecision::Payment(error),
+        Guarded::NeedsReconciliation {
+            error,
+            first_attempt_ms,
+        } => OrderDecision::NeedsReconciliation {
+            error,
+            first_attempt_ms,
+        },
+        Guarded::Store(e) => OrderDecision::StoreUnavailable(e),
+        Guarded::LeaseLost => OrderDecision::LeaseLost,
     };
-    // From here on the decision carries the claim's lease token, for the log line.
-    let claimed = |decision| (decision, Some(lease.token));
-    let charge = ChargeRequest {
-        order_id: key,
-        amount: order.amount,
-        idempotency_key: key,
-    };
-    if let Err(error) = ports
-        .calls
-        .payment
-        .time(ports.gateway.charge(&charge))
-        .await
-    {
-        // Give the key back so the next delivery need not wait out the lease. If this fails
-        // the lease simply runs out; the decision stands.
-        if let Err(release) = store.time(ports.store.release(key, &lease)).await {
-            tracing::warn!(order_id = key, error = %release, "could not release the claim");
-        }
-        return claimed(match error {
-            PaymentError::Rejected { .. } => OrderDecision::Declined(error),
-            PaymentError::Transient { .. } => OrderDecision::PaymentUnavailable(error),
-        });
+    // Only answers from the provider move the breaker; store-only outcomes say nothing of it.
+    let provider_answered = matches!(
+        decision,
+        OrderDecision::Charged
+            | OrderDecision::Reconciled
+            | OrderDecision::Pending
+            | OrderDecision::Payment(_)
+            | OrderDecision::NeedsReconciliation { .. }
+    );
+    if provider_answered {
+        ports.breaker.record(decision.is_configuration_error());
     }
-    match store
-        .time(ports.store.complete(key, &lease, ports.clock.now_ms()))
-        .await
-    {
-        Ok(()) => claimed(OrderDecision::Charged),
-        Err(crate::idempotency::StoreError::LeaseLost) => claimed(OrderDecision::LeaseLost),
-        Err(e) => claimed(OrderDecision::StoreUnavailable(e)),
-    }
+    (decision, run.lease)
 }
 
 /// The order handler as the batch processor drives it.
@@ -368,11 +503,16 @@ where
         };
         let (decision, lease) =
             handle_order(&order, &self.ports, context.deadline_ms, message.message_id).await;
-        verdict(decision, order, lease)
+        verdict(decision, order, lease, self.ports.clock.now_ms())
     }
 }
 
-fn verdict(decision: OrderDecision, order: Order<'_>, lease: Option<LeaseToken>) -> Verdict {
+fn verdict(
+    decision: OrderDecision,
+    order: Order<'_>,
+    lease: Option<LeaseToken>,
+    now_ms: u64,
+) -> Verdict {
     let verdict = match decision.outcome() {
         Outcome::Ack => return Verdict::ack(decision.reason()),
         Outcome::Retry => Verdict::retry(decision.reason()),
@@ -384,17 +524,39 @@ fn verdict(decision: OrderDecision, order: Order<'_>, lease: Option<LeaseToken>)
         OrderDecision::Busy { until_ms } => verdict
             .with_retry_after_ms(until_ms)
             .with_detail(format!("another consumer holds the lease until {until_ms}")),
-        OrderDecision::Declined(e) | OrderDecision::PaymentUnavailable(e) => {
+        OrderDecision::Payment(e) => {
+            let verdict = match e {
+                PaymentError::InFlight {
+                    retry_after: Some(wait),
+                } => verdict.with_retry_after_ms(
+                    now_ms.saturating_add(u64::try_from(wait.as_millis()).unwrap_or(u64::MAX)),
+                ),
+                _ => verdict,
+            };
             verdict.with_detail(error_chain(&e))
         }
+        OrderDecision::Pending => verdict.with_detail(
+            "an earlier charge under this key is still being processed by the provider",
+        ),
+        OrderDecision::NeedsReconciliation {
+            error,
+            first_attempt_ms,
+        } => verdict.with_detail(format!(
+            "an earlier charge may exist (first attempt at {first_attempt_ms}, past the \
+             provider's key window) and the lookup failed, so it was not charged again: {}",
+            error_chain(&error)
+        )),
+        OrderDecision::CircuitOpen => verdict.with_detail(
+            "the provider refused our configuration repeatedly this invocation: not called",
+        ),
         OrderDecision::StoreUnavailable(e) => verdict.with_detail(error_chain(&e)),
         OrderDecision::Conflict => {
-            verdict.with_detail("order_id was completed before with a different payload")
+            verdict.with_detail("order_id belongs to a different payload (another amount)")
         }
         OrderDecision::LeaseLost => verdict.with_detail(
             "charged, but the lease was taken over before completion; the new holder completes it",
         ),
-        OrderDecision::Charged | OrderDecision::Duplicate => verdict,
+        OrderDecision::Charged | OrderDecision::Reconciled | OrderDecision::Duplicate => verdict,
     }
 }
 

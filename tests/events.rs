@@ -46,6 +46,17 @@ fn expected(name: &str) -> (&'static [&'static str], &'static [&'static str]) {
         ),
         // An envelope around an order, and one around a non-order.
         "sns-envelope.json" => (&["8ecf6d32-5071-4293-8ebf-a09b8c7d6e54"], &["o-30"]),
+        // The simulated provider's outcomes: charged; charged then 504 (ambiguous: RETRY, though
+        // the money moved); still in flight (409); a rejected API key (401); declined.
+        "payment-outcomes.json" => (
+            &[
+                "c2637b75-94b5-46d7-a2f3-e4dfc0b1a298",
+                "9f307e42-6182-43a4-9fc0-b1ac9d8e7f65",
+                "a0418f53-7293-44b5-80d1-c2bdae9f8076",
+                "b152a064-83a4-45c6-91e2-d3cebfa09187",
+            ],
+            &["p-1", "p-2"],
+        ),
         "empty.json" => (&[], &[]),
         other => panic!("events/{other} has no expectation here: add one"),
     }
@@ -82,6 +93,45 @@ async fn a_redelivered_batch_acks_duplicates_without_charging() {
     assert_eq!(app.ports().gateway.effective_charges(), 2);
     // Only the declined order reaches the gateway again (it was released, not completed).
     assert_eq!(app.ports().gateway.requests(), requests + 1);
+}
+
+/// The payment outcomes redelivered: the ambiguous charge is found by the lookup and
+/// acknowledged without a second charge; the one still in flight stays RETRY without a new
+/// request; the configuration error and the decline answer as before.
+#[tokio::test]
+async fn the_payment_outcomes_redelivered_reconcile_the_ambiguous_charge() {
+    let app = app();
+    let json = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/events/payment-outcomes.json"
+    ))
+    .unwrap();
+    app.handle_json(&json, deadline()).await.expect("first");
+    let event = process_orders::sqs::parse_event(&json).unwrap();
+    let (response, report) = app
+        .handle_with_report(&event, deadline())
+        .await
+        .expect("second");
+    let reasons: Vec<&str> = report
+        .statuses
+        .iter()
+        .map(|s| match s {
+            process_orders::batch::RecordStatus::Handled(v) => v.reason,
+            other => panic!("{other:?}"),
+        })
+        .collect();
+    assert_eq!(
+        reasons,
+        [
+            "duplicate",
+            "reconciled",
+            "payment_pending",
+            "payment_config",
+            "payment_rejected"
+        ]
+    );
+    assert_eq!(failed_ids(&response).len(), 3);
+    assert_eq!(app.ports().gateway.charges("p-2"), 1);
 }
 
 /// FIFO group scope: the poison (o-11, no amount) does not hold back its group (see README

@@ -10,8 +10,9 @@ use process_orders::app::App;
 use process_orders::batch::{Outcome, RecordStatus};
 use process_orders::clock::{Clock, ManualClock};
 use process_orders::config::Config;
-use process_orders::idempotency::{Begin, ClaimRequest, Fingerprint, IdempotencyStore};
-use process_orders::payment::{ChargeRequest, PaymentError, PaymentGateway};
+use process_orders::idempotency::{Begin, ClaimRequest, Fingerprint, IdempotencyStore, Status};
+use process_orders::payment::simulated;
+use process_orders::payment::{ChargeRequest, ChargeStatus, PaymentError, PaymentGateway};
 use serde_json::json;
 use support::failed_ids;
 use support::ports::{FlakyStore, Script, ScriptedGateway};
@@ -68,18 +69,57 @@ fn reason(status: &RecordStatus) -> (Outcome, &'static str) {
 }
 
 #[tokio::test]
-async fn a_transient_payment_failure_is_retry_and_frees_the_key() {
-    let (app, _, gateway, _) = app();
-    gateway.script("o-1", Script::Transient);
+async fn a_charge_that_was_not_sent_is_retry_and_frees_the_key() {
+    let (app, store, gateway, _) = app();
+    gateway.script("o-1", Script::NotSent);
     let json = event(&[("m1", order("o-1", 10.0))]);
     let (failed, statuses) = run(&app, &json).await;
     assert_eq!(failed, ["m1"]);
-    assert_eq!(reason(&statuses[0]), (Outcome::Retry, "payment_transient"));
-    // Released: the redelivery claims at once and charges.
+    assert_eq!(reason(&statuses[0]), (Outcome::Retry, "payment_not_sent"));
+    assert_eq!(store.inner.state("o-1"), None, "released");
+    // The redelivery claims at once and charges, without a lookup: nothing can exist.
     gateway.clear("o-1");
-    let (failed, _) = run(&app, &json).await;
+    let (failed, statuses) = run(&app, &json).await;
     assert!(failed.is_empty());
+    assert_eq!(reason(&statuses[0]), (Outcome::Ack, "charged"));
     assert_eq!(gateway.inner.effective_charges(), 1);
+}
+
+/// The charge went out and no answer came: the key stays ATTEMPTED (a charge may exist), and
+/// the redelivery looks it up before charging; here nothing was charged, so it charges.
+#[tokio::test]
+async fn an_ambiguous_charge_keeps_the_key_and_the_redelivery_looks_it_up_first() {
+    let (app, store, gateway, _) = app();
+    gateway.script("o-1", Script::Ambiguous);
+    let json = event(&[("m1", order("o-1", 10.0))]);
+    let (failed, statuses) = run(&app, &json).await;
+    assert_eq!(failed, ["m1"]);
+    assert_eq!(reason(&statuses[0]), (Outcome::Retry, "payment_ambiguous"));
+    let kept = store.inner.state("o-1").expect("kept");
+    assert_eq!((kept.status, kept.attempts), (Status::Attempted, 1));
+    gateway.clear("o-1");
+    let (failed, statuses) = run(&app, &json).await;
+    assert!(failed.is_empty());
+    assert_eq!(reason(&statuses[0]), (Outcome::Ack, "charged"));
+    assert_eq!(gateway.inner.effective_charges(), 1);
+}
+
+/// The provider says a request with this key is still in flight: RETRY, not before the
+/// provider's Retry-After.
+#[tokio::test]
+async fn a_charge_in_flight_is_retry_after_the_providers_wait() {
+    let (app, _, _, clock) = app();
+    let json = event(&[("m1", order("o-1", simulated::IN_FLIGHT_AMOUNT))]);
+    let (failed, statuses) = run(&app, &json).await;
+    assert_eq!(failed, ["m1"]);
+    match &statuses[0] {
+        RecordStatus::Handled(v) => {
+            assert_eq!((v.outcome, v.reason), (Outcome::Retry, "payment_in_flight"));
+            let wait = simulated::IN_FLIGHT_FOR.as_millis() as u64;
+            assert_eq!(v.retry_after_ms, Some(clock.now_ms() + wait));
+        }
+        other => panic!("{other:?}"),
+    }
 }
 
 #[tokio::test]
@@ -122,10 +162,10 @@ async fn a_store_outage_retries_every_record_and_recovers() {
     assert_eq!(gateway.inner.effective_charges(), 2);
 }
 
-/// Charged, then `complete` fails: RETRY; the redelivery waits out the lease, charges again with
-/// the same idempotency key, and the provider applies it once.
+/// Charged, then `complete` fails: RETRY; the redelivery waits out the lease, then looks the key
+/// up, finds the charge and completes without charging again.
 #[tokio::test]
-async fn a_failed_completion_is_retry_and_the_provider_key_prevents_a_second_charge() {
+async fn a_failed_completion_is_retry_and_the_redelivery_finds_the_charge() {
     let (app, store, gateway, clock) = app();
     store.fail_complete.store(true, Ordering::SeqCst);
     let json = event(&[("m1", order("o-1", 10.0))]);
@@ -138,9 +178,10 @@ async fn a_failed_completion_is_retry_and_the_provider_key_prevents_a_second_cha
     assert_eq!(failed, ["m1"]);
     assert_eq!(reason(&statuses[0]), (Outcome::Retry, "busy"));
     clock.advance_ms(config().lease.lease_ms + 1);
-    let (failed, _) = run(&app, &json).await;
+    let (failed, statuses) = run(&app, &json).await;
     assert!(failed.is_empty());
-    assert_eq!(gateway.inner.requests(), 2);
+    assert_eq!(reason(&statuses[0]), (Outcome::Ack, "reconciled"));
+    assert_eq!(gateway.inner.requests(), 1);
     assert_eq!(gateway.inner.effective_charges(), 1);
 }
 
@@ -160,7 +201,7 @@ async fn a_key_held_elsewhere_is_busy_with_the_lease_end() {
         })
         .await
         .unwrap();
-    assert!(matches!(held, Begin::Started(_)));
+    assert!(matches!(held, Begin::Started { .. }));
     let (failed, statuses) = run(&app, &event(&[("m1", order("o-1", 10.0))])).await;
     assert_eq!(failed, ["m1"]);
     match &statuses[0] {
@@ -216,9 +257,13 @@ impl PaymentGateway for TakeoverGateway {
         };
         assert!(matches!(
             self.store.begin(&takeover).await,
-            Ok(Begin::Started(_))
+            Ok(Begin::Started { .. })
         ));
         Ok(())
+    }
+
+    async fn lookup(&self, _key: &str) -> Result<ChargeStatus, PaymentError> {
+        Ok(ChargeStatus::Unknown)
     }
 }
 

@@ -15,7 +15,7 @@ use process_orders::idempotency::{
     Begin, ClaimRequest, IdempotencyStore, Lease, MemoryStore, StoreError,
 };
 use process_orders::payment::http::{HttpGateway, HttpSettings, Secret};
-use process_orders::payment::{ChargeRequest, PaymentError, PaymentGateway};
+use process_orders::payment::{ChargeRequest, ChargeStatus, PaymentError, PaymentGateway};
 use serde_json::json;
 use support::failed_ids;
 use support::payment_stub::{Behaviour, PaymentStub, refusing_endpoint, resetting_endpoint};
@@ -45,12 +45,20 @@ async fn charge(gateway: &HttpGateway, order_id: &str) -> Result<(), PaymentErro
         .await
 }
 
-fn is_transient(result: &Result<(), PaymentError>) -> bool {
-    matches!(result, Err(PaymentError::Transient { .. }))
+fn kind(result: &Result<(), PaymentError>) -> &'static str {
+    match result {
+        Ok(()) => "charged",
+        Err(PaymentError::NotSent { .. }) => "not sent",
+        Err(PaymentError::Ambiguous { .. }) => "ambiguous",
+        Err(PaymentError::InFlight { .. }) => "in flight",
+        Err(PaymentError::Declined { .. }) => "declined",
+        Err(PaymentError::KeyReused { .. }) => "key reused",
+        Err(PaymentError::Misconfigured { .. }) => "misconfigured",
+    }
 }
 
 #[tokio::test]
-async fn a_2xx_is_charged_once_per_key() {
+async fn a_2xx_is_charged_once_per_key_and_a_replay_answers_the_same() {
     let stub = PaymentStub::start().await;
     let g = gateway(&stub.url());
     charge(&g, "o-1").await.expect("first");
@@ -58,74 +66,149 @@ async fn a_2xx_is_charged_once_per_key() {
         .await
         .expect("replay answers the original charge");
     assert_eq!((stub.requests("o-1"), stub.charges("o-1")), (2, 1));
+    assert_eq!(stub.answers("o-1"), [201, 201]);
 }
 
-#[tokio::test]
-async fn a_409_for_a_reused_key_is_charged() {
+/// A second request while the first is still being processed gets 409: in flight, never
+/// charged, with the provider's Retry-After.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_409_for_a_key_in_flight_is_in_flight_never_charged() {
     let stub = PaymentStub::start().await;
-    stub.set("o-1", Behaviour::ConflictOnReplay);
+    stub.set("o-1", Behaviour::Slow(Duration::from_millis(600)));
+    let g = Arc::new(gateway(&stub.url()));
+    let first = tokio::spawn({
+        let g = Arc::clone(&g);
+        async move { charge(&g, "o-1").await }
+    });
+    stub.in_flight("o-1").await;
+    match charge(&g, "o-1").await {
+        Err(PaymentError::InFlight { retry_after }) => {
+            assert_eq!(retry_after, Some(Duration::from_secs(1)))
+        }
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(stub.answers("o-1"), [409]);
+    first.await.unwrap().expect("the first request charges");
+    assert_eq!(stub.charges("o-1"), 1);
+}
+
+/// A 2xx that is not the provider's JSON (a proxy's page), one whose body breaks off, and one
+/// too large to read prove nothing: ambiguous, and the lookup then finds the charge.
+#[tokio::test]
+async fn a_2xx_that_cannot_be_read_is_ambiguous_and_the_lookup_finds_the_charge() {
+    let stub = PaymentStub::start().await;
     let g = gateway(&stub.url());
-    charge(&g, "o-1").await.expect("first");
-    charge(&g, "o-1").await.expect("409 = already charged");
-    assert_eq!(stub.charges("o-1"), 1);
+    for (key, behaviour) in [
+        ("o-1", Behaviour::NotJson),
+        ("o-2", Behaviour::ChargeThenBreak),
+        ("o-3", Behaviour::ChargeThenHugeBody),
+    ] {
+        stub.set(key, behaviour);
+        assert_eq!(kind(&charge(&g, key).await), "ambiguous", "{key}");
+        assert_eq!(stub.charges(key), 1);
+        assert_eq!(
+            g.lookup(key).await.expect("lookup"),
+            ChargeStatus::Succeeded
+        );
+    }
 }
 
 #[tokio::test]
-async fn a_2xx_with_a_body_that_is_not_json_is_charged() {
-    let stub = PaymentStub::start().await;
-    stub.set("o-1", Behaviour::NotJson);
-    charge(&gateway(&stub.url()), "o-1").await.expect("charged");
-    assert_eq!(stub.charges("o-1"), 1);
-}
-
-#[tokio::test]
-async fn timeouts_408_429_and_5xx_are_transient() {
+async fn timeouts_408_429_and_5xx_are_ambiguous() {
     let stub = PaymentStub::start().await;
     let g = gateway(&stub.url());
     for code in [408, 429, 500, 502, 503, 504] {
         let key = format!("o-{code}");
         stub.set(&key, Behaviour::Status(code));
-        assert!(is_transient(&charge(&g, &key).await), "{code}");
+        assert_eq!(kind(&charge(&g, &key).await), "ambiguous", "{code}");
     }
-    assert_eq!(stub.total_charges(), 0);
+    stub.set("o-1", Behaviour::ChargeThen504);
+    assert_eq!(kind(&charge(&g, "o-1").await), "ambiguous");
+    assert_eq!(stub.total_charges(), 1, "only the charge-then-504 charged");
 }
 
+/// A decline is declined, and replayed as such; a key reused with another payload is refused;
+/// credentials and URL errors are configuration, never a decline.
 #[tokio::test]
-async fn other_4xx_are_rejected_with_status_and_reason() {
+async fn declines_reused_keys_and_configuration_errors_are_told_apart() {
     let stub = PaymentStub::start().await;
     let g = gateway(&stub.url());
-    for code in [400, 401, 402, 403, 404, 422] {
+    stub.set("o-402", Behaviour::Decline);
+    for _ in 0..2 {
+        match charge(&g, "o-402").await {
+            Err(PaymentError::Declined { status, reason }) => {
+                assert_eq!((status, reason.as_str()), (Some(402), "card declined"))
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+    charge(&g, "o-1").await.expect("charged");
+    let reused = g
+        .charge(&ChargeRequest {
+            order_id: "o-1",
+            amount: 11.0,
+            idempotency_key: "o-1",
+        })
+        .await;
+    assert_eq!(kind(&reused), "key reused");
+    for code in [401, 403, 404, 405, 407] {
         let key = format!("o-{code}");
         stub.set(&key, Behaviour::Status(code));
         match charge(&g, &key).await {
-            Err(PaymentError::Rejected { status, reason }) => {
-                assert_eq!(status, Some(code));
-                assert_eq!(reason, format!("stub answers {code}"));
-            }
+            Err(PaymentError::Misconfigured { status, .. }) => assert_eq!(status, Some(code)),
             other => panic!("{code}: {other:?}"),
         }
     }
+    stub.require_api_key(Some("sk_right"));
+    assert_eq!(kind(&charge(&g, "o-2").await), "misconfigured");
 }
 
 #[tokio::test]
-async fn a_slow_response_trips_the_timeout_and_is_transient() {
+async fn a_slow_response_trips_the_timeout_and_is_ambiguous() {
     let stub = PaymentStub::start().await;
     stub.set("o-1", Behaviour::Slow(Duration::from_secs(3)));
     let result = charge(&gateway(&stub.url()), "o-1").await;
     match &result {
-        Err(PaymentError::Transient { reason, .. }) => assert_eq!(reason, "timed out"),
+        Err(PaymentError::Ambiguous { reason, .. }) => {
+            assert_eq!(reason, "timed out after sending")
+        }
         other => panic!("{other:?}"),
     }
 }
 
+/// Refused means nothing was sent; a reset after connecting may have been read.
 #[tokio::test]
-async fn refused_and_reset_connections_are_transient() {
-    assert!(is_transient(
-        &charge(&gateway(&refusing_endpoint()), "o-1").await
-    ));
-    assert!(is_transient(
-        &charge(&gateway(&resetting_endpoint().await), "o-1").await
-    ));
+async fn a_refused_connection_is_not_sent_and_a_reset_is_ambiguous() {
+    assert_eq!(
+        kind(&charge(&gateway(&refusing_endpoint()), "o-1").await),
+        "not sent"
+    );
+    assert_eq!(
+        kind(&charge(&gateway(&resetting_endpoint().await), "o-1").await),
+        "ambiguous"
+    );
+}
+
+#[tokio::test]
+async fn the_lookup_tells_what_became_of_a_key() {
+    let stub = PaymentStub::start().await;
+    let g = gateway(&stub.url());
+    assert_eq!(
+        g.lookup("o/1 ?#").await.expect("lookup"),
+        ChargeStatus::Unknown
+    );
+    charge(&g, "o/1 ?#").await.expect("charged");
+    assert_eq!(
+        g.lookup("o/1 ?#").await.expect("lookup"),
+        ChargeStatus::Succeeded
+    );
+    stub.set("o-2", Behaviour::Decline);
+    let _ = charge(&g, "o-2").await;
+    assert_eq!(g.lookup("o-2").await.expect("lookup"), ChargeStatus::Failed);
+    assert!(g.lookup("o-2").await.is_ok());
+    assert_eq!(stub.lookups("o-2"), 2);
+    // Nothing to ask: the lookup cannot tell, which is an error, never "unknown".
+    assert!(gateway(&refusing_endpoint()).lookup("o-1").await.is_err());
 }
 
 #[tokio::test]
@@ -178,6 +261,15 @@ impl IdempotencyStore for CrashOnComplete {
         self.0.complete(key, lease, now_ms).await
     }
 
+    fn mark_attempted(
+        &self,
+        key: &str,
+        lease: &Lease,
+        now_ms: u64,
+    ) -> impl Future<Output = Result<(), StoreError>> + Send {
+        self.0.mark_attempted(key, lease, now_ms)
+    }
+
     fn release(
         &self,
         key: &str,
@@ -187,8 +279,8 @@ impl IdempotencyStore for CrashOnComplete {
     }
 }
 
-/// Charge succeeds, `complete` never happens, the lease runs out: the retry charges with the
-/// same key, the provider sees two requests and applies one charge, and the order ends ACKed.
+/// Charge succeeds, `complete` never happens, the lease runs out: the retry looks the key up,
+/// finds the charge, completes without charging again, and the order ends ACKed.
 #[tokio::test]
 async fn a_crash_between_charge_and_complete_still_charges_once() {
     let stub = PaymentStub::start().await;
@@ -220,7 +312,8 @@ async fn a_crash_between_charge_and_complete_still_charges_once() {
         .await
         .unwrap();
     assert!(failed_ids(&retried).is_empty());
-    assert_eq!((stub.requests("o-1"), stub.charges("o-1")), (2, 1));
+    assert_eq!((stub.requests("o-1"), stub.charges("o-1")), (1, 1));
+    assert_eq!(stub.lookups("o-1"), 1);
 }
 
 /// The same order delivered twice while the first charge is in flight: one charge.
@@ -270,7 +363,7 @@ async fn the_same_order_twice_in_flight_is_charged_once() {
 async fn the_binary_charges_over_http_and_never_logs_the_api_key() {
     let stub = PaymentStub::start().await;
     stub.set("o-2", Behaviour::Status(503));
-    stub.set("o-4", Behaviour::Status(402));
+    stub.set("o-4", Behaviour::Decline);
     let url = stub.url();
     let output = tokio::task::spawn_blocking(move || {
         std::process::Command::new(env!("CARGO_BIN_EXE_process-orders"))
@@ -318,7 +411,7 @@ async fn the_binary_charges_over_http_and_never_logs_the_api_key() {
     );
     let logs = String::from_utf8_lossy(&output.stderr);
     assert!(
-        logs.contains("payment_transient") && logs.contains("payment_rejected"),
+        logs.contains("payment_ambiguous") && logs.contains("payment_rejected"),
         "{logs}"
     );
     assert!(!logs.contains("MARKER"), "the API key leaked into the logs");

@@ -56,7 +56,9 @@ async fn handle(app: &DynamoApp, clock: &ManualClock, json: &str) -> Vec<String>
     failed_ids(&response)
 }
 
-/// DynamoDB requests per record on each path: new 2, duplicate 1, busy 1, transient payment 2.
+/// DynamoDB requests per record on each path: new 2, duplicate 1, busy 1, payment not sent 2,
+/// payment ambiguous 2, and the redelivery of an ambiguous charge 2 (the lookup is the
+/// provider's, not the table's).
 #[tokio::test]
 async fn each_path_costs_its_budget_of_requests() {
     let server = Dynoxide::start().await;
@@ -81,8 +83,12 @@ async fn each_path_costs_its_budget_of_requests() {
         .expect("held elsewhere");
     let busy = measure(&event(&[("m3", "held", 1.0)])).await;
 
-    gateway.script("flaky", Script::Transient);
-    let transient = measure(&event(&[("m4", "flaky", 1.0)])).await;
+    gateway.script("refused", Script::NotSent);
+    let not_sent = measure(&event(&[("m4", "refused", 1.0)])).await;
+    gateway.script("lost", Script::Ambiguous);
+    let ambiguous = measure(&event(&[("m5", "lost", 1.0)])).await;
+    gateway.clear("lost");
+    let redelivered = measure(&event(&[("m5", "lost", 1.0)])).await;
 
     // `make bench` quotes this table (--nocapture).
     eprintln!("| path | DynamoDB requests per record | budget |\n|---|---|---|");
@@ -90,14 +96,18 @@ async fn each_path_costs_its_budget_of_requests() {
         ("new", &new, 2),
         ("duplicate", &duplicate, 1),
         ("busy", &busy, 1),
-        ("transient payment", &transient, 2),
+        ("payment not sent", &not_sent, 2),
+        ("payment ambiguous", &ambiguous, 2),
+        ("redelivery after an ambiguous charge", &redelivered, 2),
     ] {
         eprintln!("| {path} | {requests} | {budget} |");
     }
     assert_eq!(new, (2, vec![]));
     assert_eq!(duplicate, (1, vec![]));
     assert_eq!(busy, (1, vec!["m3".to_owned()]));
-    assert_eq!(transient, (2, vec!["m4".to_owned()]));
+    assert_eq!(not_sent, (2, vec!["m4".to_owned()]));
+    assert_eq!(ambiguous, (2, vec!["m5".to_owned()]));
+    assert_eq!(redelivered, (2, vec![]));
 }
 
 /// A missing table is a store error: every record is RETRY and nothing is charged.

@@ -437,6 +437,46 @@ fn alarms_watch_the_dlqs_the_queue_age_errors_and_throttles() {
     assert_eq!(watched("Throttles").len(), 1);
 }
 
+/// A payment configuration error (a rotated key, a wrong URL) retries every record with backoff
+/// and would otherwise only show in the DLQ days later: one alarm per source queue, on the
+/// metric, namespace and dimensions the function writes.
+#[test]
+fn payment_configuration_errors_alarm_for_each_queue() {
+    let t = template();
+    let metric = "PaymentConfigErrors";
+    assert!(process_orders::metrics::COUNT_METRICS.contains(&metric));
+    let namespace = function(&t)["Environment"]["Variables"]["METRICS_NAMESPACE"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let alarms: Vec<&Value> = resources_of_type(&t, "AWS::CloudWatch::Alarm")
+        .into_iter()
+        .filter(|(_, a)| a["MetricName"].as_str() == Some(metric))
+        .map(|(_, a)| a)
+        .collect();
+    let mut queues = BTreeSet::new();
+    for a in &alarms {
+        assert_eq!(a["Namespace"].as_str(), Some(namespace.as_str()));
+        assert_eq!(number(&t, &a["Threshold"]), 0.0);
+        let dims = a["Dimensions"].as_sequence().unwrap();
+        let names: Vec<&str> = dims.iter().map(|d| d["Name"].as_str().unwrap()).collect();
+        assert_eq!(names, process_orders::metrics::DIMENSIONS);
+        assert_eq!(target(&dims[0]["Value"]), "OrdersFunction");
+        let queue = target(&dims[1]["Value"]);
+        let fifo = resource(&t, &queue)["FifoQueue"].as_bool() == Some(true);
+        assert_eq!(
+            dims[2]["Value"].as_str(),
+            Some(if fifo { "fifo" } else { "standard" })
+        );
+        queues.insert(queue);
+    }
+    let sources: BTreeSet<String> = source_queues(&t)
+        .iter()
+        .map(|(name, _)| (*name).to_owned())
+        .collect();
+    assert_eq!(queues, sources);
+}
+
 /// cargo-lambda builds release with panic=abort; a panic must unwind to become RETRY.
 #[test]
 fn the_release_profile_unwinds_on_panic() {

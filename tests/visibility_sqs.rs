@@ -116,7 +116,7 @@ async fn reported_records_come_back_on_their_own_schedule() {
     let config = Config::from_lookup(|_| None).unwrap();
     let store = Arc::new(MemoryStore::new(config.retention));
     let gateway = Arc::new(ScriptedGateway::default());
-    gateway.script("o-flaky", Script::Transient);
+    gateway.script("o-flaky", Script::NotSent);
     // Another consumer holds o-busy for 4 more seconds.
     let now = SystemClock.now_ms();
     let fingerprint = decode_order(r#"{"order_id":"o-busy","amount":1}"#)
@@ -132,7 +132,7 @@ async fn reported_records_come_back_on_their_own_schedule() {
         })
         .await
         .unwrap();
-    assert!(matches!(held, Begin::Started(_)));
+    assert!(matches!(held, Begin::Started { .. }));
     let policy = BackoffPolicy {
         base_s: 1,
         cap_s: 1,

@@ -1,10 +1,14 @@
 //! The DynamoDB store: one conditional write per state change, fenced by the lease token.
 //!
-//! - claim: one `PutItem`, conditional on the item being absent, past its TTL, or in progress
-//!   with a lease that has run out; on `ConditionalCheckFailed` the old item comes back with the
-//!   error (`ReturnValuesOnConditionCheckFailure = ALL_OLD`) and decides DONE / BUSY / CONFLICT,
-//!   so no path ever reads.
+//! - claim: one `UpdateItem`, conditional on the item being absent, completed and past its TTL,
+//!   or (same fingerprint only) `ATTEMPTED` or in progress with a lease that has run out. The old
+//!   item comes back either way: on success (`ReturnValues = ALL_OLD`) it tells whether an
+//!   earlier attempt's effect may exist, and on `ConditionalCheckFailed`
+//!   (`ReturnValuesOnConditionCheckFailure = ALL_OLD`) it decides DONE / BUSY / CONFLICT. No path
+//!   ever reads. `UpdateItem`, not `PutItem`: the first attempt's time and the attempt count must
+//!   survive a takeover (`if_not_exists`, `ADD`).
 //! - complete: one `UpdateItem`, conditional on the holder's lease token.
+//! - mark attempted: one `UpdateItem`, conditional on the holder's lease token.
 //! - release: one `DeleteItem`, conditional on the holder's lease token.
 //!
 //! Every attribute is referenced through `#names` so no DynamoDB reserved word can bite, and
@@ -16,13 +20,12 @@ use std::time::Duration;
 use aws_sdk_dynamodb::Client;
 use aws_sdk_dynamodb::error::SdkError;
 use aws_sdk_dynamodb::operation::delete_item::DeleteItemError;
-use aws_sdk_dynamodb::operation::put_item::PutItemError;
 use aws_sdk_dynamodb::operation::update_item::UpdateItemError;
-use aws_sdk_dynamodb::types::{AttributeValue, ReturnValuesOnConditionCheckFailure};
+use aws_sdk_dynamodb::types::{AttributeValue, ReturnValue, ReturnValuesOnConditionCheckFailure};
 
 use super::{
     Begin, ClaimRequest, ClaimState, Fingerprint, IdempotencyStore, Lease, LeaseToken, Status,
-    StoreError, decide,
+    StoreError, decide, prior_attempt,
 };
 
 /// The item schema. The table's key schema (`template.yaml`) is [`KEY`] as a string hash key,
@@ -30,11 +33,11 @@ use super::{
 pub mod attr {
     /// Partition key (S): the business key.
     pub const KEY: &str = "pk";
-    /// `IN_PROGRESS` or `COMPLETED` (S).
+    /// `IN_PROGRESS`, `ATTEMPTED` or `COMPLETED` (S).
     pub const STATUS: &str = "status";
-    /// The holder's lease token (S); removed on completion.
+    /// The holder's lease token (S); removed when the lease ends.
     pub const LEASE_TOKEN: &str = "lease_token";
-    /// Lease end, epoch ms (N); removed on completion.
+    /// Lease end, epoch ms (N); removed when the lease ends.
     pub const LEASE_UNTIL: &str = "lease_until";
     /// Payload fingerprint, 16 hex digits (S).
     pub const FINGERPRINT: &str = "fingerprint";
@@ -42,8 +45,15 @@ pub mod attr {
     pub const EXPIRES_AT: &str = "expires_at";
     /// The SQS message id of the latest claim (S), for forensics.
     pub const MESSAGE_ID: &str = "message_id";
-    /// When the item was claimed, epoch ms (N).
+    /// When the item was last claimed, epoch ms (N).
     pub const CLAIMED_AT: &str = "claimed_at";
+    /// When the first attempt under the key began, epoch ms (N); kept across takeovers, removed
+    /// on completion.
+    pub const FIRST_ATTEMPT_AT: &str = "first_attempt_at";
+    /// Claims of the key so far (N); removed on completion.
+    pub const ATTEMPTS: &str = "attempts";
+    /// When the latest attempt ended without proof either way, epoch ms (N).
+    pub const ATTEMPTED_AT: &str = "attempted_at";
     /// When the work completed, epoch ms (N).
     pub const COMPLETED_AT: &str = "completed_at";
 }
@@ -51,15 +61,21 @@ pub mod attr {
 pub use attr::{EXPIRES_AT as TTL_ATTRIBUTE, KEY as KEY_ATTRIBUTE};
 
 /// The DynamoDB actions this store calls; IAM grants exactly these on the table.
-pub const ACTIONS: &[&str] = &[
-    "dynamodb:PutItem",
-    "dynamodb:UpdateItem",
-    "dynamodb:DeleteItem",
-];
+pub const ACTIONS: &[&str] = &["dynamodb:UpdateItem", "dynamodb:DeleteItem"];
 
-const CLAIM_CONDITION: &str = "attribute_not_exists(#pk) OR #exp <= :now_s OR (#status = :in_progress AND #lease_until <= :now_ms)";
+const CLAIM_UPDATE: &str = "SET #status = :in_progress, #lease_token = :token, \
+    #lease_until = :lease_until, #fingerprint = :fingerprint, #exp = :exp, \
+    #message_id = :message_id, #claimed_at = :now_ms, \
+    #first_attempt_at = if_not_exists(#first_attempt_at, :now_ms) \
+    REMOVE #completed_at ADD #attempts :one";
+const CLAIM_CONDITION: &str = "attribute_not_exists(#pk) \
+    OR (#status = :completed AND #exp <= :now_s) \
+    OR (#fingerprint = :fingerprint AND (#status = :attempted \
+        OR (#status = :in_progress AND #lease_until <= :now_ms)))";
 const COMPLETE_UPDATE: &str = "SET #status = :completed, #exp = :exp, #completed_at = :now_ms \
-                               REMOVE #lease_token, #lease_until";
+    REMOVE #lease_token, #lease_until, #first_attempt_at, #attempts";
+const MARK_ATTEMPTED_UPDATE: &str =
+    "SET #status = :attempted, #attempted_at = :now_ms REMOVE #lease_token, #lease_until";
 const HOLDER_CONDITION: &str = "#lease_token = :token";
 
 #[derive(Debug, Clone)]
@@ -133,15 +149,24 @@ fn claim_state(item: &HashMap<String, AttributeValue>) -> Result<ClaimState, Sto
         Some(_) => Err(StoreError::Malformed(format!("{name} is not a number"))),
     };
     let status = text(attr::STATUS)?;
+    let status = Status::parse(status)
+        .ok_or_else(|| StoreError::Malformed(format!("unknown status {status:?}")))?;
     let fingerprint = text(attr::FINGERPRINT)?;
+    let first_attempt_ms = match number(attr::FIRST_ATTEMPT_AT)? {
+        // Items claimed before attempts were recorded: their claim is the first attempt known.
+        0 if status != Status::Completed => Some(number(attr::CLAIMED_AT)?).filter(|t| *t > 0),
+        0 => None,
+        at => Some(at),
+    };
     Ok(ClaimState {
-        status: Status::parse(status)
-            .ok_or_else(|| StoreError::Malformed(format!("unknown status {status:?}")))?,
+        status,
         fingerprint: u64::from_str_radix(fingerprint, 16)
             .map(Fingerprint)
             .map_err(|_| StoreError::Malformed("fingerprint is not hex".into()))?,
         lease_until_ms: number(attr::LEASE_UNTIL)?,
         expires_at_s: number(attr::EXPIRES_AT)?,
+        first_attempt_ms,
+        attempts: u32::try_from(number(attr::ATTEMPTS)?).unwrap_or(u32::MAX),
     })
 }
 
@@ -153,31 +178,64 @@ impl IdempotencyStore for DynamoDbStore {
         };
         let result = self
             .client
-            .put_item()
+            .update_item()
             .table_name(&self.table)
-            .item(attr::KEY, s(request.key))
-            .item(attr::STATUS, s(Status::InProgress.as_str()))
-            .item(attr::LEASE_TOKEN, s(lease.token.to_string()))
-            .item(attr::LEASE_UNTIL, n(lease.until_ms))
-            .item(attr::FINGERPRINT, s(request.fingerprint.to_string()))
-            .item(attr::EXPIRES_AT, n(self.expires_at(request.now_ms)))
-            .item(attr::MESSAGE_ID, s(request.message_id))
-            .item(attr::CLAIMED_AT, n(request.now_ms))
+            .key(attr::KEY, s(request.key))
+            .update_expression(CLAIM_UPDATE)
             .condition_expression(CLAIM_CONDITION)
             .expression_attribute_names("#pk", attr::KEY)
-            .expression_attribute_names("#exp", attr::EXPIRES_AT)
             .expression_attribute_names("#status", attr::STATUS)
+            .expression_attribute_names("#lease_token", attr::LEASE_TOKEN)
             .expression_attribute_names("#lease_until", attr::LEASE_UNTIL)
-            .expression_attribute_values(":now_s", n(request.now_ms / 1_000))
-            .expression_attribute_values(":now_ms", n(request.now_ms))
+            .expression_attribute_names("#fingerprint", attr::FINGERPRINT)
+            .expression_attribute_names("#exp", attr::EXPIRES_AT)
+            .expression_attribute_names("#message_id", attr::MESSAGE_ID)
+            .expression_attribute_names("#claimed_at", attr::CLAIMED_AT)
+            .expression_attribute_names("#first_attempt_at", attr::FIRST_ATTEMPT_AT)
+            .expression_attribute_names("#completed_at", attr::COMPLETED_AT)
+            .expression_attribute_names("#attempts", attr::ATTEMPTS)
             .expression_attribute_values(":in_progress", s(Status::InProgress.as_str()))
+            .expression_attribute_values(":attempted", s(Status::Attempted.as_str()))
+            .expression_attribute_values(":completed", s(Status::Completed.as_str()))
+            .expression_attribute_values(":token", s(lease.token.to_string()))
+            .expression_attribute_values(":lease_until", n(lease.until_ms))
+            .expression_attribute_values(":fingerprint", s(request.fingerprint.to_string()))
+            .expression_attribute_values(":exp", n(self.expires_at(request.now_ms)))
+            .expression_attribute_values(":message_id", s(request.message_id))
+            .expression_attribute_values(":now_ms", n(request.now_ms))
+            .expression_attribute_values(":now_s", n(request.now_ms / 1_000))
+            .expression_attribute_values(":one", n(1))
+            .return_values(ReturnValue::AllOld)
             .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
             .send()
             .await;
         match result {
-            Ok(_) => Ok(Begin::Started(lease)),
+            Ok(output) => {
+                // DynamoDB returns no attributes for a new item; dynoxide returns its key alone.
+                // Either way, an item without a status held no claim.
+                let replaced = match output.attributes() {
+                    Some(old) if old.contains_key(attr::STATUS) => Some(claim_state(old).unwrap_or_else(|e| {
+                        // Ours now, but we cannot tell what it held: assume the worst, that an
+                        // attempt of unknown age may have taken effect.
+                        tracing::warn!(key = request.key, error = %e, "claimed a malformed item");
+                        ClaimState {
+                            status: Status::Attempted,
+                            fingerprint: request.fingerprint,
+                            lease_until_ms: 0,
+                            expires_at_s: 0,
+                            first_attempt_ms: None,
+                            attempts: 0,
+                        }
+                    })),
+                    _ => None,
+                };
+                Ok(Begin::Started {
+                    lease,
+                    prior: prior_attempt(replaced.as_ref()),
+                })
+            }
             Err(SdkError::ServiceError(e)) if e.err().is_conditional_check_failed_exception() => {
-                let PutItemError::ConditionalCheckFailedException(failed) = e.into_err() else {
+                let UpdateItemError::ConditionalCheckFailedException(failed) = e.into_err() else {
                     unreachable!("checked just above")
                 };
                 let old = failed.item().ok_or_else(|| {
@@ -206,8 +264,38 @@ impl IdempotencyStore for DynamoDbStore {
             .expression_attribute_names("#completed_at", attr::COMPLETED_AT)
             .expression_attribute_names("#lease_token", attr::LEASE_TOKEN)
             .expression_attribute_names("#lease_until", attr::LEASE_UNTIL)
+            .expression_attribute_names("#first_attempt_at", attr::FIRST_ATTEMPT_AT)
+            .expression_attribute_names("#attempts", attr::ATTEMPTS)
             .expression_attribute_values(":completed", s(Status::Completed.as_str()))
             .expression_attribute_values(":exp", n(self.expires_at(now_ms)))
+            .expression_attribute_values(":now_ms", n(now_ms))
+            .expression_attribute_values(":token", s(lease.token.to_string()))
+            .send()
+            .await;
+        fenced(
+            result,
+            UpdateItemError::is_conditional_check_failed_exception,
+        )
+    }
+
+    async fn mark_attempted(
+        &self,
+        key: &str,
+        lease: &Lease,
+        now_ms: u64,
+    ) -> Result<(), StoreError> {
+        let result = self
+            .client
+            .update_item()
+            .table_name(&self.table)
+            .key(attr::KEY, s(key))
+            .update_expression(MARK_ATTEMPTED_UPDATE)
+            .condition_expression(HOLDER_CONDITION)
+            .expression_attribute_names("#status", attr::STATUS)
+            .expression_attribute_names("#attempted_at", attr::ATTEMPTED_AT)
+            .expression_attribute_names("#lease_token", attr::LEASE_TOKEN)
+            .expression_attribute_names("#lease_until", attr::LEASE_UNTIL)
+            .expression_attribute_values(":attempted", s(Status::Attempted.as_str()))
             .expression_attribute_values(":now_ms", n(now_ms))
             .expression_attribute_values(":token", s(lease.token.to_string()))
             .send()
@@ -250,21 +338,45 @@ mod tests {
     #[test]
     fn reads_back_what_it_writes() {
         let state = claim_state(&item(&[
-            (attr::STATUS, s("IN_PROGRESS")),
+            (attr::STATUS, s("ATTEMPTED")),
             (attr::FINGERPRINT, s(Fingerprint(0xabc).to_string())),
-            (attr::LEASE_UNTIL, n(5)),
             (attr::EXPIRES_AT, n(7)),
+            (attr::CLAIMED_AT, n(3)),
+            (attr::FIRST_ATTEMPT_AT, n(2)),
+            (attr::ATTEMPTS, n(4)),
         ]))
         .expect("state");
         assert_eq!(
             state,
             ClaimState {
-                status: Status::InProgress,
+                status: Status::Attempted,
                 fingerprint: Fingerprint(0xabc),
-                lease_until_ms: 5,
-                expires_at_s: 7
+                lease_until_ms: 0,
+                expires_at_s: 7,
+                first_attempt_ms: Some(2),
+                attempts: 4,
             }
         );
+    }
+
+    #[test]
+    fn an_item_from_before_attempts_were_recorded_dates_its_first_attempt_by_its_claim() {
+        let legacy = claim_state(&item(&[
+            (attr::STATUS, s("IN_PROGRESS")),
+            (attr::FINGERPRINT, s("00")),
+            (attr::LEASE_UNTIL, n(5)),
+            (attr::EXPIRES_AT, n(7)),
+            (attr::CLAIMED_AT, n(3)),
+        ]))
+        .expect("state");
+        assert_eq!((legacy.first_attempt_ms, legacy.attempts), (Some(3), 0));
+        let done = claim_state(&item(&[
+            (attr::STATUS, s("COMPLETED")),
+            (attr::FINGERPRINT, s("00")),
+            (attr::CLAIMED_AT, n(3)),
+        ]))
+        .expect("state");
+        assert_eq!(done.first_attempt_ms, None);
     }
 
     #[test]
@@ -287,18 +399,72 @@ mod tests {
     }
 
     #[test]
-    fn every_placeholder_is_defined_in_each_expression_set() {
+    fn every_placeholder_of_a_request_is_used_by_its_expressions() {
         // dynoxide and real DynamoDB reject unused names and values; moto does not. The
         // integration tests prove the requests against dynoxide; this pins the expressions.
-        for (expr, names) in [
+        for (exprs, placeholders) in [
             (
-                CLAIM_CONDITION,
-                &["#pk", "#exp", "#status", "#lease_until"][..],
+                &[CLAIM_UPDATE, CLAIM_CONDITION][..],
+                &[
+                    "#pk",
+                    "#status",
+                    "#lease_token",
+                    "#lease_until",
+                    "#fingerprint",
+                    "#exp",
+                    "#message_id",
+                    "#claimed_at",
+                    "#first_attempt_at",
+                    "#completed_at",
+                    "#attempts",
+                    ":in_progress",
+                    ":attempted",
+                    ":completed",
+                    ":token",
+                    ":lease_until",
+                    ":fingerprint",
+                    ":exp",
+                    ":message_id",
+                    ":now_ms",
+                    ":now_s",
+                    ":one",
+                ][..],
             ),
-            (HOLDER_CONDITION, &["#lease_token"][..]),
+            (
+                &[COMPLETE_UPDATE, HOLDER_CONDITION][..],
+                &[
+                    "#status",
+                    "#exp",
+                    "#completed_at",
+                    "#lease_token",
+                    "#lease_until",
+                    "#first_attempt_at",
+                    "#attempts",
+                    ":completed",
+                    ":exp",
+                    ":now_ms",
+                    ":token",
+                ][..],
+            ),
+            (
+                &[MARK_ATTEMPTED_UPDATE, HOLDER_CONDITION][..],
+                &[
+                    "#status",
+                    "#attempted_at",
+                    "#lease_token",
+                    "#lease_until",
+                    ":attempted",
+                    ":now_ms",
+                    ":token",
+                ][..],
+            ),
         ] {
-            for name in names {
-                assert!(expr.contains(name), "{expr} lacks {name}");
+            let text = exprs.join(" ");
+            for placeholder in placeholders {
+                let used = text
+                    .split(|c: char| !(c.is_ascii_alphanumeric() || "_#:".contains(c)))
+                    .any(|word| word == *placeholder);
+                assert!(used, "{placeholder} is not used by {text}");
             }
         }
     }

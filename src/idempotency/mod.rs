@@ -1,16 +1,21 @@
 //! Idempotency: claim a business key before doing its work, so every key's work is done once.
 //!
 //! A claim is a lease with a unique token. [`IdempotencyStore::begin`] answers:
-//! - [`Begin::Started`]: the caller owns the key until the lease ends;
+//! - [`Begin::Started`]: the caller owns the key until the lease ends, and learns whether an
+//!   earlier attempt's effect may exist;
 //! - [`Begin::Done`]: the work was finished with the same payload: acknowledge the duplicate;
 //! - [`Begin::Busy`]: someone holds a live lease: retry later, never acknowledge;
-//! - [`Begin::Conflict`]: the key was finished with a different payload.
+//! - [`Begin::Conflict`]: the key belongs to a different payload.
 //!
-//! The state machine lives here once ([`claimable`] and [`decide`]); each store only implements
-//! an atomic "write if claimable, else hand back what is there" (`memory`, `dynamodb`). Every store is run through the
-//! same contract suite (`tests/support/store_contract.rs`).
+//! A key is `IN_PROGRESS` (held), `ATTEMPTED` (an attempt ended without proof either way: its
+//! effect may exist) or `COMPLETED`. The state machine lives here once: the claim condition and
+//! the reading of a refused claim ([`claimable`], [`decide`], [`prior_attempt`]) and the
+//! sequence of claim, look-up, work and settlement ([`guard::run`]). Each store only implements
+//! atomic, fenced writes (`memory`, `dynamodb`), and every store is run through the same contract
+//! suite (`tests/support/store_contract.rs`).
 
 pub mod dynamodb;
+pub mod guard;
 pub mod memory;
 
 use std::fmt;
@@ -86,12 +91,29 @@ pub struct Lease {
     pub until_ms: u64,
 }
 
+/// An earlier attempt at a key's work whose effect may exist: the claim took over an `ATTEMPTED`
+/// key, or an `IN_PROGRESS` one whose holder's lease ran out before it recorded an outcome.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PriorAttempt {
+    /// When the first attempt under this key began, epoch ms: how old the key is downstream.
+    pub first_attempt_ms: u64,
+    /// Claims of this key so far, this one excluded.
+    pub attempts: u32,
+}
+
 /// The answer to a claim.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Begin {
-    Started(Lease),
+    /// The caller owns the key until the lease ends. `prior` is set when an earlier attempt may
+    /// have taken effect: find out before doing the work again (see [`guard`]).
+    Started {
+        lease: Lease,
+        prior: Option<PriorAttempt>,
+    },
     Done,
-    Busy { until_ms: u64 },
+    Busy {
+        until_ms: u64,
+    },
     Conflict,
 }
 
@@ -110,7 +132,12 @@ pub struct ClaimRequest<'a> {
 /// The state of a key.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Status {
+    /// Claimed: the holder is working, or was, and its effect may exist once its lease is over.
     InProgress,
+    /// An attempt ended without proof either way (a timeout after sending, a 5xx): its effect may
+    /// exist. No lease; the next claim with the same payload takes it and must look the effect up.
+    Attempted,
+    /// Done: duplicates are acknowledged.
     Completed,
 }
 
@@ -118,6 +145,7 @@ impl Status {
     pub fn as_str(self) -> &'static str {
         match self {
             Self::InProgress => "IN_PROGRESS",
+            Self::Attempted => "ATTEMPTED",
             Self::Completed => "COMPLETED",
         }
     }
@@ -125,6 +153,7 @@ impl Status {
     pub fn parse(text: &str) -> Option<Self> {
         match text {
             "IN_PROGRESS" => Some(Self::InProgress),
+            "ATTEMPTED" => Some(Self::Attempted),
             "COMPLETED" => Some(Self::Completed),
             _ => None,
         }
@@ -138,35 +167,90 @@ pub struct ClaimState {
     pub fingerprint: Fingerprint,
     /// The lease end of an in-progress claim, epoch ms.
     pub lease_until_ms: u64,
-    /// The TTL, epoch seconds. Past it the item counts as absent even if not yet deleted.
+    /// The TTL, epoch seconds. Past it a completed item counts as absent even if not yet deleted.
     pub expires_at_s: u64,
+    /// When the first attempt under the key began, epoch ms; cleared on completion.
+    pub first_attempt_ms: Option<u64>,
+    /// Claims so far; cleared on completion.
+    pub attempts: u32,
 }
 
-/// The claim condition: absent, past its TTL, or in progress with a lease that has run out.
-pub fn claimable(existing: Option<&ClaimState>, now_ms: u64) -> bool {
+/// The claim condition, for a claim of `fingerprint` at `now_ms`:
+/// - absent, or completed and past its TTL: a fresh key;
+/// - with the same fingerprint, `ATTEMPTED`, or `IN_PROGRESS` with a lease that has run out: a
+///   takeover, which keeps the first attempt's time and reports it ([`Begin::Started`]'s prior).
+///
+/// Another payload never takes over a key whose effect may exist, whatever its age: DynamoDB
+/// deletes expired items lazily, and until it does, the item is the only record of that effect.
+pub fn claimable(existing: Option<&ClaimState>, fingerprint: Fingerprint, now_ms: u64) -> bool {
     match existing {
         None => true,
-        Some(s) => {
-            s.expires_at_s.saturating_mul(1_000) <= now_ms
-                || (s.status == Status::InProgress && s.lease_until_ms <= now_ms)
-        }
+        Some(s) => match s.status {
+            Status::Completed => s.expires_at_s.saturating_mul(1_000) <= now_ms,
+            _ if s.fingerprint != fingerprint => false,
+            Status::Attempted => true,
+            Status::InProgress => s.lease_until_ms <= now_ms,
+        },
     }
 }
 
 /// What a refused claim means, decided from the item that refused it.
 pub fn decide(existing: &ClaimState, fingerprint: Fingerprint, now_ms: u64) -> Begin {
+    if claimable(Some(existing), fingerprint, now_ms) {
+        // The store refused a claim that looks claimable to us: clocks disagree, or the item
+        // changed in between. Never acknowledge on uncertainty: come back shortly.
+        return Begin::Busy { until_ms: now_ms };
+    }
     match existing.status {
-        _ if claimable(Some(existing), now_ms) => {
-            // The store refused a claim that looks claimable to us: clocks disagree, or the item
-            // changed in between. Never acknowledge on uncertainty: come back shortly.
-            Begin::Busy { until_ms: now_ms }
-        }
-        Status::Completed if existing.fingerprint == fingerprint => Begin::Done,
-        Status::Completed => Begin::Conflict,
+        _ if existing.fingerprint != fingerprint => Begin::Conflict,
+        Status::Completed => Begin::Done,
         Status::InProgress => Begin::Busy {
             until_ms: existing.lease_until_ms,
         },
+        // Claimable with this fingerprint, so only a race gets here.
+        Status::Attempted => Begin::Busy { until_ms: now_ms },
     }
+}
+
+/// What a successful claim took over: the item that was there before it, if any. A completed
+/// item (past its TTL) is a fresh start; anything else may carry an earlier attempt's effect.
+pub fn prior_attempt(replaced: Option<&ClaimState>) -> Option<PriorAttempt> {
+    let old = replaced.filter(|s| s.status != Status::Completed)?;
+    Some(PriorAttempt {
+        // Unknown (an item from before attempts were recorded): the oldest possible, so a key
+        // window can never be assumed to still hold.
+        first_attempt_ms: old.first_attempt_ms.unwrap_or(0),
+        attempts: old.attempts,
+    })
+}
+
+/// The item a successful claim writes, given the one it replaces: the first attempt's time and
+/// the attempt count carry over (DynamoDB: `if_not_exists` and `ADD`; completion clears both).
+pub fn claimed_state(
+    replaced: Option<&ClaimState>,
+    request: &ClaimRequest<'_>,
+    expires_at_s: u64,
+) -> ClaimState {
+    ClaimState {
+        status: Status::InProgress,
+        fingerprint: request.fingerprint,
+        lease_until_ms: request.lease_until_ms,
+        expires_at_s,
+        first_attempt_ms: Some(
+            replaced
+                .and_then(|s| s.first_attempt_ms)
+                .unwrap_or(request.now_ms),
+        ),
+        attempts: replaced.map_or(0, |s| s.attempts).saturating_add(1),
+    }
+}
+
+/// How leases are sized.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LeasePolicy {
+    pub lease_ms: u64,
+    /// How far past the invocation deadline a lease may run.
+    pub margin_ms: u64,
 }
 
 /// Lease end = min(now + configured lease, invocation deadline + margin): a claim never outlives
@@ -209,7 +293,17 @@ pub trait IdempotencyStore: Send + Sync {
         now_ms: u64,
     ) -> impl Future<Output = Result<(), StoreError>> + Send;
 
+    /// Ends the lease and keeps the key `ATTEMPTED`: the work's effect may exist, so the next
+    /// claim (same payload only) must find out before doing it again. Only the holder may.
+    fn mark_attempted(
+        &self,
+        key: &str,
+        lease: &Lease,
+        now_ms: u64,
+    ) -> impl Future<Output = Result<(), StoreError>> + Send;
+
     /// Gives the key up so the next delivery can claim it at once; only the current holder may.
+    /// Only for work proven not to have taken effect.
     fn release(
         &self,
         key: &str,
@@ -232,6 +326,15 @@ impl<S: IdempotencyStore + ?Sized> IdempotencyStore for std::sync::Arc<S> {
         now_ms: u64,
     ) -> impl Future<Output = Result<(), StoreError>> + Send {
         (**self).complete(key, lease, now_ms)
+    }
+
+    fn mark_attempted(
+        &self,
+        key: &str,
+        lease: &Lease,
+        now_ms: u64,
+    ) -> impl Future<Output = Result<(), StoreError>> + Send {
+        (**self).mark_attempted(key, lease, now_ms)
     }
 
     fn release(
@@ -268,6 +371,18 @@ impl IdempotencyStore for AnyStore {
         }
     }
 
+    async fn mark_attempted(
+        &self,
+        key: &str,
+        lease: &Lease,
+        now_ms: u64,
+    ) -> Result<(), StoreError> {
+        match self {
+            Self::Memory(s) => s.mark_attempted(key, lease, now_ms).await,
+            Self::DynamoDb(s) => Box::pin(s.mark_attempted(key, lease, now_ms)).await,
+        }
+    }
+
     async fn release(&self, key: &str, lease: &Lease) -> Result<(), StoreError> {
         match self {
             Self::Memory(s) => s.release(key, lease).await,
@@ -288,22 +403,44 @@ mod tests {
             fingerprint: FP,
             lease_until_ms,
             expires_at_s,
+            first_attempt_ms: Some(500),
+            attempts: 1,
         }
     }
 
     #[test]
-    fn claimable_when_absent_expired_or_lease_run_out() {
-        assert!(claimable(None, 0));
-        assert!(claimable(Some(&state(Status::Completed, 0, 10)), 10_000));
+    fn claimable_when_absent_done_and_expired_or_taken_over_by_the_same_payload() {
+        let other = Fingerprint(2);
+        assert!(claimable(None, FP, 0));
+        // A completed item past its TTL is a fresh key, for any payload.
         assert!(claimable(
-            Some(&state(Status::InProgress, 5_000, 100)),
-            5_000
+            Some(&state(Status::Completed, 0, 10)),
+            other,
+            10_000
         ));
         assert!(!claimable(
-            Some(&state(Status::InProgress, 5_001, 100)),
+            Some(&state(Status::Completed, 0, 100)),
+            FP,
             5_000
         ));
-        assert!(!claimable(Some(&state(Status::Completed, 0, 100)), 5_000));
+        // A lease that ran out, or an attempted key: the same payload only.
+        let ran_out = state(Status::InProgress, 5_000, 100);
+        assert!(claimable(Some(&ran_out), FP, 5_000));
+        assert!(!claimable(Some(&ran_out), other, 5_000));
+        assert!(!claimable(
+            Some(&state(Status::InProgress, 5_001, 100)),
+            FP,
+            5_000
+        ));
+        let attempted = state(Status::Attempted, 0, 100);
+        assert!(claimable(Some(&attempted), FP, 0));
+        assert!(!claimable(Some(&attempted), other, 0));
+        // Past its TTL a key whose effect may exist still belongs to its payload.
+        assert!(!claimable(
+            Some(&state(Status::Attempted, 0, 1)),
+            other,
+            5_000
+        ));
     }
 
     #[test]
@@ -313,12 +450,60 @@ mod tests {
         assert_eq!(decide(&done, Fingerprint(2), 1_000), Begin::Conflict);
         let held = state(Status::InProgress, 9_000, 100);
         assert_eq!(decide(&held, FP, 1_000), Begin::Busy { until_ms: 9_000 });
+        // Another payload is a conflict in every state, held or not.
+        assert_eq!(decide(&held, Fingerprint(2), 1_000), Begin::Conflict);
+        let attempted = state(Status::Attempted, 0, 100);
+        assert_eq!(decide(&attempted, Fingerprint(2), 1_000), Begin::Conflict);
     }
 
     #[test]
     fn a_refused_claim_that_looks_claimable_is_busy_never_done() {
         let expired = state(Status::Completed, 0, 1);
         assert_eq!(decide(&expired, FP, 5_000), Begin::Busy { until_ms: 5_000 });
+        let attempted = state(Status::Attempted, 0, 100);
+        assert_eq!(
+            decide(&attempted, FP, 5_000),
+            Begin::Busy { until_ms: 5_000 }
+        );
+    }
+
+    #[test]
+    fn a_takeover_reports_the_first_attempt_and_a_fresh_key_does_not() {
+        assert_eq!(prior_attempt(None), None);
+        assert_eq!(prior_attempt(Some(&state(Status::Completed, 0, 1))), None);
+        let prior = Some(PriorAttempt {
+            first_attempt_ms: 500,
+            attempts: 1,
+        });
+        assert_eq!(prior_attempt(Some(&state(Status::Attempted, 0, 9))), prior);
+        assert_eq!(prior_attempt(Some(&state(Status::InProgress, 1, 9))), prior);
+        let legacy = ClaimState {
+            first_attempt_ms: None,
+            ..state(Status::InProgress, 1, 9)
+        };
+        assert_eq!(
+            prior_attempt(Some(&legacy)).map(|p| p.first_attempt_ms),
+            Some(0)
+        );
+    }
+
+    #[test]
+    fn a_claim_keeps_the_first_attempt_and_counts_attempts() {
+        let request = ClaimRequest {
+            key: "k",
+            fingerprint: FP,
+            now_ms: 9_000,
+            lease_until_ms: 19_000,
+            message_id: "m",
+        };
+        let fresh = claimed_state(None, &request, 77);
+        assert_eq!((fresh.first_attempt_ms, fresh.attempts), (Some(9_000), 1));
+        assert_eq!(
+            (fresh.status, fresh.lease_until_ms),
+            (Status::InProgress, 19_000)
+        );
+        let again = claimed_state(Some(&state(Status::Attempted, 0, 9)), &request, 77);
+        assert_eq!((again.first_attempt_ms, again.attempts), (Some(500), 2));
     }
 
     #[test]

@@ -1,27 +1,33 @@
 //! The HTTP payment gateway: `POST {PAYMENT_API_URL}/charges` with the order id as the
-//! `Idempotency-Key`, so every retry of the same charge is applied once by the provider.
+//! `Idempotency-Key`, and `GET {PAYMENT_API_URL}/charges/{key}` to look a key up.
 //!
-//! How each answer is read:
-//! - 2xx: charged. The body is only logged (a charge id, when there is one); a body that does
-//!   not parse does not undo a charge the provider confirmed, and retrying would only get the
-//!   same answer for the same key.
-//! - 409: the key was already used for this same request: charged.
-//! - 408, 429, 5xx, timeouts, refused or reset connections: transient (RETRY).
-//! - other 4xx: rejected (POISON), with the status and a short reason.
-//! - anything else (1xx, 3xx: redirects are not followed for a charge): transient, since it
-//!   means a misconfigured endpoint, which a deployment fixes, not the message.
+//! How each answer to a charge is read (what it proves decides what the store keeps):
+//! - 2xx whose JSON says `"status": "succeeded"`: charged. `"pending"`/`"processing"`: in flight;
+//!   `"failed"`: declined. Any other 2xx (no body, not JSON, a proxy's page, cut off) proves
+//!   nothing: ambiguous.
+//! - 409: a request with this key is still being processed (IETF draft): in flight, never
+//!   charged-yet, with `Retry-After` when given.
+//! - 402, or 400/422 with the provider's JSON: declined; 400/422 whose JSON names an idempotency
+//!   error: the key was used with another payload.
+//! - 408, 429, 5xx, a timeout after sending, a reset: ambiguous.
+//! - refused connections, DNS, TLS, a connect timeout: not sent.
+//! - anything else (401, 403, 404, 405, 407, 3xx, other 4xx, a 400/422 that is not the
+//!   provider's JSON): our configuration is wrong. Redirects are never followed for a charge.
 
 use std::fmt;
 use std::time::Duration;
 
 use reqwest::StatusCode;
-use reqwest::header::{CONTENT_TYPE, HeaderValue};
+use reqwest::header::{CONTENT_TYPE, HeaderMap, HeaderValue, RETRY_AFTER};
 use serde::Serialize;
 
-use super::{ChargeRequest, PaymentError, PaymentGateway};
+use super::{ChargeRequest, ChargeStatus, PaymentError, PaymentGateway};
 
 /// The longest provider reason kept for the log.
 const REASON_MAX: usize = 200;
+/// The most of an answer's body that is read. A provider's JSON is small; anything larger is
+/// not it (a proxy's page, a misrouted download) and is not worth the memory.
+pub const MAX_BODY_BYTES: usize = 64 * 1024;
 
 /// A secret that never shows in `Debug` output or logs.
 #[derive(Clone, PartialEq, Eq)]
@@ -111,83 +117,250 @@ impl HttpGateway {
     }
 }
 
+impl HttpGateway {
+    fn authorized(&self, call: reqwest::RequestBuilder) -> reqwest::RequestBuilder {
+        match &self.authorization {
+            Some(authorization) => {
+                call.header(reqwest::header::AUTHORIZATION, authorization.clone())
+            }
+            None => call,
+        }
+    }
+}
+
+/// An answer: its status, `Retry-After`, and its body unless it could not be read whole (cut
+/// off, over [`MAX_BODY_BYTES`], not UTF-8).
+async fn read_answer(
+    response: reqwest::Response,
+) -> (StatusCode, Option<Duration>, Option<String>) {
+    let status = response.status();
+    let retry_after = retry_after(response.headers());
+    (status, retry_after, read_bounded(response).await)
+}
+
+async fn read_bounded(mut response: reqwest::Response) -> Option<String> {
+    let mut bytes = Vec::new();
+    while let Some(chunk) = response.chunk().await.ok()? {
+        if bytes.len() + chunk.len() > MAX_BODY_BYTES {
+            return None;
+        }
+        bytes.extend_from_slice(&chunk);
+    }
+    String::from_utf8(bytes).ok()
+}
+
+/// `Retry-After` in delta-seconds (the HTTP-date form is ignored: the backoff applies).
+fn retry_after(headers: &HeaderMap) -> Option<Duration> {
+    let seconds: u64 = headers
+        .get(RETRY_AFTER)?
+        .to_str()
+        .ok()?
+        .trim()
+        .parse()
+        .ok()?;
+    Some(Duration::from_secs(seconds))
+}
+
 impl PaymentGateway for HttpGateway {
     async fn charge(&self, request: &ChargeRequest<'_>) -> Result<(), PaymentError> {
         let body = serde_json::to_vec(&ChargeBody {
             order_id: request.order_id,
             amount: request.amount,
         })
-        .map_err(|e| PaymentError::Transient {
+        .map_err(|e| PaymentError::NotSent {
             reason: "the charge could not be encoded".into(),
             source: Some(Box::new(e)),
         })?;
-        let mut call = self
+        let call = self
             .client
             .post(self.charges_url.clone())
             .header("Idempotency-Key", request.idempotency_key)
             .header(CONTENT_TYPE, "application/json")
             .body(body);
-        if let Some(authorization) = &self.authorization {
-            call = call.header(reqwest::header::AUTHORIZATION, authorization.clone());
-        }
-        let response = call.send().await.map_err(transport_error)?;
-        let status = response.status();
-        // The body is part of the answer; failing to read it in time is a transport failure.
-        let text = response.text().await.map_err(transport_error)?;
-        classify(status, &text)
+        let response = self
+            .authorized(call)
+            .send()
+            .await
+            .map_err(transport_error)?;
+        let (status, retry_after, body) = read_answer(response).await;
+        classify(status, retry_after, body.as_deref())
+    }
+
+    async fn lookup(&self, idempotency_key: &str) -> Result<ChargeStatus, PaymentError> {
+        let mut url = self.charges_url.clone();
+        url.path_segments_mut()
+            .map_err(|()| PaymentError::NotSent {
+                reason: "PAYMENT_API_URL cannot take a path".into(),
+                source: None,
+            })?
+            .push(idempotency_key);
+        let response = self
+            .authorized(self.client.get(url))
+            .send()
+            .await
+            .map_err(transport_error)?;
+        let (status, retry_after, body) = read_answer(response).await;
+        classify_lookup(status, retry_after, body.as_deref())
     }
 }
 
-/// The decision for a provider's answer.
-pub fn classify(status: StatusCode, body: &str) -> Result<(), PaymentError> {
+/// The provider's JSON: an object.
+fn provider_json(body: Option<&str>) -> Option<serde_json::Map<String, serde_json::Value>> {
+    match serde_json::from_str(body?) {
+        Ok(serde_json::Value::Object(map)) => Some(map),
+        _ => None,
+    }
+}
+
+/// The `status` field of the provider's JSON.
+fn status_field(json: &serde_json::Map<String, serde_json::Value>) -> Option<&str> {
+    json.get("status").and_then(serde_json::Value::as_str)
+}
+
+/// The decision for a provider's answer to a charge.
+pub fn classify(
+    status: StatusCode,
+    retry_after: Option<Duration>,
+    body: Option<&str>,
+) -> Result<(), PaymentError> {
     let code = status.as_u16();
     if status.is_success() {
-        if serde_json::from_str::<serde_json::Value>(body).is_err() {
-            tracing::warn!(
-                status = code,
-                body_length = body.len(),
-                "payment 2xx with a body that is not JSON: treated as charged"
-            );
-        }
-        return Ok(());
+        let json = provider_json(body);
+        return match json.as_ref().and_then(status_field) {
+            Some("succeeded") => Ok(()),
+            Some("pending" | "processing") => Err(PaymentError::InFlight { retry_after }),
+            Some("failed") => Err(PaymentError::Declined {
+                status: Some(code),
+                reason: short_reason(status, body),
+            }),
+            _ => Err(PaymentError::Ambiguous {
+                reason: format!(
+                    "HTTP {code} without the provider's JSON (body {})",
+                    match body {
+                        None => "unreadable".to_owned(),
+                        Some(text) => format!("of {} bytes", text.len()),
+                    }
+                ),
+                source: None,
+            }),
+        };
     }
     match code {
-        409 => Ok(()),
-        408 | 429 | 500..=599 => Err(PaymentError::Transient {
-            reason: format!("HTTP {code}"),
-            source: None,
-        }),
-        400..=499 => Err(PaymentError::Rejected {
+        409 => Err(PaymentError::InFlight { retry_after }),
+        402 => Err(PaymentError::Declined {
             status: Some(code),
             reason: short_reason(status, body),
         }),
-        _ => Err(PaymentError::Transient {
-            reason: format!("unexpected HTTP {code} from the payment endpoint"),
+        400 | 422 => match provider_json(body) {
+            Some(json) if names_idempotency_error(&json) => Err(PaymentError::KeyReused {
+                status: Some(code),
+                reason: short_reason(status, body),
+            }),
+            Some(_) => Err(PaymentError::Declined {
+                status: Some(code),
+                reason: short_reason(status, body),
+            }),
+            // Not the provider speaking (a proxy, a WAF, a wrong content type): our setup.
+            None => Err(misconfigured(status, body)),
+        },
+        _ => Err(unanswered(status, body)),
+    }
+}
+
+/// The decision for a provider's answer to a lookup.
+pub fn classify_lookup(
+    status: StatusCode,
+    retry_after: Option<Duration>,
+    body: Option<&str>,
+) -> Result<ChargeStatus, PaymentError> {
+    let json = provider_json(body);
+    match (status.as_u16(), json.as_ref().map(status_field)) {
+        (200, Some(Some("succeeded"))) => Ok(ChargeStatus::Succeeded),
+        (200, Some(Some("failed"))) => Ok(ChargeStatus::Failed),
+        (200, Some(Some("pending" | "processing"))) => Ok(ChargeStatus::Pending),
+        // Only the provider's own "no such charge" counts: a bare 404 may just as well be a
+        // missing route, and reading that as "never charged" would charge again.
+        (404, Some(_)) => Ok(ChargeStatus::Unknown),
+        (404, None) => Err(misconfigured(status, body)),
+        (200..=299, _) => Err(PaymentError::Ambiguous {
+            reason: format!("lookup answered HTTP {status} without a known status"),
             source: None,
         }),
+        (409, _) => Err(PaymentError::InFlight { retry_after }),
+        _ => Err(unanswered(status, body)),
     }
+}
+
+/// A status that is neither an answer nor a refusal of the charge itself.
+fn unanswered(status: StatusCode, body: Option<&str>) -> PaymentError {
+    match status.as_u16() {
+        408 | 429 | 500..=599 => PaymentError::Ambiguous {
+            reason: format!("HTTP {}", status.as_u16()),
+            source: None,
+        },
+        _ => misconfigured(status, body),
+    }
+}
+
+fn misconfigured(status: StatusCode, body: Option<&str>) -> PaymentError {
+    PaymentError::Misconfigured {
+        status: Some(status.as_u16()),
+        reason: short_reason(status, body),
+    }
+}
+
+/// Whether the provider's error names an idempotency error (Stripe: `error.type`
+/// `idempotency_error`; others put it in `code`).
+fn names_idempotency_error(json: &serde_json::Map<String, serde_json::Value>) -> bool {
+    let error = json.get("error");
+    [
+        json.get("type"),
+        json.get("code"),
+        error.and_then(|e| e.get("type")),
+        error.and_then(|e| e.get("code")),
+    ]
+    .into_iter()
+    .flatten()
+    .filter_map(serde_json::Value::as_str)
+    .any(|text| text.to_ascii_lowercase().contains("idempotency"))
 }
 
 fn transport_error(error: reqwest::Error) -> PaymentError {
-    let reason = if error.is_timeout() {
-        "timed out"
-    } else if error.is_connect() {
-        "connection failed"
+    // A connect error (refused, DNS, TLS, connect timeout) or a request that could not be built
+    // never reached the provider. Anything later went out, and may have been applied.
+    let not_sent = if error.is_connect() {
+        Some("connection failed")
+    } else if error.is_builder() {
+        Some("the request could not be built")
     } else {
-        "request failed"
+        None
     };
-    PaymentError::Transient {
-        reason: reason.into(),
-        // Without the URL: it is configuration, not news, and keeps logs short.
-        source: Some(Box::new(error.without_url())),
+    let timed_out = error.is_timeout();
+    // Without the URL: it is configuration, not news, and keeps logs short.
+    let source: Option<Box<dyn std::error::Error + Send + Sync>> =
+        Some(Box::new(error.without_url()));
+    match not_sent {
+        Some(reason) => PaymentError::NotSent {
+            reason: reason.into(),
+            source,
+        },
+        None => PaymentError::Ambiguous {
+            reason: if timed_out {
+                "timed out after sending"
+            } else {
+                "request failed"
+            }
+            .into(),
+            source,
+        },
     }
 }
 
-/// A short reason from a provider's error body (`message`, `error.message`, `error`, `reason`),
-/// else the status text.
-fn short_reason(status: StatusCode, body: &str) -> String {
-    let from_body = serde_json::from_str::<serde_json::Value>(body)
-        .ok()
+/// A short reason from a provider's error body (`message`, `error.message`, `error` or
+/// `reason`), else the status text.
+fn short_reason(status: StatusCode, body: Option<&str>) -> String {
+    let from_body = body
+        .and_then(|b| serde_json::from_str::<serde_json::Value>(b).ok())
         .and_then(|v| {
             [
                 v.get("message"),
@@ -215,48 +388,155 @@ mod tests {
         StatusCode::from_u16(code).expect("status")
     }
 
+    fn charge(code: u16, body: &str) -> Result<(), PaymentError> {
+        classify(status(code), None, Some(body))
+    }
+
+    const SUCCEEDED: &str = r#"{"id":"ch_1","status":"succeeded"}"#;
+
     #[test]
-    fn every_status_class_has_its_decision() {
-        for code in [200, 201, 202, 204, 409] {
-            assert!(classify(status(code), "{}").is_ok(), "{code}");
+    fn every_answer_has_its_decision() {
+        let kind = |r: Result<(), PaymentError>| match r {
+            Ok(()) => "charged",
+            Err(PaymentError::NotSent { .. }) => "not sent",
+            Err(PaymentError::Ambiguous { .. }) => "ambiguous",
+            Err(PaymentError::InFlight { .. }) => "in flight",
+            Err(PaymentError::Declined { .. }) => "declined",
+            Err(PaymentError::KeyReused { .. }) => "key reused",
+            Err(PaymentError::Misconfigured { .. }) => "misconfigured",
+        };
+        let declined = r#"{"error":{"type":"card_error","message":"card declined"}}"#;
+        let reused = r#"{"error":{"type":"idempotency_error","message":"reused"}}"#;
+        let cases: &[(u16, &str, &str)] = &[
+            (200, SUCCEEDED, "charged"),
+            (201, SUCCEEDED, "charged"),
+            (202, r#"{"status":"pending"}"#, "in flight"),
+            (200, r#"{"status":"processing"}"#, "in flight"),
+            (200, r#"{"status":"failed"}"#, "declined"),
+            (200, "<html>ok</html>", "ambiguous"),
+            (200, "", "ambiguous"),
+            (204, "", "ambiguous"),
+            (200, r#"{"id":"ch_1"}"#, "ambiguous"),
+            (200, r#"{"status":"refunded"}"#, "ambiguous"),
+            (409, "{}", "in flight"),
+            (402, "", "declined"),
+            (402, declined, "declined"),
+            (400, declined, "declined"),
+            (422, declined, "declined"),
+            (422, reused, "key reused"),
+            (400, r#"{"code":"idempotency_key_in_use"}"#, "key reused"),
+            (400, "<html>bad request</html>", "misconfigured"),
+            (422, "", "misconfigured"),
+            (408, "", "ambiguous"),
+            (429, "", "ambiguous"),
+            (500, "", "ambiguous"),
+            (502, "", "ambiguous"),
+            (503, "", "ambiguous"),
+            (504, "", "ambiguous"),
+            (401, "", "misconfigured"),
+            (403, "", "misconfigured"),
+            (404, "", "misconfigured"),
+            (405, "", "misconfigured"),
+            (407, "", "misconfigured"),
+            (410, "", "misconfigured"),
+            (301, "", "misconfigured"),
+            (302, "", "misconfigured"),
+            (101, "", "misconfigured"),
+        ];
+        for (code, body, expected) in cases {
+            assert_eq!(kind(charge(*code, body)), *expected, "{code} {body}");
         }
-        for code in [408, 429, 500, 502, 503, 504, 302, 101] {
-            assert!(
-                matches!(
-                    classify(status(code), ""),
-                    Err(PaymentError::Transient { .. })
-                ),
-                "{code}"
-            );
-        }
-        for code in [400, 401, 402, 403, 404, 422] {
-            assert!(
-                matches!(classify(status(code), ""), Err(PaymentError::Rejected { status: Some(c), .. }) if c == code),
+        assert_eq!(kind(classify(status(200), None, None)), "ambiguous");
+    }
+
+    #[test]
+    fn only_a_failure_that_went_out_may_have_charged() {
+        use crate::idempotency::guard::Effect;
+        for (code, effect) in [
+            (504, Effect::Maybe),
+            (409, Effect::Maybe),
+            (402, Effect::None),
+            (401, Effect::None),
+        ] {
+            assert_eq!(
+                charge(code, "").expect_err("failed").effect(),
+                effect,
                 "{code}"
             );
         }
     }
 
     #[test]
-    fn a_2xx_with_a_body_that_is_not_json_is_charged() {
-        assert!(classify(status(200), "<html>ok</html>").is_ok());
+    fn in_flight_carries_retry_after() {
+        let mut headers = HeaderMap::new();
+        headers.insert(RETRY_AFTER, HeaderValue::from_static("7"));
+        let wait = retry_after(&headers);
+        assert_eq!(wait, Some(Duration::from_secs(7)));
+        match classify(status(409), wait, Some("{}")) {
+            Err(PaymentError::InFlight { retry_after }) => {
+                assert_eq!(retry_after, Some(Duration::from_secs(7)))
+            }
+            other => panic!("{other:?}"),
+        }
+        headers.insert(
+            RETRY_AFTER,
+            HeaderValue::from_static("Wed, 21 Oct 2015 07:28:00 GMT"),
+        );
+        assert_eq!(retry_after(&headers), None);
+    }
+
+    #[test]
+    fn a_lookup_answer_has_its_meaning() {
+        let lookup = |code, body: &str| classify_lookup(status(code), None, Some(body));
+        assert_eq!(
+            lookup(200, r#"{"status":"succeeded"}"#).ok(),
+            Some(ChargeStatus::Succeeded)
+        );
+        assert_eq!(
+            lookup(200, r#"{"status":"failed"}"#).ok(),
+            Some(ChargeStatus::Failed)
+        );
+        assert_eq!(
+            lookup(200, r#"{"status":"pending"}"#).ok(),
+            Some(ChargeStatus::Pending)
+        );
+        assert_eq!(
+            lookup(404, r#"{"error":{"message":"no such charge"}}"#).ok(),
+            Some(ChargeStatus::Unknown)
+        );
+        // A bare 404 is not the provider saying "never charged".
+        assert!(matches!(
+            lookup(404, "Not Found"),
+            Err(PaymentError::Misconfigured { .. })
+        ));
+        assert!(matches!(
+            lookup(200, "<html>"),
+            Err(PaymentError::Ambiguous { .. })
+        ));
+        assert!(matches!(
+            lookup(503, ""),
+            Err(PaymentError::Ambiguous { .. })
+        ));
+        assert!(matches!(
+            lookup(401, ""),
+            Err(PaymentError::Misconfigured { .. })
+        ));
     }
 
     #[test]
     fn the_reason_comes_from_the_body_and_is_short() {
-        let err = classify(status(402), r#"{"error":{"message":"card declined"}}"#)
-            .expect_err("rejected");
+        let err = charge(402, r#"{"error":{"message":"card declined"}}"#).expect_err("declined");
         assert_eq!(
             err.to_string(),
-            "payment rejected (HTTP 402): card declined"
+            "payment declined (HTTP 402): card declined"
         );
         let long = format!(r#"{{"message":"{}"}}"#, "x".repeat(1_000));
-        match classify(status(400), &long) {
-            Err(PaymentError::Rejected { reason, .. }) => assert_eq!(reason.len(), REASON_MAX + 3),
+        match charge(400, &long) {
+            Err(PaymentError::Declined { reason, .. }) => assert_eq!(reason.len(), REASON_MAX + 3),
             other => panic!("{other:?}"),
         }
-        match classify(status(404), "not json") {
-            Err(PaymentError::Rejected { reason, .. }) => assert_eq!(reason, "Not Found"),
+        match charge(404, "not json") {
+            Err(PaymentError::Misconfigured { reason, .. }) => assert_eq!(reason, "Not Found"),
             other => panic!("{other:?}"),
         }
     }

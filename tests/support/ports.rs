@@ -7,12 +7,17 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use process_orders::idempotency::{
     Begin, ClaimRequest, IdempotencyStore, Lease, MemoryStore, StoreError,
 };
-use process_orders::payment::{ChargeRequest, PaymentError, PaymentGateway, SimulatedGateway};
+use process_orders::payment::{
+    ChargeRequest, ChargeStatus, PaymentError, PaymentGateway, SimulatedGateway,
+};
 
 /// What the scripted gateway does for one order id (default: charge).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Script {
-    Transient,
+    /// The request never left (connection refused): nothing charged.
+    NotSent,
+    /// Sent, no answer (a timeout): the charge may exist. Nothing is charged here.
+    Ambiguous,
     Reject,
     Panic,
 }
@@ -41,17 +46,25 @@ impl PaymentGateway for ScriptedGateway {
     async fn charge(&self, request: &ChargeRequest<'_>) -> Result<(), PaymentError> {
         let script = self.scripts.lock().unwrap().get(request.order_id).copied();
         match script {
-            Some(Script::Transient) => Err(PaymentError::Transient {
-                reason: "scripted 503".into(),
+            Some(Script::NotSent) => Err(PaymentError::NotSent {
+                reason: "scripted connection refused".into(),
                 source: None,
             }),
-            Some(Script::Reject) => Err(PaymentError::Rejected {
+            Some(Script::Ambiguous) => Err(PaymentError::Ambiguous {
+                reason: "scripted timeout".into(),
+                source: None,
+            }),
+            Some(Script::Reject) => Err(PaymentError::Declined {
                 status: Some(402),
                 reason: "scripted decline".into(),
             }),
             Some(Script::Panic) => panic!("scripted gateway panic"),
             None => self.inner.charge(request).await,
         }
+    }
+
+    async fn lookup(&self, idempotency_key: &str) -> Result<ChargeStatus, PaymentError> {
+        self.inner.lookup(idempotency_key).await
     }
 }
 
@@ -94,6 +107,16 @@ impl IdempotencyStore for FlakyStore {
             return Err(Self::unavailable());
         }
         self.inner.complete(key, lease, now_ms).await
+    }
+
+    async fn mark_attempted(
+        &self,
+        key: &str,
+        lease: &Lease,
+        now_ms: u64,
+    ) -> Result<(), StoreError> {
+        self.calls.fetch_add(1, Ordering::SeqCst);
+        self.inner.mark_attempted(key, lease, now_ms).await
     }
 
     async fn release(&self, key: &str, lease: &Lease) -> Result<(), StoreError> {
@@ -152,6 +175,15 @@ impl<S: IdempotencyStore> IdempotencyStore for FaultyStore<S> {
         }
         self.fail()?;
         self.inner.complete(key, lease, now_ms).await
+    }
+
+    async fn mark_attempted(
+        &self,
+        key: &str,
+        lease: &Lease,
+        now_ms: u64,
+    ) -> Result<(), StoreError> {
+        self.inner.mark_attempted(key, lease, now_ms).await
     }
 
     async fn release(&self, key: &str, lease: &Lease) -> Result<(), StoreError> {

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use process_orders::idempotency::{
-    Begin, ClaimRequest, Fingerprint, IdempotencyStore, Lease, StoreError,
+    Begin, ClaimRequest, Fingerprint, IdempotencyStore, Lease, PriorAttempt, StoreError,
 };
 
 /// The retention every store under contract is built with.
@@ -32,15 +32,24 @@ pub fn claim(key: &str, now_ms: u64) -> ClaimRequest<'_> {
 }
 
 pub async fn started<S: IdempotencyStore>(store: &S, request: &ClaimRequest<'_>) -> Lease {
+    started_after(store, request).await.0
+}
+
+/// A claim that must succeed, with the earlier attempt it took over.
+pub async fn started_after<S: IdempotencyStore>(
+    store: &S,
+    request: &ClaimRequest<'_>,
+) -> (Lease, Option<PriorAttempt>) {
     match store.begin(request).await {
-        Ok(Begin::Started(lease)) => lease,
+        Ok(Begin::Started { lease, prior }) => (lease, prior),
         other => panic!("expected Started, got {other:?}"),
     }
 }
 
 pub async fn new_key_is_started<S: IdempotencyStore>(store: S) {
-    let lease = started(&store, &claim("k", t0())).await;
+    let (lease, prior) = started_after(&store, &claim("k", t0())).await;
     assert_eq!(lease.until_ms, t0() + LEASE_MS);
+    assert_eq!(prior, None, "a fresh key has no earlier attempt");
 }
 
 pub async fn live_lease_is_busy_until_its_end<S: IdempotencyStore>(store: S) {
@@ -54,13 +63,13 @@ pub async fn live_lease_is_busy_until_its_end<S: IdempotencyStore>(store: S) {
     );
 }
 
-pub async fn busy_even_with_another_payload<S: IdempotencyStore>(store: S) {
+pub async fn a_live_lease_with_another_payload_is_conflict<S: IdempotencyStore>(store: S) {
     started(&store, &claim("k", t0())).await;
     let other = ClaimRequest {
         fingerprint: Fingerprint(9),
         ..claim("k", t0() + 1)
     };
-    assert!(matches!(store.begin(&other).await, Ok(Begin::Busy { .. })));
+    assert_eq!(store.begin(&other).await.expect("begin"), Begin::Conflict);
 }
 
 pub async fn completed_key_is_done<S: IdempotencyStore>(store: S) {
@@ -97,15 +106,33 @@ pub async fn done_is_remembered_for_the_retention_then_forgotten<S: IdempotencyS
         .await
         .expect("begin");
     assert_eq!(before, Begin::Done);
-    // Past its TTL the item counts as absent, even though nothing deleted it.
-    started(&store, &claim("k", t0() + retention_ms + 1_000)).await;
+    // Past its TTL the item counts as absent, even though nothing deleted it, for any payload,
+    // and nothing of the finished work's attempts carries over.
+    let fresh = ClaimRequest {
+        fingerprint: Fingerprint(9),
+        ..claim("k", t0() + retention_ms + 1_000)
+    };
+    let (_, prior) = started_after(&store, &fresh).await;
+    assert_eq!(prior, None);
 }
 
 pub async fn expired_lease_is_taken_over_and_fences_the_old_holder<S: IdempotencyStore>(store: S) {
     let old = started(&store, &claim("k", t0())).await;
     let later = t0() + LEASE_MS + 1;
-    let new = started(&store, &claim("k", later)).await;
+    let (new, prior) = started_after(&store, &claim("k", later)).await;
     assert_ne!(old.token, new.token);
+    // The old holder may have done the work before it vanished: the takeover is told so.
+    assert_eq!(
+        prior,
+        Some(PriorAttempt {
+            first_attempt_ms: t0(),
+            attempts: 1
+        })
+    );
+    assert!(matches!(
+        store.mark_attempted("k", &old, later + 1).await,
+        Err(StoreError::LeaseLost)
+    ));
     assert!(matches!(
         store.complete("k", &old, later + 1).await,
         Err(StoreError::LeaseLost)
@@ -186,6 +213,113 @@ pub async fn a_done_key_cannot_be_released<S: IdempotencyStore>(store: S) {
     );
 }
 
+pub async fn an_expired_lease_is_not_taken_over_by_another_payload<S: IdempotencyStore>(store: S) {
+    started(&store, &claim("k", t0())).await;
+    let other = ClaimRequest {
+        fingerprint: Fingerprint(9),
+        ..claim("k", t0() + LEASE_MS + 1)
+    };
+    assert_eq!(store.begin(&other).await.expect("begin"), Begin::Conflict);
+}
+
+pub async fn an_attempted_key_is_taken_over_at_once_by_its_own_payload_only<S: IdempotencyStore>(
+    store: S,
+) {
+    let first = started(&store, &claim("k", t0())).await;
+    store
+        .mark_attempted("k", &first, t0() + 10)
+        .await
+        .expect("mark attempted");
+    // The lease ended with the mark: no waiting for it.
+    let other = ClaimRequest {
+        fingerprint: Fingerprint(9),
+        ..claim("k", t0() + 20)
+    };
+    assert_eq!(store.begin(&other).await.expect("begin"), Begin::Conflict);
+    let (second, prior) = started_after(&store, &claim("k", t0() + 30)).await;
+    assert_eq!(
+        prior,
+        Some(PriorAttempt {
+            first_attempt_ms: t0(),
+            attempts: 1
+        })
+    );
+    // The first attempt's time survives every takeover; the attempts are counted.
+    store
+        .mark_attempted("k", &second, t0() + 40)
+        .await
+        .expect("mark attempted");
+    let (third, prior) = started_after(&store, &claim("k", t0() + 50)).await;
+    assert_eq!(
+        prior,
+        Some(PriorAttempt {
+            first_attempt_ms: t0(),
+            attempts: 2
+        })
+    );
+    // A takeover is a claim like any other: busy for the same payload while it lives, and done
+    // once completed.
+    assert!(matches!(
+        store.begin(&claim("k", t0() + 60)).await,
+        Ok(Begin::Busy { .. })
+    ));
+    store
+        .complete("k", &third, t0() + 70)
+        .await
+        .expect("complete");
+    assert_eq!(
+        store.begin(&claim("k", t0() + 80)).await.expect("begin"),
+        Begin::Done
+    );
+}
+
+pub async fn an_attempted_key_past_its_ttl_still_refuses_another_payload<S: IdempotencyStore>(
+    store: S,
+) {
+    let lease = started(&store, &claim("k", t0())).await;
+    store
+        .mark_attempted("k", &lease, t0())
+        .await
+        .expect("mark attempted");
+    let late = t0() + RETENTION.as_millis() as u64 + 1_000;
+    let other = ClaimRequest {
+        fingerprint: Fingerprint(9),
+        ..claim("k", late)
+    };
+    assert_eq!(store.begin(&other).await.expect("begin"), Begin::Conflict);
+    let (_, prior) = started_after(&store, &claim("k", late)).await;
+    assert_eq!(prior.map(|p| p.first_attempt_ms), Some(t0()));
+}
+
+pub async fn only_the_holder_may_mark_attempted<S: IdempotencyStore>(store: S) {
+    let holder = started(&store, &claim("k", t0())).await;
+    let stranger = Lease {
+        token: process_orders::idempotency::LeaseToken::new(),
+        ..holder
+    };
+    assert!(matches!(
+        store.mark_attempted("k", &stranger, t0() + 1).await,
+        Err(StoreError::LeaseLost)
+    ));
+    assert!(matches!(
+        store.mark_attempted("absent", &holder, t0() + 1).await,
+        Err(StoreError::LeaseLost)
+    ));
+    store
+        .mark_attempted("k", &holder, t0() + 2)
+        .await
+        .expect("the holder marks");
+    // Marking ended the lease: the holder can no longer complete, release or mark.
+    assert!(matches!(
+        store.complete("k", &holder, t0() + 3).await,
+        Err(StoreError::LeaseLost)
+    ));
+    assert!(matches!(
+        store.release("k", &holder).await,
+        Err(StoreError::LeaseLost)
+    ));
+}
+
 pub async fn keys_are_independent<S: IdempotencyStore>(store: S) {
     started(&store, &claim("a", t0())).await;
     started(&store, &claim("b", t0())).await;
@@ -202,7 +336,7 @@ pub async fn concurrent_claims_have_exactly_one_winner<S: IdempotencyStore + 'st
     let (mut won, mut busy) = (0, 0);
     for task in tasks {
         match task.await.expect("task").expect("begin") {
-            Begin::Started(_) => won += 1,
+            Begin::Started { .. } => won += 1,
             Begin::Busy { .. } => busy += 1,
             other => panic!("unexpected {other:?}"),
         }
@@ -216,11 +350,15 @@ macro_rules! store_contract_tests {
         $crate::store_contract_tests!(@cases $factory;
             new_key_is_started,
             live_lease_is_busy_until_its_end,
-            busy_even_with_another_payload,
+            a_live_lease_with_another_payload_is_conflict,
             completed_key_is_done,
             completed_key_with_another_payload_is_conflict,
             done_is_remembered_for_the_retention_then_forgotten,
             expired_lease_is_taken_over_and_fences_the_old_holder,
+            an_expired_lease_is_not_taken_over_by_another_payload,
+            an_attempted_key_is_taken_over_at_once_by_its_own_payload_only,
+            an_attempted_key_past_its_ttl_still_refuses_another_payload,
+            only_the_holder_may_mark_attempted,
             release_lets_the_next_claim_start,
             only_the_holder_may_release_or_complete,
             completing_a_released_key_fails,
