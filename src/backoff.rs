@@ -83,7 +83,7 @@ mod tests {
 
     #[test]
     fn each_outcome_gets_its_visibility() {
-        let retry = RecordStatus::Handled(Verdict::retry("payment_transient"));
+        let retry = RecordStatus::Handled(Verdict::retry("payment_ambiguous"));
         assert_eq!(POLICY.visibility(&retry, 3, 0, 30), Some(30 % 21));
         let poison = RecordStatus::Handled(Verdict::poison("invalid_body"));
         assert_eq!(POLICY.visibility(&poison, 3, 0, 7), Some(0));

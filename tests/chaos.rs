@@ -1,7 +1,10 @@
 //! The chaos run: the whole system locally (moto's SQS with redrive, the local event source
 //! mapping, the function, a DynamoDB-compatible table, an HTTP payment provider), with duplicate
-//! sends, poison bodies, transient payment failures, store errors and abandoned invocations.
-//! Every valid order must be charged exactly once and none may reach a DLQ.
+//! sends, poison bodies, store errors and abandoned invocations, and a provider that is
+//! sometimes unavailable (503), sometimes slower than the client's timeout (its request goes on
+//! and charges), sometimes charges and then answers 504, and forgets every key after 2 s. Every
+//! valid order must be charged exactly once (money moved once per key, counted by the provider)
+//! and none may reach a DLQ.
 //!
 //! Size: `CHAOS_ORDERS` orders per queue kind (default 300). At 1,000 moto's FIFO bookkeeping
 //! fails under the load: see the README ("The chaos test").
@@ -24,7 +27,7 @@ use process_orders::local::setup::{self, QueueSettings};
 use process_orders::payment::http::{HttpGateway, HttpSettings};
 use process_orders::visibility::SqsVisibility;
 use support::dynamo::{Dynoxide, moto_endpoint};
-use support::payment_stub::PaymentStub;
+use support::payment_stub::{Faults, PaymentStub};
 use support::ports::FaultyStore;
 
 type ChaosApp = App<FaultyStore<DynamoDbStore>, HttpGateway, SystemClock>;
@@ -47,7 +50,7 @@ impl Invoke for Lambda {
 
 const FUNCTION_TIMEOUT: Duration = Duration::from_secs(2);
 /// A valid order fails one receive with probability about 0.3 here (payment 20%, store faults
-/// 2 x 3%, abandoned batches, busy duplicates): 0.3^20 < 4e-11. On the FIFO queue a record is
+/// 2 x 3%, abandoned batches, busy duplicates, a charge still in flight): 0.3^20 < 4e-11. On the FIFO queue a record is
 /// also received, and held back, each time a RETRY ahead of it in the same batch and group holds
 /// the group; FIFO batches of 3 keep that to at most 2 extra receives per failure ahead.
 const MAX_RECEIVE_COUNT: u32 = 20;
@@ -69,7 +72,19 @@ async fn every_valid_order_is_charged_exactly_once_and_only_poison_reaches_the_d
     setup::table(&dynamodb, table).await.expect("table");
 
     let stub = PaymentStub::start().await;
-    stub.set_flaky(0.2, 7);
+    stub.set_faults(
+        Faults {
+            unavailable: 0.1,
+            slow: 0.05,
+            slow_for: Duration::from_millis(1_500),
+            charge_then_504: 0.05,
+        },
+        7,
+    );
+    // Far shorter than a real provider's day, so retries after a 504 or a timeout meet a
+    // provider that no longer knows the key: only the lookup stands between them and a second
+    // charge.
+    stub.set_key_window(Some(Duration::from_secs(2)));
 
     let mut env = vec![
         ("FIFO_SCOPE", "group"),
@@ -92,7 +107,7 @@ async fn every_valid_order_is_charged_exactly_once_and_only_poison_reaches_the_d
         base_url: stub.url().parse().unwrap(),
         api_key: None,
         connect_timeout: Duration::from_millis(500),
-        timeout: Duration::from_secs(2),
+        timeout: Duration::from_secs(1),
     })
     .unwrap();
     let app = App::with_ports(&config, store, gateway, SystemClock).with_backoff(Some((
@@ -246,9 +261,13 @@ async fn every_valid_order_is_charged_exactly_once_and_only_poison_reaches_the_d
     let expected: std::collections::BTreeSet<String> = valid.iter().map(|o| (*o).clone()).collect();
     assert_eq!(completed, expected);
     eprintln!(
-        "chaos: {} valid orders charged once each; {} payment requests; {} injected store errors, {} abandoned completions; {:.1} s",
+        "chaos: {} valid orders charged once each; {} payment requests ({} answered 503, {} charged then 504, {} in flight 409), {} lookups; {} injected store errors, {} abandoned completions; {:.1} s",
         valid.len(),
         stub.all_requests(),
+        stub.answered(503),
+        stub.answered(504),
+        stub.answered(409),
+        stub.all_lookups(),
         function
             .app
             .ports()

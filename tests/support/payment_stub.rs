@@ -172,17 +172,6 @@ impl PaymentStub {
         l.rng = Some(fastrand::Rng::with_seed(seed));
     }
 
-    /// Answers this share of all requests with a 503, without charging (seeded, repeatable).
-    pub fn set_flaky(&self, rate: f64, seed: u64) {
-        self.set_faults(
-            Faults {
-                unavailable: rate,
-                ..Faults::default()
-            },
-            seed,
-        );
-    }
-
     /// Only `Bearer <key>` is accepted; anything else gets 401 (`None`: no check).
     pub fn require_api_key(&self, key: Option<&str>) {
         self.ledger().required_key = key.map(str::to_owned);
@@ -234,6 +223,11 @@ impl PaymentStub {
         self.ledger().requests.get(key).copied().unwrap_or(0)
     }
 
+    /// Lookups of every key.
+    pub fn all_lookups(&self) -> usize {
+        self.ledger().lookups.values().sum()
+    }
+
     /// Lookups of `key`.
     pub fn lookups(&self, key: &str) -> usize {
         self.ledger().lookups.get(key).copied().unwrap_or(0)
@@ -257,6 +251,15 @@ impl PaymentStub {
             .filter(|(k, _)| k == key)
             .map(|(_, s)| *s)
             .collect()
+    }
+
+    /// Charge requests answered with `status`, over all keys.
+    pub fn answered(&self, status: u16) -> usize {
+        self.ledger()
+            .answers
+            .iter()
+            .filter(|(_, s)| *s == status)
+            .count()
     }
 
     pub fn authorization(&self) -> Vec<Option<String>> {
