@@ -100,6 +100,38 @@ impl DynamoDbStore {
     }
 }
 
+impl DynamoDbStore {
+    /// An `UpdateItem` only the lease holder can make (`#lease_token` and `:token` are added).
+    async fn holder_update<const V: usize>(
+        &self,
+        key: &str,
+        lease: &Lease,
+        update: &str,
+        names: &[(&str, &str)],
+        values: [(&str, AttributeValue); V],
+    ) -> Result<(), StoreError> {
+        let mut request = self
+            .client
+            .update_item()
+            .table_name(&self.table)
+            .key(attr::KEY, s(key))
+            .update_expression(update)
+            .condition_expression(HOLDER_CONDITION)
+            .expression_attribute_names("#lease_token", attr::LEASE_TOKEN)
+            .expression_attribute_values(":token", s(lease.token.to_string()));
+        for (placeholder, name) in names {
+            request = request.expression_attribute_names(*placeholder, *name);
+        }
+        for (placeholder, value) in values {
+            request = request.expression_attribute_values(placeholder, value);
+        }
+        fenced(
+            request.send().await,
+            UpdateItemError::is_conditional_check_failed_exception,
+        )
+    }
+}
+
 fn n(value: u64) -> AttributeValue {
     AttributeValue::N(value.to_string())
 }
@@ -252,30 +284,25 @@ impl IdempotencyStore for DynamoDbStore {
     }
 
     async fn complete(&self, key: &str, lease: &Lease, now_ms: u64) -> Result<(), StoreError> {
-        let result = self
-            .client
-            .update_item()
-            .table_name(&self.table)
-            .key(attr::KEY, s(key))
-            .update_expression(COMPLETE_UPDATE)
-            .condition_expression(HOLDER_CONDITION)
-            .expression_attribute_names("#status", attr::STATUS)
-            .expression_attribute_names("#exp", attr::EXPIRES_AT)
-            .expression_attribute_names("#completed_at", attr::COMPLETED_AT)
-            .expression_attribute_names("#lease_token", attr::LEASE_TOKEN)
-            .expression_attribute_names("#lease_until", attr::LEASE_UNTIL)
-            .expression_attribute_names("#first_attempt_at", attr::FIRST_ATTEMPT_AT)
-            .expression_attribute_names("#attempts", attr::ATTEMPTS)
-            .expression_attribute_values(":completed", s(Status::Completed.as_str()))
-            .expression_attribute_values(":exp", n(self.expires_at(now_ms)))
-            .expression_attribute_values(":now_ms", n(now_ms))
-            .expression_attribute_values(":token", s(lease.token.to_string()))
-            .send()
-            .await;
-        fenced(
-            result,
-            UpdateItemError::is_conditional_check_failed_exception,
+        self.holder_update(
+            key,
+            lease,
+            COMPLETE_UPDATE,
+            &[
+                ("#status", attr::STATUS),
+                ("#exp", attr::EXPIRES_AT),
+                ("#completed_at", attr::COMPLETED_AT),
+                ("#lease_until", attr::LEASE_UNTIL),
+                ("#first_attempt_at", attr::FIRST_ATTEMPT_AT),
+                ("#attempts", attr::ATTEMPTS),
+            ],
+            [
+                (":completed", s(Status::Completed.as_str())),
+                (":exp", n(self.expires_at(now_ms))),
+                (":now_ms", n(now_ms)),
+            ],
         )
+        .await
     }
 
     async fn mark_attempted(
@@ -284,26 +311,21 @@ impl IdempotencyStore for DynamoDbStore {
         lease: &Lease,
         now_ms: u64,
     ) -> Result<(), StoreError> {
-        let result = self
-            .client
-            .update_item()
-            .table_name(&self.table)
-            .key(attr::KEY, s(key))
-            .update_expression(MARK_ATTEMPTED_UPDATE)
-            .condition_expression(HOLDER_CONDITION)
-            .expression_attribute_names("#status", attr::STATUS)
-            .expression_attribute_names("#attempted_at", attr::ATTEMPTED_AT)
-            .expression_attribute_names("#lease_token", attr::LEASE_TOKEN)
-            .expression_attribute_names("#lease_until", attr::LEASE_UNTIL)
-            .expression_attribute_values(":attempted", s(Status::Attempted.as_str()))
-            .expression_attribute_values(":now_ms", n(now_ms))
-            .expression_attribute_values(":token", s(lease.token.to_string()))
-            .send()
-            .await;
-        fenced(
-            result,
-            UpdateItemError::is_conditional_check_failed_exception,
+        self.holder_update(
+            key,
+            lease,
+            MARK_ATTEMPTED_UPDATE,
+            &[
+                ("#status", attr::STATUS),
+                ("#attempted_at", attr::ATTEMPTED_AT),
+                ("#lease_until", attr::LEASE_UNTIL),
+            ],
+            [
+                (":attempted", s(Status::Attempted.as_str())),
+                (":now_ms", n(now_ms)),
+            ],
         )
+        .await
     }
 
     async fn release(&self, key: &str, lease: &Lease) -> Result<(), StoreError> {
