@@ -52,11 +52,14 @@ pub struct App<S = AnyStore, P = AnyGateway, C = SystemClock> {
     backoff: Option<(SqsVisibility, BackoffPolicy)>,
     /// EMF metrics, when on, and where they are written.
     metrics: Option<(MetricsSettings, MetricsSink)>,
+    /// Time kept free before the deadline for the response itself: the visibility calls get
+    /// what is left before it.
+    response_reserve_ms: u64,
 }
 
 /// Bounds for the visibility calls: they run after the batch, so they must be quick; a failure
 /// only leaves the queue's own visibility timeout in place.
-const SQS_SDK: SdkSettings = SdkSettings {
+pub const SQS_SDK: SdkSettings = SdkSettings {
     max_attempts: 2,
     attempt_timeout: Duration::from_millis(1_000),
     operation_timeout: Duration::from_millis(2_000),
@@ -143,6 +146,7 @@ where
                 .metrics
                 .clone()
                 .map(|settings| (settings, MetricsSink::Stdout)),
+            response_reserve_ms: config.batch.deadline_margin_ms / 4,
         }
     }
 
@@ -223,7 +227,20 @@ where
         sqs::check_response(&response, records)?;
         if let Some((port, policy)) = &self.backoff {
             let now_ms = self.ports().clock.now_ms();
-            visibility::apply(port, policy, batch.queue_arn, records, &report, now_ms).await;
+            let budget = deadline_ms
+                .saturating_sub(now_ms)
+                .saturating_sub(self.response_reserve_ms);
+            let budget = Duration::from_millis(budget);
+            visibility::apply(
+                port,
+                policy,
+                batch.queue_arn,
+                records,
+                &report,
+                now_ms,
+                budget,
+            )
+            .await;
         }
         if let Some((settings, sink)) = &self.metrics {
             let calls = &self.ports().calls;

@@ -2,8 +2,9 @@
 //!
 //! - RETRY: exponential backoff with full jitter from `ApproximateReceiveCount`: a uniform
 //!   delay in [0, min(cap, base x 2^(n-1))] seconds, always under SQS's 12-hour limit.
-//! - BUSY (RETRY with a known lease end): until the holder's lease ends, plus up to `base` of
-//!   jitter, so the retry finds the key DONE or claimable instead of BUSY again.
+//! - RETRY with a known time (a BUSY key's lease end, an abandoned record's claim, a provider's
+//!   `Retry-After`): until then, plus up to `base` of jitter, so the retry finds the key DONE or
+//!   claimable instead of BUSY again.
 //! - POISON: 0, so it reaches `maxReceiveCount` and the DLQ without waiting.
 //! - ACK and records skipped behind a failure or at the deadline: untouched (the queue's
 //!   visibility timeout applies).
@@ -97,6 +98,15 @@ mod tests {
             POLICY.visibility(&RecordStatus::SkippedAfter { culprit: 0 }, 3, 0, 7),
             None
         );
+    }
+
+    #[test]
+    fn an_abandoned_record_waits_for_its_claim_not_the_exponential_backoff() {
+        // The exponential bound for a first receive may be 0 s, while the claim it left behind
+        // is held until the deadline plus the lease margin.
+        let abandoned =
+            RecordStatus::Handled(Verdict::retry("abandoned").with_retry_after_ms(65_000));
+        assert_eq!(POLICY.visibility(&abandoned, 1, 60_000, 0), Some(5));
     }
 
     #[test]

@@ -20,7 +20,7 @@ use std::num::NonZeroUsize;
 use std::panic::AssertUnwindSafe;
 use std::time::Duration;
 
-use futures_util::stream::{FuturesOrdered, FuturesUnordered};
+use futures_util::stream::FuturesUnordered;
 use futures_util::{FutureExt, StreamExt};
 use tracing::{info, warn};
 
@@ -138,6 +138,9 @@ pub struct BatchOptions {
     pub fifo_scope: FifoScope,
     /// A record is not started with less than this much time left.
     pub deadline_margin_ms: u64,
+    /// How long past the deadline a record abandoned mid-work may still hold what it took (the
+    /// idempotency lease margin): its retry is not due before then.
+    pub abandoned_hold_ms: u64,
 }
 
 impl Default for BatchOptions {
@@ -146,6 +149,7 @@ impl Default for BatchOptions {
             max_concurrency: NonZeroUsize::new(16).unwrap_or(NonZeroUsize::MIN),
             fifo_scope: FifoScope::Batch,
             deadline_margin_ms: 5_000,
+            abandoned_hold_ms: 5_000,
         }
     }
 }
@@ -329,33 +333,47 @@ impl<H: RecordHandler, C: Clock> BatchProcessor<H, C> {
         let verdict = match tokio::time::timeout(budget, handled).await {
             Ok(Ok(verdict)) => verdict,
             Ok(Err(_)) => Verdict::retry("panic").with_detail("the record handler panicked"),
-            Err(_) => Verdict::retry("abandoned").with_detail(
-                "still running when the invocation's time was nearly up: abandoned and reported",
-            ),
+            // Its claim may be held until the lease ends: retrying sooner would only meet BUSY.
+            Err(_) => Verdict::retry("abandoned")
+                .with_retry_after_ms(deadline_ms.saturating_add(self.options.abandoned_hold_ms))
+                .with_detail(
+                    "still running when the invocation's time was nearly up: abandoned and reported",
+                ),
         };
         RecordStatus::Handled(verdict)
     }
 
-    // The two concurrent modes below feed `FuturesOrdered` / `FuturesUnordered` from plain loops,
+    // The two concurrent modes below feed `FuturesUnordered` from plain loops,
     // not from stream closures: a closure returning a borrowing future hits a compiler limit
     // (rust-lang/rust#110338) that makes the whole batch future fail to prove `Send`.
 
     async fn concurrent(&self, batch: &[Message<'_>], deadline_ms: u64) -> Vec<RecordStatus> {
         let limit = self.options.max_concurrency.get();
-        let mut pending = batch.iter();
-        let mut in_flight = FuturesOrdered::new();
-        let mut statuses = Vec::with_capacity(batch.len());
-        for message in pending.by_ref().take(limit) {
-            in_flight.push_back(self.run_one(message, deadline_ms));
+        let mut pending = batch.iter().enumerate();
+        let mut in_flight = FuturesUnordered::new();
+        // Every slot is written once a record finishes; the placeholder is never reported.
+        let mut statuses = vec![RecordStatus::SkippedDeadline; batch.len()];
+        for (index, message) in pending.by_ref().take(limit) {
+            in_flight.push(self.run_at(index, message, deadline_ms));
         }
-        // Yields in batch order; a new record starts as soon as one finishes.
-        while let Some(status) = in_flight.next().await {
-            statuses.push(status);
-            if let Some(message) = pending.next() {
-                in_flight.push_back(self.run_one(message, deadline_ms));
+        // Whichever record finishes first frees its slot for the next one; the statuses go back
+        // into batch order by index.
+        while let Some((index, status)) = in_flight.next().await {
+            statuses[index] = status;
+            if let Some((index, message)) = pending.next() {
+                in_flight.push(self.run_at(index, message, deadline_ms));
             }
         }
         statuses
+    }
+
+    async fn run_at(
+        &self,
+        index: usize,
+        message: &Message<'_>,
+        deadline_ms: u64,
+    ) -> (usize, RecordStatus) {
+        (index, self.run_one(message, deadline_ms).await)
     }
 
     async fn in_order(&self, batch: &[Message<'_>], deadline_ms: u64) -> Vec<RecordStatus> {
@@ -508,10 +526,14 @@ mod tests {
     use crate::clock::ManualClock;
     use std::sync::Mutex;
 
-    /// Decides by body: "ack", "retry", "poison", "panic", "slow:<ms>" (advances the clock, acks).
+    /// Decides by body: "ack", "retry", "poison", "panic", "slow:<ms>" (advances the clock, acks),
+    /// "sleep:<ms>" (waits on Tokio's timer, acks).
     struct Scripted {
         clock: ManualClock,
         started: Mutex<Vec<String>>,
+        /// When each record started, on Tokio's clock (paused in the tests that read it).
+        started_at: Mutex<Vec<(String, std::time::Duration)>>,
+        epoch: tokio::time::Instant,
     }
 
     impl RecordHandler for Scripted {
@@ -520,6 +542,15 @@ mod tests {
                 .lock()
                 .expect("lock")
                 .push(message.message_id.to_owned());
+            self.started_at
+                .lock()
+                .expect("lock")
+                .push((message.message_id.to_owned(), self.epoch.elapsed()));
+            if let Some(ms) = message.body.strip_prefix("sleep:") {
+                let ms = ms.parse().unwrap_or(0);
+                tokio::time::sleep(std::time::Duration::from_millis(ms)).await;
+                return Verdict::ack("ok");
+            }
             match message.body {
                 "ack" => Verdict::ack("ok"),
                 "retry" => Verdict::retry("transient"),
@@ -539,6 +570,8 @@ mod tests {
         let handler = Scripted {
             clock: clock.clone(),
             started: Mutex::default(),
+            started_at: Mutex::default(),
+            epoch: tokio::time::Instant::now(),
         };
         let options = BatchOptions {
             fifo_scope: scope,
@@ -683,7 +716,9 @@ mod tests {
         assert_eq!(report.failed_ids(&messages).collect::<Vec<_>>(), ["b"]);
         match &report.statuses[1] {
             RecordStatus::Handled(v) => {
-                assert_eq!((v.outcome, v.reason), (Outcome::Retry, "abandoned"))
+                assert_eq!((v.outcome, v.reason), (Outcome::Retry, "abandoned"));
+                // Its claim may live until the deadline plus the lease margin: not due before.
+                assert_eq!(v.retry_after_ms, Some(5_000 + p.options.abandoned_hold_ms));
             }
             other => panic!("expected an abandoned record, got {other:?}"),
         }
@@ -717,6 +752,34 @@ mod tests {
         let report = p.process(&messages, QueueKind::Standard, 60_000).await;
         assert_eq!(report.reasons(), [("ok", 2), ("transient", 1)]);
         assert_eq!(report.reasons_text(), "ok=2 transient=1");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_free_slot_is_refilled_at_once_whatever_finishes_first() {
+        // GIVEN two slots and a first record that takes 3 s, WHEN the second finishes at 0.5 s,
+        // THEN the third starts at 0.5 s, not when the first finishes; the response keeps batch
+        // order.
+        let specs = [
+            ("a", None, "sleep:3000"),
+            ("b", None, "sleep:500"),
+            ("c", None, "retry"),
+            ("d", None, "sleep:100"),
+        ];
+        let clock = ManualClock::at(0);
+        let mut p = processor(FifoScope::Batch, &clock);
+        p.options.max_concurrency = NonZeroUsize::new(2).expect("two");
+        let messages = batch(&specs);
+        let report = p.process(&messages, QueueKind::Standard, 60_000).await;
+        let started_at = p.handler().started_at.lock().expect("lock").clone();
+        let at = |id: &str| {
+            started_at
+                .iter()
+                .find(|(m, _)| m == id)
+                .map(|(_, t)| t.as_millis())
+        };
+        assert_eq!((at("c"), at("d")), (Some(500), Some(500)), "{started_at:?}");
+        assert_eq!(report.failed_ids(&messages).collect::<Vec<_>>(), ["c"]);
+        assert!(report.statuses[0].is_ack() && report.statuses[3].is_ack());
     }
 
     #[tokio::test]

@@ -41,6 +41,10 @@ pub const VARIABLES: &[(&str, Option<&str>)] = &[
     ("METRICS_NAMESPACE", Some("ProcessOrders")),
 ];
 
+/// The least `DEADLINE_MARGIN_MS` and `IDEMPOTENCY_LEASE_MARGIN_MS` may be: below it a record can
+/// run into the deadline, or a lease end before its holder's last write.
+pub const MIN_MARGIN_MS: u64 = 1_000;
+
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum ConfigError {
     #[error("{var}={value:?} is invalid: {expected}")]
@@ -70,6 +74,15 @@ pub enum ConfigError {
         "CLAIM_CHECK_BUCKET is set, but this build has no claim check: build with --features s3-claim-check"
     )]
     ClaimCheckNotBuilt,
+    #[error(
+        "IDEMPOTENCY_LEASE_SECONDS ({lease_ms} ms) must exceed the longest a record can hold its \
+         claim, {longest_record_ms} ms (2 x DYNAMODB_OPERATION_TIMEOUT_MS + 2 x PAYMENT_TIMEOUT_MS): \
+         a shorter lease lets another consumer take the order over while its charge is running"
+    )]
+    LeaseTooShort {
+        lease_ms: u64,
+        longest_record_ms: u64,
+    },
 }
 
 /// The whole configuration.
@@ -186,10 +199,12 @@ impl Config {
         let key_window_s: u64 =
             env.ranged("PAYMENT_KEY_WINDOW_SECONDS", 86_400, 3_600, 2_592_000)?;
         let lease_s: u64 = env.ranged("IDEMPOTENCY_LEASE_SECONDS", 300, 1, 43_200)?;
-        let lease_margin_ms: u64 = env.ranged("IDEMPOTENCY_LEASE_MARGIN_MS", 5_000, 0, 900_000)?;
+        let lease_margin_ms: u64 =
+            env.ranged("IDEMPOTENCY_LEASE_MARGIN_MS", 5_000, MIN_MARGIN_MS, 900_000)?;
         let retention_days: u64 = env.ranged("IDEMPOTENCY_RETENTION_DAYS", 18, 1, 3_650)?;
         let max_concurrency: usize = env.ranged("MAX_CONCURRENCY", 16, 1, 1_000)?;
-        let deadline_margin_ms: u64 = env.ranged("DEADLINE_MARGIN_MS", 5_000, 0, 900_000)?;
+        let deadline_margin_ms: u64 =
+            env.ranged("DEADLINE_MARGIN_MS", 5_000, MIN_MARGIN_MS, 900_000)?;
         let metrics = match env.text("METRICS_ENABLED").as_deref() {
             None | Some("1" | "true") => Some(MetricsSettings {
                 namespace: env
@@ -237,6 +252,18 @@ impl Config {
             Some(v) if v.eq_ignore_ascii_case("group") => FifoScope::Group,
             Some(v) => return Err(invalid("FIFO_SCOPE", v, "batch or group")),
         };
+        // A claim must outlive the longest a record can hold it: two store calls (claim, then
+        // complete / mark / release) and two provider calls (lookup, charge), each at its bound.
+        let longest_record_ms = 2 * dynamodb.operation_timeout.as_millis() as u64
+            + payment
+                .as_ref()
+                .map_or(0, |p| 2 * p.timeout.as_millis() as u64);
+        if lease_s * 1_000 <= longest_record_ms {
+            return Err(ConfigError::LeaseTooShort {
+                lease_ms: lease_s * 1_000,
+                longest_record_ms,
+            });
+        }
         Ok(Self {
             idempotency_table,
             lease: LeasePolicy {
@@ -248,6 +275,7 @@ impl Config {
                 max_concurrency: NonZeroUsize::new(max_concurrency).unwrap_or(NonZeroUsize::MIN),
                 fifo_scope,
                 deadline_margin_ms,
+                abandoned_hold_ms: lease_margin_ms,
             },
             dynamodb,
             payment,
@@ -381,6 +409,9 @@ mod tests {
             ("IDEMPOTENCY_LEASE_SECONDS", "-1"),
             ("IDEMPOTENCY_RETENTION_DAYS", "0"),
             ("DEADLINE_MARGIN_MS", "1.5"),
+            ("DEADLINE_MARGIN_MS", "0"),
+            ("DEADLINE_MARGIN_MS", "999"),
+            ("IDEMPOTENCY_LEASE_MARGIN_MS", "0"),
             ("FIFO_SCOPE", "sometimes"),
             ("DYNAMODB_MAX_ATTEMPTS", "0"),
             ("DYNAMODB_OPERATION_TIMEOUT_MS", "10"),
@@ -389,6 +420,32 @@ mod tests {
             let err = config(&[(var, value)]).expect_err(var);
             assert!(err.to_string().starts_with(var), "{err}");
         }
+    }
+
+    #[test]
+    fn a_lease_shorter_than_the_longest_record_stops_start_up() {
+        let err = config(&[
+            ("IDEMPOTENCY_LEASE_SECONDS", "10"),
+            ("PAYMENT_API_URL", "https://pay.example"),
+        ])
+        .expect_err("10 s < 2 x 3 s + 2 x 5 s");
+        assert_eq!(
+            err,
+            ConfigError::LeaseTooShort {
+                lease_ms: 10_000,
+                longest_record_ms: 16_000
+            }
+        );
+        assert!(err.to_string().starts_with("IDEMPOTENCY_LEASE_SECONDS"));
+        // The simulated gateway takes no time of its own: the store's bound alone counts.
+        assert!(config(&[("IDEMPOTENCY_LEASE_SECONDS", "10")]).is_ok());
+        assert!(
+            config(&[
+                ("IDEMPOTENCY_LEASE_SECONDS", "17"),
+                ("PAYMENT_API_URL", "https://pay.example"),
+            ])
+            .is_ok()
+        );
     }
 
     #[test]

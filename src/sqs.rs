@@ -130,7 +130,7 @@ pub fn messages(event: &SqsEvent) -> Result<Vec<Message<'_>>, EventError> {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Batch<'a> {
     pub messages: Vec<Message<'a>>,
-    /// FIFO when the source ARN ends in `.fifo` or any record carries a message group.
+    /// FIFO when the source ARN ends in `.fifo` (without an ARN: when a record has a group).
     pub kind: QueueKind,
     /// The source queue's ARN (all records of one event come from one queue).
     pub queue_arn: Option<&'a str>,
@@ -201,14 +201,13 @@ impl<'a> Batch<'a> {
             kind: QueueKind::Standard,
             queue_arn: None,
         };
+        let mut any_group = false;
         for (index, r) in records.enumerate() {
             let message_id = r
                 .message_id
                 .filter(|id| !id.trim().is_empty())
                 .ok_or(EventError::MissingMessageId { index })?;
-            if r.group_id.is_some() || r.queue_arn.is_some_and(|arn| arn.ends_with(".fifo")) {
-                batch.kind = QueueKind::Fifo;
-            }
+            any_group |= r.group_id.is_some();
             batch.queue_arn = batch.queue_arn.or(r.queue_arn);
             batch.messages.push(Message {
                 message_id,
@@ -221,6 +220,14 @@ impl<'a> Batch<'a> {
                 payload_pointer: r.payload_pointer,
             });
         }
+        // The queue decides, not the records: standard queues carry group ids too when producers
+        // use SQS fair queues, and must not be slowed to FIFO order. Lambda always names the
+        // queue; only a hand-written event without any ARN falls back to the group ids.
+        batch.kind = match batch.queue_arn {
+            Some(arn) if arn.ends_with(".fifo") => QueueKind::Fifo,
+            None if any_group => QueueKind::Fifo,
+            _ => QueueKind::Standard,
+        };
         Ok(batch)
     }
 }
@@ -413,7 +420,7 @@ mod tests {
     }
 
     #[test]
-    fn queue_kind_comes_from_the_arn_or_the_group() {
+    fn queue_kind_comes_from_the_arn_and_a_group_id_is_only_a_group_id() {
         let standard = event(serde_json::json!([{
             "messageId": "m1", "eventSourceARN": "arn:aws:sqs:us-east-1:1:orders"
         }]));
@@ -421,6 +428,24 @@ mod tests {
             Batch::from_event(&standard).expect("batch").kind,
             QueueKind::Standard
         );
+        // SQS fair queues: a standard queue whose records carry the tenant as MessageGroupId.
+        let fair = event(serde_json::json!([{
+            "messageId": "m1", "eventSourceARN": "arn:aws:sqs:us-east-1:1:orders",
+            "attributes": { "MessageGroupId": "tenant-a" }
+        }]));
+        let batch = Batch::from_event(&fair).expect("batch");
+        assert_eq!(batch.kind, QueueKind::Standard);
+        assert_eq!(batch.messages[0].group_id, Some("tenant-a"));
+        let fifo = event(serde_json::json!([{
+            "messageId": "m1", "eventSourceARN": "arn:aws:sqs:us-east-1:1:orders.fifo",
+            "attributes": { "MessageGroupId": "g" }
+        }]));
+        assert_eq!(
+            Batch::from_event(&fifo).expect("batch").kind,
+            QueueKind::Fifo
+        );
+        // Lambda always names the queue; an event without any ARN (hand-written) falls back to
+        // the group id, the order-preserving reading.
         let grouped = event(serde_json::json!([{
             "messageId": "m1", "attributes": { "MessageGroupId": "g" }
         }]));

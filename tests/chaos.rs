@@ -48,7 +48,7 @@ impl Invoke for Lambda {
     }
 }
 
-const FUNCTION_TIMEOUT: Duration = Duration::from_secs(2);
+const FUNCTION_TIMEOUT: Duration = Duration::from_secs(3);
 /// A valid order fails one receive with probability about 0.3 here (payment 20%, store faults
 /// 2 x 3%, abandoned batches, busy duplicates, a charge still in flight): 0.3^20 < 4e-11. On the FIFO queue a record is
 /// also received, and held back, each time a RETRY ahead of it in the same batch and group holds
@@ -88,9 +88,9 @@ async fn every_valid_order_is_charged_exactly_once_and_only_poison_reaches_the_d
 
     let mut env = vec![
         ("FIFO_SCOPE", "group"),
-        ("IDEMPOTENCY_LEASE_MARGIN_MS", "500"),
+        ("IDEMPOTENCY_LEASE_MARGIN_MS", "1000"),
     ];
-    env.push(("DEADLINE_MARGIN_MS", "500"));
+    env.push(("DEADLINE_MARGIN_MS", "1000"));
     let config = Config::from_lookup(|k| {
         env.iter()
             .find(|(n, _)| *n == k)

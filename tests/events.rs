@@ -57,6 +57,12 @@ fn expected(name: &str) -> (&'static [&'static str], &'static [&'static str]) {
             ],
             &["p-1", "p-2"],
         ),
+        // A standard queue with SQS fair queues: records carry a tenant's MessageGroupId, but
+        // the ARN is a standard queue's, so only the truncated body is reported.
+        "fair-queue.json" => (
+            &["d1a0b3c4-1111-4a2b-8c3d-000000000002"],
+            &["f-1", "f-3", "f-4", "f-5"],
+        ),
         "empty.json" => (&[], &[]),
         other => panic!("events/{other} has no expectation here: add one"),
     }

@@ -68,6 +68,7 @@ fn run(specs: &[Spec], kind: QueueKind, scope: FifoScope, concurrency: usize) ->
         max_concurrency: NonZeroUsize::new(concurrency).unwrap(),
         fifo_scope: scope,
         deadline_margin_ms: 0,
+        abandoned_hold_ms: 0,
     };
     let processor = BatchProcessor::new(Scripted::default(), ManualClock::at(0), options);
     let runtime = tokio::runtime::Builder::new_current_thread()

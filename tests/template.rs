@@ -404,6 +404,19 @@ fn the_function_environment_matches_the_code() {
     }
 }
 
+/// The margins that keep records out of the deadline cannot be set below the code's minimum.
+#[test]
+fn the_margins_have_the_codes_minimum() {
+    let t = template();
+    for name in ["DeadlineMarginMs", "IdempotencyLeaseMarginMs"] {
+        assert_eq!(
+            number(&t, &t["Parameters"][name]["MinValue"]),
+            process_orders::config::MIN_MARGIN_MS as f64,
+            "{name}"
+        );
+    }
+}
+
 #[test]
 fn alarms_watch_the_dlqs_the_queue_age_errors_and_throttles() {
     let t = template();

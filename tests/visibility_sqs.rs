@@ -179,3 +179,84 @@ async fn reported_records_come_back_on_their_own_schedule() {
     }
     assert!(!seen.contains(&"o-ack".to_owned()), "{seen:?}");
 }
+
+/// Epoch milliseconds on Tokio's clock, so a test with paused time moves the function's clock
+/// too.
+#[derive(Debug, Clone)]
+struct TokioClock {
+    base_ms: u64,
+    start: tokio::time::Instant,
+}
+
+impl Clock for TokioClock {
+    fn now_ms(&self) -> u64 {
+        self.base_ms + self.start.elapsed().as_millis() as u64
+    }
+}
+
+/// SQS accepts connections and never answers. The visibility calls for 100 reported records
+/// must not hold the response past the invocation's deadline: Lambda would discard a late
+/// response and retry the whole batch. With 6 s left the calls run concurrently and give up at
+/// the SDK's bound; with 1.5 s left they are cut off before the deadline. Tokio's clock is paused,
+/// so the SDK's timeouts pass in virtual time and the assertion is about order, not speed.
+#[tokio::test(start_paused = true)]
+async fn a_blackholed_sqs_cannot_hold_the_response_past_the_deadline() {
+    // Connections complete in the kernel's backlog; nothing ever reads or answers them.
+    let blackhole = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let endpoint = format!("http://{}", blackhole.local_addr().unwrap());
+    let sdk = process_orders::local::sdk_config(&endpoint);
+    let client = process_orders::aws::sqs(&sdk, &process_orders::app::SQS_SDK);
+    let records: Vec<_> = (0..100)
+        .map(|i| {
+            json!({
+                "messageId": format!("m{i}"),
+                "receiptHandle": format!("rh{i}"),
+                "body": "not json",
+                "attributes": { "ApproximateReceiveCount": "1" },
+                "eventSourceARN": "arn:aws:sqs:us-east-1:123456789012:orders",
+            })
+        })
+        .collect();
+    let json = json!({ "Records": records }).to_string();
+    for (time_left_ms, margin) in [(6_000, "5000"), (1_500, "1000")] {
+        let clock = TokioClock {
+            base_ms: SystemClock.now_ms(),
+            start: tokio::time::Instant::now(),
+        };
+        let config = Config::from_lookup(|k| match k {
+            "METRICS_ENABLED" => Some("false".into()),
+            "DEADLINE_MARGIN_MS" => Some(margin.into()),
+            _ => None,
+        })
+        .unwrap();
+        let app = App::with_ports(
+            &config,
+            MemoryStore::new(config.retention),
+            process_orders::payment::SimulatedGateway::new(),
+            clock.clone(),
+        )
+        .with_backoff(Some((
+            SqsVisibility::new(client.clone()),
+            BackoffPolicy {
+                base_s: 5,
+                cap_s: 900,
+            },
+        )));
+        let started_ms = clock.now_ms();
+        let deadline_ms = started_ms + time_left_ms;
+        let response = app.handle_json(&json, deadline_ms).await.expect("handled");
+        let answered_ms = clock.now_ms();
+        assert_eq!(response.batch_item_failures.len(), 100);
+        eprintln!(
+            "100 reported records, SQS blackholed, {time_left_ms} ms left: answered after {} ms, {} ms before the deadline",
+            answered_ms - started_ms,
+            deadline_ms.saturating_sub(answered_ms)
+        );
+        assert!(
+            answered_ms < deadline_ms,
+            "the response left {} ms after the deadline",
+            answered_ms - deadline_ms
+        );
+    }
+    drop(blackhole);
+}

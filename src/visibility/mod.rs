@@ -1,12 +1,16 @@
 //! Visibility backoff: after a batch, reported records get their retry timing from
-//! [`BackoffPolicy`] through one `ChangeMessageVisibilityBatch` call per 10 records. A failure of
-//! that call is logged and changes nothing else: the record is reported either way, and the
-//! queue's own visibility timeout then applies.
+//! [`BackoffPolicy`] through `ChangeMessageVisibilityBatch` calls of up to 10 records, run
+//! concurrently and bounded by the time the invocation has left. A failed or unfinished call is
+//! logged and changes nothing else: the record is reported either way, and the queue's own
+//! visibility timeout then applies.
 
 pub mod sqs;
 
 use std::future::Future;
+use std::time::Duration;
 
+use futures_util::StreamExt;
+use futures_util::stream::FuturesUnordered;
 use tracing::warn;
 
 use crate::backoff::BackoffPolicy;
@@ -89,7 +93,15 @@ pub fn changes<'a>(
         .collect()
 }
 
-/// Applies the report's visibility changes to the queue; failures are logged only.
+/// The most `ChangeMessageVisibilityBatch` calls in flight at once (a batch of 10,000 records
+/// reports up to 1,000 calls' worth).
+pub const MAX_CALLS_IN_FLIGHT: usize = 16;
+
+/// Applies the report's visibility changes to the queue, in calls of up to ten entries run
+/// concurrently, within `budget`: calls not finished by then are dropped and logged, and the
+/// queue's own visibility timeout applies to their records. The response must leave before the
+/// invocation's deadline whatever SQS does; Lambda would discard a late one and retry the
+/// whole batch. Failures are logged only.
 pub async fn apply<V: VisibilityPort>(
     port: &V,
     policy: &BackoffPolicy,
@@ -97,6 +109,7 @@ pub async fn apply<V: VisibilityPort>(
     batch: &[Message<'_>],
     report: &BatchReport,
     now_ms: u64,
+    budget: Duration,
 ) {
     let changes = changes(policy, batch, report, now_ms, || fastrand::u64(..));
     if changes.is_empty() {
@@ -109,15 +122,51 @@ pub async fn apply<V: VisibilityPort>(
         );
         return;
     };
-    for chunk in changes.chunks(BATCH_LIMIT) {
-        for failure in port.change(&url, chunk).await {
-            warn!(
-                message_id = failure.message_id,
-                reason = failure.reason,
-                "visibility change failed; the queue's visibility timeout applies"
-            );
+    let mut chunks = changes.chunks(BATCH_LIMIT).enumerate();
+    let mut done = vec![false; changes.len().div_ceil(BATCH_LIMIT)];
+    let mut in_flight = FuturesUnordered::new();
+    let calls = async {
+        for (index, chunk) in chunks.by_ref().take(MAX_CALLS_IN_FLIGHT) {
+            in_flight.push(call(port, &url, index, chunk));
         }
+        while let Some((index, failures)) = in_flight.next().await {
+            done[index] = true;
+            for failure in failures {
+                warn!(
+                    message_id = failure.message_id,
+                    reason = failure.reason,
+                    "visibility change failed; the queue's visibility timeout applies"
+                );
+            }
+            if let Some((index, chunk)) = chunks.next() {
+                in_flight.push(call(port, &url, index, chunk));
+            }
+        }
+    };
+    if tokio::time::timeout(budget, calls).await.is_err() {
+        let skipped: Vec<&str> = changes
+            .chunks(BATCH_LIMIT)
+            .zip(&done)
+            .filter(|(_, done)| !**done)
+            .flat_map(|(chunk, _)| chunk.iter().map(|c| c.message_id))
+            .collect();
+        warn!(
+            skipped = skipped.len(),
+            budget_ms = budget.as_millis() as u64,
+            message_ids = %skipped.join(","),
+            "visibility changes not made in the time left before the deadline; the queue's \
+             visibility timeout applies to these records"
+        );
     }
+}
+
+async fn call<'c, V: VisibilityPort>(
+    port: &V,
+    url: &str,
+    index: usize,
+    chunk: &'c [Change<'c>],
+) -> (usize, Vec<ChangeFailure>) {
+    (index, port.change(url, chunk).await)
 }
 
 #[cfg(test)]
@@ -203,6 +252,7 @@ mod tests {
             &batch,
             &report,
             0,
+            Duration::from_secs(1),
         )
         .await;
         let calls = recorder.calls.lock().unwrap();
