@@ -68,6 +68,8 @@ pub enum DecodeError {
     OrderIdTooLong,
     #[error("order_id contains control characters")]
     OrderIdControl,
+    #[error("order_id cannot be \".\" or \"..\"")]
+    OrderIdDotSegment,
     #[error("amount is missing")]
     MissingAmount,
     #[error("amount is not a finite number")]
@@ -165,6 +167,11 @@ fn order_from<'a>(raw: &RawBody<'a>) -> Result<Order<'a>, DecodeError> {
     // It travels as an HTTP header value downstream, where control characters are invalid.
     if order_id.chars().any(char::is_control) {
         return Err(DecodeError::OrderIdControl);
+    }
+    // It is also a path segment of the provider's lookup (`/charges/{order_id}`), where these
+    // two would name another resource.
+    if order_id == "." || order_id == ".." {
+        return Err(DecodeError::OrderIdDotSegment);
     }
     let amount = raw.amount.ok_or(DecodeError::MissingAmount)?;
     // serde_json refuses out-of-range numbers (1e400) and every non-number, NaN included.
@@ -265,6 +272,11 @@ impl OrderDecision {
     }
 }
 
+/// How long a record refused for our configuration (or not sent because of it) stays away: a key
+/// rotation or a URL fix takes a person minutes to hours, and every receive counts towards
+/// `maxReceiveCount`; at this pace the template's five receives last over an hour.
+pub const CONFIGURATION_RETRY_AFTER_MS: u64 = 15 * 60 * 1_000;
+
 /// Stops calling the provider for the rest of an invocation once it has refused our
 /// configuration (401, 403, 404, ...) [`ConfigBreaker::TRIP_AFTER`] times in a row: the other
 /// records would only get the same answer. Reset at the start of every invocation, so a fixed
@@ -318,27 +330,35 @@ struct ChargeWork<'a, P> {
     latency: &'a Latency,
 }
 
+impl<P> ChargeWork<'_, P> {
+    fn request(&self) -> ChargeRequest<'_> {
+        let key: &str = &self.order.order_id;
+        ChargeRequest {
+            order_id: key,
+            amount: self.order.amount,
+            idempotency_key: key,
+        }
+    }
+}
+
 impl<P: PaymentGateway> GuardedWork for ChargeWork<'_, P> {
     type Output = ();
     type Error = PaymentError;
 
     async fn look_up(&self) -> Result<Found, PaymentError> {
-        let lookup = self.gateway.lookup(&self.order.order_id);
-        Ok(match self.latency.time(lookup).await? {
-            ChargeStatus::Succeeded => Found::Happened,
-            // Failed, or never seen: the same key may be charged again.
-            ChargeStatus::Failed | ChargeStatus::Unknown => Found::NotHappened,
-            ChargeStatus::Pending => Found::Pending,
-        })
+        let request = self.request();
+        Ok(
+            match self.latency.time(self.gateway.lookup(&request)).await? {
+                ChargeStatus::Succeeded => Found::Happened,
+                // Failed, or never seen: the same key may be charged again.
+                ChargeStatus::Failed | ChargeStatus::Unknown => Found::NotHappened,
+                ChargeStatus::Pending => Found::Pending,
+            },
+        )
     }
 
     async fn perform(&self) -> Result<(), Failed<PaymentError>> {
-        let key: &str = &self.order.order_id;
-        let request = ChargeRequest {
-            order_id: key,
-            amount: self.order.amount,
-            idempotency_key: key,
-        };
+        let request = self.request();
         self.latency
             .time(self.gateway.charge(&request))
             .await
@@ -520,6 +540,9 @@ fn verdict(
     };
     let mut verdict = verdict.with_key(order.order_id.into_owned());
     verdict.lease_token = lease;
+    if decision.is_configuration_error() {
+        verdict = verdict.with_retry_after_ms(now_ms.saturating_add(CONFIGURATION_RETRY_AFTER_MS));
+    }
     match decision {
         OrderDecision::Busy { until_ms } => verdict
             .with_retry_after_ms(until_ms)
@@ -643,6 +666,14 @@ mod tests {
             (
                 r#"{"order_id":"a\nb","amount":1}"#,
                 DecodeError::OrderIdControl,
+            ),
+            (
+                r#"{"order_id":"..","amount":1}"#,
+                DecodeError::OrderIdDotSegment,
+            ),
+            (
+                r#"{"order_id":".","amount":1}"#,
+                DecodeError::OrderIdDotSegment,
             ),
             (r#"{"order_id":"o"}"#, DecodeError::MissingAmount),
             (

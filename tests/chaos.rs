@@ -78,17 +78,21 @@ async fn every_valid_order_is_charged_exactly_once_and_only_poison_reaches_the_d
             slow: 0.05,
             slow_for: Duration::from_millis(1_500),
             charge_then_504: 0.05,
+            lookup_unavailable: 0.1,
         },
         7,
     );
     // Far shorter than a real provider's day, so retries after a 504 or a timeout meet a
     // provider that no longer knows the key: only the lookup stands between them and a second
-    // charge.
+    // charge. The function is told 1 s (PAYMENT_KEY_WINDOW_SECONDS below), less than the
+    // provider's 2 s, as it must be: when the lookup is down it resends within 1 s of the first
+    // attempt and waits (needs_reconciliation) after that.
     stub.set_key_window(Some(Duration::from_secs(2)));
 
     let mut env = vec![
         ("FIFO_SCOPE", "group"),
         ("IDEMPOTENCY_LEASE_MARGIN_MS", "1000"),
+        ("PAYMENT_KEY_WINDOW_SECONDS", "1"),
     ];
     env.push(("DEADLINE_MARGIN_MS", "1000"));
     let config = Config::from_lookup(|k| {

@@ -262,7 +262,7 @@ impl PaymentGateway for TakeoverGateway {
         Ok(())
     }
 
-    async fn lookup(&self, _key: &str) -> Result<ChargeStatus, PaymentError> {
+    async fn lookup(&self, _request: &ChargeRequest<'_>) -> Result<ChargeStatus, PaymentError> {
         Ok(ChargeStatus::Unknown)
     }
 }

@@ -45,6 +45,16 @@ async fn charge(gateway: &HttpGateway, order_id: &str) -> Result<(), PaymentErro
         .await
 }
 
+async fn lookup(gateway: &HttpGateway, order_id: &str) -> Result<ChargeStatus, PaymentError> {
+    gateway
+        .lookup(&ChargeRequest {
+            order_id,
+            amount: 10.0,
+            idempotency_key: order_id,
+        })
+        .await
+}
+
 fn kind(result: &Result<(), PaymentError>) -> &'static str {
     match result {
         Ok(()) => "charged",
@@ -107,7 +117,7 @@ async fn a_2xx_that_cannot_be_read_is_ambiguous_and_the_lookup_finds_the_charge(
         assert_eq!(kind(&charge(&g, key).await), "ambiguous", "{key}");
         assert_eq!(stub.charges(key), 1);
         assert_eq!(
-            g.lookup(key).await.expect("lookup"),
+            lookup(&g, key).await.expect("lookup"),
             ChargeStatus::Succeeded
         );
     }
@@ -189,26 +199,46 @@ async fn a_refused_connection_is_not_sent_and_a_reset_is_ambiguous() {
     );
 }
 
+/// The lookup tells what became of a key: unknown (the provider's own 404), succeeded, failed;
+/// a charge under the key for another amount is not this order's; and a provider that cannot
+/// answer (refused, a bare or foreign 404) is an error, never "unknown".
 #[tokio::test]
 async fn the_lookup_tells_what_became_of_a_key() {
     let stub = PaymentStub::start().await;
     let g = gateway(&stub.url());
     assert_eq!(
-        g.lookup("o/1 ?#").await.expect("lookup"),
+        lookup(&g, "o/1 ?#").await.expect("lookup"),
         ChargeStatus::Unknown
     );
     charge(&g, "o/1 ?#").await.expect("charged");
     assert_eq!(
-        g.lookup("o/1 ?#").await.expect("lookup"),
+        lookup(&g, "o/1 ?#").await.expect("lookup"),
         ChargeStatus::Succeeded
     );
+    let other_amount = g
+        .lookup(&ChargeRequest {
+            order_id: "o/1 ?#",
+            amount: 99.0,
+            idempotency_key: "o/1 ?#",
+        })
+        .await;
+    assert!(matches!(other_amount, Err(PaymentError::KeyReused { .. })));
     stub.set("o-2", Behaviour::Decline);
     let _ = charge(&g, "o-2").await;
-    assert_eq!(g.lookup("o-2").await.expect("lookup"), ChargeStatus::Failed);
-    assert!(g.lookup("o-2").await.is_ok());
-    assert_eq!(stub.lookups("o-2"), 2);
-    // Nothing to ask: the lookup cannot tell, which is an error, never "unknown".
-    assert!(gateway(&refusing_endpoint()).lookup("o-1").await.is_err());
+    assert_eq!(
+        lookup(&g, "o-2").await.expect("lookup"),
+        ChargeStatus::Failed
+    );
+    assert_eq!(stub.lookups("o-2"), 1);
+    assert!(lookup(&gateway(&refusing_endpoint()), "o-1").await.is_err());
+    // A route the provider does not have: axum's bare 404.
+    let missing_route = gateway(&format!("http://{}/elsewhere", stub.addr));
+    assert!(lookup(&missing_route, "o-1").await.is_err());
+    stub.set_lookup_available(false);
+    assert!(matches!(
+        lookup(&g, "o-2").await,
+        Err(PaymentError::Ambiguous { .. })
+    ));
 }
 
 #[tokio::test]

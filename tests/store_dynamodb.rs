@@ -27,6 +27,18 @@ async fn store() -> DynamoDbStore {
 
 store_contract_tests!(store());
 
+#[tokio::test]
+async fn a_claim_left_by_the_earlier_version_is_taken_over_with_an_unknown_first_attempt() {
+    let server = Dynoxide::start().await;
+    let (client, _) = client(&server.endpoint());
+    let table = unique_table();
+    create_table(&client, &table).await;
+    support::dynamo::a_claim_left_by_the_earlier_version_is_taken_over_with_an_unknown_first_attempt(
+        &client, &table,
+    )
+    .await;
+}
+
 fn event(orders: &[(&str, &str, f64)]) -> String {
     let records: Vec<_> = orders
         .iter()

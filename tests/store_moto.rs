@@ -15,3 +15,14 @@ async fn store() -> DynamoDbStore {
 }
 
 store_contract_tests!(store());
+
+#[tokio::test]
+async fn a_claim_left_by_the_earlier_version_is_taken_over_with_an_unknown_first_attempt() {
+    let (client, _) = client(&moto_endpoint());
+    let table = unique_table();
+    create_table(&client, &table).await;
+    support::dynamo::a_claim_left_by_the_earlier_version_is_taken_over_with_an_unknown_first_attempt(
+        &client, &table,
+    )
+    .await;
+}

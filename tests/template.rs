@@ -404,6 +404,23 @@ fn the_function_environment_matches_the_code() {
     }
 }
 
+/// A key must be remembered as long as any message can come back for it: the source queue's
+/// retention plus the DLQ's (a redrive). Shorter, and a "charge may exist" record could vanish
+/// before a redriven message meets it. The parameter cannot be set below that.
+#[test]
+fn keys_are_remembered_as_long_as_a_message_can_come_back() {
+    let t = template();
+    for (_, queue) in source_queues(&t) {
+        let dlq = resource(&t, &target(&queue["RedrivePolicy"]["deadLetterTargetArn"]));
+        let days = (number(&t, &queue["MessageRetentionPeriod"])
+            + number(&t, &dlq["MessageRetentionPeriod"]))
+            / 86_400.0;
+        let retention = &t["Parameters"]["IdempotencyRetentionDays"];
+        assert!(number(&t, &retention["MinValue"]) >= days);
+        assert!(number(&t, &retention["Default"]) >= days);
+    }
+}
+
 /// The margins that keep records out of the deadline cannot be set below the code's minimum.
 #[test]
 fn the_margins_have_the_codes_minimum() {

@@ -74,8 +74,11 @@ const CLAIM_CONDITION: &str = "attribute_not_exists(#pk) \
         OR (#status = :in_progress AND #lease_until <= :now_ms)))";
 const COMPLETE_UPDATE: &str = "SET #status = :completed, #exp = :exp, #completed_at = :now_ms \
     REMOVE #lease_token, #lease_until, #first_attempt_at, #attempts";
-const MARK_ATTEMPTED_UPDATE: &str =
-    "SET #status = :attempted, #attempted_at = :now_ms REMOVE #lease_token, #lease_until";
+const MARK_ATTEMPTED_UPDATE: &str = "SET #status = :attempted, #attempted_at = :now_ms, \
+    #exp = :exp REMOVE #lease_token, #lease_until";
+/// Items claimed before attempts were recorded: their first attempt is unknown, so the oldest
+/// possible (see `claimed_state`).
+const UNKNOWN_FIRST_ATTEMPT_UPDATE: &str = "SET #first_attempt_at = :unknown";
 const HOLDER_CONDITION: &str = "#lease_token = :token";
 
 #[derive(Debug, Clone)]
@@ -184,11 +187,10 @@ fn claim_state(item: &HashMap<String, AttributeValue>) -> Result<ClaimState, Sto
     let status = Status::parse(status)
         .ok_or_else(|| StoreError::Malformed(format!("unknown status {status:?}")))?;
     let fingerprint = text(attr::FINGERPRINT)?;
-    let first_attempt_ms = match number(attr::FIRST_ATTEMPT_AT)? {
-        // Items claimed before attempts were recorded: their claim is the first attempt known.
-        0 if status != Status::Completed => Some(number(attr::CLAIMED_AT)?).filter(|t| *t > 0),
-        0 => None,
-        at => Some(at),
+    let first_attempt_ms = match item.get(attr::FIRST_ATTEMPT_AT) {
+        // Absent on completed items, and on items claimed before attempts were recorded.
+        None => None,
+        Some(_) => Some(number(attr::FIRST_ATTEMPT_AT)?),
     };
     Ok(ClaimState {
         status,
@@ -261,6 +263,21 @@ impl IdempotencyStore for DynamoDbStore {
                     })),
                     _ => None,
                 };
+                let unknown_first_attempt = replaced.as_ref().is_some_and(|old| {
+                    old.status != Status::Completed && old.first_attempt_ms.is_none()
+                });
+                if unknown_first_attempt {
+                    // `if_not_exists` just wrote now; only this rare, fenced write can say
+                    // "unknown" (one per item left by an earlier version).
+                    self.holder_update(
+                        request.key,
+                        &lease,
+                        UNKNOWN_FIRST_ATTEMPT_UPDATE,
+                        &[("#first_attempt_at", attr::FIRST_ATTEMPT_AT)],
+                        [(":unknown", n(0))],
+                    )
+                    .await?;
+                }
                 Ok(Begin::Started {
                     lease,
                     prior: prior_attempt(replaced.as_ref()),
@@ -318,11 +335,13 @@ impl IdempotencyStore for DynamoDbStore {
             &[
                 ("#status", attr::STATUS),
                 ("#attempted_at", attr::ATTEMPTED_AT),
+                ("#exp", attr::EXPIRES_AT),
                 ("#lease_until", attr::LEASE_UNTIL),
             ],
             [
                 (":attempted", s(Status::Attempted.as_str())),
                 (":now_ms", n(now_ms)),
+                (":exp", n(self.expires_at(now_ms))),
             ],
         )
         .await
@@ -382,7 +401,7 @@ mod tests {
     }
 
     #[test]
-    fn an_item_from_before_attempts_were_recorded_dates_its_first_attempt_by_its_claim() {
+    fn an_item_from_before_attempts_were_recorded_has_no_known_first_attempt() {
         let legacy = claim_state(&item(&[
             (attr::STATUS, s("IN_PROGRESS")),
             (attr::FINGERPRINT, s("00")),
@@ -391,7 +410,8 @@ mod tests {
             (attr::CLAIMED_AT, n(3)),
         ]))
         .expect("state");
-        assert_eq!((legacy.first_attempt_ms, legacy.attempts), (Some(3), 0));
+        // Its claim is only the latest: the earlier version released keys after failures.
+        assert_eq!((legacy.first_attempt_ms, legacy.attempts), (None, 0));
         let done = claim_state(&item(&[
             (attr::STATUS, s("COMPLETED")),
             (attr::FINGERPRINT, s("00")),
@@ -473,12 +493,18 @@ mod tests {
                 &[
                     "#status",
                     "#attempted_at",
+                    "#exp",
                     "#lease_token",
                     "#lease_until",
                     ":attempted",
                     ":now_ms",
+                    ":exp",
                     ":token",
                 ][..],
+            ),
+            (
+                &[UNKNOWN_FIRST_ATTEMPT_UPDATE, HOLDER_CONDITION][..],
+                &["#first_attempt_at", "#lease_token", ":unknown", ":token"][..],
             ),
         ] {
             let text = exprs.join(" ");

@@ -110,11 +110,13 @@ impl IdempotencyStore for MemoryStore {
         &self,
         key: &str,
         lease: &Lease,
-        _now_ms: u64,
+        now_ms: u64,
     ) -> Result<(), StoreError> {
+        let expires_at_s = self.expires_at(now_ms);
         self.fenced(key, lease, |item| {
             item.state.status = Status::Attempted;
             item.state.lease_until_ms = 0;
+            item.state.expires_at_s = expires_at_s;
             item.token = None;
         })
     }

@@ -226,21 +226,23 @@ pub fn prior_attempt(replaced: Option<&ClaimState>) -> Option<PriorAttempt> {
 
 /// The item a successful claim writes, given the one it replaces: the first attempt's time and
 /// the attempt count carry over (DynamoDB: `if_not_exists` and `ADD`; completion clears both).
+/// A takeover of an item whose first attempt is unknown records it as 0, the oldest possible,
+/// as [`prior_attempt`] reads it.
 pub fn claimed_state(
     replaced: Option<&ClaimState>,
     request: &ClaimRequest<'_>,
     expires_at_s: u64,
 ) -> ClaimState {
+    let first_attempt_ms = match replaced {
+        Some(old) if old.status != Status::Completed => old.first_attempt_ms.unwrap_or(0),
+        _ => request.now_ms,
+    };
     ClaimState {
         status: Status::InProgress,
         fingerprint: request.fingerprint,
         lease_until_ms: request.lease_until_ms,
         expires_at_s,
-        first_attempt_ms: Some(
-            replaced
-                .and_then(|s| s.first_attempt_ms)
-                .unwrap_or(request.now_ms),
-        ),
+        first_attempt_ms: Some(first_attempt_ms),
         attempts: replaced.map_or(0, |s| s.attempts).saturating_add(1),
     }
 }
@@ -294,7 +296,8 @@ pub trait IdempotencyStore: Send + Sync {
     ) -> impl Future<Output = Result<(), StoreError>> + Send;
 
     /// Ends the lease and keeps the key `ATTEMPTED`: the work's effect may exist, so the next
-    /// claim (same payload only) must find out before doing it again. Only the holder may.
+    /// claim (same payload only) must find out before doing it again. The retention starts over,
+    /// so the record outlives every delivery that may still come. Only the holder may.
     fn mark_attempted(
         &self,
         key: &str,

@@ -186,21 +186,21 @@ impl PaymentGateway for HttpGateway {
         classify(status, retry_after, body.as_deref())
     }
 
-    async fn lookup(&self, idempotency_key: &str) -> Result<ChargeStatus, PaymentError> {
+    async fn lookup(&self, request: &ChargeRequest<'_>) -> Result<ChargeStatus, PaymentError> {
         let mut url = self.charges_url.clone();
         url.path_segments_mut()
             .map_err(|()| PaymentError::NotSent {
                 reason: "PAYMENT_API_URL cannot take a path".into(),
                 source: None,
             })?
-            .push(idempotency_key);
+            .push(request.idempotency_key);
         let response = self
             .authorized(self.client.get(url))
             .send()
             .await
             .map_err(transport_error)?;
-        let (status, retry_after, body) = read_answer(response).await;
-        classify_lookup(status, retry_after, body.as_deref())
+        let (status, _, body) = read_answer(response).await;
+        classify_lookup(status, request.amount, body.as_deref())
     }
 }
 
@@ -252,42 +252,58 @@ pub fn classify(
             reason: short_reason(status, body),
         }),
         400 | 422 => match provider_json(body) {
-            Some(json) if names_idempotency_error(&json) => Err(PaymentError::KeyReused {
+            Some(json) if names(&json, &["idempotency"]) => Err(PaymentError::KeyReused {
                 status: Some(code),
                 reason: short_reason(status, body),
             }),
-            Some(_) => Err(PaymentError::Declined {
+            Some(json) if is_decline(&json) => Err(PaymentError::Declined {
                 status: Some(code),
                 reason: short_reason(status, body),
             }),
-            // Not the provider speaking (a proxy, a WAF, a wrong content type): our setup.
-            None => Err(misconfigured(status, body)),
+            // Anything else is not a decline of this order: a missing parameter, a validator or
+            // a WAF in front of the provider, a contract change. Our setup, never POISON.
+            _ => Err(misconfigured(status, body)),
         },
         _ => Err(unanswered(status, body)),
     }
 }
 
-/// The decision for a provider's answer to a lookup.
+/// The decision for a provider's answer to a lookup of `amount`'s charge.
 pub fn classify_lookup(
     status: StatusCode,
-    retry_after: Option<Duration>,
+    amount: f64,
     body: Option<&str>,
 ) -> Result<ChargeStatus, PaymentError> {
     let json = provider_json(body);
-    match (status.as_u16(), json.as_ref().map(status_field)) {
-        (200, Some(Some("succeeded"))) => Ok(ChargeStatus::Succeeded),
-        (200, Some(Some("failed"))) => Ok(ChargeStatus::Failed),
-        (200, Some(Some("pending" | "processing"))) => Ok(ChargeStatus::Pending),
-        // Only the provider's own "no such charge" counts: a bare 404 may just as well be a
-        // missing route, and reading that as "never charged" would charge again.
-        (404, Some(_)) => Ok(ChargeStatus::Unknown),
-        (404, None) => Err(misconfigured(status, body)),
-        (200..=299, _) => Err(PaymentError::Ambiguous {
-            reason: format!("lookup answered HTTP {status} without a known status"),
-            source: None,
+    let found = match (status.as_u16(), json.as_ref().map(status_field)) {
+        (200, Some(Some("succeeded"))) => ChargeStatus::Succeeded,
+        (200, Some(Some("failed"))) => ChargeStatus::Failed,
+        (200, Some(Some("pending" | "processing"))) | (409, _) => ChargeStatus::Pending,
+        // Only the provider's own "no such charge" counts. A 404 may just as well be a missing
+        // route (an API gateway answers those in JSON too), and reading that as "never charged"
+        // would charge again.
+        (404, _) if json.as_ref().is_some_and(names_missing_charge) => {
+            return Ok(ChargeStatus::Unknown);
+        }
+        (200..=299 | 404, _) => {
+            return Err(PaymentError::Ambiguous {
+                reason: format!("lookup answered HTTP {status} without a known status"),
+                source: None,
+            });
+        }
+        _ => return Err(unanswered(status, body)),
+    };
+    // A charge under our key for another amount is not this order's charge.
+    let charged = json
+        .as_ref()
+        .and_then(|j| j.get("amount"))
+        .and_then(serde_json::Value::as_f64);
+    match charged {
+        Some(charged) if charged != amount => Err(PaymentError::KeyReused {
+            status: Some(status.as_u16()),
+            reason: format!("the provider's charge under this key is for {charged}"),
         }),
-        (409, _) => Err(PaymentError::InFlight { retry_after }),
-        _ => Err(unanswered(status, body)),
+        _ => Ok(found),
     }
 }
 
@@ -309,9 +325,10 @@ fn misconfigured(status: StatusCode, body: Option<&str>) -> PaymentError {
     }
 }
 
-/// Whether the provider's error names an idempotency error (Stripe: `error.type`
-/// `idempotency_error`; others put it in `code`).
-fn names_idempotency_error(json: &serde_json::Map<String, serde_json::Value>) -> bool {
+/// Whether the provider's error type or code (`type`, `code`, `error.type`, `error.code`)
+/// contains one of `words` (Stripe: `error.type` `idempotency_error`, `card_error`; others put
+/// it in `code`).
+fn names(json: &serde_json::Map<String, serde_json::Value>, words: &[&str]) -> bool {
     let error = json.get("error");
     [
         json.get("type"),
@@ -322,10 +339,35 @@ fn names_idempotency_error(json: &serde_json::Map<String, serde_json::Value>) ->
     .into_iter()
     .flatten()
     .filter_map(serde_json::Value::as_str)
-    .any(|text| text.to_ascii_lowercase().contains("idempotency"))
+    .map(str::to_ascii_lowercase)
+    .any(|text| words.iter().any(|word| text.contains(word)))
+}
+
+/// Whether a 400/422 body is the provider declining the payment (a `card_error`, a code or type
+/// naming a decline, or a `decline_code`), as opposed to refusing our request.
+fn is_decline(json: &serde_json::Map<String, serde_json::Value>) -> bool {
+    let decline_code = json
+        .get("decline_code")
+        .or_else(|| json.get("error").and_then(|e| e.get("decline_code")));
+    decline_code.is_some() || names(json, &["card_error", "declin"])
+}
+
+/// Whether a 404 body is the provider's "no charge with this key" (`status: not_found`, or a
+/// code such as Stripe's `resource_missing`).
+fn names_missing_charge(json: &serde_json::Map<String, serde_json::Value>) -> bool {
+    status_field(json) == Some("not_found")
+        || names(json, &["resource_missing", "charge_not_found", "not_found"])
 }
 
 fn transport_error(error: reqwest::Error) -> PaymentError {
+    // The provider's certificate was refused (expired, another host's, an unknown issuer): the
+    // URL or the provider's setup is wrong, which no retry of the message fixes.
+    if let Some(certificate) = certificate_error(&error) {
+        return PaymentError::Misconfigured {
+            status: None,
+            reason: format!("the endpoint's TLS certificate was refused: {certificate}"),
+        };
+    }
     // A connect error (refused, DNS, TLS, connect timeout) or a request that could not be built
     // never reached the provider. Anything later went out, and may have been applied.
     let not_sent = if error.is_connect() {
@@ -354,6 +396,24 @@ fn transport_error(error: reqwest::Error) -> PaymentError {
             source,
         },
     }
+}
+
+/// The rustls certificate error somewhere in `error`'s sources, if any.
+fn certificate_error(error: &reqwest::Error) -> Option<String> {
+    let mut source = std::error::Error::source(error);
+    while let Some(e) = source {
+        // The TLS stream reports rustls' error inside an io::Error, whose own `source()` skips
+        // the error it wraps.
+        let inner = e
+            .downcast_ref::<std::io::Error>()
+            .and_then(std::io::Error::get_ref)
+            .map_or(e, |inner| inner as &(dyn std::error::Error + 'static));
+        if let Some(rustls::Error::InvalidCertificate(reason)) = inner.downcast_ref() {
+            return Some(format!("{reason:?}"));
+        }
+        source = e.source();
+    }
+    None
 }
 
 /// A short reason from a provider's error body (`message`, `error.message`, `error` or
@@ -407,6 +467,7 @@ mod tests {
         };
         let declined = r#"{"error":{"type":"card_error","message":"card declined"}}"#;
         let reused = r#"{"error":{"type":"idempotency_error","message":"reused"}}"#;
+        let invalid = r#"{"error":{"type":"invalid_request_error","message":"Missing currency"}}"#;
         let cases: &[(u16, &str, &str)] = &[
             (200, SUCCEEDED, "charged"),
             (201, SUCCEEDED, "charged"),
@@ -423,6 +484,19 @@ mod tests {
             (402, declined, "declined"),
             (400, declined, "declined"),
             (422, declined, "declined"),
+            (
+                422,
+                r#"{"code":"insufficient_funds","decline_code":"x"}"#,
+                "declined",
+            ),
+            (400, r#"{"code":"payment_declined"}"#, "declined"),
+            // The provider's JSON, but no decline: our request is wrong, not the payment.
+            (400, invalid, "misconfigured"),
+            (
+                400,
+                r#"{"message":"Invalid request body"}"#,
+                "misconfigured",
+            ),
             (422, reused, "key reused"),
             (400, r#"{"code":"idempotency_key_in_use"}"#, "key reused"),
             (400, "<html>bad request</html>", "misconfigured"),
@@ -455,6 +529,8 @@ mod tests {
         for (code, effect) in [
             (504, Effect::Maybe),
             (409, Effect::Maybe),
+            // A 303 See Other may follow a POST the provider did process.
+            (303, Effect::Maybe),
             (402, Effect::None),
             (401, Effect::None),
         ] {
@@ -487,9 +563,9 @@ mod tests {
 
     #[test]
     fn a_lookup_answer_has_its_meaning() {
-        let lookup = |code, body: &str| classify_lookup(status(code), None, Some(body));
+        let lookup = |code, body: &str| classify_lookup(status(code), 10.0, Some(body));
         assert_eq!(
-            lookup(200, r#"{"status":"succeeded"}"#).ok(),
+            lookup(200, r#"{"status":"succeeded","amount":10}"#).ok(),
             Some(ChargeStatus::Succeeded)
         );
         assert_eq!(
@@ -500,14 +576,26 @@ mod tests {
             lookup(200, r#"{"status":"pending"}"#).ok(),
             Some(ChargeStatus::Pending)
         );
-        assert_eq!(
-            lookup(404, r#"{"error":{"message":"no such charge"}}"#).ok(),
-            Some(ChargeStatus::Unknown)
-        );
-        // A bare 404 is not the provider saying "never charged".
+        assert_eq!(lookup(409, "{}").ok(), Some(ChargeStatus::Pending));
+        for missing in [
+            r#"{"error":{"code":"resource_missing","message":"No such charge"}}"#,
+            r#"{"status":"not_found"}"#,
+        ] {
+            assert_eq!(
+                lookup(404, missing).ok(),
+                Some(ChargeStatus::Unknown),
+                "{missing}"
+            );
+        }
+        // A 404 that is not the provider's "no such charge" (a missing route, an API gateway's
+        // JSON) cannot tell: never read as "never charged".
+        for foreign in ["Not Found", r#"{"message":"Not Found"}"#, ""] {
+            assert!(lookup(404, foreign).is_err(), "{foreign}");
+        }
+        // A charge under the key for another amount is not this order's.
         assert!(matches!(
-            lookup(404, "Not Found"),
-            Err(PaymentError::Misconfigured { .. })
+            lookup(200, r#"{"status":"succeeded","amount":11}"#),
+            Err(PaymentError::KeyReused { .. })
         ));
         assert!(matches!(
             lookup(200, "<html>"),
@@ -530,7 +618,10 @@ mod tests {
             err.to_string(),
             "payment declined (HTTP 402): card declined"
         );
-        let long = format!(r#"{{"message":"{}"}}"#, "x".repeat(1_000));
+        let long = format!(
+            r#"{{"code":"card_declined","message":"{}"}}"#,
+            "x".repeat(1_000)
+        );
         match charge(400, &long) {
             Err(PaymentError::Declined { reason, .. }) => assert_eq!(reason.len(), REASON_MAX + 3),
             other => panic!("{other:?}"),

@@ -58,7 +58,7 @@ pub enum PaymentError {
     /// A request with this key is still being processed (409, or a 2xx saying "pending").
     #[error("a charge with this key is still in flight at the provider")]
     InFlight { retry_after: Option<Duration> },
-    /// A definite business refusal: 402, or 400/422 with the provider's decline.
+    /// A definite business refusal: 402, or 400/422 whose JSON says it is a decline.
     #[error("payment declined{}: {reason}", http_status(*status))]
     Declined { status: Option<u16>, reason: String },
     /// The key was used before with another payload (422 or 400 with an idempotency error).
@@ -79,6 +79,11 @@ impl PaymentError {
     pub fn effect(&self) -> Effect {
         match self {
             Self::Ambiguous { .. } | Self::InFlight { .. } => Effect::Maybe,
+            // A redirect (303 See Other) may follow a POST the provider processed.
+            Self::Misconfigured {
+                status: Some(300..=399),
+                ..
+            } => Effect::Maybe,
             Self::NotSent { .. }
             | Self::Declined { .. }
             | Self::KeyReused { .. }
@@ -95,11 +100,12 @@ pub trait PaymentGateway: Send + Sync {
         request: &ChargeRequest<'_>,
     ) -> impl Future<Output = Result<(), PaymentError>> + Send;
 
-    /// What became of the charge under `idempotency_key`. An error means the provider cannot
-    /// tell now.
+    /// What became of the charge under `request.idempotency_key`. A charge found with another
+    /// amount is [`PaymentError::KeyReused`]: it is not this order's. An error means the provider
+    /// cannot tell now.
     fn lookup(
         &self,
-        idempotency_key: &str,
+        request: &ChargeRequest<'_>,
     ) -> impl Future<Output = Result<ChargeStatus, PaymentError>> + Send;
 }
 
@@ -113,9 +119,9 @@ impl<P: PaymentGateway + ?Sized> PaymentGateway for std::sync::Arc<P> {
 
     fn lookup(
         &self,
-        idempotency_key: &str,
+        request: &ChargeRequest<'_>,
     ) -> impl Future<Output = Result<ChargeStatus, PaymentError>> + Send {
-        (**self).lookup(idempotency_key)
+        (**self).lookup(request)
     }
 }
 
@@ -137,10 +143,10 @@ impl PaymentGateway for AnyGateway {
         }
     }
 
-    async fn lookup(&self, idempotency_key: &str) -> Result<ChargeStatus, PaymentError> {
+    async fn lookup(&self, request: &ChargeRequest<'_>) -> Result<ChargeStatus, PaymentError> {
         match self {
-            Self::Simulated(g) => g.lookup(idempotency_key).await,
-            Self::Http(g) => Box::pin(g.lookup(idempotency_key)).await,
+            Self::Simulated(g) => g.lookup(request).await,
+            Self::Http(g) => Box::pin(g.lookup(request)).await,
         }
     }
 }

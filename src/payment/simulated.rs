@@ -46,8 +46,8 @@ struct KeyUse {
 struct Ledger {
     /// Keys the provider remembers, within their window.
     keys: HashMap<String, KeyUse>,
-    /// What became of each key, kept for good (the lookup's source).
-    fates: HashMap<String, ChargeStatus>,
+    /// What became of each key, and for which amount, kept for good (the lookup's source).
+    fates: HashMap<String, (ChargeStatus, f64)>,
     /// Money movements per key: 1 is right, 2 is a double charge.
     charges: HashMap<String, usize>,
 }
@@ -61,7 +61,8 @@ impl Ledger {
             used.in_flight_until_ms = None;
             used.charged = true;
             *self.charges.entry(key.to_owned()).or_default() += 1;
-            self.fates.insert(key.to_owned(), ChargeStatus::Succeeded);
+            self.fates
+                .insert(key.to_owned(), (ChargeStatus::Succeeded, used.amount));
         }
     }
 }
@@ -202,18 +203,21 @@ impl PaymentGateway for SimulatedGateway {
             (ChargeStatus::Succeeded, answer)
         };
         ledger.keys.insert(key.to_owned(), used);
-        ledger.fates.insert(key.to_owned(), fate);
+        ledger.fates.insert(key.to_owned(), (fate, request.amount));
         answer
     }
 
-    async fn lookup(&self, idempotency_key: &str) -> Result<ChargeStatus, PaymentError> {
+    async fn lookup(&self, request: &ChargeRequest<'_>) -> Result<ChargeStatus, PaymentError> {
         let mut ledger = self.ledger();
-        ledger.settle(idempotency_key, self.clock.now_ms());
-        Ok(ledger
-            .fates
-            .get(idempotency_key)
-            .copied()
-            .unwrap_or(ChargeStatus::Unknown))
+        ledger.settle(request.idempotency_key, self.clock.now_ms());
+        match ledger.fates.get(request.idempotency_key) {
+            None => Ok(ChargeStatus::Unknown),
+            Some((_, amount)) if *amount != request.amount => Err(PaymentError::KeyReused {
+                status: Some(200),
+                reason: format!("the charge under this key is for {amount} (simulated)"),
+            }),
+            Some((status, _)) => Ok(*status),
+        }
     }
 }
 
@@ -243,8 +247,14 @@ mod tests {
         g.charge(&req("o-1", 10.0)).await.expect("replayed charge");
         assert_eq!(g.requests(), 2);
         assert_eq!(g.effective_charges(), 1);
-        assert_eq!(g.lookup("o-1").await.ok(), Some(ChargeStatus::Succeeded));
-        assert_eq!(g.lookup("o-2").await.ok(), Some(ChargeStatus::Unknown));
+        assert_eq!(
+            g.lookup(&req("o-1", 10.0)).await.ok(),
+            Some(ChargeStatus::Succeeded)
+        );
+        assert_eq!(
+            g.lookup(&req("o-2", 10.0)).await.ok(),
+            Some(ChargeStatus::Unknown)
+        );
     }
 
     #[tokio::test]
@@ -276,7 +286,10 @@ mod tests {
             .await
             .expect_err("declined");
         assert!(matches!(err, PaymentError::Declined { .. }));
-        assert_eq!(g.lookup("o-1").await.ok(), Some(ChargeStatus::Failed));
+        assert_eq!(
+            g.lookup(&req("o-1", DECLINE_ABOVE + 1.0)).await.ok(),
+            Some(ChargeStatus::Failed)
+        );
         let err = g
             .charge(&req("o-2", MISCONFIGURED_AMOUNT))
             .await
@@ -303,9 +316,15 @@ mod tests {
             g.charge(&req("o-4", IN_FLIGHT_AMOUNT)).await,
             Err(PaymentError::InFlight { .. })
         ));
-        assert_eq!(g.lookup("o-4").await.ok(), Some(ChargeStatus::Pending));
+        assert_eq!(
+            g.lookup(&req("o-4", IN_FLIGHT_AMOUNT)).await.ok(),
+            Some(ChargeStatus::Pending)
+        );
         clock.advance_ms(IN_FLIGHT_FOR.as_millis() as u64);
-        assert_eq!(g.lookup("o-4").await.ok(), Some(ChargeStatus::Succeeded));
+        assert_eq!(
+            g.lookup(&req("o-4", IN_FLIGHT_AMOUNT)).await.ok(),
+            Some(ChargeStatus::Succeeded)
+        );
         g.charge(&req("o-4", IN_FLIGHT_AMOUNT))
             .await
             .expect("replay");

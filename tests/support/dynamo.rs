@@ -200,3 +200,64 @@ fn spawn_moto() -> Result<(std::process::Child, u16), String> {
         "{program} did not answer on port {port} within 30 s"
     ))
 }
+
+/// An item left by the version before attempts were recorded (a `PutItem` claim: no
+/// `first_attempt_at`, no `attempts`), whose holder's lease ran out: taken over, its first
+/// attempt is unknown (0, the oldest possible), and stays so across later takeovers instead of
+/// restarting the provider's key window.
+pub async fn a_claim_left_by_the_earlier_version_is_taken_over_with_an_unknown_first_attempt(
+    client: &Client,
+    table: &str,
+) {
+    use crate::support::store_contract::{FP, RETENTION, claim, t0};
+    use aws_sdk_dynamodb::types::AttributeValue::{N, S};
+    use process_orders::idempotency::dynamodb::attr;
+    use process_orders::idempotency::{Begin, DynamoDbStore, IdempotencyStore, PriorAttempt};
+    client
+        .put_item()
+        .table_name(table)
+        .item(attr::KEY, S("legacy".into()))
+        .item(attr::STATUS, S("IN_PROGRESS".into()))
+        .item(
+            attr::LEASE_TOKEN,
+            S(process_orders::idempotency::LeaseToken::new().to_string()),
+        )
+        .item(attr::LEASE_UNTIL, N((t0() - 1).to_string()))
+        .item(attr::FINGERPRINT, S(FP.to_string()))
+        .item(attr::EXPIRES_AT, N((t0() / 1_000 + 86_400).to_string()))
+        .item(attr::MESSAGE_ID, S("m-old".into()))
+        .item(attr::CLAIMED_AT, N((t0() - 60_000).to_string()))
+        .send()
+        .await
+        .expect("seed an old item");
+    let store = DynamoDbStore::new(client.clone(), table, RETENTION);
+    let unknown = Some(PriorAttempt {
+        first_attempt_ms: 0,
+        attempts: 0,
+    });
+    let lease = match store.begin(&claim("legacy", t0())).await.expect("claim") {
+        Begin::Started { lease, prior } => {
+            assert_eq!(prior, unknown);
+            lease
+        }
+        other => panic!("{other:?}"),
+    };
+    store
+        .mark_attempted("legacy", &lease, t0() + 1)
+        .await
+        .expect("mark attempted");
+    match store
+        .begin(&claim("legacy", t0() + 2))
+        .await
+        .expect("claim")
+    {
+        Begin::Started { prior, .. } => assert_eq!(
+            prior,
+            Some(PriorAttempt {
+                first_attempt_ms: 0,
+                attempts: 1
+            })
+        ),
+        other => panic!("{other:?}"),
+    }
+}

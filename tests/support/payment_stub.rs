@@ -62,6 +62,8 @@ pub struct Faults {
     pub slow_for: Duration,
     /// `ChargeThen504`.
     pub charge_then_504: f64,
+    /// Lookups answered 503.
+    pub lookup_unavailable: f64,
 }
 
 /// What the provider keeps per idempotency key while it remembers the key.
@@ -91,6 +93,9 @@ struct Ledger {
     key_window_ms: Option<u64>,
     keys: HashMap<String, KeyUse>,
     fates: HashMap<String, Fate>,
+    /// The amount each key was first charged for (the lookup answers it).
+    amounts: HashMap<String, serde_json::Value>,
+    lookup_unavailable: bool,
     requests: HashMap<String, usize>,
     /// Money that moved per key: above 1 is a double charge.
     charges: HashMap<String, usize>,
@@ -175,6 +180,11 @@ impl PaymentStub {
     /// Only `Bearer <key>` is accepted; anything else gets 401 (`None`: no check).
     pub fn require_api_key(&self, key: Option<&str>) {
         self.ledger().required_key = key.map(str::to_owned);
+    }
+
+    /// Lookups answer 503 while `false`.
+    pub fn set_lookup_available(&self, available: bool) {
+        self.ledger().lookup_unavailable = !available;
     }
 
     /// Keys are forgotten this long after their first request (`None`: never).
@@ -290,7 +300,12 @@ fn succeeded_body(key: &str) -> String {
 }
 
 fn declined_body() -> String {
-    error_body("card_error", "card declined")
+    serde_json::json!({ "error": {
+        "type": "card_error",
+        "code": "card_declined",
+        "message": "card declined",
+    } })
+    .to_string()
 }
 
 fn bearer(headers: &HeaderMap) -> Option<String> {
@@ -385,6 +400,7 @@ async fn charge(State(shared): State<Shared>, headers: HeaderMap, body: String) 
     };
     // What a replay must match: the request's payload, whatever its spelling.
     let payload = format!("{}|{}", parsed["order_id"], parsed["amount"]);
+    let amount = parsed["amount"].clone();
     let behaviour = {
         let mut l = shared.ledger.lock().unwrap();
         *l.requests.entry(key.clone()).or_default() += 1;
@@ -472,6 +488,7 @@ async fn charge(State(shared): State<Shared>, headers: HeaderMap, body: String) 
             },
         );
         l.fates.insert(key.clone(), Fate::Pending);
+        l.amounts.insert(key.clone(), amount);
         behaviour
     };
     shared.settled.notify_waiters();
@@ -497,20 +514,28 @@ async fn lookup(
     {
         return json_answer(401, &error_body("authentication_error", "invalid API key"));
     }
+    let rate = l.faults.lookup_unavailable;
+    if l.lookup_unavailable || l.rng.as_mut().is_some_and(|rng| rng.f64() < rate) {
+        return json_answer(503, &error_body("api_error", "lookup unavailable"));
+    }
     let status = match l.fates.get(&key) {
         None => {
-            return json_answer(
-                404,
-                &error_body("invalid_request_error", "no charge with this key"),
-            );
+            let body = serde_json::json!({ "error": {
+                "type": "invalid_request_error",
+                "code": "resource_missing",
+                "message": "no charge with this key",
+            } });
+            return json_answer(404, &body.to_string());
         }
         Some(Fate::Pending) => "pending",
         Some(Fate::Succeeded) => "succeeded",
         Some(Fate::Failed) => "failed",
     };
+    let amount = l.amounts.get(&key).cloned().unwrap_or_default();
     json_answer(
         200,
-        &serde_json::json!({ "id": format!("ch_{key}"), "status": status }).to_string(),
+        &serde_json::json!({ "id": format!("ch_{key}"), "status": status, "amount": amount })
+            .to_string(),
     )
 }
 

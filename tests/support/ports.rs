@@ -63,8 +63,8 @@ impl PaymentGateway for ScriptedGateway {
         }
     }
 
-    async fn lookup(&self, idempotency_key: &str) -> Result<ChargeStatus, PaymentError> {
-        self.inner.lookup(idempotency_key).await
+    async fn lookup(&self, request: &ChargeRequest<'_>) -> Result<ChargeStatus, PaymentError> {
+        self.inner.lookup(request).await
     }
 }
 
