@@ -23,7 +23,8 @@
 //!   `ChangeMessageVisibilityBatch` (the port and its `sqs` adapter).
 //! - [`config`]: the typed configuration, read once.
 //! - [`app`]: the ports assembled once per container; [`cli`]: Lambda or one-shot mode.
-//! - [`aws`]: the AWS SDK configuration, loaded once.
+//! - [`aws`]: the AWS SDK configuration and its HTTP client (reqwest), loaded once; [`tls`]: the
+//!   compiled-in roots every HTTP client trusts.
 //! - [`clock`]: injected time.
 //! - [`claim_check`]: payloads above SQS's limit loaded from S3 through a pointer (the S3
 //!   adapter behind the `s3-claim-check` feature).
@@ -49,4 +50,5 @@ pub mod ops;
 pub mod order;
 pub mod payment;
 pub mod sqs;
+pub mod tls;
 pub mod visibility;

@@ -202,6 +202,26 @@ async fn a_refused_connection_is_not_sent_and_a_reset_is_ambiguous() {
 /// The lookup tells what became of a key: unknown (the provider's own 404), succeeded, failed;
 /// a charge under the key for another amount is not this order's; and a provider that cannot
 /// answer (refused, a bare or foreign 404) is an error, never "unknown".
+/// The gateway trusts the compiled-in roots only: a certificate none of them signed (a
+/// self-signed one here, as a wrong URL or a provider's broken chain would present) is refused
+/// in the handshake. That is a configuration error, and nothing was sent.
+#[tokio::test]
+async fn a_certificate_no_trusted_root_signed_is_a_configuration_error() {
+    let url = support::payment_stub::self_signed_endpoint().await;
+    let result = charge(&gateway(&url), "o-1").await;
+    match &result {
+        Err(PaymentError::Misconfigured {
+            status: None,
+            reason,
+        }) => assert!(reason.contains("certificate"), "{reason}"),
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(
+        result.expect_err("refused").effect(),
+        process_orders::idempotency::guard::Effect::None
+    );
+}
+
 #[tokio::test]
 async fn the_lookup_tells_what_became_of_a_key() {
     let stub = PaymentStub::start().await;

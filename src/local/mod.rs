@@ -50,6 +50,9 @@ pub fn sdk_config(endpoint: &str) -> aws_config::SdkConfig {
             aws_sdk_sqs::config::Credentials::new("test", "test", None, None, "local"),
         ))
         .endpoint_url(endpoint)
+        // The function's own HTTP client, so the local tools and the tests that use them run
+        // the SDK over the same stack as the function does.
+        .http_client(crate::aws::http_client())
         .build()
 }
 

@@ -70,6 +70,8 @@ pub enum HttpSetupError {
     ApiKey,
     #[error("the HTTP client could not be built")]
     Client(#[source] reqwest::Error),
+    #[error("the TLS configuration could not be built")]
+    Tls(#[source] rustls::Error),
 }
 
 #[derive(Debug)]
@@ -102,7 +104,9 @@ impl HttpGateway {
                 Some(value)
             }
         };
+        let tls = crate::tls::client_config().map_err(HttpSetupError::Tls)?;
         let client = reqwest::Client::builder()
+            .tls_backend_preconfigured(tls)
             .connect_timeout(settings.connect_timeout)
             .timeout(settings.timeout)
             // A charge is never replayed to another URL behind our back.
@@ -400,18 +404,20 @@ fn transport_error(error: reqwest::Error) -> PaymentError {
 
 /// The rustls certificate error somewhere in `error`'s sources, if any.
 fn certificate_error(error: &reqwest::Error) -> Option<String> {
-    let mut source = std::error::Error::source(error);
-    while let Some(e) = source {
-        // The TLS stream reports rustls' error inside an io::Error, whose own `source()` skips
-        // the error it wraps.
-        let inner = e
-            .downcast_ref::<std::io::Error>()
-            .and_then(std::io::Error::get_ref)
-            .map_or(e, |inner| inner as &(dyn std::error::Error + 'static));
-        if let Some(rustls::Error::InvalidCertificate(reason)) = inner.downcast_ref() {
+    let mut next = std::error::Error::source(error);
+    while let Some(e) = next {
+        if let Some(rustls::Error::InvalidCertificate(reason)) = e.downcast_ref() {
             return Some(format!("{reason:?}"));
         }
-        source = e.source();
+        // The TLS stream reports rustls' error inside io::Errors, whose own `source()` skips
+        // the error they wrap: step into it instead.
+        next = match e
+            .downcast_ref::<std::io::Error>()
+            .and_then(std::io::Error::get_ref)
+        {
+            Some(inner) => Some(inner as &(dyn std::error::Error + 'static)),
+            None => e.source(),
+        };
     }
     None
 }

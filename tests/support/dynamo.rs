@@ -52,6 +52,9 @@ pub fn client(endpoint: &str) -> (Client, RequestCounter) {
         .region(Region::new("us-east-1"))
         .credentials_provider(Credentials::new("test", "test", None, None, "tests"))
         .endpoint_url(endpoint)
+        // The function's own HTTP client (reqwest on the compiled-in roots), so every store
+        // test runs the SDK over the stack the function uses.
+        .http_client(process_orders::aws::http_client())
         .retry_config(TEST_SDK.retry_config())
         .timeout_config(TEST_SDK.timeout_config())
         .interceptor(counter.clone())

@@ -562,3 +562,36 @@ pub fn refusing_endpoint() -> String {
     drop(listener);
     format!("http://{addr}/v1")
 }
+
+/// An HTTPS address whose certificate is self-signed (`tests/support/tls/`): no trusted root
+/// signed it, so a client refuses it in the handshake, before any request is written.
+pub async fn self_signed_endpoint() -> String {
+    use rustls::pki_types::pem::PemObject;
+    use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/support/tls");
+    let certs = CertificateDer::pem_file_iter(format!("{dir}/cert.pem"))
+        .expect("cert.pem")
+        .collect::<Result<Vec<_>, _>>()
+        .expect("certificates");
+    let key = PrivateKeyDer::from_pem_file(format!("{dir}/key.pem")).expect("key.pem");
+    let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
+    let config = rustls::ServerConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .expect("versions")
+        .with_no_client_auth()
+        .with_single_cert(certs, key)
+        .expect("server config");
+    let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    tokio::spawn(async move {
+        while let Ok((socket, _)) = listener.accept().await {
+            let acceptor = acceptor.clone();
+            // The handshake fails on the client's side; nothing more to serve.
+            tokio::spawn(async move { drop(acceptor.accept(socket).await) });
+        }
+    });
+    format!("https://{addr}/v1")
+}
