@@ -7,6 +7,7 @@ CARGO ?= cargo
 # Python tools (cargo-lambda, moto, ...) live in a venv outside the clone so CI runs reuse it.
 VENV ?= $(HOME)/.cache/process-orders/venv
 PY_STAMP := $(VENV)/.installed
+BENCH_STAMP := $(VENV)/.bench-installed
 # Template checks and deployment tools (cfn-lint, checkov, SAM CLI) in a venv of their own.
 IAC_VENV ?= $(HOME)/.cache/process-orders/iac-venv
 IAC_STAMP := $(IAC_VENV)/.installed
@@ -47,9 +48,11 @@ ops-demo: $(PY_STAMP)
 #   (a) per-record CPU vs deserializing into SqsEvent (criterion), (b) init vs hello-world and
 #   (c) peak RSS of the release binaries over a local Runtime API, (d) concurrency speedup,
 #   (e) DynamoDB requests per record on each path (against dynoxide).
-bench:
+#   (f) tail latency against dynoxide and the provider stub, (g) the same batch through
+#   Powertools for AWS Lambda (Python), (h) the response's time after a blackholed SQS.
+bench: $(BENCH_STAMP)
 	$(CARGO) build --release --bin process-orders --example hello
-	BENCH_BIN_DIR=$${CARGO_TARGET_DIR:-target}/release $(CARGO) bench --bench records --bench system
+	BENCH_BIN_DIR=$${CARGO_TARGET_DIR:-target}/release BENCH_PYTHON=$(VENV)/bin/python $(CARGO) bench --bench records --bench system --bench tail
 	$(CARGO) test --test store_dynamodb each_path_costs_its_budget_of_requests -- --nocapture
 
 lint:
@@ -107,6 +110,10 @@ deploy: $(PY_STAMP) $(IAC_STAMP)
 $(IAC_STAMP): requirements-iac.txt
 	python3 -m venv $(IAC_VENV)
 	$(IAC_VENV)/bin/pip install --quiet --disable-pip-version-check -r requirements-iac.txt
+	touch $@
+
+$(BENCH_STAMP): requirements-bench.txt $(PY_STAMP)
+	$(VENV)/bin/pip install --quiet --disable-pip-version-check -r requirements-bench.txt
 	touch $@
 
 $(PY_STAMP): requirements-dev.txt

@@ -27,6 +27,7 @@ fn sqs_client(endpoint: &str) -> Client {
         .region(Region::new("us-east-1"))
         .credentials_provider(Credentials::new("test", "test", None, None, "tests"))
         .endpoint_url(endpoint)
+        .http_client(process_orders::aws::http_client())
         .build();
     Client::from_conf(config)
 }

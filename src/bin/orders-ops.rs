@@ -41,7 +41,14 @@ async fn run(args: &[String]) -> Result<(), String> {
     let queue = flags.get("queue").ok_or(USAGE)?;
     let sdk = match flags.get("endpoint") {
         Some(endpoint) => sdk_config(endpoint),
-        None => aws_config::load_defaults(aws_config::BehaviorVersion::latest()).await,
+        // The profile, region and credentials chain of the user's AWS configuration, over the
+        // function's HTTP client (the build has no other).
+        None => {
+            aws_config::defaults(aws_config::BehaviorVersion::latest())
+                .http_client(process_orders::aws::http_client())
+                .load()
+                .await
+        }
     };
     let sqs = Client::new(&sdk);
     let source = ops::resolve(&sqs, queue).await.map_err(text)?;

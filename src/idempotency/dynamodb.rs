@@ -290,6 +290,13 @@ impl IdempotencyStore for DynamoDbStore {
                 let old = failed.item().ok_or_else(|| {
                     StoreError::Malformed("the claim was refused without the old item".into())
                 })?;
+                if !old.contains_key(attr::STATUS) {
+                    // An item without a status is being written right now (moto, threaded,
+                    // shows an update's item before its attributes): come back shortly.
+                    return Ok(Begin::Busy {
+                        until_ms: request.now_ms,
+                    });
+                }
                 Ok(decide(
                     &claim_state(old)?,
                     request.fingerprint,
