@@ -12,7 +12,7 @@
 //! Benchmarks, not tests: nothing here passes or fails on time.
 
 #[path = "../tests/support/mod.rs"]
-#[allow(dead_code, unused_imports)]
+#[allow(unused_imports)]
 mod support;
 
 use std::process::Stdio;

@@ -15,7 +15,7 @@
 //! Under `cargo test --all-targets` (no `--bench` argument) it runs a small smoke version.
 
 #[path = "../tests/support/mod.rs"]
-#[allow(dead_code, unused_imports)]
+#[allow(unused_imports)]
 mod support;
 
 use std::collections::HashMap;
