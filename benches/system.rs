@@ -246,7 +246,9 @@ fn template_environment(table: &str, payment_url: &str, dynamodb: &str) -> Vec<(
 
 async fn init(api: &RuntimeApi, dir: &str, runs: usize) {
     let hello = format!("{dir}/examples/hello");
-    let function = format!("{dir}/process-orders");
+    // The function as deployed (non-PIE, see .cargo/config.toml) when make bench built it so.
+    let function =
+        std::env::var("BENCH_FUNCTION").unwrap_or_else(|_| format!("{dir}/process-orders"));
     let dynoxide = support::dynamo::Dynoxide::start().await;
     let (dynamodb, _) = support::dynamo::client(&dynoxide.endpoint());
     support::dynamo::create_table(&dynamodb, "orders").await;

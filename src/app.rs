@@ -89,7 +89,7 @@ impl App {
         // The SQS client exists only when the backoff is on.
         let backoff = match (config.backoff, &sdk) {
             (Some(policy), Some(sdk)) => {
-                Some((SqsVisibility::new(aws::sqs(sdk, &SQS_SDK)), policy))
+                Some((SqsVisibility::on_first_use(sdk.clone(), SQS_SDK), policy))
             }
             _ => None,
         };
