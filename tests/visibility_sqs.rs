@@ -144,7 +144,15 @@ async fn reported_records_come_back_on_their_own_schedule() {
         Arc::clone(&gateway),
         SystemClock,
     )
-    .with_backoff(Some((SqsVisibility::new(client.clone()), policy)));
+    // The function's own wiring: the SQS client built at the first change, on the shared SDK
+    // configuration and the visibility calls' bounds.
+    .with_backoff(Some((
+        SqsVisibility::on_first_use(
+            process_orders::local::sdk_config(&moto_endpoint()),
+            process_orders::app::SQS_SDK,
+        ),
+        policy,
+    )));
 
     let (event, bodies) = receive_event(&client, &url, &arn, 1).await;
     assert_eq!(order_ids(&bodies), ["o-ack", "o-busy", "o-flaky", "poison"]);
