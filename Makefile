@@ -32,17 +32,19 @@ run-dynamodb: $(PY_STAMP)
 
 # The whole system locally (moto + the local event source mapping): DEMO_ARGS="--orders 1000".
 demo: $(PY_STAMP)
-	@$(CARGO) build --quiet --bin local-esm
+	@$(CARGO) build --quiet -p local-esm
 	@PATH="$(VENV)/bin:$$PATH" BIN="$${CARGO_TARGET_DIR:-target}/debug/local-esm" scripts/demo.sh $(DEMO_ARGS)
 
 test: $(PY_STAMP)
-	PATH="$(VENV)/bin:$$PATH" $(CARGO) test --all-targets
+	PATH="$(VENV)/bin:$$PATH" $(CARGO) test --workspace --all-targets
+	$(CARGO) test --workspace --doc
 	# The S3 claim check is an optional feature: its unit and moto tests built with it on.
-	PATH="$(VENV)/bin:$$PATH" $(CARGO) test --features s3-claim-check --lib --test claim_check
+	$(CARGO) test -p claim-check -p process-orders --features claim-check/s3,process-orders/s3-claim-check --lib
+	PATH="$(VENV)/bin:$$PATH" $(CARGO) test -p orders-ops --features s3-claim-check --test it
 
 # An on-call session on a local server: orders-ops depth, inspect and redrive --manual.
 ops-demo: $(PY_STAMP)
-	@$(CARGO) build --quiet --bin local-esm --bin orders-ops
+	@$(CARGO) build --quiet -p local-esm -p orders-ops
 	@PATH="$(VENV)/bin:$$PATH" ESM="$${CARGO_TARGET_DIR:-target}/debug/local-esm" OPS="$${CARGO_TARGET_DIR:-target}/debug/orders-ops" scripts/ops-session.sh
 
 # Benchmarks (no pass/fail on time), each printing a table the README quotes:
@@ -54,16 +56,17 @@ ops-demo: $(PY_STAMP)
 #   The function is measured as deployed: non-PIE (.cargo/config.toml sets it for the Lambda
 #   target; here the same flag for the host's triple, in its own target folder).
 bench: $(BENCH_STAMP)
-	$(CARGO) build --release --example hello
+	$(CARGO) build --release -p process-orders --example hello
 	RUSTFLAGS="-C relocation-model=static" $(CARGO) build --release --target $(HOST_TRIPLE) --bin process-orders
 	BENCH_BIN_DIR=$${CARGO_TARGET_DIR:-target}/release BENCH_FUNCTION=$${CARGO_TARGET_DIR:-target}/$(HOST_TRIPLE)/release/process-orders \
-		BENCH_PYTHON=$(VENV)/bin/python $(CARGO) bench --bench records --bench system --bench tail
-	$(CARGO) test --test store_dynamodb each_path_costs_its_budget_of_requests -- --nocapture
+		BENCH_PYTHON=$(VENV)/bin/python $(CARGO) bench -p process-orders --bench records --bench system --bench tail
+	$(CARGO) test -p process-orders --test it store::each_path_costs_its_budget_of_requests -- --nocapture
 
 lint:
 	$(CARGO) fmt --all -- --check
-	$(CARGO) clippy --all-targets -- -D warnings
-	$(CARGO) clippy --all-targets --features s3-claim-check -- -D warnings
+	$(CARGO) clippy --workspace --all-targets -- -D warnings
+	$(CARGO) clippy --workspace --all-targets --all-features -- -D warnings
+	RUSTDOCFLAGS="-D warnings" $(CARGO) doc --workspace --no-deps --all-features --quiet
 
 # Supply chain: licenses, bans (no OpenSSL) and sources, per deny.toml. Offline.
 deny:

@@ -6,7 +6,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 export CARGO_TARGET_DIR="${PROFILE_TARGET_DIR:-$HOME/.cache/process-orders/profile-target}"
 EVENT="${EVENT_10K:-/tmp/event-10k.json}"
-[ -f "$EVENT" ] || cargo run --quiet --bin local-esm -- gen-event --records 10000 > "$EVENT"
+[ -f "$EVENT" ] || cargo run --quiet -p local-esm -- gen-event --records 10000 > "$EVENT"
 printf '| profile | build s | bootstrap bytes | zip bytes | 10k one-shot ms (median of 7) |\n|---|---|---|---|---|\n'
 for profile in ${PROFILES:-release-plain release-lto release-small}; do
   start=$(date +%s)

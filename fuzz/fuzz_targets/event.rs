@@ -6,9 +6,9 @@ use std::sync::OnceLock;
 
 use libfuzzer_sys::fuzz_target;
 use process_orders::app::App;
-use process_orders::clock::SystemClock;
 use process_orders::config::Config;
-use process_orders::idempotency::MemoryStore;
+use idempotency::MemoryStore;
+use lambda_kit::SystemClock;
 use process_orders::payment::SimulatedGateway;
 
 fn runtime() -> &'static tokio::runtime::Runtime {
@@ -19,9 +19,9 @@ fn runtime() -> &'static tokio::runtime::Runtime {
 fuzz_target!(|data: &[u8]| {
     let text = String::from_utf8_lossy(data);
     let config = Config::from_lookup(|_| None).expect("defaults");
-    let app = App::with_ports(&config, MemoryStore::new(config.retention), SimulatedGateway::new(), SystemClock);
+    let app = App::with_ports(&config, MemoryStore::new(config.store.retention), SimulatedGateway::new(), SystemClock);
     if let Ok(response) = runtime().block_on(app.handle_json(&text, u64::MAX)) {
-        let records = process_orders::sqs::parse_event(&text).map(|e| e.records.len()).unwrap_or(0);
+        let records = sqs_batch::edge::parse_event(&text).map(|e| e.records.len()).unwrap_or(0);
         assert!(response.batch_item_failures.len() <= records);
         assert!(app.ports().gateway.effective_charges() <= records);
     }

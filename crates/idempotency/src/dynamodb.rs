@@ -1,0 +1,591 @@
+//! The DynamoDB store: one conditional write per state change, fenced by the lease token.
+//!
+//! - claim: one `UpdateItem`, conditional on the item being absent, completed and past its TTL,
+//!   or (same fingerprint only) `ATTEMPTED` or in progress with a lease that has run out. The old
+//!   item comes back either way: on success (`ReturnValues = ALL_OLD`) it tells whether an
+//!   earlier attempt's effect may exist, and on `ConditionalCheckFailed`
+//!   (`ReturnValuesOnConditionCheckFailure = ALL_OLD`) it decides DONE / BUSY / CONFLICT. No path
+//!   ever reads. `UpdateItem`, not `PutItem`: the first attempt's time and the attempt count must
+//!   survive a takeover (`if_not_exists`, `ADD`).
+//! - complete: one `UpdateItem`, conditional on the holder's lease token.
+//! - mark attempted: one `UpdateItem`, conditional on the holder's lease token.
+//! - release: one `DeleteItem`, conditional on the holder's lease token.
+//!
+//! Every attribute is referenced through `#names` so no DynamoDB reserved word can bite, and
+//! every `#name` / `:value` a request defines is used (real DynamoDB rejects unused ones).
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use aws_sdk_dynamodb::Client;
+use aws_sdk_dynamodb::error::SdkError;
+use aws_sdk_dynamodb::operation::delete_item::DeleteItemError;
+use aws_sdk_dynamodb::operation::update_item::UpdateItemError;
+use aws_sdk_dynamodb::types::{AttributeValue, ReturnValue, ReturnValuesOnConditionCheckFailure};
+
+use super::{
+    Begin, ClaimRequest, ClaimState, Fingerprint, IdempotencyStore, Lease, LeaseToken, Status,
+    StoreError, decide, prior_attempt,
+};
+
+/// The item schema. The table's key schema (`template.yaml`) is [`KEY`](attr::KEY) as a string hash key,
+/// and its TTL attribute is [`EXPIRES_AT`](attr::EXPIRES_AT).
+pub mod attr {
+    /// Partition key (S): the business key.
+    pub const KEY: &str = "pk";
+    /// `IN_PROGRESS`, `ATTEMPTED` or `COMPLETED` (S).
+    pub const STATUS: &str = "status";
+    /// The holder's lease token (S); removed when the lease ends.
+    pub const LEASE_TOKEN: &str = "lease_token";
+    /// Lease end, epoch ms (N); removed when the lease ends.
+    pub const LEASE_UNTIL: &str = "lease_until";
+    /// Payload fingerprint, 16 hex digits (S).
+    pub const FINGERPRINT: &str = "fingerprint";
+    /// TTL, epoch seconds (N): the table's TimeToLiveSpecification attribute.
+    pub const EXPIRES_AT: &str = "expires_at";
+    /// The SQS message id of the latest claim (S), for forensics.
+    pub const MESSAGE_ID: &str = "message_id";
+    /// When the item was last claimed, epoch ms (N).
+    pub const CLAIMED_AT: &str = "claimed_at";
+    /// When the first attempt under the key began, epoch ms (N); kept across takeovers, removed
+    /// on completion.
+    pub const FIRST_ATTEMPT_AT: &str = "first_attempt_at";
+    /// Claims of the key so far (N); removed on completion.
+    pub const ATTEMPTS: &str = "attempts";
+    /// When the latest attempt ended without proof either way, epoch ms (N).
+    pub const ATTEMPTED_AT: &str = "attempted_at";
+    /// When the work completed, epoch ms (N).
+    pub const COMPLETED_AT: &str = "completed_at";
+}
+
+pub use attr::{EXPIRES_AT as TTL_ATTRIBUTE, KEY as KEY_ATTRIBUTE};
+
+/// Why the table could not be created.
+#[derive(Debug, thiserror::Error)]
+pub enum CreateTableError {
+    /// A request could not be built (a bug, not an outage).
+    #[error("the request could not be built")]
+    Build(#[source] aws_sdk_dynamodb::error::BuildError),
+    /// DynamoDB refused or could not be reached.
+    #[error("DynamoDB refused to create the table or turn its TTL on")]
+    Aws(#[source] Box<dyn std::error::Error + Send + Sync>),
+}
+
+/// Creates a table with the key schema and TTL attribute this store writes: for local runs
+/// and tests (in AWS, the deployment creates it, as `template.yaml` does).
+pub async fn create_table(client: &Client, name: &str) -> Result<(), CreateTableError> {
+    use aws_sdk_dynamodb::types::{
+        AttributeDefinition, BillingMode, KeySchemaElement, KeyType, ScalarAttributeType,
+        TimeToLiveSpecification,
+    };
+    client
+        .create_table()
+        .table_name(name)
+        .billing_mode(BillingMode::PayPerRequest)
+        .attribute_definitions(
+            AttributeDefinition::builder()
+                .attribute_name(attr::KEY)
+                .attribute_type(ScalarAttributeType::S)
+                .build()
+                .map_err(CreateTableError::Build)?,
+        )
+        .key_schema(
+            KeySchemaElement::builder()
+                .attribute_name(attr::KEY)
+                .key_type(KeyType::Hash)
+                .build()
+                .map_err(CreateTableError::Build)?,
+        )
+        .send()
+        .await
+        .map_err(|e| CreateTableError::Aws(Box::new(e)))?;
+    client
+        .update_time_to_live()
+        .table_name(name)
+        .time_to_live_specification(
+            TimeToLiveSpecification::builder()
+                .attribute_name(attr::EXPIRES_AT)
+                .enabled(true)
+                .build()
+                .map_err(CreateTableError::Build)?,
+        )
+        .send()
+        .await
+        .map_err(|e| CreateTableError::Aws(Box::new(e)))?;
+    Ok(())
+}
+
+/// The DynamoDB actions this store calls; IAM grants exactly these on the table.
+pub const ACTIONS: &[&str] = &["dynamodb:UpdateItem", "dynamodb:DeleteItem"];
+
+const CLAIM_UPDATE: &str = "SET #status = :in_progress, #lease_token = :token, \
+    #lease_until = :lease_until, #fingerprint = :fingerprint, #exp = :exp, \
+    #message_id = :message_id, #claimed_at = :now_ms, \
+    #first_attempt_at = if_not_exists(#first_attempt_at, :now_ms) \
+    REMOVE #completed_at ADD #attempts :one";
+const CLAIM_CONDITION: &str = "attribute_not_exists(#pk) \
+    OR (#status = :completed AND #exp <= :now_s) \
+    OR (#fingerprint = :fingerprint AND (#status = :attempted \
+        OR (#status = :in_progress AND #lease_until <= :now_ms)))";
+const COMPLETE_UPDATE: &str = "SET #status = :completed, #exp = :exp, #completed_at = :now_ms \
+    REMOVE #lease_token, #lease_until, #first_attempt_at, #attempts";
+const MARK_ATTEMPTED_UPDATE: &str = "SET #status = :attempted, #attempted_at = :now_ms, \
+    #exp = :exp REMOVE #lease_token, #lease_until";
+/// Items claimed before attempts were recorded: their first attempt is unknown, so the oldest
+/// possible (see `claimed_state`).
+const UNKNOWN_FIRST_ATTEMPT_UPDATE: &str = "SET #first_attempt_at = :unknown";
+const HOLDER_CONDITION: &str = "#lease_token = :token";
+
+/// The store on a DynamoDB table keyed by `pk` (string), with TTL on `expires_at`.
+#[derive(Debug, Clone)]
+pub struct DynamoDbStore {
+    client: Client,
+    table: String,
+    retention_s: u64,
+    key_prefix: String,
+}
+
+impl DynamoDbStore {
+    /// A store on `table`; the client is built once per container and shared.
+    pub fn new(client: Client, table: impl Into<String>, retention: Duration) -> Self {
+        Self {
+            client,
+            table: table.into(),
+            retention_s: retention.as_secs(),
+            key_prefix: String::new(),
+        }
+    }
+
+    /// Puts `prefix` before every key in the table, so users of a shared table never see each
+    /// other's keys (`email-once#u-1` and `u-1` are two items).
+    pub fn with_key_prefix(mut self, prefix: impl Into<String>) -> Self {
+        self.key_prefix = prefix.into();
+        self
+    }
+
+    /// The item's partition key for `key`.
+    fn pk(&self, key: &str) -> AttributeValue {
+        AttributeValue::S(format!("{}{key}", self.key_prefix))
+    }
+
+    fn expires_at(&self, now_ms: u64) -> u64 {
+        (now_ms / 1_000).saturating_add(self.retention_s)
+    }
+}
+
+impl DynamoDbStore {
+    /// An `UpdateItem` only the lease holder can make (`#lease_token` and `:token` are added).
+    async fn holder_update<const V: usize>(
+        &self,
+        key: &str,
+        lease: &Lease,
+        update: &str,
+        names: &[(&str, &str)],
+        values: [(&str, AttributeValue); V],
+    ) -> Result<(), StoreError> {
+        let mut request = self
+            .client
+            .update_item()
+            .table_name(&self.table)
+            .key(attr::KEY, self.pk(key))
+            .update_expression(update)
+            .condition_expression(HOLDER_CONDITION)
+            .expression_attribute_names("#lease_token", attr::LEASE_TOKEN)
+            .expression_attribute_values(":token", s(lease.token.to_string()));
+        for (placeholder, name) in names {
+            request = request.expression_attribute_names(*placeholder, *name);
+        }
+        for (placeholder, value) in values {
+            request = request.expression_attribute_values(placeholder, value);
+        }
+        fenced(
+            request.send().await,
+            UpdateItemError::is_conditional_check_failed_exception,
+        )
+    }
+}
+
+fn n(value: u64) -> AttributeValue {
+    AttributeValue::N(value.to_string())
+}
+
+fn s(value: impl Into<String>) -> AttributeValue {
+    AttributeValue::S(value.into())
+}
+
+fn unavailable<E, R>(error: SdkError<E, R>) -> StoreError
+where
+    E: std::error::Error + Send + Sync + 'static,
+    R: std::fmt::Debug + Send + Sync + 'static,
+{
+    StoreError::Unavailable(Box::new(error))
+}
+
+/// The outcome of a write fenced by the holder's lease token: a failed condition means the
+/// lease was taken over (or the item is gone), which is `LeaseLost`, never a store outage.
+fn fenced<T, E, R>(
+    result: Result<T, SdkError<E, R>>,
+    condition_failed: fn(&E) -> bool,
+) -> Result<(), StoreError>
+where
+    E: std::error::Error + Send + Sync + 'static,
+    R: std::fmt::Debug + Send + Sync + 'static,
+{
+    match result {
+        Ok(_) => Ok(()),
+        Err(SdkError::ServiceError(e)) if condition_failed(e.err()) => Err(StoreError::LeaseLost),
+        Err(e) => Err(unavailable(e)),
+    }
+}
+
+/// Reads the decision-relevant part of an item this store wrote.
+fn claim_state(item: &HashMap<String, AttributeValue>) -> Result<ClaimState, StoreError> {
+    let text = |name: &str| match item.get(name) {
+        Some(AttributeValue::S(v)) => Ok(v.as_str()),
+        _ => Err(StoreError::Malformed(format!(
+            "{name} is missing or not a string"
+        ))),
+    };
+    let number = |name: &str| match item.get(name) {
+        None => Ok(0),
+        Some(AttributeValue::N(v)) => v
+            .parse::<u64>()
+            .map_err(|_| StoreError::Malformed(format!("{name} is not an unsigned integer"))),
+        Some(_) => Err(StoreError::Malformed(format!("{name} is not a number"))),
+    };
+    let status = text(attr::STATUS)?;
+    let status = Status::parse(status)
+        .ok_or_else(|| StoreError::Malformed(format!("unknown status {status:?}")))?;
+    let fingerprint = text(attr::FINGERPRINT)?;
+    let first_attempt_ms = match item.get(attr::FIRST_ATTEMPT_AT) {
+        // Absent on completed items, and on items claimed before attempts were recorded.
+        None => None,
+        Some(_) => Some(number(attr::FIRST_ATTEMPT_AT)?),
+    };
+    Ok(ClaimState {
+        status,
+        fingerprint: u64::from_str_radix(fingerprint, 16)
+            .map(Fingerprint)
+            .map_err(|_| StoreError::Malformed("fingerprint is not hex".into()))?,
+        lease_until_ms: number(attr::LEASE_UNTIL)?,
+        expires_at_s: number(attr::EXPIRES_AT)?,
+        first_attempt_ms,
+        attempts: u32::try_from(number(attr::ATTEMPTS)?).unwrap_or(u32::MAX),
+    })
+}
+
+impl IdempotencyStore for DynamoDbStore {
+    async fn begin(&self, request: &ClaimRequest<'_>) -> Result<Begin, StoreError> {
+        let lease = Lease {
+            token: LeaseToken::new(),
+            until_ms: request.lease_until_ms,
+        };
+        let result = self
+            .client
+            .update_item()
+            .table_name(&self.table)
+            .key(attr::KEY, self.pk(request.key))
+            .update_expression(CLAIM_UPDATE)
+            .condition_expression(CLAIM_CONDITION)
+            .expression_attribute_names("#pk", attr::KEY)
+            .expression_attribute_names("#status", attr::STATUS)
+            .expression_attribute_names("#lease_token", attr::LEASE_TOKEN)
+            .expression_attribute_names("#lease_until", attr::LEASE_UNTIL)
+            .expression_attribute_names("#fingerprint", attr::FINGERPRINT)
+            .expression_attribute_names("#exp", attr::EXPIRES_AT)
+            .expression_attribute_names("#message_id", attr::MESSAGE_ID)
+            .expression_attribute_names("#claimed_at", attr::CLAIMED_AT)
+            .expression_attribute_names("#first_attempt_at", attr::FIRST_ATTEMPT_AT)
+            .expression_attribute_names("#completed_at", attr::COMPLETED_AT)
+            .expression_attribute_names("#attempts", attr::ATTEMPTS)
+            .expression_attribute_values(":in_progress", s(Status::InProgress.as_str()))
+            .expression_attribute_values(":attempted", s(Status::Attempted.as_str()))
+            .expression_attribute_values(":completed", s(Status::Completed.as_str()))
+            .expression_attribute_values(":token", s(lease.token.to_string()))
+            .expression_attribute_values(":lease_until", n(lease.until_ms))
+            .expression_attribute_values(":fingerprint", s(request.fingerprint.to_string()))
+            .expression_attribute_values(":exp", n(self.expires_at(request.now_ms)))
+            .expression_attribute_values(":message_id", s(request.message_id))
+            .expression_attribute_values(":now_ms", n(request.now_ms))
+            .expression_attribute_values(":now_s", n(request.now_ms / 1_000))
+            .expression_attribute_values(":one", n(1))
+            .return_values(ReturnValue::AllOld)
+            .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
+            .send()
+            .await;
+        match result {
+            Ok(output) => {
+                // DynamoDB returns no attributes for a new item; dynoxide returns its key alone.
+                // Either way, an item without a status held no claim.
+                let replaced = match output.attributes() {
+                    Some(old) if old.contains_key(attr::STATUS) => Some(claim_state(old).unwrap_or_else(|e| {
+                        // Ours now, but we cannot tell what it held: assume the worst, that an
+                        // attempt of unknown age may have taken effect.
+                        tracing::warn!(key = request.key, error = %e, "claimed a malformed item");
+                        ClaimState {
+                            status: Status::Attempted,
+                            fingerprint: request.fingerprint,
+                            lease_until_ms: 0,
+                            expires_at_s: 0,
+                            first_attempt_ms: None,
+                            attempts: 0,
+                        }
+                    })),
+                    _ => None,
+                };
+                let unknown_first_attempt = replaced.as_ref().is_some_and(|old| {
+                    old.status != Status::Completed && old.first_attempt_ms.is_none()
+                });
+                if unknown_first_attempt {
+                    // `if_not_exists` just wrote now; only this rare, fenced write can say
+                    // "unknown" (one per item left by an earlier version).
+                    self.holder_update(
+                        request.key,
+                        &lease,
+                        UNKNOWN_FIRST_ATTEMPT_UPDATE,
+                        &[("#first_attempt_at", attr::FIRST_ATTEMPT_AT)],
+                        [(":unknown", n(0))],
+                    )
+                    .await?;
+                }
+                Ok(Begin::Started {
+                    lease,
+                    prior: prior_attempt(replaced.as_ref()),
+                })
+            }
+            Err(SdkError::ServiceError(e)) if e.err().is_conditional_check_failed_exception() => {
+                let UpdateItemError::ConditionalCheckFailedException(failed) = e.into_err() else {
+                    unreachable!("checked just above")
+                };
+                let old = failed.item().ok_or_else(|| {
+                    StoreError::Malformed("the claim was refused without the old item".into())
+                })?;
+                if !old.contains_key(attr::STATUS) {
+                    // An item without a status is being written right now (moto, threaded,
+                    // shows an update's item before its attributes): come back shortly.
+                    return Ok(Begin::Busy {
+                        until_ms: request.now_ms,
+                    });
+                }
+                Ok(decide(
+                    &claim_state(old)?,
+                    request.fingerprint,
+                    request.now_ms,
+                ))
+            }
+            Err(e) => Err(unavailable(e)),
+        }
+    }
+
+    async fn complete(&self, key: &str, lease: &Lease, now_ms: u64) -> Result<(), StoreError> {
+        self.holder_update(
+            key,
+            lease,
+            COMPLETE_UPDATE,
+            &[
+                ("#status", attr::STATUS),
+                ("#exp", attr::EXPIRES_AT),
+                ("#completed_at", attr::COMPLETED_AT),
+                ("#lease_until", attr::LEASE_UNTIL),
+                ("#first_attempt_at", attr::FIRST_ATTEMPT_AT),
+                ("#attempts", attr::ATTEMPTS),
+            ],
+            [
+                (":completed", s(Status::Completed.as_str())),
+                (":exp", n(self.expires_at(now_ms))),
+                (":now_ms", n(now_ms)),
+            ],
+        )
+        .await
+    }
+
+    async fn mark_attempted(&self, key: &str, lease: &Lease, at_ms: u64) -> Result<(), StoreError> {
+        self.holder_update(
+            key,
+            lease,
+            MARK_ATTEMPTED_UPDATE,
+            &[
+                ("#status", attr::STATUS),
+                ("#attempted_at", attr::ATTEMPTED_AT),
+                ("#exp", attr::EXPIRES_AT),
+                ("#lease_until", attr::LEASE_UNTIL),
+            ],
+            [
+                (":attempted", s(Status::Attempted.as_str())),
+                (":now_ms", n(at_ms)),
+                (":exp", n(self.expires_at(at_ms))),
+            ],
+        )
+        .await
+    }
+
+    async fn release(&self, key: &str, lease: &Lease) -> Result<(), StoreError> {
+        let result = self
+            .client
+            .delete_item()
+            .table_name(&self.table)
+            .key(attr::KEY, self.pk(key))
+            .condition_expression(HOLDER_CONDITION)
+            .expression_attribute_names("#lease_token", attr::LEASE_TOKEN)
+            .expression_attribute_values(":token", s(lease.token.to_string()))
+            .send()
+            .await;
+        fenced(
+            result,
+            DeleteItemError::is_conditional_check_failed_exception,
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn item(pairs: &[(&str, AttributeValue)]) -> HashMap<String, AttributeValue> {
+        pairs
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), v.clone()))
+            .collect()
+    }
+
+    #[test]
+    fn reads_back_what_it_writes() {
+        let state = claim_state(&item(&[
+            (attr::STATUS, s("ATTEMPTED")),
+            (attr::FINGERPRINT, s(Fingerprint(0xabc).to_string())),
+            (attr::EXPIRES_AT, n(7)),
+            (attr::CLAIMED_AT, n(3)),
+            (attr::FIRST_ATTEMPT_AT, n(2)),
+            (attr::ATTEMPTS, n(4)),
+        ]))
+        .expect("state");
+        assert_eq!(
+            state,
+            ClaimState {
+                status: Status::Attempted,
+                fingerprint: Fingerprint(0xabc),
+                lease_until_ms: 0,
+                expires_at_s: 7,
+                first_attempt_ms: Some(2),
+                attempts: 4,
+            }
+        );
+    }
+
+    #[test]
+    fn an_item_from_before_attempts_were_recorded_has_no_known_first_attempt() {
+        let legacy = claim_state(&item(&[
+            (attr::STATUS, s("IN_PROGRESS")),
+            (attr::FINGERPRINT, s("00")),
+            (attr::LEASE_UNTIL, n(5)),
+            (attr::EXPIRES_AT, n(7)),
+            (attr::CLAIMED_AT, n(3)),
+        ]))
+        .expect("state");
+        // Its claim is only the latest: the earlier version released keys after failures.
+        assert_eq!((legacy.first_attempt_ms, legacy.attempts), (None, 0));
+        let done = claim_state(&item(&[
+            (attr::STATUS, s("COMPLETED")),
+            (attr::FINGERPRINT, s("00")),
+            (attr::CLAIMED_AT, n(3)),
+        ]))
+        .expect("state");
+        assert_eq!(done.first_attempt_ms, None);
+    }
+
+    #[test]
+    fn a_foreign_item_is_malformed_not_a_panic() {
+        for bad in [
+            item(&[]),
+            item(&[(attr::STATUS, s("DONE")), (attr::FINGERPRINT, s("00"))]),
+            item(&[
+                (attr::STATUS, s("COMPLETED")),
+                (attr::FINGERPRINT, s("xyz")),
+            ]),
+            item(&[
+                (attr::STATUS, s("COMPLETED")),
+                (attr::FINGERPRINT, s("00")),
+                (attr::EXPIRES_AT, s("soon")),
+            ]),
+        ] {
+            assert!(matches!(claim_state(&bad), Err(StoreError::Malformed(_))));
+        }
+    }
+
+    #[test]
+    fn every_placeholder_of_a_request_is_used_by_its_expressions() {
+        // dynoxide and real DynamoDB reject unused names and values; moto does not. The
+        // integration tests prove the requests against dynoxide; this pins the expressions.
+        for (exprs, placeholders) in [
+            (
+                &[CLAIM_UPDATE, CLAIM_CONDITION][..],
+                &[
+                    "#pk",
+                    "#status",
+                    "#lease_token",
+                    "#lease_until",
+                    "#fingerprint",
+                    "#exp",
+                    "#message_id",
+                    "#claimed_at",
+                    "#first_attempt_at",
+                    "#completed_at",
+                    "#attempts",
+                    ":in_progress",
+                    ":attempted",
+                    ":completed",
+                    ":token",
+                    ":lease_until",
+                    ":fingerprint",
+                    ":exp",
+                    ":message_id",
+                    ":now_ms",
+                    ":now_s",
+                    ":one",
+                ][..],
+            ),
+            (
+                &[COMPLETE_UPDATE, HOLDER_CONDITION][..],
+                &[
+                    "#status",
+                    "#exp",
+                    "#completed_at",
+                    "#lease_token",
+                    "#lease_until",
+                    "#first_attempt_at",
+                    "#attempts",
+                    ":completed",
+                    ":exp",
+                    ":now_ms",
+                    ":token",
+                ][..],
+            ),
+            (
+                &[MARK_ATTEMPTED_UPDATE, HOLDER_CONDITION][..],
+                &[
+                    "#status",
+                    "#attempted_at",
+                    "#exp",
+                    "#lease_token",
+                    "#lease_until",
+                    ":attempted",
+                    ":now_ms",
+                    ":exp",
+                    ":token",
+                ][..],
+            ),
+            (
+                &[UNKNOWN_FIRST_ATTEMPT_UPDATE, HOLDER_CONDITION][..],
+                &["#first_attempt_at", "#lease_token", ":unknown", ":token"][..],
+            ),
+        ] {
+            let text = exprs.join(" ");
+            for placeholder in placeholders {
+                let used = text
+                    .split(|c: char| !(c.is_ascii_alphanumeric() || "_#:".contains(c)))
+                    .any(|word| word == *placeholder);
+                assert!(used, "{placeholder} is not used by {text}");
+            }
+        }
+    }
+}

@@ -1,0 +1,506 @@
+//! The guarded run of one key's work, written once: claim the key, find out whether an earlier
+//! attempt's effect exists, do the work, and record what came of it.
+//!
+//! The work is a side effect in another system that takes the same key as its own idempotency
+//! key (a payment provider's `Idempotency-Key`) and can be asked afterwards what became of it.
+//! That system remembers a key only for a while (its key window, typically 24 hours), so the
+//! store remembers that an effect *may* exist (`ATTEMPTED`) for as long as it remembers the key.
+//!
+//! | claim answer | look-up | work | store request | next state | decision |
+//! |---|---|---|---|---|---|
+//! | DONE / BUSY / CONFLICT | - | - | - | unchanged | `Duplicate` / `Busy` / `Conflict` |
+//! | STARTED, fresh key | - | done | complete | `COMPLETED` | `Performed` |
+//! | STARTED, fresh key | - | failed, nothing happened | release | absent | `Failed` |
+//! | STARTED, fresh key | - | failed, may have happened | mark attempted | `ATTEMPTED` | `Failed` |
+//! | STARTED, prior attempt | happened | - | complete | `COMPLETED` | `Reconciled` |
+//! | STARTED, prior attempt | pending | - | mark attempted | `ATTEMPTED` | `Pending` |
+//! | STARTED, prior attempt | not happened | (as a fresh key, but a failure always marks attempted) | | | |
+//! | STARTED, prior attempt | unavailable, inside the key window | (as above: the same key is safe to resend) | | | |
+//! | STARTED, prior attempt | unavailable, past the key window | - | mark attempted | `ATTEMPTED` | `NeedsReconciliation` |
+//!
+//! Once an effect may exist, only its completion clears the record: a later attempt that fails
+//! marks the key attempted again instead of releasing it, so the first attempt is never
+//! forgotten while it may still have taken effect.
+
+use std::future::Future;
+
+use super::{
+    Begin, ClaimRequest, Fingerprint, IdempotencyStore, Lease, LeasePolicy, LeaseToken,
+    PriorAttempt, StoreError, lease_end,
+};
+use lambda_kit::Clock;
+
+/// Whether a failed attempt may still have taken effect.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Effect {
+    /// Proven not to have happened: the request never left, or it was refused outright.
+    None,
+    /// Unknown: the request went out and no definite answer came back.
+    Maybe,
+}
+
+/// A failed attempt: why, and whether its effect may exist.
+#[derive(Debug)]
+pub struct Failed<E> {
+    /// Why the attempt failed.
+    pub error: E,
+    /// Whether it may have taken effect anyway.
+    pub effect: Effect,
+}
+
+/// What the other system says became of an earlier attempt under the key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Found {
+    /// It took effect.
+    Happened,
+    /// It did not, or the key is unknown there: doing the work again is safe.
+    NotHappened,
+    /// It is still being processed.
+    Pending,
+}
+
+/// The work a key guards.
+pub trait GuardedWork: Send + Sync {
+    /// What a successful attempt yields.
+    type Output: Send;
+    /// Why an attempt or a look-up failed.
+    type Error: Send;
+
+    /// Asks the other system what became of an earlier attempt under the key. Called only when
+    /// one may have taken effect. An error means "cannot tell now".
+    fn look_up(&self) -> impl Future<Output = Result<Found, Self::Error>> + Send;
+
+    /// Does the work once.
+    fn perform(&self) -> impl Future<Output = Result<Self::Output, Failed<Self::Error>>> + Send;
+}
+
+/// How the guard claims keys and trusts the other system.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct GuardPolicy {
+    /// How long claims last.
+    pub lease: LeasePolicy,
+    /// How long the other system remembers a key after its first use. Inside it, resending with
+    /// the same key is safe even when the look-up cannot answer; past it, never blindly.
+    pub key_window_ms: u64,
+}
+
+/// One key's work to guard.
+#[derive(Debug, Clone, Copy)]
+pub struct Claim<'a> {
+    /// The idempotency key.
+    pub key: &'a str,
+    /// A digest of the payload: the same key with another payload is a conflict.
+    pub fingerprint: Fingerprint,
+    /// Kept on the item for forensics.
+    pub message_id: &'a str,
+    /// The invocation's deadline, epoch ms: the lease never outlives it by much.
+    pub deadline_ms: u64,
+}
+
+/// What the guarded run came to.
+#[derive(Debug)]
+pub enum Guarded<T, E> {
+    /// Done now and recorded.
+    Performed(T),
+    /// An earlier attempt took effect (the look-up said so): recorded as done, not redone.
+    Reconciled,
+    /// Done before with the same payload.
+    Duplicate,
+    /// Someone holds a live lease until this epoch ms.
+    Busy {
+        /// Epoch ms.
+        until_ms: u64,
+    },
+    /// The key belongs to another payload.
+    Conflict,
+    /// An earlier attempt is still being processed by the other system.
+    Pending,
+    /// This attempt failed; the key is released (`Effect::None` on a fresh key) or kept
+    /// attempted.
+    Failed {
+        /// Why.
+        error: E,
+        /// Whether it may have taken effect.
+        effect: Effect,
+    },
+    /// An earlier attempt may have taken effect, the other system has forgotten the key by now,
+    /// and the look-up failed: redoing the work could do it twice, so it was not done.
+    NeedsReconciliation {
+        /// Why the look-up could not answer.
+        error: E,
+        /// When the first attempt went out, epoch ms (0 when unknown).
+        first_attempt_ms: u64,
+    },
+    /// A store call failed; nothing is known for sure.
+    Store(StoreError),
+    /// The lease was taken over before the outcome was recorded; the new holder finishes.
+    LeaseLost,
+}
+
+/// A guarded run's outcome, with what the log needs.
+#[derive(Debug)]
+pub struct Run<T, E> {
+    /// What came of it.
+    pub outcome: Guarded<T, E>,
+    /// The claim's lease token, when the key was claimed.
+    pub lease: Option<LeaseToken>,
+    /// The earlier attempt the claim took over, if any.
+    pub prior: Option<PriorAttempt>,
+}
+
+/// Claims `claim.key`, reconciles an earlier attempt if there may be one, performs `work`, and
+/// records the outcome.
+// The steps are separate async functions so that each one's state lives in the run's future
+// only while it is awaited: a record's future is moved around the batch queue, and its size is
+// the largest state it passes through.
+pub async fn run<S, C, W>(
+    store: &S,
+    clock: &C,
+    policy: &GuardPolicy,
+    claim: &Claim<'_>,
+    work: &W,
+) -> Run<W::Output, W::Error>
+where
+    S: IdempotencyStore,
+    C: Clock,
+    W: GuardedWork,
+{
+    let now_ms = clock.now_ms();
+    let begun = store
+        .begin(&ClaimRequest {
+            key: claim.key,
+            fingerprint: claim.fingerprint,
+            now_ms,
+            lease_until_ms: lease_end(
+                now_ms,
+                policy.lease.lease_ms,
+                claim.deadline_ms,
+                policy.lease.margin_ms,
+            ),
+            message_id: claim.message_id,
+        })
+        .await;
+    let (lease, prior) = match begun {
+        Ok(Begin::Started { lease, prior }) => (lease, prior),
+        unclaimed => {
+            let outcome = match unclaimed {
+                Ok(Begin::Done) => Guarded::Duplicate,
+                Ok(Begin::Busy { until_ms }) => Guarded::Busy { until_ms },
+                Err(e) => Guarded::Store(e),
+                Ok(Begin::Conflict | Begin::Started { .. }) => Guarded::Conflict,
+            };
+            return Run {
+                outcome,
+                lease: None,
+                prior: None,
+            };
+        }
+    };
+    let outcome = attempt(work, prior, now_ms, policy.key_window_ms).await;
+    Run {
+        outcome: settle(store, clock, claim.key, &lease, prior, outcome).await,
+        lease: Some(lease.token),
+        prior,
+    }
+}
+
+/// Finds out what became of an earlier attempt, if there may be one, and performs the work
+/// unless that answers the question.
+async fn attempt<W: GuardedWork>(
+    work: &W,
+    prior: Option<PriorAttempt>,
+    now_ms: u64,
+    key_window_ms: u64,
+) -> Guarded<W::Output, W::Error> {
+    if let Some(prior) = prior {
+        match work.look_up().await {
+            Ok(Found::Happened) => return Guarded::Reconciled,
+            Ok(Found::Pending) => return Guarded::Pending,
+            Ok(Found::NotHappened) => {}
+            Err(error) if now_ms.saturating_sub(prior.first_attempt_ms) >= key_window_ms => {
+                return Guarded::NeedsReconciliation {
+                    error,
+                    first_attempt_ms: prior.first_attempt_ms,
+                };
+            }
+            // Inside the key window the other system still knows the key: resending it returns
+            // the earlier attempt's result instead of doing the work twice.
+            Err(_) => {}
+        }
+    }
+    match work.perform().await {
+        Ok(output) => Guarded::Performed(output),
+        Err(Failed { error, effect }) => Guarded::Failed { error, effect },
+    }
+}
+
+/// Records what the attempt came to: complete, release (a fresh key whose attempt provably did
+/// nothing), or keep the key attempted (anything that may have taken effect, or did not happen
+/// and proves nothing about an earlier attempt).
+async fn settle<S: IdempotencyStore, C: Clock, T, E>(
+    store: &S,
+    clock: &C,
+    key: &str,
+    lease: &Lease,
+    prior: Option<PriorAttempt>,
+    outcome: Guarded<T, E>,
+) -> Guarded<T, E> {
+    let result = match &outcome {
+        Guarded::Performed(_) | Guarded::Reconciled => {
+            store.complete(key, lease, clock.now_ms()).await
+        }
+        Guarded::Failed {
+            effect: Effect::None,
+            ..
+        } if prior.is_none() => store.release(key, lease).await,
+        _ => store.mark_attempted(key, lease, clock.now_ms()).await,
+    };
+    match (outcome, result) {
+        (outcome, Ok(())) => outcome,
+        // Done but not recorded: the next claim finds the effect through the look-up.
+        (Guarded::Performed(_) | Guarded::Reconciled, Err(StoreError::LeaseLost)) => {
+            Guarded::LeaseLost
+        }
+        (Guarded::Performed(_) | Guarded::Reconciled, Err(e)) => Guarded::Store(e),
+        // Not done: the decision stands. If the write failed the lease simply runs out, and a
+        // lease that ran out counts as an attempt whose effect may exist.
+        (outcome, Err(e)) => {
+            tracing::warn!(key, error = %e, "could not record the attempt's outcome");
+            outcome
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{MemoryStore, Status};
+    use lambda_kit::ManualClock;
+    use std::sync::Mutex;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::time::Duration;
+
+    const T0: u64 = 1_767_225_600_000;
+    const POLICY: GuardPolicy = GuardPolicy {
+        lease: LeasePolicy {
+            lease_ms: 60_000,
+            margin_ms: 1_000,
+        },
+        key_window_ms: 86_400_000,
+    };
+
+    /// Work whose look-up and attempts answer from scripts, counting attempts.
+    #[derive(Default)]
+    struct Scripted {
+        look_up: Mutex<Vec<Result<Found, &'static str>>>,
+        attempts: Mutex<Vec<Result<(), Failed<&'static str>>>>,
+        performed: AtomicUsize,
+        looked_up: AtomicUsize,
+    }
+
+    impl Scripted {
+        fn attempts(results: Vec<Result<(), Failed<&'static str>>>) -> Self {
+            Self {
+                attempts: Mutex::new(results),
+                ..Self::default()
+            }
+        }
+    }
+
+    impl GuardedWork for Scripted {
+        type Output = ();
+        type Error = &'static str;
+
+        async fn look_up(&self) -> Result<Found, &'static str> {
+            self.looked_up.fetch_add(1, Ordering::SeqCst);
+            self.look_up.lock().unwrap().remove(0)
+        }
+
+        async fn perform(&self) -> Result<(), Failed<&'static str>> {
+            self.performed.fetch_add(1, Ordering::SeqCst);
+            self.attempts.lock().unwrap().remove(0)
+        }
+    }
+
+    fn maybe() -> Result<(), Failed<&'static str>> {
+        Err(Failed {
+            error: "timed out",
+            effect: Effect::Maybe,
+        })
+    }
+
+    fn not_sent() -> Result<(), Failed<&'static str>> {
+        Err(Failed {
+            error: "refused",
+            effect: Effect::None,
+        })
+    }
+
+    fn claim(fingerprint: u64) -> Claim<'static> {
+        Claim {
+            key: "k",
+            fingerprint: Fingerprint(fingerprint),
+            message_id: "m",
+            deadline_ms: u64::MAX,
+        }
+    }
+
+    fn store() -> MemoryStore {
+        MemoryStore::new(Duration::from_secs(18 * 86_400))
+    }
+
+    fn status_of(store: &MemoryStore) -> Option<Status> {
+        store.state("k").map(|s| s.status)
+    }
+
+    #[tokio::test]
+    async fn a_fresh_key_is_performed_and_recorded() {
+        let (store, clock) = (store(), ManualClock::at(T0));
+        let work = Scripted::attempts(vec![Ok(())]);
+        let run = run(&store, &clock, &POLICY, &claim(1), &work).await;
+        assert!(matches!(run.outcome, Guarded::Performed(())));
+        assert!(run.lease.is_some() && run.prior.is_none());
+        assert_eq!(work.looked_up.load(Ordering::SeqCst), 0);
+        let again = super::run(&store, &clock, &POLICY, &claim(1), &work).await;
+        assert!(matches!(again.outcome, Guarded::Duplicate));
+    }
+
+    #[tokio::test]
+    async fn an_attempt_that_did_nothing_gives_a_fresh_key_back() {
+        let (store, clock) = (store(), ManualClock::at(T0));
+        let work = Scripted::attempts(vec![not_sent()]);
+        let run = run(&store, &clock, &POLICY, &claim(1), &work).await;
+        assert!(matches!(
+            run.outcome,
+            Guarded::Failed {
+                effect: Effect::None,
+                ..
+            }
+        ));
+        assert_eq!(status_of(&store), None, "released");
+    }
+
+    #[tokio::test]
+    async fn an_ambiguous_attempt_is_kept_and_the_next_claim_looks_it_up() {
+        let (store, clock) = (store(), ManualClock::at(T0));
+        let first = Scripted::attempts(vec![maybe()]);
+        let _ = run(&store, &clock, &POLICY, &claim(1), &first).await;
+        clock.advance_ms(5_000);
+        let second = Scripted {
+            look_up: Mutex::new(vec![Ok(Found::Happened)]),
+            ..Scripted::default()
+        };
+        let run = run(&store, &clock, &POLICY, &claim(1), &second).await;
+        assert!(matches!(run.outcome, Guarded::Reconciled));
+        assert_eq!(
+            run.prior,
+            Some(PriorAttempt {
+                first_attempt_ms: T0,
+                attempts: 1
+            })
+        );
+        assert_eq!(second.performed.load(Ordering::SeqCst), 0);
+        assert_eq!(status_of(&store), Some(Status::Completed));
+    }
+
+    #[tokio::test]
+    async fn a_pending_earlier_attempt_is_not_redone() {
+        let (store, clock) = (store(), ManualClock::at(T0));
+        let _ = run(
+            &store,
+            &clock,
+            &POLICY,
+            &claim(1),
+            &Scripted::attempts(vec![maybe()]),
+        )
+        .await;
+        let work = Scripted {
+            look_up: Mutex::new(vec![Ok(Found::Pending)]),
+            ..Scripted::default()
+        };
+        let run = run(&store, &clock, &POLICY, &claim(1), &work).await;
+        assert!(matches!(run.outcome, Guarded::Pending));
+        assert_eq!(work.performed.load(Ordering::SeqCst), 0);
+        assert_eq!(status_of(&store), Some(Status::Attempted));
+    }
+
+    #[tokio::test]
+    async fn an_unanswered_look_up_resends_inside_the_key_window_and_never_after_it() {
+        let (store, clock) = (store(), ManualClock::at(T0));
+        let _ = run(
+            &store,
+            &clock,
+            &POLICY,
+            &claim(1),
+            &Scripted::attempts(vec![maybe()]),
+        )
+        .await;
+        clock.advance_ms(POLICY.key_window_ms - 1);
+        let inside = Scripted {
+            look_up: Mutex::new(vec![Err("lookup down")]),
+            attempts: Mutex::new(vec![maybe()]),
+            ..Scripted::default()
+        };
+        let _ = run(&store, &clock, &POLICY, &claim(1), &inside).await;
+        assert_eq!(inside.performed.load(Ordering::SeqCst), 1);
+
+        // The first attempt's time survives the second attempt: the window is not restarted.
+        clock.advance_ms(1);
+        let past = Scripted {
+            look_up: Mutex::new(vec![Err("lookup down")]),
+            ..Scripted::default()
+        };
+        let run = run(&store, &clock, &POLICY, &claim(1), &past).await;
+        assert!(
+            matches!(
+                run.outcome,
+                Guarded::NeedsReconciliation {
+                    first_attempt_ms: T0,
+                    ..
+                }
+            ),
+            "{:?}",
+            run.outcome
+        );
+        assert_eq!(past.performed.load(Ordering::SeqCst), 0);
+        assert_eq!(status_of(&store), Some(Status::Attempted));
+    }
+
+    #[tokio::test]
+    async fn once_an_effect_may_exist_a_failure_that_did_nothing_keeps_the_record() {
+        let (store, clock) = (store(), ManualClock::at(T0));
+        let _ = run(
+            &store,
+            &clock,
+            &POLICY,
+            &claim(1),
+            &Scripted::attempts(vec![maybe()]),
+        )
+        .await;
+        let work = Scripted {
+            look_up: Mutex::new(vec![Ok(Found::NotHappened)]),
+            attempts: Mutex::new(vec![not_sent()]),
+            ..Scripted::default()
+        };
+        let _ = run(&store, &clock, &POLICY, &claim(1), &work).await;
+        assert_eq!(work.performed.load(Ordering::SeqCst), 1);
+        assert_eq!(status_of(&store), Some(Status::Attempted));
+    }
+
+    #[tokio::test]
+    async fn another_payload_never_takes_over_a_key_whose_effect_may_exist() {
+        let (store, clock) = (store(), ManualClock::at(T0));
+        let _ = run(
+            &store,
+            &clock,
+            &POLICY,
+            &claim(1),
+            &Scripted::attempts(vec![maybe()]),
+        )
+        .await;
+        let work = Scripted::default();
+        let run = run(&store, &clock, &POLICY, &claim(2), &work).await;
+        assert!(matches!(run.outcome, Guarded::Conflict));
+        assert_eq!(work.performed.load(Ordering::SeqCst), 0);
+    }
+}

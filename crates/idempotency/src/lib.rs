@@ -1,0 +1,647 @@
+//! # idempotency
+//!
+//! Claim a business key before doing its work, so every key's work is done once, even when the
+//! work is a side effect in another system that may have happened without the caller learning
+//! of it (a payment whose answer timed out).
+//!
+//! A claim is a lease with a unique token. [`IdempotencyStore::begin`] answers:
+//! - [`Begin::Started`]: the caller owns the key until the lease ends, and learns whether an
+//!   earlier attempt's effect may exist;
+//! - [`Begin::Done`]: the work was finished with the same payload: acknowledge the duplicate;
+//! - [`Begin::Busy`]: someone holds a live lease: retry later, never acknowledge;
+//! - [`Begin::Conflict`]: the key belongs to a different payload.
+//!
+//! A key is `IN_PROGRESS` (held), `ATTEMPTED` (an attempt ended without proof either way: its
+//! effect may exist) or `COMPLETED`. The state machine lives here once: the claim condition and
+//! the reading of a refused claim ([`claimable`], [`decide`], [`prior_attempt`]) and the
+//! sequence of claim, look-up, work and settlement ([`guard::run`]). Each store only implements
+//! atomic, fenced writes (`memory`, `dynamodb`), and every store is run through the same contract
+//! suite (feature `testkit`: `store_contract_tests!`).
+//!
+//! ## Layout
+//!
+//! | module | what |
+//! |---|---|
+//! | the crate root | the claim's types, conditions and decisions ([`claimable`], [`decide`], [`prior_attempt`]), the [`IdempotencyStore`] port |
+//! | [`guard`] | [`guard::run`]: claim, look-up, work, settle, for any [`guard::GuardedWork`] |
+//! | [`memory`] | [`MemoryStore`], one process only |
+//! | `dynamodb` | `DynamoDbStore` and its table's schema (feature `dynamodb`) |
+//! | `testkit` | the store contract suite (feature `testkit`) |
+//!
+//! ## Example
+//!
+//! Send a welcome email once per user id, with a provider that takes an idempotency key:
+//!
+//! ```
+//! use std::time::Duration;
+//! use idempotency::guard::{self, Claim, Failed, Found, GuardPolicy, Guarded, GuardedWork};
+//! use idempotency::{Fingerprint, LeasePolicy, MemoryStore};
+//! use lambda_kit::ManualClock;
+//!
+//! struct Welcome<'a> { user_id: &'a str }
+//!
+//! impl GuardedWork for Welcome<'_> {
+//!     type Output = ();
+//!     type Error = String;
+//!     // Asked only when an earlier attempt may have sent it.
+//!     async fn look_up(&self) -> Result<Found, String> { Ok(Found::NotHappened) }
+//!     async fn perform(&self) -> Result<(), Failed<String>> { Ok(()) }
+//! }
+//!
+//! # tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(async {
+//! let store = MemoryStore::new(Duration::from_secs(86_400));
+//! let clock = ManualClock::at(1_767_225_600_000);
+//! let policy = GuardPolicy {
+//!     lease: LeasePolicy { lease_ms: 60_000, margin_ms: 5_000 },
+//!     key_window_ms: 86_400_000,
+//! };
+//! let claim = Claim {
+//!     key: "u-1",
+//!     fingerprint: Fingerprint::of(&[b"u-1", b"welcome"]),
+//!     message_id: "m-1",
+//!     deadline_ms: 1_767_225_660_000,
+//! };
+//! let first = guard::run(&store, &clock, &policy, &claim, &Welcome { user_id: "u-1" }).await;
+//! assert!(matches!(first.outcome, Guarded::Performed(())));
+//! let again = guard::run(&store, &clock, &policy, &claim, &Welcome { user_id: "u-1" }).await;
+//! assert!(matches!(again.outcome, Guarded::Duplicate));
+//! # });
+//! ```
+
+#![warn(missing_docs)]
+
+#[cfg(feature = "dynamodb")]
+pub mod dynamodb;
+pub mod guard;
+pub mod memory;
+#[cfg(feature = "testkit")]
+pub mod testkit;
+
+use std::fmt;
+use std::future::Future;
+
+#[cfg(feature = "dynamodb")]
+pub use dynamodb::DynamoDbStore;
+pub use memory::MemoryStore;
+
+/// A fingerprint of the payload a key was claimed for, to tell a duplicate from a conflict.
+///
+/// FNV-1a 64: stable across builds and platforms (it is stored for weeks), cheap, and
+/// collisions only matter between two payloads of the same key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Fingerprint(pub u64);
+
+impl Fingerprint {
+    /// The fingerprint of a payload given as its parts (each part's length is hashed too).
+    pub fn of(parts: &[&[u8]]) -> Self {
+        const OFFSET: u64 = 0xcbf2_9ce4_8422_2325;
+        const PRIME: u64 = 0x0000_0100_0000_01b3;
+        let mut hash = OFFSET;
+        for part in parts {
+            // A separator byte and the length keep ("ab","c") and ("a","bc") apart.
+            for byte in (part.len() as u64).to_le_bytes().iter().chain(part.iter()) {
+                hash ^= u64::from(*byte);
+                hash = hash.wrapping_mul(PRIME);
+            }
+        }
+        Self(hash)
+    }
+}
+
+impl fmt::Display for Fingerprint {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{:016x}", self.0)
+    }
+}
+
+/// The unique token of one claim. Only its holder may complete or release the key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct LeaseToken(uuid::Uuid);
+
+impl LeaseToken {
+    /// A random version-4 UUID. The token only has to be unique among the claimants of one key,
+    /// not secret (only this function writes the table), so it comes from the per-thread
+    /// generator seeded from the OS at start, not from a system call per claim as
+    /// `Uuid::new_v4` makes.
+    pub fn new() -> Self {
+        Self(uuid::Builder::from_random_bytes(fastrand::u128(..).to_le_bytes()).into_uuid())
+    }
+
+    /// A token as it is stored (hyphenated UUID).
+    pub fn parse(text: &str) -> Option<Self> {
+        uuid::Uuid::parse_str(text).ok().map(Self)
+    }
+}
+
+impl Default for LeaseToken {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl fmt::Display for LeaseToken {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.0.as_hyphenated().fmt(f)
+    }
+}
+
+/// A held claim.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Lease {
+    /// The claim's token: only its holder may complete, mark or release the key.
+    pub token: LeaseToken,
+    /// Epoch ms after which another claimant may take the key over.
+    pub until_ms: u64,
+}
+
+/// An earlier attempt at a key's work whose effect may exist: the claim took over an `ATTEMPTED`
+/// key, or an `IN_PROGRESS` one whose holder's lease ran out before it recorded an outcome.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PriorAttempt {
+    /// When the first attempt under this key began, epoch ms: how old the key is downstream.
+    pub first_attempt_ms: u64,
+    /// Claims of this key so far, this one excluded.
+    pub attempts: u32,
+}
+
+/// The answer to a claim.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Begin {
+    /// The caller owns the key until the lease ends. `prior` is set when an earlier attempt may
+    /// have taken effect: find out before doing the work again (see [`guard`]).
+    Started {
+        /// The lease the caller now holds.
+        lease: Lease,
+        /// The earlier attempt, if one may have taken effect.
+        prior: Option<PriorAttempt>,
+    },
+    /// Done before with the same payload: acknowledge the duplicate.
+    Done,
+    /// Someone holds a live lease: retry later, never acknowledge.
+    Busy {
+        /// When that lease ends, epoch ms.
+        until_ms: u64,
+    },
+    /// The key belongs to another payload.
+    Conflict,
+}
+
+/// A claim request.
+#[derive(Debug, Clone, Copy)]
+pub struct ClaimRequest<'a> {
+    /// The business key.
+    pub key: &'a str,
+    /// The payload's fingerprint.
+    pub fingerprint: Fingerprint,
+    /// Now, epoch ms (injected).
+    pub now_ms: u64,
+    /// When the lease ends if the claim succeeds (see [`lease_end`]).
+    pub lease_until_ms: u64,
+    /// Kept on the item for forensics.
+    pub message_id: &'a str,
+}
+
+/// The state of a key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Status {
+    /// Claimed: the holder is working, or was, and its effect may exist once its lease is over.
+    InProgress,
+    /// An attempt ended without proof either way (a timeout after sending, a 5xx): its effect may
+    /// exist. No lease; the next claim with the same payload takes it and must look the effect up.
+    Attempted,
+    /// Done: duplicates are acknowledged.
+    Completed,
+}
+
+impl Status {
+    /// As stored.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::InProgress => "IN_PROGRESS",
+            Self::Attempted => "ATTEMPTED",
+            Self::Completed => "COMPLETED",
+        }
+    }
+
+    /// A stored status.
+    pub fn parse(text: &str) -> Option<Self> {
+        match text {
+            "IN_PROGRESS" => Some(Self::InProgress),
+            "ATTEMPTED" => Some(Self::Attempted),
+            "COMPLETED" => Some(Self::Completed),
+            _ => None,
+        }
+    }
+}
+
+/// What a store keeps per key, as far as the decision needs it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ClaimState {
+    /// Where the key stands.
+    pub status: Status,
+    /// The payload the key belongs to.
+    pub fingerprint: Fingerprint,
+    /// The lease end of an in-progress claim, epoch ms.
+    pub lease_until_ms: u64,
+    /// The TTL, epoch seconds. Past it a completed item counts as absent even if not yet deleted.
+    pub expires_at_s: u64,
+    /// When the first attempt under the key began, epoch ms; cleared on completion.
+    pub first_attempt_ms: Option<u64>,
+    /// Claims so far; cleared on completion.
+    pub attempts: u32,
+}
+
+/// The claim condition, for a claim of `fingerprint` at `now_ms`:
+/// - absent, or completed and past its TTL: a fresh key;
+/// - with the same fingerprint, `ATTEMPTED`, or `IN_PROGRESS` with a lease that has run out: a
+///   takeover, which keeps the first attempt's time and reports it ([`Begin::Started`]'s prior).
+///
+/// Another payload never takes over a key whose effect may exist, whatever its age: DynamoDB
+/// deletes expired items lazily, and until it does, the item is the only record of that effect.
+pub fn claimable(existing: Option<&ClaimState>, fingerprint: Fingerprint, now_ms: u64) -> bool {
+    match existing {
+        None => true,
+        Some(s) => match s.status {
+            Status::Completed => s.expires_at_s.saturating_mul(1_000) <= now_ms,
+            _ if s.fingerprint != fingerprint => false,
+            Status::Attempted => true,
+            Status::InProgress => s.lease_until_ms <= now_ms,
+        },
+    }
+}
+
+/// What a refused claim means, decided from the item that refused it.
+pub fn decide(existing: &ClaimState, fingerprint: Fingerprint, now_ms: u64) -> Begin {
+    if claimable(Some(existing), fingerprint, now_ms) {
+        // The store refused a claim that looks claimable to us: clocks disagree, or the item
+        // changed in between. Never acknowledge on uncertainty: come back shortly.
+        return Begin::Busy { until_ms: now_ms };
+    }
+    match existing.status {
+        _ if existing.fingerprint != fingerprint => Begin::Conflict,
+        Status::Completed => Begin::Done,
+        Status::InProgress => Begin::Busy {
+            until_ms: existing.lease_until_ms,
+        },
+        // Claimable with this fingerprint, so only a race gets here.
+        Status::Attempted => Begin::Busy { until_ms: now_ms },
+    }
+}
+
+/// What a successful claim took over: the item that was there before it, if any. A completed
+/// item (past its TTL) is a fresh start; anything else may carry an earlier attempt's effect.
+pub fn prior_attempt(replaced: Option<&ClaimState>) -> Option<PriorAttempt> {
+    let old = replaced.filter(|s| s.status != Status::Completed)?;
+    Some(PriorAttempt {
+        // Unknown (an item from before attempts were recorded): the oldest possible, so a key
+        // window can never be assumed to still hold.
+        first_attempt_ms: old.first_attempt_ms.unwrap_or(0),
+        attempts: old.attempts,
+    })
+}
+
+/// The item a successful claim writes, given the one it replaces: the first attempt's time and
+/// the attempt count carry over (DynamoDB: `if_not_exists` and `ADD`; completion clears both).
+/// A takeover of an item whose first attempt is unknown records it as 0, the oldest possible,
+/// as [`prior_attempt`] reads it.
+pub fn claimed_state(
+    replaced: Option<&ClaimState>,
+    request: &ClaimRequest<'_>,
+    expires_at_s: u64,
+) -> ClaimState {
+    let first_attempt_ms = match replaced {
+        Some(old) if old.status != Status::Completed => old.first_attempt_ms.unwrap_or(0),
+        _ => request.now_ms,
+    };
+    ClaimState {
+        status: Status::InProgress,
+        fingerprint: request.fingerprint,
+        lease_until_ms: request.lease_until_ms,
+        expires_at_s,
+        first_attempt_ms: Some(first_attempt_ms),
+        attempts: replaced.map_or(0, |s| s.attempts).saturating_add(1),
+    }
+}
+
+/// How leases are sized.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LeasePolicy {
+    /// The longest a claim is held.
+    pub lease_ms: u64,
+    /// How far past the invocation deadline a lease may run.
+    pub margin_ms: u64,
+}
+
+/// The least `IDEMPOTENCY_LEASE_MARGIN_MS` may be: below it a lease can end before its holder's
+/// last write.
+pub const MIN_LEASE_MARGIN_MS: u64 = 1_000;
+
+/// The variables this crate reads, with their defaults: [`LeasePolicy::from_env`] and
+/// [`StoreSettings::from_env`].
+pub const VARIABLES: &[(&str, Option<&str>)] = &[
+    ("IDEMPOTENCY_TABLE", None),
+    ("IDEMPOTENCY_LEASE_SECONDS", Some("300")),
+    ("IDEMPOTENCY_LEASE_MARGIN_MS", Some("5000")),
+    ("IDEMPOTENCY_RETENTION_DAYS", Some("18")),
+    ("IDEMPOTENCY_KEY_PREFIX", None),
+];
+
+impl LeasePolicy {
+    /// `IDEMPOTENCY_LEASE_SECONDS` (300, 1-43200) and `IDEMPOTENCY_LEASE_MARGIN_MS` (5000, at
+    /// least [`MIN_LEASE_MARGIN_MS`]).
+    pub fn from_env(env: &lambda_kit::Env<'_>) -> Result<Self, lambda_kit::EnvError> {
+        let lease_s: u64 = env.ranged("IDEMPOTENCY_LEASE_SECONDS", 300, 1, 43_200)?;
+        let margin_ms = env.ranged(
+            "IDEMPOTENCY_LEASE_MARGIN_MS",
+            5_000,
+            MIN_LEASE_MARGIN_MS,
+            900_000,
+        )?;
+        Ok(Self {
+            lease_ms: lease_s * 1_000,
+            margin_ms,
+        })
+    }
+}
+
+/// Where claims are kept: a table (`None`: in memory, one process only), how long a finished key
+/// is remembered, and the prefix that keeps this function's keys apart from other users of a
+/// shared table.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StoreSettings {
+    /// `IDEMPOTENCY_TABLE`.
+    pub table: Option<String>,
+    /// `IDEMPOTENCY_RETENTION_DAYS` (18): keep it at least as long as a message can come back
+    /// (queue retention plus the DLQ's).
+    pub retention: std::time::Duration,
+    /// `IDEMPOTENCY_KEY_PREFIX`, put before every key in the table.
+    pub key_prefix: String,
+}
+
+impl StoreSettings {
+    /// The settings, with `IDEMPOTENCY_KEY_PREFIX` defaulting to `{AWS_LAMBDA_FUNCTION_NAME}#`
+    /// (nothing outside Lambda): two functions sharing a table never see each other's keys.
+    pub fn from_env(env: &lambda_kit::Env<'_>) -> Result<Self, lambda_kit::EnvError> {
+        let default_prefix = env
+            .text("AWS_LAMBDA_FUNCTION_NAME")
+            .map(|name| format!("{name}#"))
+            .unwrap_or_default();
+        Self::from_env_with_prefix(env, &default_prefix)
+    }
+
+    /// As [`StoreSettings::from_env`], with `default_prefix` when `IDEMPOTENCY_KEY_PREFIX` is
+    /// unset (a function whose table predates prefixes keeps `""`, so its items stay found).
+    pub fn from_env_with_prefix(
+        env: &lambda_kit::Env<'_>,
+        default_prefix: &str,
+    ) -> Result<Self, lambda_kit::EnvError> {
+        let retention_days: u64 = env.ranged("IDEMPOTENCY_RETENTION_DAYS", 18, 1, 3_650)?;
+        let prefix = env
+            .text("IDEMPOTENCY_KEY_PREFIX")
+            .unwrap_or_else(|| default_prefix.to_owned());
+        Ok(Self {
+            table: env.text("IDEMPOTENCY_TABLE"),
+            retention: std::time::Duration::from_secs(retention_days * 86_400),
+            key_prefix: prefix,
+        })
+    }
+}
+
+/// Lease end = min(now + configured lease, invocation deadline + margin): a claim never outlives
+/// the invocation that took it by much, so a crash blocks the key only briefly.
+pub fn lease_end(now_ms: u64, lease_ms: u64, deadline_ms: u64, margin_ms: u64) -> u64 {
+    now_ms
+        .saturating_add(lease_ms)
+        .min(deadline_ms.saturating_add(margin_ms))
+}
+
+/// A store failure. Every one of them means RETRY for the record.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    /// The holder's condition failed on complete or release: the lease was taken over (or the
+    /// item is gone). The new holder's item is left untouched.
+    #[error("the lease on this key is no longer held by this claim")]
+    LeaseLost,
+    /// The store could not be reached or refused the request (throttling, 5xx, timeouts,
+    /// missing table, ...), after the client's own retries.
+    #[error("the idempotency store failed")]
+    Unavailable(#[source] Box<dyn std::error::Error + Send + Sync>),
+    /// An item that does not have the shape this code writes.
+    #[error("a stored item is malformed: {0}")]
+    Malformed(String),
+}
+
+/// A store of claims. Implementations must make `begin` atomic per key.
+pub trait IdempotencyStore: Send + Sync {
+    /// Claims `request.key`, or says why not.
+    fn begin(
+        &self,
+        request: &ClaimRequest<'_>,
+    ) -> impl Future<Output = Result<Begin, StoreError>> + Send;
+
+    /// Marks the key done; only the current holder of `lease` may.
+    fn complete(
+        &self,
+        key: &str,
+        lease: &Lease,
+        now_ms: u64,
+    ) -> impl Future<Output = Result<(), StoreError>> + Send;
+
+    /// Ends the lease and keeps the key `ATTEMPTED`: the work's effect may exist, so the next
+    /// claim (same payload only) must find out before doing it again. The retention starts over,
+    /// so the record outlives every delivery that may still come. Only the holder may.
+    fn mark_attempted(
+        &self,
+        key: &str,
+        lease: &Lease,
+        now_ms: u64,
+    ) -> impl Future<Output = Result<(), StoreError>> + Send;
+
+    /// Gives the key up so the next delivery can claim it at once; only the current holder may.
+    /// Only for work proven not to have taken effect.
+    fn release(
+        &self,
+        key: &str,
+        lease: &Lease,
+    ) -> impl Future<Output = Result<(), StoreError>> + Send;
+}
+
+impl<S: IdempotencyStore + ?Sized> IdempotencyStore for std::sync::Arc<S> {
+    fn begin(
+        &self,
+        request: &ClaimRequest<'_>,
+    ) -> impl Future<Output = Result<Begin, StoreError>> + Send {
+        (**self).begin(request)
+    }
+
+    fn complete(
+        &self,
+        key: &str,
+        lease: &Lease,
+        now_ms: u64,
+    ) -> impl Future<Output = Result<(), StoreError>> + Send {
+        (**self).complete(key, lease, now_ms)
+    }
+
+    fn mark_attempted(
+        &self,
+        key: &str,
+        lease: &Lease,
+        now_ms: u64,
+    ) -> impl Future<Output = Result<(), StoreError>> + Send {
+        (**self).mark_attempted(key, lease, now_ms)
+    }
+
+    fn release(
+        &self,
+        key: &str,
+        lease: &Lease,
+    ) -> impl Future<Output = Result<(), StoreError>> + Send {
+        (**self).release(key, lease)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const FP: Fingerprint = Fingerprint(1);
+
+    fn state(status: Status, lease_until_ms: u64, expires_at_s: u64) -> ClaimState {
+        ClaimState {
+            status,
+            fingerprint: FP,
+            lease_until_ms,
+            expires_at_s,
+            first_attempt_ms: Some(500),
+            attempts: 1,
+        }
+    }
+
+    #[test]
+    fn claimable_when_absent_done_and_expired_or_taken_over_by_the_same_payload() {
+        let other = Fingerprint(2);
+        assert!(claimable(None, FP, 0));
+        // A completed item past its TTL is a fresh key, for any payload.
+        assert!(claimable(
+            Some(&state(Status::Completed, 0, 10)),
+            other,
+            10_000
+        ));
+        assert!(!claimable(
+            Some(&state(Status::Completed, 0, 100)),
+            FP,
+            5_000
+        ));
+        // A lease that ran out, or an attempted key: the same payload only.
+        let ran_out = state(Status::InProgress, 5_000, 100);
+        assert!(claimable(Some(&ran_out), FP, 5_000));
+        assert!(!claimable(Some(&ran_out), other, 5_000));
+        assert!(!claimable(
+            Some(&state(Status::InProgress, 5_001, 100)),
+            FP,
+            5_000
+        ));
+        let attempted = state(Status::Attempted, 0, 100);
+        assert!(claimable(Some(&attempted), FP, 0));
+        assert!(!claimable(Some(&attempted), other, 0));
+        // Past its TTL a key whose effect may exist still belongs to its payload.
+        assert!(!claimable(
+            Some(&state(Status::Attempted, 0, 1)),
+            other,
+            5_000
+        ));
+    }
+
+    #[test]
+    fn decide_tells_done_conflict_and_busy_apart() {
+        let done = state(Status::Completed, 0, 100);
+        assert_eq!(decide(&done, FP, 1_000), Begin::Done);
+        assert_eq!(decide(&done, Fingerprint(2), 1_000), Begin::Conflict);
+        let held = state(Status::InProgress, 9_000, 100);
+        assert_eq!(decide(&held, FP, 1_000), Begin::Busy { until_ms: 9_000 });
+        // Another payload is a conflict in every state, held or not.
+        assert_eq!(decide(&held, Fingerprint(2), 1_000), Begin::Conflict);
+        let attempted = state(Status::Attempted, 0, 100);
+        assert_eq!(decide(&attempted, Fingerprint(2), 1_000), Begin::Conflict);
+    }
+
+    #[test]
+    fn a_refused_claim_that_looks_claimable_is_busy_never_done() {
+        let expired = state(Status::Completed, 0, 1);
+        assert_eq!(decide(&expired, FP, 5_000), Begin::Busy { until_ms: 5_000 });
+        let attempted = state(Status::Attempted, 0, 100);
+        assert_eq!(
+            decide(&attempted, FP, 5_000),
+            Begin::Busy { until_ms: 5_000 }
+        );
+    }
+
+    #[test]
+    fn a_takeover_reports_the_first_attempt_and_a_fresh_key_does_not() {
+        assert_eq!(prior_attempt(None), None);
+        assert_eq!(prior_attempt(Some(&state(Status::Completed, 0, 1))), None);
+        let prior = Some(PriorAttempt {
+            first_attempt_ms: 500,
+            attempts: 1,
+        });
+        assert_eq!(prior_attempt(Some(&state(Status::Attempted, 0, 9))), prior);
+        assert_eq!(prior_attempt(Some(&state(Status::InProgress, 1, 9))), prior);
+        let legacy = ClaimState {
+            first_attempt_ms: None,
+            ..state(Status::InProgress, 1, 9)
+        };
+        assert_eq!(
+            prior_attempt(Some(&legacy)).map(|p| p.first_attempt_ms),
+            Some(0)
+        );
+    }
+
+    #[test]
+    fn a_claim_keeps_the_first_attempt_and_counts_attempts() {
+        let request = ClaimRequest {
+            key: "k",
+            fingerprint: FP,
+            now_ms: 9_000,
+            lease_until_ms: 19_000,
+            message_id: "m",
+        };
+        let fresh = claimed_state(None, &request, 77);
+        assert_eq!((fresh.first_attempt_ms, fresh.attempts), (Some(9_000), 1));
+        assert_eq!(
+            (fresh.status, fresh.lease_until_ms),
+            (Status::InProgress, 19_000)
+        );
+        let again = claimed_state(Some(&state(Status::Attempted, 0, 9)), &request, 77);
+        assert_eq!((again.first_attempt_ms, again.attempts), (Some(500), 2));
+    }
+
+    #[test]
+    fn lease_end_is_capped_by_the_deadline() {
+        assert_eq!(lease_end(1_000, 60_000, 10_000, 2_000), 12_000);
+        assert_eq!(lease_end(1_000, 5_000, 10_000, 2_000), 6_000);
+    }
+
+    #[test]
+    fn fingerprints_are_stable_and_separate_parts() {
+        // Pinned: items written by earlier builds must keep matching.
+        // FNV-1a 64 over the part's length (u64, little endian) and then its bytes.
+        assert_eq!(Fingerprint::of(&[b"o-1"]).to_string(), "d40952d25cc9dcb9");
+        assert_ne!(
+            Fingerprint::of(&[b"ab", b"c"]),
+            Fingerprint::of(&[b"a", b"bc"])
+        );
+        assert_eq!(Fingerprint::of(&[]).0, 0xcbf2_9ce4_8422_2325);
+    }
+
+    #[test]
+    fn lease_tokens_are_unique_and_round_trip() {
+        let a = LeaseToken::new();
+        assert_ne!(a, LeaseToken::new());
+        assert_eq!(LeaseToken::parse(&a.to_string()), Some(a));
+        assert_eq!(LeaseToken::parse("not a token"), None);
+        assert_eq!(a.0.get_version_num(), 4, "a version-4 UUID");
+        let many: std::collections::HashSet<_> = (0..10_000).map(|_| LeaseToken::new()).collect();
+        assert_eq!(many.len(), 10_000);
+    }
+}

@@ -1,0 +1,131 @@
+//! An in-memory store with the same semantics as the DynamoDB one. It protects one process
+//! only, so the function refuses it inside Lambda; it serves local runs and tests.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::time::Duration;
+
+use super::{
+    Begin, ClaimRequest, ClaimState, IdempotencyStore, Lease, LeaseToken, Status, StoreError,
+    claimable, claimed_state, decide, prior_attempt,
+};
+
+#[derive(Debug, Clone, Copy)]
+struct Item {
+    state: ClaimState,
+    token: Option<LeaseToken>,
+}
+
+/// Claims kept in this process's memory.
+#[derive(Debug)]
+pub struct MemoryStore {
+    retention_s: u64,
+    // A std Mutex, not tokio's: it is never held across an await, and it is cheaper.
+    items: Mutex<HashMap<String, Item>>,
+}
+
+impl MemoryStore {
+    /// A store that remembers finished keys for `retention`.
+    pub fn new(retention: Duration) -> Self {
+        Self {
+            retention_s: retention.as_secs(),
+            items: Mutex::default(),
+        }
+    }
+
+    fn items(&self) -> std::sync::MutexGuard<'_, HashMap<String, Item>> {
+        // A panic while the lock was held cannot leave a half-written item (every write is one
+        // insert or remove), so a poisoned lock is still consistent.
+        self.items
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// The state of `key`, as stored (for tests and local tools).
+    pub fn state(&self, key: &str) -> Option<ClaimState> {
+        self.items().get(key).map(|item| item.state)
+    }
+
+    fn expires_at(&self, now_ms: u64) -> u64 {
+        (now_ms / 1_000).saturating_add(self.retention_s)
+    }
+}
+
+impl MemoryStore {
+    /// Applies `change` to the key's item if `lease` holds it, else `LeaseLost`.
+    fn fenced(
+        &self,
+        key: &str,
+        lease: &Lease,
+        change: impl FnOnce(&mut Item),
+    ) -> Result<(), StoreError> {
+        let mut items = self.items();
+        match items.get_mut(key) {
+            Some(item) if item.token == Some(lease.token) => {
+                change(item);
+                Ok(())
+            }
+            _ => Err(StoreError::LeaseLost),
+        }
+    }
+}
+
+impl IdempotencyStore for MemoryStore {
+    async fn begin(&self, request: &ClaimRequest<'_>) -> Result<Begin, StoreError> {
+        let mut items = self.items();
+        let existing = items.get(request.key).map(|item| item.state);
+        if !claimable(existing.as_ref(), request.fingerprint, request.now_ms) {
+            let existing = existing.ok_or_else(|| StoreError::Malformed("vanished item".into()))?;
+            return Ok(decide(&existing, request.fingerprint, request.now_ms));
+        }
+        let lease = Lease {
+            token: LeaseToken::new(),
+            until_ms: request.lease_until_ms,
+        };
+        let item = Item {
+            state: claimed_state(existing.as_ref(), request, self.expires_at(request.now_ms)),
+            token: Some(lease.token),
+        };
+        items.insert(request.key.to_owned(), item);
+        Ok(Begin::Started {
+            lease,
+            prior: prior_attempt(existing.as_ref()),
+        })
+    }
+
+    async fn complete(&self, key: &str, lease: &Lease, now_ms: u64) -> Result<(), StoreError> {
+        let expires_at_s = self.expires_at(now_ms);
+        self.fenced(key, lease, |item| {
+            item.state = ClaimState {
+                status: Status::Completed,
+                expires_at_s,
+                lease_until_ms: 0,
+                first_attempt_ms: None,
+                attempts: 0,
+                ..item.state
+            };
+            item.token = None;
+        })
+    }
+
+    async fn mark_attempted(&self, key: &str, lease: &Lease, at_ms: u64) -> Result<(), StoreError> {
+        let expires_at_s = self.expires_at(at_ms);
+        self.fenced(key, lease, |item| {
+            item.state.status = Status::Attempted;
+            item.state.lease_until_ms = 0;
+            item.state.expires_at_s = expires_at_s;
+            item.token = None;
+        })
+    }
+
+    async fn release(&self, key: &str, lease: &Lease) -> Result<(), StoreError> {
+        let mut items = self.items();
+        match items.get(key) {
+            Some(item) if item.token == Some(lease.token) => {
+                items.remove(key);
+                Ok(())
+            }
+            _ => Err(StoreError::LeaseLost),
+        }
+    }
+}

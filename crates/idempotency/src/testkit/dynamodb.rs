@@ -1,0 +1,98 @@
+//! The DynamoDB store's own cases beyond the contract (feature `testkit-dynamodb`), run against
+//! any DynamoDB-compatible server: give each a client and a fresh table made by
+//! [`create_table`](crate::dynamodb::create_table).
+
+use aws_sdk_dynamodb::Client;
+use aws_sdk_dynamodb::types::AttributeValue::{N, S};
+
+use super::{FP, RETENTION, claim, t0};
+use crate::dynamodb::attr;
+use crate::{Begin, DynamoDbStore, IdempotencyStore, LeaseToken, PriorAttempt};
+
+/// An item left by the version before attempts were recorded (a `PutItem` claim: no
+/// `first_attempt_at`, no `attempts`), whose holder's lease ran out: taken over, its first
+/// attempt is unknown (0, the oldest possible), and stays so across later takeovers instead of
+/// restarting the provider's key window.
+pub async fn a_claim_left_by_the_earlier_version_is_taken_over_with_an_unknown_first_attempt(
+    client: &Client,
+    table: &str,
+) {
+    client
+        .put_item()
+        .table_name(table)
+        .item(attr::KEY, S("legacy".into()))
+        .item(attr::STATUS, S("IN_PROGRESS".into()))
+        .item(attr::LEASE_TOKEN, S(LeaseToken::new().to_string()))
+        .item(attr::LEASE_UNTIL, N((t0() - 1).to_string()))
+        .item(attr::FINGERPRINT, S(FP.to_string()))
+        .item(attr::EXPIRES_AT, N((t0() / 1_000 + 86_400).to_string()))
+        .item(attr::MESSAGE_ID, S("m-old".into()))
+        .item(attr::CLAIMED_AT, N((t0() - 60_000).to_string()))
+        .send()
+        .await
+        .expect("seed an old item");
+    let store = DynamoDbStore::new(client.clone(), table, RETENTION);
+    let lease = match store.begin(&claim("legacy", t0())).await.expect("claim") {
+        Begin::Started { lease, prior } => {
+            assert_eq!(
+                prior,
+                Some(PriorAttempt {
+                    first_attempt_ms: 0,
+                    attempts: 0
+                })
+            );
+            lease
+        }
+        other => panic!("{other:?}"),
+    };
+    store
+        .mark_attempted("legacy", &lease, t0() + 1)
+        .await
+        .expect("mark attempted");
+    match store
+        .begin(&claim("legacy", t0() + 2))
+        .await
+        .expect("claim")
+    {
+        Begin::Started { prior, .. } => assert_eq!(
+            prior,
+            Some(PriorAttempt {
+                first_attempt_ms: 0,
+                attempts: 1
+            })
+        ),
+        other => panic!("{other:?}"),
+    }
+}
+
+/// Two functions share one table: with their own prefixes, the same key is two items, each
+/// with its own claim, and neither sees the other's.
+pub async fn key_prefixes_keep_users_of_a_shared_table_apart(client: &Client, table: &str) {
+    let orders = DynamoDbStore::new(client.clone(), table, RETENTION);
+    let emails = DynamoDbStore::new(client.clone(), table, RETENTION).with_key_prefix("email#");
+    let lease = match orders.begin(&claim("u-1", t0())).await.expect("claim") {
+        Begin::Started { lease, .. } => lease,
+        other => panic!("{other:?}"),
+    };
+    orders
+        .complete("u-1", &lease, t0() + 1)
+        .await
+        .expect("complete");
+    assert!(matches!(
+        emails.begin(&claim("u-1", t0() + 2)).await,
+        Ok(Begin::Started { prior: None, .. })
+    ));
+    let keys: Vec<String> = client
+        .scan()
+        .table_name(table)
+        .send()
+        .await
+        .expect("scan")
+        .items()
+        .iter()
+        .filter_map(|i| i.get(attr::KEY)?.as_s().ok().cloned())
+        .collect();
+    let mut keys = keys;
+    keys.sort();
+    assert_eq!(keys, ["email#u-1", "u-1"]);
+}

@@ -1,0 +1,420 @@
+//! The store contract (feature `testkit`): every store implementation runs these same cases, so
+//! the state machine holds whatever the backend.
+//!
+//! `store_contract_tests!(factory)` expands to one `#[tokio::test]` per case, where `factory` is
+//! an async expression building a fresh, empty store with [`RETENTION`]. The calling crate needs
+//! `tokio` with the `macros` and `rt-multi-thread` features among its dev-dependencies.
+//!
+//! ```ignore
+//! idempotency::store_contract_tests!(async {
+//!     idempotency::MemoryStore::new(idempotency::testkit::RETENTION)
+//! });
+//! ```
+
+#[cfg(feature = "testkit-dynamodb")]
+pub mod dynamodb;
+#[cfg(feature = "testkit-dynamodb")]
+pub mod dynoxide;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::{Begin, ClaimRequest, Fingerprint, IdempotencyStore, Lease, PriorAttempt, StoreError};
+
+/// The retention every store under contract is built with.
+pub const RETENTION: Duration = Duration::from_secs(18 * 86_400);
+/// "Now" for the contract: the real time at the first call, so that a server that deletes
+/// expired items by the real clock sees every item as live unless a case moves past its TTL.
+pub fn t0() -> u64 {
+    static START: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
+    *START.get_or_init(|| lambda_kit::Clock::now_ms(&lambda_kit::SystemClock))
+}
+/// The lease every contract claim asks for.
+pub const LEASE_MS: u64 = 30_000;
+/// The payload fingerprint of the contract's claims.
+pub const FP: Fingerprint = Fingerprint(0x0123_4567_89ab_cdef);
+
+/// A claim of `key` at `now_ms` with [`FP`] and a [`LEASE_MS`] lease.
+pub fn claim(key: &str, now_ms: u64) -> ClaimRequest<'_> {
+    ClaimRequest {
+        key,
+        fingerprint: FP,
+        now_ms,
+        lease_until_ms: now_ms + LEASE_MS,
+        message_id: "msg-1",
+    }
+}
+
+/// A claim that must succeed; its lease.
+pub async fn started<S: IdempotencyStore>(store: &S, request: &ClaimRequest<'_>) -> Lease {
+    started_after(store, request).await.0
+}
+
+/// A claim that must succeed, with the earlier attempt it took over.
+pub async fn started_after<S: IdempotencyStore>(
+    store: &S,
+    request: &ClaimRequest<'_>,
+) -> (Lease, Option<PriorAttempt>) {
+    match store.begin(request).await {
+        Ok(Begin::Started { lease, prior }) => (lease, prior),
+        other => panic!("expected Started, got {other:?}"),
+    }
+}
+
+/// Contract: new key is started.
+pub async fn new_key_is_started<S: IdempotencyStore>(store: S) {
+    let (lease, prior) = started_after(&store, &claim("k", t0())).await;
+    assert_eq!(lease.until_ms, t0() + LEASE_MS);
+    assert_eq!(prior, None, "a fresh key has no earlier attempt");
+}
+
+/// Contract: live lease is busy until its end.
+pub async fn live_lease_is_busy_until_its_end<S: IdempotencyStore>(store: S) {
+    started(&store, &claim("k", t0())).await;
+    let again = store.begin(&claim("k", t0() + 1_000)).await.expect("begin");
+    assert_eq!(
+        again,
+        Begin::Busy {
+            until_ms: t0() + LEASE_MS
+        }
+    );
+}
+
+/// Contract: a live lease with another payload is conflict.
+pub async fn a_live_lease_with_another_payload_is_conflict<S: IdempotencyStore>(store: S) {
+    started(&store, &claim("k", t0())).await;
+    let other = ClaimRequest {
+        fingerprint: Fingerprint(9),
+        ..claim("k", t0() + 1)
+    };
+    assert_eq!(store.begin(&other).await.expect("begin"), Begin::Conflict);
+}
+
+/// Contract: completed key is done.
+pub async fn completed_key_is_done<S: IdempotencyStore>(store: S) {
+    let lease = started(&store, &claim("k", t0())).await;
+    store
+        .complete("k", &lease, t0() + 10)
+        .await
+        .expect("complete");
+    assert_eq!(
+        store.begin(&claim("k", t0() + 20)).await.expect("begin"),
+        Begin::Done
+    );
+}
+
+/// Contract: completed key with another payload is conflict.
+pub async fn completed_key_with_another_payload_is_conflict<S: IdempotencyStore>(store: S) {
+    let lease = started(&store, &claim("k", t0())).await;
+    store
+        .complete("k", &lease, t0() + 10)
+        .await
+        .expect("complete");
+    let other = ClaimRequest {
+        fingerprint: Fingerprint(9),
+        ..claim("k", t0() + 20)
+    };
+    assert_eq!(store.begin(&other).await.expect("begin"), Begin::Conflict);
+}
+
+/// Contract: done is remembered for the retention then forgotten.
+pub async fn done_is_remembered_for_the_retention_then_forgotten<S: IdempotencyStore>(store: S) {
+    let lease = started(&store, &claim("k", t0())).await;
+    store.complete("k", &lease, t0()).await.expect("complete");
+    let retention_ms = RETENTION.as_millis() as u64;
+    let before = store
+        .begin(&claim("k", t0() + retention_ms - 1_000))
+        .await
+        .expect("begin");
+    assert_eq!(before, Begin::Done);
+    // Past its TTL the item counts as absent, even though nothing deleted it, for any payload,
+    // and nothing of the finished work's attempts carries over.
+    let fresh = ClaimRequest {
+        fingerprint: Fingerprint(9),
+        ..claim("k", t0() + retention_ms + 1_000)
+    };
+    let (_, prior) = started_after(&store, &fresh).await;
+    assert_eq!(prior, None);
+}
+
+/// Contract: expired lease is taken over and fences the old holder.
+pub async fn expired_lease_is_taken_over_and_fences_the_old_holder<S: IdempotencyStore>(store: S) {
+    let old = started(&store, &claim("k", t0())).await;
+    let later = t0() + LEASE_MS + 1;
+    let (new, prior) = started_after(&store, &claim("k", later)).await;
+    assert_ne!(old.token, new.token);
+    // The old holder may have done the work before it vanished: the takeover is told so.
+    assert_eq!(
+        prior,
+        Some(PriorAttempt {
+            first_attempt_ms: t0(),
+            attempts: 1
+        })
+    );
+    assert!(matches!(
+        store.mark_attempted("k", &old, later + 1).await,
+        Err(StoreError::LeaseLost)
+    ));
+    assert!(matches!(
+        store.complete("k", &old, later + 1).await,
+        Err(StoreError::LeaseLost)
+    ));
+    assert!(matches!(
+        store.release("k", &old).await,
+        Err(StoreError::LeaseLost)
+    ));
+    // The new holder's item is untouched: still busy for others, and completable by it.
+    assert_eq!(
+        store.begin(&claim("k", later + 2)).await.expect("begin"),
+        Begin::Busy {
+            until_ms: later + LEASE_MS
+        }
+    );
+    store
+        .complete("k", &new, later + 3)
+        .await
+        .expect("new holder completes");
+    assert_eq!(
+        store.begin(&claim("k", later + 4)).await.expect("begin"),
+        Begin::Done
+    );
+}
+
+/// Contract: release lets the next claim start.
+pub async fn release_lets_the_next_claim_start<S: IdempotencyStore>(store: S) {
+    let lease = started(&store, &claim("k", t0())).await;
+    store.release("k", &lease).await.expect("release");
+    started(&store, &claim("k", t0() + 1)).await;
+}
+
+/// Contract: only the holder may release or complete.
+pub async fn only_the_holder_may_release_or_complete<S: IdempotencyStore>(store: S) {
+    let holder = started(&store, &claim("k", t0())).await;
+    let stranger = Lease {
+        token: crate::LeaseToken::new(),
+        ..holder
+    };
+    assert!(matches!(
+        store.release("k", &stranger).await,
+        Err(StoreError::LeaseLost)
+    ));
+    assert!(matches!(
+        store.complete("k", &stranger, t0() + 1).await,
+        Err(StoreError::LeaseLost)
+    ));
+    assert!(matches!(
+        store.begin(&claim("k", t0() + 2)).await,
+        Ok(Begin::Busy { .. })
+    ));
+}
+
+/// Contract: completing a released key fails.
+pub async fn completing_a_released_key_fails<S: IdempotencyStore>(store: S) {
+    let lease = started(&store, &claim("k", t0())).await;
+    store.release("k", &lease).await.expect("release");
+    assert!(matches!(
+        store.complete("k", &lease, t0() + 1).await,
+        Err(StoreError::LeaseLost)
+    ));
+    assert!(matches!(
+        store.release("k", &lease).await,
+        Err(StoreError::LeaseLost)
+    ));
+}
+
+/// Contract: a done key cannot be released.
+pub async fn a_done_key_cannot_be_released<S: IdempotencyStore>(store: S) {
+    let lease = started(&store, &claim("k", t0())).await;
+    store
+        .complete("k", &lease, t0() + 1)
+        .await
+        .expect("complete");
+    assert!(matches!(
+        store.release("k", &lease).await,
+        Err(StoreError::LeaseLost)
+    ));
+    assert_eq!(
+        store.begin(&claim("k", t0() + 2)).await.expect("begin"),
+        Begin::Done
+    );
+}
+
+/// Contract: an expired lease is not taken over by another payload.
+pub async fn an_expired_lease_is_not_taken_over_by_another_payload<S: IdempotencyStore>(store: S) {
+    started(&store, &claim("k", t0())).await;
+    let other = ClaimRequest {
+        fingerprint: Fingerprint(9),
+        ..claim("k", t0() + LEASE_MS + 1)
+    };
+    assert_eq!(store.begin(&other).await.expect("begin"), Begin::Conflict);
+}
+
+/// Contract: an attempted key is taken over at once by its own payload only.
+pub async fn an_attempted_key_is_taken_over_at_once_by_its_own_payload_only<S: IdempotencyStore>(
+    store: S,
+) {
+    let first = started(&store, &claim("k", t0())).await;
+    store
+        .mark_attempted("k", &first, t0() + 10)
+        .await
+        .expect("mark attempted");
+    // The lease ended with the mark: no waiting for it.
+    let other = ClaimRequest {
+        fingerprint: Fingerprint(9),
+        ..claim("k", t0() + 20)
+    };
+    assert_eq!(store.begin(&other).await.expect("begin"), Begin::Conflict);
+    let (second, prior) = started_after(&store, &claim("k", t0() + 30)).await;
+    assert_eq!(
+        prior,
+        Some(PriorAttempt {
+            first_attempt_ms: t0(),
+            attempts: 1
+        })
+    );
+    // The first attempt's time survives every takeover; the attempts are counted.
+    store
+        .mark_attempted("k", &second, t0() + 40)
+        .await
+        .expect("mark attempted");
+    let (third, prior) = started_after(&store, &claim("k", t0() + 50)).await;
+    assert_eq!(
+        prior,
+        Some(PriorAttempt {
+            first_attempt_ms: t0(),
+            attempts: 2
+        })
+    );
+    // A takeover is a claim like any other: busy for the same payload while it lives, and done
+    // once completed.
+    assert!(matches!(
+        store.begin(&claim("k", t0() + 60)).await,
+        Ok(Begin::Busy { .. })
+    ));
+    store
+        .complete("k", &third, t0() + 70)
+        .await
+        .expect("complete");
+    assert_eq!(
+        store.begin(&claim("k", t0() + 80)).await.expect("begin"),
+        Begin::Done
+    );
+}
+
+/// Contract: an attempted key past its ttl still refuses another payload.
+pub async fn an_attempted_key_past_its_ttl_still_refuses_another_payload<S: IdempotencyStore>(
+    store: S,
+) {
+    let lease = started(&store, &claim("k", t0())).await;
+    store
+        .mark_attempted("k", &lease, t0())
+        .await
+        .expect("mark attempted");
+    let late = t0() + RETENTION.as_millis() as u64 + 1_000;
+    let other = ClaimRequest {
+        fingerprint: Fingerprint(9),
+        ..claim("k", late)
+    };
+    assert_eq!(store.begin(&other).await.expect("begin"), Begin::Conflict);
+    let (_, prior) = started_after(&store, &claim("k", late)).await;
+    assert_eq!(prior.map(|p| p.first_attempt_ms), Some(t0()));
+}
+
+/// Contract: only the holder may mark attempted.
+pub async fn only_the_holder_may_mark_attempted<S: IdempotencyStore>(store: S) {
+    let holder = started(&store, &claim("k", t0())).await;
+    let stranger = Lease {
+        token: crate::LeaseToken::new(),
+        ..holder
+    };
+    assert!(matches!(
+        store.mark_attempted("k", &stranger, t0() + 1).await,
+        Err(StoreError::LeaseLost)
+    ));
+    assert!(matches!(
+        store.mark_attempted("absent", &holder, t0() + 1).await,
+        Err(StoreError::LeaseLost)
+    ));
+    store
+        .mark_attempted("k", &holder, t0() + 2)
+        .await
+        .expect("the holder marks");
+    // Marking ended the lease: the holder can no longer complete, release or mark.
+    assert!(matches!(
+        store.complete("k", &holder, t0() + 3).await,
+        Err(StoreError::LeaseLost)
+    ));
+    assert!(matches!(
+        store.release("k", &holder).await,
+        Err(StoreError::LeaseLost)
+    ));
+}
+
+/// Contract: keys are independent.
+pub async fn keys_are_independent<S: IdempotencyStore>(store: S) {
+    started(&store, &claim("a", t0())).await;
+    started(&store, &claim("b", t0())).await;
+}
+
+/// Contract: concurrent claims have exactly one winner.
+pub async fn concurrent_claims_have_exactly_one_winner<S: IdempotencyStore + 'static>(store: S) {
+    let store = Arc::new(store);
+    let tasks: Vec<_> = (0..64)
+        .map(|_| {
+            let store = Arc::clone(&store);
+            tokio::spawn(async move { store.begin(&claim("hot", t0())).await })
+        })
+        .collect();
+    let (mut won, mut busy) = (0, 0);
+    for task in tasks {
+        match task.await.expect("task").expect("begin") {
+            Begin::Started { .. } => won += 1,
+            Begin::Busy { .. } => busy += 1,
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+    assert_eq!((won, busy), (1, 63));
+}
+
+/// One `#[tokio::test]` per contract case, each with a fresh store from `$factory` (an async
+/// expression).
+///
+/// `store_contract_tests!(sequential: $factory)` leaves out the one case that races requests,
+/// for a server that is not a faithful DynamoDB there: moto's server evaluates a condition and
+/// writes without a lock, and under load two of 64 racing claims both win.
+#[macro_export]
+macro_rules! store_contract_tests {
+    ($factory:expr) => {
+        $crate::store_contract_tests!(sequential: $factory);
+        $crate::store_contract_tests!(@cases $factory; concurrent_claims_have_exactly_one_winner,);
+    };
+    (sequential: $factory:expr) => {
+        $crate::store_contract_tests!(@cases $factory;
+            new_key_is_started,
+            live_lease_is_busy_until_its_end,
+            a_live_lease_with_another_payload_is_conflict,
+            completed_key_is_done,
+            completed_key_with_another_payload_is_conflict,
+            done_is_remembered_for_the_retention_then_forgotten,
+            expired_lease_is_taken_over_and_fences_the_old_holder,
+            an_expired_lease_is_not_taken_over_by_another_payload,
+            an_attempted_key_is_taken_over_at_once_by_its_own_payload_only,
+            an_attempted_key_past_its_ttl_still_refuses_another_payload,
+            only_the_holder_may_mark_attempted,
+            release_lets_the_next_claim_start,
+            only_the_holder_may_release_or_complete,
+            completing_a_released_key_fails,
+            a_done_key_cannot_be_released,
+            keys_are_independent,
+        );
+    };
+    (@cases $factory:expr; $($case:ident,)*) => {
+        $(
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn $case() {
+                let store = $factory.await;
+                $crate::testkit::$case(store).await;
+            }
+        )*
+    };
+}

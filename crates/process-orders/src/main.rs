@@ -1,0 +1,74 @@
+//! Wiring only: read the arguments and the configuration, build the ports once, serve.
+#![recursion_limit = "256"]
+
+use std::process::ExitCode;
+
+use lambda_kit::{Clock, SystemClock};
+use lambda_runtime::{Error, LambdaEvent, service_fn};
+use process_orders::app::App;
+use process_orders::cli::{self, Mode};
+use process_orders::config::Config;
+use process_orders::metrics::MetricsSink;
+use serde_json::value::RawValue;
+
+#[tokio::main(flavor = "current_thread")]
+async fn main() -> ExitCode {
+    let mode = match cli::parse_args(std::env::args().skip(1)) {
+        Ok(mode) => mode,
+        Err(e) => return fail(&e, 2),
+    };
+    if mode == Mode::Help {
+        println!("{}", cli::USAGE);
+        return ExitCode::SUCCESS;
+    }
+    // One-shot mode prints the response on stdout, so its logs go to stderr.
+    match mode {
+        Mode::OneShot { .. } => {
+            lambda_runtime::tracing::init_default_subscriber_with_writer(std::io::stderr)
+        }
+        _ => lambda_runtime::tracing::init_default_subscriber(),
+    }
+    let config = match Config::from_env() {
+        Ok(config) => config,
+        Err(e) => return fail(&e, 2),
+    };
+    let app = match App::build(&config).await {
+        // One-shot mode's stdout carries the response, so its metrics go to stderr.
+        Ok(app) if matches!(mode, Mode::OneShot { .. }) => {
+            app.with_metrics_sink(MetricsSink::Stderr)
+        }
+        Ok(app) => app,
+        Err(e) => return fail(&e, 2),
+    };
+    match mode {
+        Mode::OneShot { source } => match cli::run_once(&app, &source).await {
+            Ok(json) => {
+                println!("{json}");
+                ExitCode::SUCCESS
+            }
+            Err(e) => fail(&e, 1),
+        },
+        _ => {
+            let app = &app;
+            // The payload is kept as raw JSON and read borrowed by the app (see sqs::EventView).
+            let handler = service_fn(move |event: LambdaEvent<Box<RawValue>>| async move {
+                let deadline_ms = lambda_kit::clock::invocation_deadline(
+                    event.context.deadline,
+                    SystemClock.now_ms(),
+                );
+                app.handle_json(event.payload.get(), deadline_ms)
+                    .await
+                    .map_err(Error::from)
+            });
+            match lambda_runtime::run(handler).await {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) => fail(e.as_ref(), 1),
+            }
+        }
+    }
+}
+
+fn fail(error: &dyn std::error::Error, code: u8) -> ExitCode {
+    eprintln!("process-orders: {}", lambda_kit::error_chain(error));
+    ExitCode::from(code)
+}

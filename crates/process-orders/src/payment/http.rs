@@ -1,0 +1,657 @@
+//! The HTTP payment gateway: `POST {PAYMENT_API_URL}/charges` with the order id as the
+//! `Idempotency-Key`, and `GET {PAYMENT_API_URL}/charges/{key}` to look a key up.
+//!
+//! How each answer to a charge is read (what it proves decides what the store keeps):
+//! - 2xx whose JSON says `"status": "succeeded"`: charged. `"pending"`/`"processing"`: in flight;
+//!   `"failed"`: declined. Any other 2xx (no body, not JSON, a proxy's page, cut off) proves
+//!   nothing: ambiguous.
+//! - 409: a request with this key is still being processed (IETF draft): in flight, never
+//!   charged-yet, with `Retry-After` when given.
+//! - 402, or 400/422 with the provider's JSON: declined; 400/422 whose JSON names an idempotency
+//!   error: the key was used with another payload.
+//! - 408, 429, 5xx, a timeout after sending, a reset: ambiguous.
+//! - refused connections, DNS, TLS, a connect timeout: not sent.
+//! - anything else (401, 403, 404, 405, 407, 3xx, other 4xx, a 400/422 that is not the
+//!   provider's JSON): our configuration is wrong. Redirects are never followed for a charge.
+
+use std::fmt;
+use std::time::Duration;
+
+use reqwest::StatusCode;
+use reqwest::header::{CONTENT_TYPE, HeaderMap, HeaderValue, RETRY_AFTER};
+use serde::Serialize;
+
+use super::{ChargeRequest, ChargeStatus, PaymentError, PaymentGateway};
+
+/// The longest provider reason kept for the log.
+const REASON_MAX: usize = 200;
+/// The most of an answer's body that is read. A provider's JSON is small; anything larger is
+/// not it (a proxy's page, a misrouted download) and is not worth the memory.
+pub const MAX_BODY_BYTES: usize = 64 * 1024;
+
+/// A secret that never shows in `Debug` output or logs.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Secret(String);
+
+impl Secret {
+    pub fn new(value: impl Into<String>) -> Self {
+        Self(value.into())
+    }
+
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Debug for Secret {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("Secret(***)")
+    }
+}
+
+/// How to reach the provider.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HttpSettings {
+    /// The API base; charges go to `{base}/charges`.
+    pub base_url: reqwest::Url,
+    /// Sent as `Authorization: Bearer <key>` when set.
+    pub api_key: Option<Secret>,
+    pub connect_timeout: Duration,
+    /// The whole request, response body included.
+    pub timeout: Duration,
+}
+
+/// Why the HTTP client could not be built.
+#[derive(Debug, thiserror::Error)]
+pub enum HttpSetupError {
+    #[error("PAYMENT_API_URL cannot take a /charges path")]
+    Url(#[source] url::ParseError),
+    #[error("PAYMENT_API_KEY is not a valid header value")]
+    ApiKey,
+    #[error("the HTTP client could not be built")]
+    Client(#[source] reqwest::Error),
+    #[error("the TLS configuration could not be built")]
+    Tls(#[source] rustls::Error),
+}
+
+#[derive(Debug)]
+pub struct HttpGateway {
+    client: reqwest::Client,
+    charges_url: reqwest::Url,
+    authorization: Option<HeaderValue>,
+}
+
+#[derive(Serialize)]
+struct ChargeBody<'a> {
+    order_id: &'a str,
+    amount: f64,
+}
+
+impl HttpGateway {
+    /// Builds the client once per container. No connection is opened here.
+    pub fn new(settings: &HttpSettings) -> Result<Self, HttpSetupError> {
+        let mut base = settings.base_url.clone();
+        if !base.path().ends_with('/') {
+            base.set_path(&format!("{}/", base.path()));
+        }
+        let charges_url = base.join("charges").map_err(HttpSetupError::Url)?;
+        let authorization = match &settings.api_key {
+            None => None,
+            Some(key) => {
+                let mut value = HeaderValue::from_str(&format!("Bearer {}", key.expose()))
+                    .map_err(|_| HttpSetupError::ApiKey)?;
+                value.set_sensitive(true);
+                Some(value)
+            }
+        };
+        let tls = crate::tls::client_config().map_err(HttpSetupError::Tls)?;
+        let client = reqwest::Client::builder()
+            .tls_backend_preconfigured(tls)
+            .connect_timeout(settings.connect_timeout)
+            .timeout(settings.timeout)
+            // A charge is never replayed to another URL behind our back.
+            .redirect(reqwest::redirect::Policy::none())
+            .build()
+            .map_err(HttpSetupError::Client)?;
+        Ok(Self {
+            client,
+            charges_url,
+            authorization,
+        })
+    }
+}
+
+impl HttpGateway {
+    fn authorized(&self, call: reqwest::RequestBuilder) -> reqwest::RequestBuilder {
+        match &self.authorization {
+            Some(authorization) => {
+                call.header(reqwest::header::AUTHORIZATION, authorization.clone())
+            }
+            None => call,
+        }
+    }
+}
+
+/// An answer: its status, `Retry-After`, and its body unless it could not be read whole (cut
+/// off, over [`MAX_BODY_BYTES`], not UTF-8).
+async fn read_answer(
+    response: reqwest::Response,
+) -> (StatusCode, Option<Duration>, Option<String>) {
+    let status = response.status();
+    let retry_after = retry_after(response.headers());
+    (status, retry_after, read_bounded(response).await)
+}
+
+async fn read_bounded(mut response: reqwest::Response) -> Option<String> {
+    let mut bytes = Vec::new();
+    while let Some(chunk) = response.chunk().await.ok()? {
+        if bytes.len() + chunk.len() > MAX_BODY_BYTES {
+            return None;
+        }
+        bytes.extend_from_slice(&chunk);
+    }
+    String::from_utf8(bytes).ok()
+}
+
+/// `Retry-After` in delta-seconds (the HTTP-date form is ignored: the backoff applies).
+fn retry_after(headers: &HeaderMap) -> Option<Duration> {
+    let seconds: u64 = headers
+        .get(RETRY_AFTER)?
+        .to_str()
+        .ok()?
+        .trim()
+        .parse()
+        .ok()?;
+    Some(Duration::from_secs(seconds))
+}
+
+impl PaymentGateway for HttpGateway {
+    async fn charge(&self, request: &ChargeRequest<'_>) -> Result<(), PaymentError> {
+        let body = serde_json::to_vec(&ChargeBody {
+            order_id: request.order_id,
+            amount: request.amount,
+        })
+        .map_err(|e| PaymentError::NotSent {
+            reason: "the charge could not be encoded".into(),
+            source: Some(Box::new(e)),
+        })?;
+        let call = self
+            .client
+            .post(self.charges_url.clone())
+            .header("Idempotency-Key", request.idempotency_key)
+            .header(CONTENT_TYPE, "application/json")
+            .body(body);
+        let response = self
+            .authorized(call)
+            .send()
+            .await
+            .map_err(transport_error)?;
+        let (status, retry_after, body) = read_answer(response).await;
+        classify(status, retry_after, body.as_deref())
+    }
+
+    async fn lookup(&self, request: &ChargeRequest<'_>) -> Result<ChargeStatus, PaymentError> {
+        let mut url = self.charges_url.clone();
+        url.path_segments_mut()
+            .map_err(|()| PaymentError::NotSent {
+                reason: "PAYMENT_API_URL cannot take a path".into(),
+                source: None,
+            })?
+            .push(request.idempotency_key);
+        let response = self
+            .authorized(self.client.get(url))
+            .send()
+            .await
+            .map_err(transport_error)?;
+        let (status, _, body) = read_answer(response).await;
+        classify_lookup(status, request.amount, body.as_deref())
+    }
+}
+
+/// The provider's JSON: an object.
+fn provider_json(body: Option<&str>) -> Option<serde_json::Map<String, serde_json::Value>> {
+    match serde_json::from_str(body?) {
+        Ok(serde_json::Value::Object(map)) => Some(map),
+        _ => None,
+    }
+}
+
+/// The `status` field of the provider's JSON.
+fn status_field(json: &serde_json::Map<String, serde_json::Value>) -> Option<&str> {
+    json.get("status").and_then(serde_json::Value::as_str)
+}
+
+/// The decision for a provider's answer to a charge.
+pub fn classify(
+    status: StatusCode,
+    retry_after: Option<Duration>,
+    body: Option<&str>,
+) -> Result<(), PaymentError> {
+    let code = status.as_u16();
+    if status.is_success() {
+        let json = provider_json(body);
+        return match json.as_ref().and_then(status_field) {
+            Some("succeeded") => Ok(()),
+            Some("pending" | "processing") => Err(PaymentError::InFlight { retry_after }),
+            Some("failed") => Err(PaymentError::Declined {
+                status: Some(code),
+                reason: short_reason(status, body),
+            }),
+            _ => Err(PaymentError::Ambiguous {
+                reason: format!(
+                    "HTTP {code} without the provider's JSON (body {})",
+                    match body {
+                        None => "unreadable".to_owned(),
+                        Some(text) => format!("of {} bytes", text.len()),
+                    }
+                ),
+                source: None,
+            }),
+        };
+    }
+    match code {
+        409 => Err(PaymentError::InFlight { retry_after }),
+        402 => Err(PaymentError::Declined {
+            status: Some(code),
+            reason: short_reason(status, body),
+        }),
+        400 | 422 => match provider_json(body) {
+            Some(json) if names(&json, &["idempotency"]) => Err(PaymentError::KeyReused {
+                status: Some(code),
+                reason: short_reason(status, body),
+            }),
+            Some(json) if is_decline(&json) => Err(PaymentError::Declined {
+                status: Some(code),
+                reason: short_reason(status, body),
+            }),
+            // Anything else is not a decline of this order: a missing parameter, a validator or
+            // a WAF in front of the provider, a contract change. Our setup, never POISON.
+            _ => Err(misconfigured(status, body)),
+        },
+        _ => Err(unanswered(status, body)),
+    }
+}
+
+/// The decision for a provider's answer to a lookup of `amount`'s charge.
+pub fn classify_lookup(
+    status: StatusCode,
+    amount: f64,
+    body: Option<&str>,
+) -> Result<ChargeStatus, PaymentError> {
+    let json = provider_json(body);
+    let found = match (status.as_u16(), json.as_ref().map(status_field)) {
+        (200, Some(Some("succeeded"))) => ChargeStatus::Succeeded,
+        (200, Some(Some("failed"))) => ChargeStatus::Failed,
+        (200, Some(Some("pending" | "processing"))) | (409, _) => ChargeStatus::Pending,
+        // Only the provider's own "no such charge" counts. A 404 may just as well be a missing
+        // route (an API gateway answers those in JSON too), and reading that as "never charged"
+        // would charge again.
+        (404, _) if json.as_ref().is_some_and(names_missing_charge) => {
+            return Ok(ChargeStatus::Unknown);
+        }
+        (200..=299 | 404, _) => {
+            return Err(PaymentError::Ambiguous {
+                reason: format!("lookup answered HTTP {status} without a known status"),
+                source: None,
+            });
+        }
+        _ => return Err(unanswered(status, body)),
+    };
+    // A charge under our key for another amount is not this order's charge.
+    let charged = json
+        .as_ref()
+        .and_then(|j| j.get("amount"))
+        .and_then(serde_json::Value::as_f64);
+    match charged {
+        Some(charged) if charged != amount => Err(PaymentError::KeyReused {
+            status: Some(status.as_u16()),
+            reason: format!("the provider's charge under this key is for {charged}"),
+        }),
+        _ => Ok(found),
+    }
+}
+
+/// A status that is neither an answer nor a refusal of the charge itself.
+fn unanswered(status: StatusCode, body: Option<&str>) -> PaymentError {
+    match status.as_u16() {
+        408 | 429 | 500..=599 => PaymentError::Ambiguous {
+            reason: format!("HTTP {}", status.as_u16()),
+            source: None,
+        },
+        _ => misconfigured(status, body),
+    }
+}
+
+fn misconfigured(status: StatusCode, body: Option<&str>) -> PaymentError {
+    PaymentError::Misconfigured {
+        status: Some(status.as_u16()),
+        reason: short_reason(status, body),
+    }
+}
+
+/// Whether the provider's error type or code (`type`, `code`, `error.type`, `error.code`)
+/// contains one of `words` (Stripe: `error.type` `idempotency_error`, `card_error`; others put
+/// it in `code`).
+fn names(json: &serde_json::Map<String, serde_json::Value>, words: &[&str]) -> bool {
+    let error = json.get("error");
+    [
+        json.get("type"),
+        json.get("code"),
+        error.and_then(|e| e.get("type")),
+        error.and_then(|e| e.get("code")),
+    ]
+    .into_iter()
+    .flatten()
+    .filter_map(serde_json::Value::as_str)
+    .map(str::to_ascii_lowercase)
+    .any(|text| words.iter().any(|word| text.contains(word)))
+}
+
+/// Whether a 400/422 body is the provider declining the payment (a `card_error`, a code or type
+/// naming a decline, or a `decline_code`), as opposed to refusing our request.
+fn is_decline(json: &serde_json::Map<String, serde_json::Value>) -> bool {
+    let decline_code = json
+        .get("decline_code")
+        .or_else(|| json.get("error").and_then(|e| e.get("decline_code")));
+    decline_code.is_some() || names(json, &["card_error", "declin"])
+}
+
+/// Whether a 404 body is the provider's "no charge with this key" (`status: not_found`, or a
+/// code such as Stripe's `resource_missing`).
+fn names_missing_charge(json: &serde_json::Map<String, serde_json::Value>) -> bool {
+    status_field(json) == Some("not_found")
+        || names(json, &["resource_missing", "charge_not_found", "not_found"])
+}
+
+fn transport_error(error: reqwest::Error) -> PaymentError {
+    // The provider's certificate was refused (expired, another host's, an unknown issuer): the
+    // URL or the provider's setup is wrong, which no retry of the message fixes.
+    if let Some(certificate) = certificate_error(&error) {
+        return PaymentError::Misconfigured {
+            status: None,
+            reason: format!("the endpoint's TLS certificate was refused: {certificate}"),
+        };
+    }
+    // A connect error (refused, DNS, TLS, connect timeout) or a request that could not be built
+    // never reached the provider. Anything later went out, and may have been applied.
+    let not_sent = if error.is_connect() {
+        Some("connection failed")
+    } else if error.is_builder() {
+        Some("the request could not be built")
+    } else {
+        None
+    };
+    let timed_out = error.is_timeout();
+    // Without the URL: it is configuration, not news, and keeps logs short.
+    let source: Option<Box<dyn std::error::Error + Send + Sync>> =
+        Some(Box::new(error.without_url()));
+    match not_sent {
+        Some(reason) => PaymentError::NotSent {
+            reason: reason.into(),
+            source,
+        },
+        None => PaymentError::Ambiguous {
+            reason: if timed_out {
+                "timed out after sending"
+            } else {
+                "request failed"
+            }
+            .into(),
+            source,
+        },
+    }
+}
+
+/// The rustls certificate error somewhere in `error`'s sources, if any.
+fn certificate_error(error: &reqwest::Error) -> Option<String> {
+    let mut next = std::error::Error::source(error);
+    while let Some(e) = next {
+        if let Some(rustls::Error::InvalidCertificate(reason)) = e.downcast_ref() {
+            return Some(format!("{reason:?}"));
+        }
+        // The TLS stream reports rustls' error inside io::Errors, whose own `source()` skips
+        // the error they wrap: step into it instead.
+        next = match e
+            .downcast_ref::<std::io::Error>()
+            .and_then(std::io::Error::get_ref)
+        {
+            Some(inner) => Some(inner as &(dyn std::error::Error + 'static)),
+            None => e.source(),
+        };
+    }
+    None
+}
+
+/// A short reason from a provider's error body (`message`, `error.message`, `error` or
+/// `reason`), else the status text.
+fn short_reason(status: StatusCode, body: Option<&str>) -> String {
+    let from_body = body
+        .and_then(|b| serde_json::from_str::<serde_json::Value>(b).ok())
+        .and_then(|v| {
+            [
+                v.get("message"),
+                v.get("error").and_then(|e| e.get("message")),
+                v.get("error"),
+                v.get("reason"),
+            ]
+            .into_iter()
+            .flatten()
+            .find_map(|field| field.as_str().map(str::to_owned))
+        });
+    let reason =
+        from_body.unwrap_or_else(|| status.canonical_reason().unwrap_or("rejected").to_owned());
+    match reason.char_indices().nth(REASON_MAX) {
+        Some((cut, _)) => format!("{}...", &reason[..cut]),
+        None => reason,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn status(code: u16) -> StatusCode {
+        StatusCode::from_u16(code).expect("status")
+    }
+
+    fn charge(code: u16, body: &str) -> Result<(), PaymentError> {
+        classify(status(code), None, Some(body))
+    }
+
+    const SUCCEEDED: &str = r#"{"id":"ch_1","status":"succeeded"}"#;
+
+    #[test]
+    fn every_answer_has_its_decision() {
+        let kind = |r: Result<(), PaymentError>| match r {
+            Ok(()) => "charged",
+            Err(PaymentError::NotSent { .. }) => "not sent",
+            Err(PaymentError::Ambiguous { .. }) => "ambiguous",
+            Err(PaymentError::InFlight { .. }) => "in flight",
+            Err(PaymentError::Declined { .. }) => "declined",
+            Err(PaymentError::KeyReused { .. }) => "key reused",
+            Err(PaymentError::Misconfigured { .. }) => "misconfigured",
+        };
+        let declined = r#"{"error":{"type":"card_error","message":"card declined"}}"#;
+        let reused = r#"{"error":{"type":"idempotency_error","message":"reused"}}"#;
+        let invalid = r#"{"error":{"type":"invalid_request_error","message":"Missing currency"}}"#;
+        let cases: &[(u16, &str, &str)] = &[
+            (200, SUCCEEDED, "charged"),
+            (201, SUCCEEDED, "charged"),
+            (202, r#"{"status":"pending"}"#, "in flight"),
+            (200, r#"{"status":"processing"}"#, "in flight"),
+            (200, r#"{"status":"failed"}"#, "declined"),
+            (200, "<html>ok</html>", "ambiguous"),
+            (200, "", "ambiguous"),
+            (204, "", "ambiguous"),
+            (200, r#"{"id":"ch_1"}"#, "ambiguous"),
+            (200, r#"{"status":"refunded"}"#, "ambiguous"),
+            (409, "{}", "in flight"),
+            (402, "", "declined"),
+            (402, declined, "declined"),
+            (400, declined, "declined"),
+            (422, declined, "declined"),
+            (
+                422,
+                r#"{"code":"insufficient_funds","decline_code":"x"}"#,
+                "declined",
+            ),
+            (400, r#"{"code":"payment_declined"}"#, "declined"),
+            // The provider's JSON, but no decline: our request is wrong, not the payment.
+            (400, invalid, "misconfigured"),
+            (
+                400,
+                r#"{"message":"Invalid request body"}"#,
+                "misconfigured",
+            ),
+            (422, reused, "key reused"),
+            (400, r#"{"code":"idempotency_key_in_use"}"#, "key reused"),
+            (400, "<html>bad request</html>", "misconfigured"),
+            (422, "", "misconfigured"),
+            (408, "", "ambiguous"),
+            (429, "", "ambiguous"),
+            (500, "", "ambiguous"),
+            (502, "", "ambiguous"),
+            (503, "", "ambiguous"),
+            (504, "", "ambiguous"),
+            (401, "", "misconfigured"),
+            (403, "", "misconfigured"),
+            (404, "", "misconfigured"),
+            (405, "", "misconfigured"),
+            (407, "", "misconfigured"),
+            (410, "", "misconfigured"),
+            (301, "", "misconfigured"),
+            (302, "", "misconfigured"),
+            (101, "", "misconfigured"),
+        ];
+        for (code, body, expected) in cases {
+            assert_eq!(kind(charge(*code, body)), *expected, "{code} {body}");
+        }
+        assert_eq!(kind(classify(status(200), None, None)), "ambiguous");
+    }
+
+    #[test]
+    fn only_a_failure_that_went_out_may_have_charged() {
+        use idempotency::guard::Effect;
+        for (code, effect) in [
+            (504, Effect::Maybe),
+            (409, Effect::Maybe),
+            // A 303 See Other may follow a POST the provider did process.
+            (303, Effect::Maybe),
+            (402, Effect::None),
+            (401, Effect::None),
+        ] {
+            assert_eq!(
+                charge(code, "").expect_err("failed").effect(),
+                effect,
+                "{code}"
+            );
+        }
+    }
+
+    #[test]
+    fn in_flight_carries_retry_after() {
+        let mut headers = HeaderMap::new();
+        headers.insert(RETRY_AFTER, HeaderValue::from_static("7"));
+        let wait = retry_after(&headers);
+        assert_eq!(wait, Some(Duration::from_secs(7)));
+        match classify(status(409), wait, Some("{}")) {
+            Err(PaymentError::InFlight { retry_after }) => {
+                assert_eq!(retry_after, Some(Duration::from_secs(7)))
+            }
+            other => panic!("{other:?}"),
+        }
+        headers.insert(
+            RETRY_AFTER,
+            HeaderValue::from_static("Wed, 21 Oct 2015 07:28:00 GMT"),
+        );
+        assert_eq!(retry_after(&headers), None);
+    }
+
+    #[test]
+    fn a_lookup_answer_has_its_meaning() {
+        let lookup = |code, body: &str| classify_lookup(status(code), 10.0, Some(body));
+        assert_eq!(
+            lookup(200, r#"{"status":"succeeded","amount":10}"#).ok(),
+            Some(ChargeStatus::Succeeded)
+        );
+        assert_eq!(
+            lookup(200, r#"{"status":"failed"}"#).ok(),
+            Some(ChargeStatus::Failed)
+        );
+        assert_eq!(
+            lookup(200, r#"{"status":"pending"}"#).ok(),
+            Some(ChargeStatus::Pending)
+        );
+        assert_eq!(lookup(409, "{}").ok(), Some(ChargeStatus::Pending));
+        for missing in [
+            r#"{"error":{"code":"resource_missing","message":"No such charge"}}"#,
+            r#"{"status":"not_found"}"#,
+        ] {
+            assert_eq!(
+                lookup(404, missing).ok(),
+                Some(ChargeStatus::Unknown),
+                "{missing}"
+            );
+        }
+        // A 404 that is not the provider's "no such charge" (a missing route, an API gateway's
+        // JSON) cannot tell: never read as "never charged".
+        for foreign in ["Not Found", r#"{"message":"Not Found"}"#, ""] {
+            assert!(lookup(404, foreign).is_err(), "{foreign}");
+        }
+        // A charge under the key for another amount is not this order's.
+        assert!(matches!(
+            lookup(200, r#"{"status":"succeeded","amount":11}"#),
+            Err(PaymentError::KeyReused { .. })
+        ));
+        assert!(matches!(
+            lookup(200, "<html>"),
+            Err(PaymentError::Ambiguous { .. })
+        ));
+        assert!(matches!(
+            lookup(503, ""),
+            Err(PaymentError::Ambiguous { .. })
+        ));
+        assert!(matches!(
+            lookup(401, ""),
+            Err(PaymentError::Misconfigured { .. })
+        ));
+    }
+
+    #[test]
+    fn the_reason_comes_from_the_body_and_is_short() {
+        let err = charge(402, r#"{"error":{"message":"card declined"}}"#).expect_err("declined");
+        assert_eq!(
+            err.to_string(),
+            "payment declined (HTTP 402): card declined"
+        );
+        let long = format!(
+            r#"{{"code":"card_declined","message":"{}"}}"#,
+            "x".repeat(1_000)
+        );
+        match charge(400, &long) {
+            Err(PaymentError::Declined { reason, .. }) => assert_eq!(reason.len(), REASON_MAX + 3),
+            other => panic!("{other:?}"),
+        }
+        match charge(404, "not json") {
+            Err(PaymentError::Misconfigured { reason, .. }) => assert_eq!(reason, "Not Found"),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn secrets_do_not_show_in_debug_output() {
+        let settings = HttpSettings {
+            base_url: "https://pay.example/v1".parse().expect("url"),
+            api_key: Some(Secret::new("sk_live_SECRET")),
+            connect_timeout: Duration::from_secs(1),
+            timeout: Duration::from_secs(5),
+        };
+        assert!(!format!("{settings:?}").contains("SECRET"));
+        let gateway = HttpGateway::new(&settings).expect("gateway");
+        assert!(!format!("{gateway:?}").contains("SECRET"));
+        assert_eq!(
+            gateway.charges_url.as_str(),
+            "https://pay.example/v1/charges"
+        );
+    }
+}

@@ -1,0 +1,699 @@
+//! `template.yaml` holds the settings that, wrong, lose data or loop forever. Each test is one
+//! such rule; the values the code depends on come from the code's own constants.
+
+use std::collections::BTreeSet;
+
+use idempotency::dynamodb::{ACTIONS, KEY_ATTRIBUTE, TTL_ATTRIBUTE};
+use serde_yaml_ng::Value;
+use sqs_batch::visibility::sqs::ACTIONS as VISIBILITY_ACTIONS;
+
+fn template() -> Value {
+    let text = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../template.yaml"))
+        .unwrap();
+    // serde_yaml_ng keeps CloudFormation short tags (!Ref, !GetAtt, !Sub, ...) as tagged values.
+    serde_yaml_ng::from_str(&text).expect("template.yaml parses")
+}
+
+fn resources_of_type<'a>(t: &'a Value, kind: &str) -> Vec<(&'a str, &'a Value)> {
+    t["Resources"]
+        .as_mapping()
+        .unwrap()
+        .iter()
+        .filter(|(_, r)| r["Type"].as_str() == Some(kind))
+        .map(|(name, r)| (name.as_str().unwrap(), &r["Properties"]))
+        .collect()
+}
+
+fn resource<'a>(t: &'a Value, name: &str) -> &'a Value {
+    let r = &t["Resources"][name];
+    assert!(!r.is_null(), "resource {name} missing");
+    &r["Properties"]
+}
+
+/// `(tag, value)` of a short-tag form such as `!Ref X`.
+fn tagged(v: &Value) -> Option<(String, &Value)> {
+    match v {
+        Value::Tagged(t) => Some((t.tag.to_string(), &t.value)),
+        _ => None,
+    }
+}
+
+/// A number, following `!Ref Parameter` to the parameter's default.
+fn number(t: &Value, v: &Value) -> f64 {
+    match tagged(v) {
+        Some((tag, inner)) if tag == "!Ref" => {
+            let param = &t["Parameters"][inner.as_str().unwrap()];
+            assert!(!param.is_null(), "!Ref {inner:?} is not a parameter");
+            number(t, &param["Default"])
+        }
+        Some((tag, _)) => panic!("cannot evaluate {tag}"),
+        None => match v {
+            Value::Number(n) => n.as_f64().unwrap(),
+            Value::String(s) => s
+                .parse()
+                .unwrap_or_else(|_| panic!("{s:?} is not a number")),
+            other => panic!("not a number: {other:?}"),
+        },
+    }
+}
+
+/// The parameter a value refers to, if it is `!Ref Parameter`.
+fn parameter<'a>(t: &'a Value, v: &Value) -> Option<&'a Value> {
+    match tagged(v) {
+        Some((tag, inner)) if tag == "!Ref" => t["Parameters"].get(inner.as_str()?),
+        _ => None,
+    }
+}
+
+/// The logical id a `!GetAtt X.Arn` or `!Ref X` points at.
+fn target(v: &Value) -> String {
+    let (_, inner) = tagged(v).expect("a short-tag reference");
+    inner
+        .as_str()
+        .unwrap()
+        .split('.')
+        .next()
+        .unwrap()
+        .to_owned()
+}
+
+fn function(t: &Value) -> &Value {
+    let functions = resources_of_type(t, "AWS::Serverless::Function");
+    assert_eq!(functions.len(), 1);
+    functions[0].1
+}
+
+fn mappings(t: &Value) -> Vec<&Value> {
+    resources_of_type(t, "AWS::Lambda::EventSourceMapping")
+        .into_iter()
+        .map(|(_, p)| p)
+        .collect()
+}
+
+fn source_queues(t: &Value) -> Vec<(&str, &Value)> {
+    resources_of_type(t, "AWS::SQS::Queue")
+        .into_iter()
+        .filter(|(_, q)| !q["RedrivePolicy"].is_null())
+        .collect()
+}
+
+#[test]
+fn the_function_is_arm64_al2023_built_by_cargo_lambda() {
+    let t = template();
+    let f = &t["Resources"]["OrdersFunction"];
+    assert_eq!(f["Properties"]["Runtime"].as_str(), Some("provided.al2023"));
+    assert_eq!(f["Properties"]["Architectures"][0].as_str(), Some("arm64"));
+    assert_eq!(f["Properties"]["Handler"].as_str(), Some("bootstrap"));
+    assert_eq!(
+        f["Metadata"]["BuildMethod"].as_str(),
+        Some("rust-cargolambda")
+    );
+    assert_eq!(
+        f["Metadata"]["BuildProperties"]["Binary"].as_str(),
+        Some("process-orders")
+    );
+}
+
+/// Visibility timeout >= 6 x function timeout + batching window, for every allowed timeout.
+#[test]
+fn queue_visibility_covers_six_function_timeouts_plus_the_window() {
+    let t = template();
+    let window_max = number(&t, &t["Parameters"]["BatchingWindow"]["MaxValue"]);
+    let allowed = t["Parameters"]["FunctionTimeout"]["AllowedValues"]
+        .as_sequence()
+        .expect("enumerated timeouts");
+    let table = &t["Mappings"]["VisibilityTimeout"];
+    for timeout in allowed {
+        let timeout = number(&t, timeout);
+        let visibility = number(&t, &table[timeout.to_string().as_str()]["Seconds"]);
+        assert!(
+            visibility >= 6.0 * timeout + window_max,
+            "timeout {timeout}: visibility {visibility}"
+        );
+    }
+    for (name, queue) in source_queues(&t) {
+        let (tag, args) =
+            tagged(&queue["VisibilityTimeout"]).unwrap_or_else(|| panic!("{name}: not derived"));
+        assert_eq!(tag, "!FindInMap", "{name}");
+        assert_eq!(args[0].as_str(), Some("VisibilityTimeout"), "{name}");
+        assert_eq!(
+            tagged(&args[1]).map(|(tag, v)| (tag, v.as_str().map(str::to_owned))),
+            Some(("!Ref".into(), Some("FunctionTimeout".into())))
+        );
+    }
+    assert_eq!(
+        number(&t, &function(&t)["Timeout"]),
+        number(&t, &t["Parameters"]["FunctionTimeout"]["Default"])
+    );
+}
+
+#[test]
+fn max_receive_count_is_at_least_five() {
+    let t = template();
+    let queues = source_queues(&t);
+    assert_eq!(queues.len(), 2, "a standard and a FIFO source queue");
+    for (name, queue) in queues {
+        let count = &queue["RedrivePolicy"]["maxReceiveCount"];
+        assert!(number(&t, count) >= 5.0, "{name}");
+        if let Some(param) = parameter(&t, count) {
+            assert!(
+                number(&t, &param["MinValue"]) >= 5.0,
+                "{name}: the parameter allows less than 5"
+            );
+        }
+    }
+}
+
+#[test]
+fn each_queue_has_its_own_dlq_of_the_same_kind_kept_14_days_and_longer_than_the_source() {
+    let t = template();
+    let mut dlqs = BTreeSet::new();
+    for (name, queue) in source_queues(&t) {
+        let dlq_name = target(&queue["RedrivePolicy"]["deadLetterTargetArn"]);
+        let dlq = resource(&t, &dlq_name);
+        assert!(dlqs.insert(dlq_name.clone()), "{dlq_name} shared");
+        assert_eq!(
+            number(&t, &dlq["MessageRetentionPeriod"]),
+            1_209_600.0,
+            "{dlq_name}"
+        );
+        assert!(
+            number(&t, &dlq["MessageRetentionPeriod"])
+                > number(&t, &queue["MessageRetentionPeriod"]),
+            "{name}"
+        );
+        assert_eq!(
+            queue["FifoQueue"].as_bool().unwrap_or(false),
+            dlq["FifoQueue"].as_bool().unwrap_or(false),
+            "{name} / {dlq_name}"
+        );
+        assert_eq!(
+            queue["SqsManagedSseEnabled"].as_bool(),
+            Some(true),
+            "{name}"
+        );
+        assert_eq!(
+            dlq["SqsManagedSseEnabled"].as_bool(),
+            Some(true),
+            "{dlq_name}"
+        );
+    }
+}
+
+#[test]
+fn batch_sizes_fit_their_queue_kind() {
+    let t = template();
+    let maps = mappings(&t);
+    assert_eq!(maps.len(), 2);
+    for m in maps {
+        let queue = resource(&t, &target(&m["EventSourceArn"]));
+        let fifo = queue["FifoQueue"].as_bool().unwrap_or(false);
+        let size = &m["BatchSize"];
+        let window = &m["MaximumBatchingWindowInSeconds"];
+        if fifo {
+            assert!(number(&t, size) <= 10.0);
+            if let Some(param) = parameter(&t, size) {
+                assert!(
+                    number(&t, &param["MaxValue"]) <= 10.0,
+                    "FIFO batch parameter allows > 10"
+                );
+            }
+            assert!(window.is_null(), "FIFO mappings take no batching window");
+        } else if number(&t, size) > 10.0 {
+            assert!(
+                number(&t, window) >= 1.0,
+                "batch size > 10 needs a batching window >= 1 s"
+            );
+        }
+        assert!(
+            !t["Rules"]["BatchSizeAboveTenNeedsWindow"].is_null(),
+            "the rule guarding other parameter values"
+        );
+    }
+}
+
+#[test]
+fn every_mapping_reports_batch_item_failures_and_caps_concurrency() {
+    let t = template();
+    for m in mappings(&t) {
+        let types: Vec<_> = m["FunctionResponseTypes"]
+            .as_sequence()
+            .unwrap()
+            .iter()
+            .filter_map(Value::as_str)
+            .collect();
+        assert_eq!(types, ["ReportBatchItemFailures"]);
+        assert!(number(&t, &m["ScalingConfig"]["MaximumConcurrency"]) >= 2.0);
+    }
+}
+
+#[test]
+fn the_table_matches_what_the_store_writes() {
+    let t = template();
+    let tables = resources_of_type(&t, "AWS::DynamoDB::Table");
+    assert_eq!(tables.len(), 1);
+    let table = tables[0].1;
+    let keys = table["KeySchema"].as_sequence().unwrap();
+    assert_eq!(keys.len(), 1);
+    assert_eq!(keys[0]["AttributeName"].as_str(), Some(KEY_ATTRIBUTE));
+    assert_eq!(keys[0]["KeyType"].as_str(), Some("HASH"));
+    let defs = table["AttributeDefinitions"].as_sequence().unwrap();
+    assert_eq!(defs.len(), 1);
+    assert_eq!(
+        (
+            defs[0]["AttributeName"].as_str(),
+            defs[0]["AttributeType"].as_str()
+        ),
+        (Some(KEY_ATTRIBUTE), Some("S"))
+    );
+    assert_eq!(
+        table["TimeToLiveSpecification"]["AttributeName"].as_str(),
+        Some(TTL_ATTRIBUTE)
+    );
+    assert_eq!(
+        table["TimeToLiveSpecification"]["Enabled"].as_bool(),
+        Some(true)
+    );
+    assert_eq!(table["BillingMode"].as_str(), Some("PAY_PER_REQUEST"));
+    assert_eq!(
+        table["PointInTimeRecoverySpecification"]["PointInTimeRecoveryEnabled"].as_bool(),
+        Some(true)
+    );
+    assert_eq!(
+        table["SSESpecification"]["SSEEnabled"].as_bool(),
+        Some(true)
+    );
+}
+
+fn statements(t: &Value) -> Vec<&Value> {
+    function(t)["Policies"]
+        .as_sequence()
+        .unwrap()
+        .iter()
+        .flat_map(|p| {
+            p["Statement"]
+                .as_sequence()
+                .map(|s| s.iter().collect::<Vec<_>>())
+                .unwrap_or_default()
+        })
+        .collect()
+}
+
+/// A statement's actions, whether one string or a list.
+fn actions(statement: &Value) -> BTreeSet<String> {
+    match &statement["Action"] {
+        Value::String(one) => BTreeSet::from([one.clone()]),
+        list => list
+            .as_sequence()
+            .unwrap()
+            .iter()
+            .map(|a| a.as_str().unwrap().to_owned())
+            .collect(),
+    }
+}
+
+#[test]
+fn the_table_actions_are_exactly_the_ones_the_store_calls() {
+    let t = template();
+    let on_table: BTreeSet<String> = statements(&t)
+        .into_iter()
+        .filter(|s| {
+            s["Resource"]
+                .as_sequence()
+                .map_or_else(|| vec![&s["Resource"]], |r| r.iter().collect())
+                .iter()
+                .any(|r| tagged(r).is_some() && target(r) == "IdempotencyTable")
+        })
+        .flat_map(actions)
+        .collect();
+    let expected: BTreeSet<String> = ACTIONS.iter().map(|a| (*a).to_owned()).collect();
+    assert_eq!(on_table, expected);
+}
+
+/// The source queues get what the mappings need plus what the backoff calls, nothing more.
+#[test]
+fn the_queue_actions_are_the_mapping_ones_plus_the_backoff() {
+    let t = template();
+    let sources: BTreeSet<String> = source_queues(&t)
+        .iter()
+        .map(|(name, _)| (*name).to_owned())
+        .collect();
+    let on_queues: BTreeSet<String> = statements(&t)
+        .into_iter()
+        .filter(|s| {
+            let resources: BTreeSet<String> = s["Resource"]
+                .as_sequence()
+                .map(|r| r.iter().map(target).collect())
+                .unwrap_or_default();
+            resources == sources
+        })
+        .flat_map(actions)
+        .collect();
+    let mut expected: BTreeSet<String> = [
+        "sqs:ReceiveMessage",
+        "sqs:DeleteMessage",
+        "sqs:GetQueueAttributes",
+    ]
+    .iter()
+    .map(|a| (*a).to_owned())
+    .collect();
+    expected.extend(VISIBILITY_ACTIONS.iter().map(|a| (*a).to_owned()));
+    assert_eq!(on_queues, expected);
+}
+
+#[test]
+fn no_wildcards_in_the_function_policy() {
+    let t = template();
+    for statement in statements(&t) {
+        for action in actions(statement) {
+            assert!(!action.contains('*'), "{action}");
+        }
+        let resources = statement["Resource"]
+            .as_sequence()
+            .map_or_else(|| vec![&statement["Resource"]], |r| r.iter().collect());
+        for r in resources {
+            assert!(
+                r.as_str() != Some("*") && tagged(r).is_some(),
+                "resource {r:?} is not one of ours"
+            );
+        }
+    }
+}
+
+/// Every variable the code reads is set on the function, and nothing else is; the local-only
+/// switch is never set in AWS.
+#[test]
+fn the_function_environment_matches_the_code() {
+    let t = template();
+    let set: BTreeSet<&str> = function(&t)["Environment"]["Variables"]
+        .as_mapping()
+        .unwrap()
+        .keys()
+        .map(|k| k.as_str().unwrap())
+        .collect();
+    let local_only = ["PROCESS_ORDERS_LOCAL"];
+    let variables = process_orders::config::variables();
+    let read: BTreeSet<&str> = variables
+        .iter()
+        .map(|(name, _)| *name)
+        .filter(|n| !local_only.contains(n))
+        .collect();
+    assert_eq!(set, read);
+    for name in local_only {
+        assert!(!set.contains(name), "{name} must never be set in AWS");
+    }
+}
+
+/// A key must be remembered as long as any message can come back for it: the source queue's
+/// retention plus the DLQ's (a redrive). Shorter, and a "charge may exist" record could vanish
+/// before a redriven message meets it. The parameter cannot be set below that.
+#[test]
+fn keys_are_remembered_as_long_as_a_message_can_come_back() {
+    let t = template();
+    for (_, queue) in source_queues(&t) {
+        let dlq = resource(&t, &target(&queue["RedrivePolicy"]["deadLetterTargetArn"]));
+        let days = (number(&t, &queue["MessageRetentionPeriod"])
+            + number(&t, &dlq["MessageRetentionPeriod"]))
+            / 86_400.0;
+        let retention = &t["Parameters"]["IdempotencyRetentionDays"];
+        assert!(number(&t, &retention["MinValue"]) >= days);
+        assert!(number(&t, &retention["Default"]) >= days);
+    }
+}
+
+/// The margins that keep records out of the deadline cannot be set below the code's minimum.
+#[test]
+fn the_margins_have_the_codes_minimum() {
+    let t = template();
+    for (name, minimum) in [
+        (
+            "DeadlineMarginMs",
+            sqs_batch::processor::MIN_DEADLINE_MARGIN_MS,
+        ),
+        ("IdempotencyLeaseMarginMs", idempotency::MIN_LEASE_MARGIN_MS),
+    ] {
+        assert_eq!(
+            number(&t, &t["Parameters"][name]["MinValue"]),
+            minimum as f64,
+            "{name}"
+        );
+    }
+}
+
+#[test]
+fn alarms_watch_the_dlqs_the_queue_age_errors_and_throttles() {
+    let t = template();
+    let alarms = resources_of_type(&t, "AWS::CloudWatch::Alarm");
+    let watched = |metric: &str| -> Vec<&Value> {
+        alarms
+            .iter()
+            .filter(|(_, a)| a["MetricName"].as_str() == Some(metric))
+            .map(|(_, a)| *a)
+            .collect()
+    };
+    let dlq_alarms = watched("ApproximateNumberOfMessagesVisible");
+    let dlqs: BTreeSet<String> = source_queues(&t)
+        .iter()
+        .map(|(_, q)| target(&q["RedrivePolicy"]["deadLetterTargetArn"]))
+        .collect();
+    let alarmed: BTreeSet<String> = dlq_alarms
+        .iter()
+        .map(|a| target(&a["Dimensions"][0]["Value"]))
+        .collect();
+    assert_eq!(alarmed, dlqs);
+    for a in dlq_alarms {
+        assert_eq!(number(&t, &a["Threshold"]), 0.0);
+        assert_eq!(
+            a["ComparisonOperator"].as_str(),
+            Some("GreaterThanThreshold")
+        );
+    }
+    assert_eq!(watched("ApproximateAgeOfOldestMessage").len(), 2);
+    assert_eq!(watched("Errors").len(), 1);
+    assert_eq!(watched("Throttles").len(), 1);
+}
+
+/// A payment configuration error (a rotated key, a wrong URL) retries every record with backoff
+/// and would otherwise only show in the DLQ days later: one alarm per source queue, on the
+/// metric, namespace and dimensions the function writes.
+#[test]
+fn payment_configuration_errors_alarm_for_each_queue() {
+    let t = template();
+    let metric = "PaymentConfigErrors";
+    assert!(process_orders::metrics::COUNT_METRICS.contains(&metric));
+    let namespace = function(&t)["Environment"]["Variables"]["METRICS_NAMESPACE"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let alarms: Vec<&Value> = resources_of_type(&t, "AWS::CloudWatch::Alarm")
+        .into_iter()
+        .filter(|(_, a)| a["MetricName"].as_str() == Some(metric))
+        .map(|(_, a)| a)
+        .collect();
+    let mut queues = BTreeSet::new();
+    for a in &alarms {
+        assert_eq!(a["Namespace"].as_str(), Some(namespace.as_str()));
+        assert_eq!(number(&t, &a["Threshold"]), 0.0);
+        let dims = a["Dimensions"].as_sequence().unwrap();
+        let names: Vec<&str> = dims.iter().map(|d| d["Name"].as_str().unwrap()).collect();
+        assert_eq!(names, process_orders::metrics::DIMENSIONS);
+        assert_eq!(target(&dims[0]["Value"]), "OrdersFunction");
+        let queue = target(&dims[1]["Value"]);
+        let fifo = resource(&t, &queue)["FifoQueue"].as_bool() == Some(true);
+        assert_eq!(
+            dims[2]["Value"].as_str(),
+            Some(if fifo { "fifo" } else { "standard" })
+        );
+        queues.insert(queue);
+    }
+    let sources: BTreeSet<String> = source_queues(&t)
+        .iter()
+        .map(|(name, _)| (*name).to_owned())
+        .collect();
+    assert_eq!(queues, sources);
+}
+
+/// cargo-lambda builds release with panic=abort; a panic must unwind to become RETRY.
+#[test]
+fn the_release_profile_unwinds_on_panic() {
+    let manifest =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../Cargo.toml")).unwrap();
+    let release = manifest
+        .split("[profile.release]")
+        .nth(1)
+        .expect("a release profile");
+    let release = release.split("\n[").next().unwrap();
+    assert!(
+        release
+            .lines()
+            .any(|l| l.trim().replace(' ', "") == "panic=\"unwind\""),
+        "{release}"
+    );
+}
+
+/// The topic a `!If [CreateTopics, !Ref Created, !Ref ExistingParameter]` picks in each branch.
+fn topic_choices(v: &Value) -> (String, String) {
+    let (tag, inner) = tagged(v).expect("an !If between the created and the existing topic");
+    assert_eq!(tag, "!If");
+    let branches = inner.as_sequence().expect("!If [condition, then, else]");
+    assert_eq!(branches[0].as_str(), Some("CreateTopics"));
+    (target(&branches[1]), target(&branches[2]))
+}
+
+#[test]
+fn each_queue_subscribes_to_its_own_kind_of_topic_with_the_chosen_raw_delivery() {
+    let t = template();
+    let subscriptions = resources_of_type(&t, "AWS::SNS::Subscription");
+    assert_eq!(subscriptions.len(), 2, "one subscription per source queue");
+    let raw = &t["Parameters"]["RawMessageDelivery"];
+    assert_eq!(
+        raw["AllowedValues"].as_sequence().map(Vec::len),
+        Some(2),
+        "raw delivery is an explicit true/false choice"
+    );
+    for (name, s) in subscriptions {
+        assert_eq!(s["Protocol"].as_str(), Some("sqs"), "{name}");
+        let queue = target(&s["Endpoint"]);
+        let fifo_queue = resource(&t, &queue)["FifoQueue"].as_bool() == Some(true);
+        let (created, existing) = topic_choices(&s["TopicArn"]);
+        let fifo_topic = resource(&t, &created)["FifoTopic"].as_bool() == Some(true);
+        assert_eq!(
+            fifo_queue, fifo_topic,
+            "{name}: queue and topic are of the same kind"
+        );
+        let pattern = t["Parameters"][existing.as_str()]["AllowedPattern"]
+            .as_str()
+            .unwrap_or_default();
+        assert_eq!(
+            pattern.contains("fifo"),
+            fifo_queue,
+            "{name}: the existing topic's ARN pattern matches the queue kind"
+        );
+        assert_eq!(
+            tagged(&s["RawMessageDelivery"]).map(|(tag, v)| (tag, v.as_str().map(str::to_owned))),
+            Some(("!Ref".to_owned(), Some("RawMessageDelivery".to_owned()))),
+            "{name}: raw delivery follows the parameter"
+        );
+    }
+}
+
+#[test]
+fn sns_may_send_to_a_queue_only_from_its_own_topic() {
+    let t = template();
+    let policies = resources_of_type(&t, "AWS::SQS::QueuePolicy");
+    assert_eq!(policies.len(), 2, "one policy per subscribed queue");
+    let subscriptions = resources_of_type(&t, "AWS::SNS::Subscription");
+    for (name, p) in policies {
+        let queues = p["Queues"].as_sequence().expect("Queues");
+        assert_eq!(queues.len(), 1, "{name}: one queue per policy");
+        let queue = target(&queues[0]);
+        // The topic subscribed to this queue.
+        let (_, subscription) = subscriptions
+            .iter()
+            .find(|(_, s)| target(&s["Endpoint"]) == queue)
+            .unwrap_or_else(|| panic!("{name}: no subscription feeds {queue}"));
+        let topic = topic_choices(&subscription["TopicArn"]);
+        for statement in p["PolicyDocument"]["Statement"]
+            .as_sequence()
+            .expect("statements")
+        {
+            let principal = &statement["Principal"];
+            assert!(
+                principal.as_str() != Some("*") && principal["AWS"].as_str() != Some("*"),
+                "{name}: no statement for any principal"
+            );
+            assert_eq!(
+                principal["Service"].as_str(),
+                Some("sns.amazonaws.com"),
+                "{name}"
+            );
+            assert_eq!(statement["Effect"].as_str(), Some("Allow"));
+            assert_eq!(
+                actions(statement),
+                BTreeSet::from(["sqs:SendMessage".to_owned()]),
+                "{name}"
+            );
+            assert_eq!(
+                target(&statement["Resource"]),
+                queue,
+                "{name}: scoped to its queue"
+            );
+            let source = &statement["Condition"]["ArnEquals"]["aws:SourceArn"];
+            assert!(
+                !source.is_null(),
+                "{name}: an aws:SourceArn condition is required"
+            );
+            assert_eq!(
+                topic_choices(source),
+                topic,
+                "{name}: the condition names the subscribed topic"
+            );
+        }
+    }
+}
+
+#[test]
+fn the_claim_check_reads_only_its_prefix_and_payloads_expire_with_the_messages() {
+    let t = template();
+    let prefix = claim_check::PAYLOAD_PREFIX;
+    // The function's S3 statement, inside `!If [ClaimCheckEnabled, {Statement: ...}, NoValue]`.
+    let conditional: Vec<&Value> = function(&t)["Policies"]
+        .as_sequence()
+        .unwrap()
+        .iter()
+        .filter_map(|p| match tagged(p) {
+            Some((tag, inner)) if tag == "!If" => Some(inner),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(conditional.len(), 1, "one conditional policy");
+    let branches = conditional[0].as_sequence().unwrap();
+    assert_eq!(branches[0].as_str(), Some("ClaimCheckEnabled"));
+    let statements = branches[1]["Statement"].as_sequence().unwrap();
+    assert_eq!(statements.len(), 1);
+    assert_eq!(
+        actions(&statements[0]),
+        BTreeSet::from(["s3:GetObject".to_owned()])
+    );
+    let (tag, arn) = tagged(&statements[0]["Resource"]).expect("!Sub");
+    assert_eq!(tag, "!Sub");
+    assert_eq!(
+        arn.as_str(),
+        Some(format!("${{PayloadBucket.Arn}}/{prefix}*").as_str())
+    );
+
+    let bucket = resource(&t, "PayloadBucket");
+    assert_eq!(
+        t["Resources"]["PayloadBucket"]["Condition"].as_str(),
+        Some("ClaimCheckEnabled")
+    );
+    let rules = bucket["LifecycleConfiguration"]["Rules"]
+        .as_sequence()
+        .unwrap();
+    let expiry = rules
+        .iter()
+        .find(|r| r["Prefix"].as_str() == Some(prefix))
+        .expect("a lifecycle rule on the payload prefix");
+    assert_eq!(expiry["Status"].as_str(), Some("Enabled"));
+    assert_eq!(
+        tagged(&expiry["ExpirationInDays"]).map(|(tag, v)| (tag, v.as_str().map(str::to_owned))),
+        Some((
+            "!Ref".to_owned(),
+            Some("IdempotencyRetentionDays".to_owned())
+        )),
+        "payloads live as long as a message can point at them (source retention + DLQ window)"
+    );
+    let block = &bucket["PublicAccessBlockConfiguration"];
+    for setting in [
+        "BlockPublicAcls",
+        "BlockPublicPolicy",
+        "IgnorePublicAcls",
+        "RestrictPublicBuckets",
+    ] {
+        assert_eq!(block[setting].as_bool(), Some(true), "{setting}");
+    }
+    let env = &function(&t)["Environment"]["Variables"];
+    let (tag, inner) = tagged(&env["CLAIM_CHECK_BUCKET"]).expect("!If");
+    assert_eq!(tag, "!If");
+    assert_eq!(target(&inner.as_sequence().unwrap()[1]), "PayloadBucket");
+}

@@ -1,0 +1,180 @@
+//! # sqs-batch
+//!
+//! SQS batches for Rust Lambda functions, with `ReportBatchItemFailures`: the one rule is that a
+//! message is deleted (left out of `batchItemFailures`) only after its work succeeded. This
+//! crate knows nothing of what the work is: you write a [`RecordHandler`] that turns one
+//! [`Message`] into a [`Verdict`] (ACK, RETRY or POISON), and [`process_event`] does the rest.
+//!
+//! - The **edge** reads Lambda's payload borrowed ([`EventView`]: only the fields the processor
+//!   uses, strings borrowed unless escaped), builds the `batchItemFailures` response and checks
+//!   it before Lambda sees it (an unknown or repeated id would fail the whole batch).
+//! - The **processor** ([`BatchProcessor`]) runs standard batches concurrently (bounded, a free
+//!   slot refilled at once) and FIFO batches in order, in batch scope (Lambda's contract) or
+//!   group scope (only the failed group waits); it never starts a record inside the deadline
+//!   margin, abandons one still running near the deadline, and turns a panic into RETRY for that
+//!   record only.
+//! - The **backoff** ([`BackoffPolicy`], [`visibility`]) gives reported records their own
+//!   visibility: exponential with full jitter, a known retry time when the verdict has one,
+//!   POISON at once; the calls are concurrent and never outlast the invocation.
+//!
+//! ## Layout
+//!
+//! | module | what |
+//! |---|---|
+//! | [`edge`] | [`EventView`], [`Batch`], [`Message`], the response and its check |
+//! | [`processor`] | [`BatchProcessor`], [`RecordHandler`], [`Verdict`], [`Outcome`], [`BatchReport`] |
+//! | [`backoff`] | [`BackoffPolicy`] |
+//! | [`visibility`] | the visibility port and [`visibility::apply`]; its SQS adapter with feature `visibility` |
+//! | `testkit` | generated events (feature `testkit`) |
+//!
+//! ## Example
+//!
+//! ```
+//! use sqs_batch::{BatchOptions, BatchProcessor, Message, RecordContext, RecordHandler, Verdict};
+//! use lambda_kit::SystemClock;
+//!
+//! /// Acknowledges a record whose body is a number, poisons anything else.
+//! struct Numbers;
+//!
+//! impl RecordHandler for Numbers {
+//!     async fn handle(&self, message: &Message<'_>, _context: RecordContext) -> Verdict {
+//!         match message.body.trim().parse::<i64>() {
+//!             Ok(_) => Verdict::ack("number"),
+//!             Err(_) => Verdict::poison("not_a_number"),
+//!         }
+//!     }
+//! }
+//!
+//! # tokio::runtime::Builder::new_current_thread().enable_time().build().unwrap().block_on(async {
+//! let processor = BatchProcessor::new(Numbers, SystemClock, BatchOptions::default());
+//! let event = r#"{"Records": [
+//!     {"messageId": "m1", "body": "42"},
+//!     {"messageId": "m2", "body": "forty-two"}
+//! ]}"#;
+//! let deadline_ms = lambda_kit::Clock::now_ms(&SystemClock) + 60_000;
+//! let processed = sqs_batch::process_event(&processor, event, deadline_ms)
+//!     .await
+//!     .unwrap();
+//! let failed: Vec<&str> = processed
+//!     .response
+//!     .batch_item_failures
+//!     .iter()
+//!     .map(|f| f.item_identifier.as_str())
+//!     .collect();
+//! assert_eq!(failed, ["m2"]);
+//! # });
+//! ```
+
+#![warn(missing_docs)]
+
+pub mod backoff;
+pub mod edge;
+pub mod processor;
+#[cfg(feature = "testkit")]
+pub mod testkit;
+pub mod visibility;
+
+pub use aws_lambda_events::sqs::{SqsBatchResponse, SqsEvent};
+pub use backoff::BackoffPolicy;
+pub use edge::{
+    Batch, EventError, EventView, Message, MessageAttributes, QueueKind, ResponseError,
+    SqsMessageExt, check_response, parse_event, response,
+};
+pub use processor::{
+    BatchOptions, BatchProcessor, BatchReport, Counts, FifoScope, Outcome, RecordContext,
+    RecordHandler, RecordStatus, Verdict,
+};
+
+use std::time::Duration;
+
+use lambda_kit::Clock;
+
+/// The variables this crate's components read, with their defaults, for a function's
+/// configuration table: [`BatchOptions::from_env`] and [`BackoffPolicy::from_env`].
+pub const VARIABLES: &[(&str, Option<&str>)] = &[
+    ("MAX_CONCURRENCY", Some("16")),
+    ("FIFO_SCOPE", Some("batch")),
+    ("DEADLINE_MARGIN_MS", Some("5000")),
+    ("VISIBILITY_BACKOFF", Some("false")),
+    ("BACKOFF_BASE_SECONDS", Some("5")),
+    ("BACKOFF_CAP_SECONDS", Some("900")),
+];
+
+/// The visibility backoff a batch gets after processing: the port and the policy.
+#[derive(Debug, Clone)]
+pub struct Backoff<V> {
+    /// Where the visibility changes go.
+    pub port: V,
+    /// How long each reported record stays away.
+    pub policy: BackoffPolicy,
+}
+
+/// What one invocation came to.
+#[derive(Debug)]
+pub struct Processed {
+    /// The response for Lambda, checked.
+    pub response: SqsBatchResponse,
+    /// Every record's status, in batch order.
+    pub report: BatchReport,
+}
+
+/// One invocation from Lambda's payload: parse ([`EventView`]), process, build and check the
+/// response.
+///
+/// A payload that is not an SQS event, a record without a usable `messageId`, or a response that
+/// fails its check is an [`EventError`]: fail the invocation so Lambda retries the batch.
+pub async fn process_event<H: RecordHandler, C: Clock>(
+    processor: &BatchProcessor<H, C>,
+    json: &str,
+    deadline_ms: u64,
+) -> Result<Processed, EventError> {
+    let view = EventView::parse(json)?;
+    let no_backoff: Option<&Backoff<visibility::NoVisibility>> = None;
+    process_batch(
+        processor,
+        &Batch::from_view(&view)?,
+        deadline_ms,
+        no_backoff,
+    )
+    .await
+}
+
+/// As [`process_event`], for a [`Batch`] already built (from [`EventView`] or from
+/// `aws_lambda_events`' types), and with the visibility changes for the reported records when
+/// `backoff` is given: they get the time left before `deadline_ms` minus a quarter of the
+/// deadline margin.
+pub async fn process_batch<H, C, V>(
+    processor: &BatchProcessor<H, C>,
+    batch: &Batch<'_>,
+    deadline_ms: u64,
+    backoff: Option<&Backoff<V>>,
+) -> Result<Processed, EventError>
+where
+    H: RecordHandler,
+    C: Clock,
+    V: visibility::VisibilityPort,
+{
+    let records = &batch.messages;
+    let report = processor.process(records, batch.kind, deadline_ms).await;
+    let response = response(report.failed_ids(records));
+    check_response(&response, records)?;
+    if let Some(backoff) = backoff {
+        let now_ms = processor.clock().now_ms();
+        // A quarter of the margin stays free for the response itself.
+        let reserve_ms = processor.options().deadline_margin_ms / 4;
+        let budget = deadline_ms
+            .saturating_sub(now_ms)
+            .saturating_sub(reserve_ms);
+        visibility::apply(
+            &backoff.port,
+            &backoff.policy,
+            batch.queue_arn,
+            records,
+            &report,
+            now_ms,
+            Duration::from_millis(budget),
+        )
+        .await;
+    }
+    Ok(Processed { response, report })
+}

@@ -1,0 +1,854 @@
+//! The batch processor: runs a [`RecordHandler`] over a batch with the SQS partial-failure
+//! contract, and knows nothing of orders.
+//!
+//! - Standard queues: records run concurrently, at most `max_concurrency` at a time; every
+//!   non-ACK record is reported, once, in batch order.
+//! - FIFO, batch scope (the Lambda contract): records run one by one in batch order; the first
+//!   non-ACK record and every record after it are reported, and nothing after it is started.
+//! - FIFO, group scope: only the failed message group's later records are skipped, and only
+//!   after a RETRY (a POISON record never succeeds, so it does not hold its group: see
+//!   `Hold::RetryOnly`); groups run concurrently, in order inside each group.
+//! - A record is not started when the invocation's remaining time is below the deadline margin;
+//!   it is reported instead. A started record still running when half the margin is left is
+//!   abandoned and reported RETRY. Either way the response leaves before the function timeout.
+//! - A panic inside a handler is RETRY for that record only.
+
+use std::borrow::Cow;
+use std::collections::HashMap;
+use std::future::Future;
+use std::num::NonZeroUsize;
+use std::panic::AssertUnwindSafe;
+use std::time::Duration;
+
+use futures_util::stream::FuturesUnordered;
+use futures_util::{FutureExt, StreamExt};
+use tracing::{info, warn};
+
+use lambda_kit::{Clock, Env, EnvError};
+
+use crate::edge::{Message, QueueKind};
+
+/// What should become of a record.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Outcome {
+    /// Done, or a duplicate of finished work: delete the message.
+    Ack,
+    /// May succeed later: report it, SQS redelivers it.
+    Retry,
+    /// Will never succeed: report it, it reaches the DLQ after `maxReceiveCount`.
+    Poison,
+}
+
+impl Outcome {
+    /// `ack`, `retry` or `poison`, for logs.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Ack => "ack",
+            Self::Retry => "retry",
+            Self::Poison => "poison",
+        }
+    }
+}
+
+/// A handler's answer for one record: the outcome, and what the log needs to explain it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Verdict {
+    /// What becomes of the record.
+    pub outcome: Outcome,
+    /// A short, stable code (`charged`, `duplicate`, `busy`, `invalid_body`, ...).
+    pub reason: &'static str,
+    /// Human detail for the log. Never a body or a secret.
+    pub detail: Option<Cow<'static, str>>,
+    /// The business key the record is about (an order id, a user id), when the handler got
+    /// that far. Logged as `key`.
+    pub key: Option<String>,
+    /// When retrying makes sense again, in epoch ms (for example a busy lease's end).
+    pub retry_after_ms: Option<u64>,
+    /// An id joining the log line to the handler's own records (an idempotency claim's lease
+    /// token, for example). Logged as `correlation_id`.
+    pub correlation_id: Option<String>,
+}
+
+impl Verdict {
+    /// Done: delete the message.
+    pub fn ack(reason: &'static str) -> Self {
+        Self::new(Outcome::Ack, reason)
+    }
+
+    /// May succeed later: report it.
+    pub fn retry(reason: &'static str) -> Self {
+        Self::new(Outcome::Retry, reason)
+    }
+
+    /// Will never succeed: report it, for the DLQ.
+    pub fn poison(reason: &'static str) -> Self {
+        Self::new(Outcome::Poison, reason)
+    }
+
+    fn new(outcome: Outcome, reason: &'static str) -> Self {
+        Self {
+            outcome,
+            reason,
+            detail: None,
+            key: None,
+            retry_after_ms: None,
+            correlation_id: None,
+        }
+    }
+
+    /// Adds human detail for the log line.
+    pub fn with_detail(mut self, detail: impl Into<Cow<'static, str>>) -> Self {
+        self.detail = Some(detail.into());
+        self
+    }
+
+    /// Names the business key the record is about.
+    pub fn with_key(mut self, key: impl Into<String>) -> Self {
+        self.key = Some(key.into());
+        self
+    }
+
+    /// When a retry makes sense again, epoch ms (the backoff waits until then).
+    pub fn with_retry_after_ms(mut self, at_ms: u64) -> Self {
+        self.retry_after_ms = Some(at_ms);
+        self
+    }
+}
+
+/// What the handler gets besides the record.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RecordContext {
+    /// The invocation's deadline, epoch ms.
+    pub deadline_ms: u64,
+}
+
+/// Anything that turns one record into a [`Verdict`].
+pub trait RecordHandler: Send + Sync {
+    /// Decides one record. A panic here is RETRY for this record only.
+    fn handle(
+        &self,
+        message: &Message<'_>,
+        context: RecordContext,
+    ) -> impl Future<Output = Verdict> + Send;
+}
+
+/// Which records a FIFO failure holds back.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum FifoScope {
+    /// Stop the whole batch at the first failure (Lambda's contract).
+    #[default]
+    Batch,
+    /// Stop only the failed message group.
+    Group,
+}
+
+/// How the processor runs a batch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BatchOptions {
+    /// Records (or FIFO groups in group scope) in flight at once.
+    pub max_concurrency: NonZeroUsize,
+    /// Which records a FIFO failure holds back.
+    pub fifo_scope: FifoScope,
+    /// A record is not started with less than this much time left.
+    pub deadline_margin_ms: u64,
+    /// How long past the deadline a record abandoned mid-work may still hold what it took (an
+    /// idempotency lease margin): its retry is not due before then.
+    pub abandoned_hold_ms: u64,
+}
+
+/// The least `DEADLINE_MARGIN_MS` may be: below it a record can run into the deadline.
+pub const MIN_DEADLINE_MARGIN_MS: u64 = 1_000;
+
+impl BatchOptions {
+    /// `MAX_CONCURRENCY` (16, 1-1000), `FIFO_SCOPE` (`batch` or `group`; `batch`) and
+    /// `DEADLINE_MARGIN_MS` (5000, at least [`MIN_DEADLINE_MARGIN_MS`]). `abandoned_hold_ms`
+    /// starts at the deadline margin; a caller that holds leases sets its own.
+    pub fn from_env(env: &Env<'_>) -> Result<Self, EnvError> {
+        let max_concurrency: usize = env.ranged("MAX_CONCURRENCY", 16, 1, 1_000)?;
+        let fifo_scope = match env.text("FIFO_SCOPE").as_deref() {
+            None => FifoScope::Batch,
+            Some(v) if v.eq_ignore_ascii_case("batch") => FifoScope::Batch,
+            Some(v) if v.eq_ignore_ascii_case("group") => FifoScope::Group,
+            Some(v) => return Err(EnvError::invalid("FIFO_SCOPE", v, "batch or group")),
+        };
+        let deadline_margin_ms: u64 =
+            env.ranged("DEADLINE_MARGIN_MS", 5_000, MIN_DEADLINE_MARGIN_MS, 900_000)?;
+        Ok(Self {
+            max_concurrency: NonZeroUsize::new(max_concurrency).unwrap_or(NonZeroUsize::MIN),
+            fifo_scope,
+            deadline_margin_ms,
+            abandoned_hold_ms: deadline_margin_ms,
+        })
+    }
+}
+
+impl Default for BatchOptions {
+    fn default() -> Self {
+        Self {
+            max_concurrency: NonZeroUsize::new(16).unwrap_or(NonZeroUsize::MIN),
+            fifo_scope: FifoScope::Batch,
+            deadline_margin_ms: 5_000,
+            abandoned_hold_ms: 5_000,
+        }
+    }
+}
+
+/// What happened to one record.
+#[derive(Debug, Clone, PartialEq)]
+pub enum RecordStatus {
+    /// The handler ran and decided.
+    Handled(Verdict),
+    /// Not started: too close to the deadline.
+    SkippedDeadline,
+    /// Not started: an earlier record (by index) failed, and FIFO order must hold.
+    SkippedAfter {
+        /// The index of the record that failed first.
+        culprit: usize,
+    },
+}
+
+impl RecordStatus {
+    /// What it comes to (skipped records are RETRY).
+    pub fn outcome(&self) -> Outcome {
+        match self {
+            Self::Handled(v) => v.outcome,
+            Self::SkippedDeadline | Self::SkippedAfter { .. } => Outcome::Retry,
+        }
+    }
+
+    /// Deleted by Lambda.
+    pub fn is_ack(&self) -> bool {
+        self.outcome() == Outcome::Ack
+    }
+}
+
+/// The statuses of a batch, in batch order.
+#[derive(Debug, Clone, PartialEq)]
+pub struct BatchReport {
+    /// How the batch ran.
+    pub kind: QueueKind,
+    /// Each record's status, in batch order.
+    pub statuses: Vec<RecordStatus>,
+}
+
+impl BatchReport {
+    /// The message ids to report as failed, in batch order.
+    pub fn failed_ids<'m>(&self, batch: &'m [Message<'m>]) -> impl Iterator<Item = &'m str> {
+        batch
+            .iter()
+            .zip(&self.statuses)
+            .filter(|(_, s)| !s.is_ack())
+            .map(|(m, _)| m.message_id)
+    }
+
+    /// Records per outcome: (ack, retry, poison), skipped records counted as retry.
+    pub fn counts(&self) -> Counts {
+        let mut counts = Counts::default();
+        for status in &self.statuses {
+            match status {
+                RecordStatus::Handled(v) => match v.outcome {
+                    Outcome::Ack => counts.ack += 1,
+                    Outcome::Retry => counts.retry += 1,
+                    Outcome::Poison => counts.poison += 1,
+                },
+                RecordStatus::SkippedDeadline | RecordStatus::SkippedAfter { .. } => {
+                    counts.skipped += 1
+                }
+            }
+        }
+        counts
+    }
+}
+
+impl BatchReport {
+    /// Records per reason code, in order of first appearance (`deadline` and `after_failure`
+    /// for skipped records).
+    pub fn reasons(&self) -> Vec<(&'static str, usize)> {
+        let mut reasons: Vec<(&'static str, usize)> = Vec::new();
+        for status in &self.statuses {
+            let reason = match status {
+                RecordStatus::Handled(v) => v.reason,
+                RecordStatus::SkippedDeadline => "deadline",
+                RecordStatus::SkippedAfter { .. } => "after_failure",
+            };
+            match reasons.iter_mut().find(|(r, _)| *r == reason) {
+                Some((_, n)) => *n += 1,
+                None => reasons.push((reason, 1)),
+            }
+        }
+        reasons
+    }
+
+    /// [`BatchReport::reasons`] as `charged=2 duplicate=1`, for the summary log line.
+    pub fn reasons_text(&self) -> String {
+        let parts: Vec<String> = self
+            .reasons()
+            .iter()
+            .map(|(reason, n)| format!("{reason}={n}"))
+            .collect();
+        parts.join(" ")
+    }
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+/// Records per outcome.
+pub struct Counts {
+    /// Acknowledged.
+    pub ack: usize,
+    /// Handled, RETRY.
+    pub retry: usize,
+    /// Handled, POISON.
+    pub poison: usize,
+    /// Not started (deadline or FIFO hold).
+    pub skipped: usize,
+}
+
+/// Drives a [`RecordHandler`] over batches.
+#[derive(Debug, Clone)]
+pub struct BatchProcessor<H, C> {
+    handler: H,
+    clock: C,
+    options: BatchOptions,
+}
+
+impl<H: RecordHandler, C: Clock> BatchProcessor<H, C> {
+    /// Drives `handler`, deciding deadlines on `clock`.
+    pub fn new(handler: H, clock: C, options: BatchOptions) -> Self {
+        Self {
+            handler,
+            clock,
+            options,
+        }
+    }
+
+    /// The handler.
+    pub fn handler(&self) -> &H {
+        &self.handler
+    }
+
+    /// The handler, to change it after building.
+    pub fn handler_mut(&mut self) -> &mut H {
+        &mut self.handler
+    }
+
+    /// The options it runs with.
+    pub fn options(&self) -> &BatchOptions {
+        &self.options
+    }
+
+    /// The clock its deadlines are decided on.
+    pub fn clock(&self) -> &C {
+        &self.clock
+    }
+
+    /// Processes a batch and logs every record that is not acknowledged, plus one summary line.
+    ///
+    /// Needs a Tokio runtime with the time driver (Lambda's runtime has it): records still
+    /// running near the deadline are cut off with a timer.
+    pub async fn process(
+        &self,
+        batch: &[Message<'_>],
+        kind: QueueKind,
+        deadline_ms: u64,
+    ) -> BatchReport {
+        let started_ms = self.clock.now_ms();
+        if !batch.is_empty()
+            && deadline_ms.saturating_sub(started_ms) < self.options.deadline_margin_ms
+        {
+            // Nothing can start: most likely the margin exceeds the function timeout.
+            tracing::error!(
+                deadline_ms,
+                now_ms = started_ms,
+                deadline_margin_ms = self.options.deadline_margin_ms,
+                "the invocation starts inside the deadline margin, so no record can run: \
+                 keep DEADLINE_MARGIN_MS well below the function timeout"
+            );
+        }
+        let statuses = match (kind, self.options.fifo_scope) {
+            (QueueKind::Standard, _) => self.concurrent(batch, deadline_ms).await,
+            (QueueKind::Fifo, FifoScope::Batch) => self.in_order(batch, deadline_ms).await,
+            (QueueKind::Fifo, FifoScope::Group) => self.by_group(batch, deadline_ms).await,
+        };
+        let report = BatchReport { kind, statuses };
+        log_report(
+            batch,
+            &report,
+            self.clock.now_ms().saturating_sub(started_ms),
+        );
+        report
+    }
+
+    /// Runs one record unless the deadline is too close; a panic becomes RETRY.
+    async fn run_one(&self, message: &Message<'_>, deadline_ms: u64) -> RecordStatus {
+        let remaining = deadline_ms.saturating_sub(self.clock.now_ms());
+        if remaining < self.options.deadline_margin_ms {
+            return RecordStatus::SkippedDeadline;
+        }
+        let context = RecordContext { deadline_ms };
+        // A started record may run until half the margin is left; then it is abandoned and
+        // reported, so the response and the visibility calls still leave before Lambda ends
+        // the invocation (which would retry the whole batch). Dropping it mid-call is safe: its
+        // claim stays STARTED until the lease ends, and a charge that did go out carries the
+        // idempotency key the redelivery will send again.
+        let budget = Duration::from_millis(remaining - self.options.deadline_margin_ms / 2);
+        // AssertUnwindSafe: after a panic the handler's state is only read through its own
+        // synchronisation (stores lock, clients are stateless), so no broken invariant leaks.
+        let handled = AssertUnwindSafe(self.handler.handle(message, context)).catch_unwind();
+        let verdict = match tokio::time::timeout(budget, handled).await {
+            Ok(Ok(verdict)) => verdict,
+            Ok(Err(_)) => Verdict::retry("panic").with_detail("the record handler panicked"),
+            // Its claim may be held until the lease ends: retrying sooner would only meet BUSY.
+            Err(_) => Verdict::retry("abandoned")
+                .with_retry_after_ms(deadline_ms.saturating_add(self.options.abandoned_hold_ms))
+                .with_detail(
+                    "still running when the invocation's time was nearly up: abandoned and reported",
+                ),
+        };
+        RecordStatus::Handled(verdict)
+    }
+
+    // The two concurrent modes below feed `FuturesUnordered` from plain loops,
+    // not from stream closures: a closure returning a borrowing future hits a compiler limit
+    // (rust-lang/rust#110338) that makes the whole batch future fail to prove `Send`.
+
+    async fn concurrent(&self, batch: &[Message<'_>], deadline_ms: u64) -> Vec<RecordStatus> {
+        let limit = self.options.max_concurrency.get();
+        let mut pending = batch.iter().enumerate();
+        let mut in_flight = FuturesUnordered::new();
+        // Every slot is written once a record finishes; the placeholder is never reported.
+        let mut statuses = vec![RecordStatus::SkippedDeadline; batch.len()];
+        for (index, message) in pending.by_ref().take(limit) {
+            in_flight.push(self.run_at(index, message, deadline_ms));
+        }
+        // Whichever record finishes first frees its slot for the next one; the statuses go back
+        // into batch order by index.
+        while let Some((index, status)) = in_flight.next().await {
+            statuses[index] = status;
+            if let Some((index, message)) = pending.next() {
+                in_flight.push(self.run_at(index, message, deadline_ms));
+            }
+        }
+        statuses
+    }
+
+    async fn run_at(
+        &self,
+        index: usize,
+        message: &Message<'_>,
+        deadline_ms: u64,
+    ) -> (usize, RecordStatus) {
+        (index, self.run_one(message, deadline_ms).await)
+    }
+
+    async fn in_order(&self, batch: &[Message<'_>], deadline_ms: u64) -> Vec<RecordStatus> {
+        // The whole batch is one group.
+        let all = (0..batch.len()).collect();
+        let statuses = self
+            .run_group(batch, all, deadline_ms, Hold::AnyFailure)
+            .await;
+        statuses.into_iter().map(|(_, status)| status).collect()
+    }
+
+    async fn by_group(&self, batch: &[Message<'_>], deadline_ms: u64) -> Vec<RecordStatus> {
+        // Records without a group id share one anonymous group: ordered, never reordered.
+        let mut group_of: HashMap<Option<&str>, usize> = HashMap::new();
+        let mut groups: Vec<Vec<usize>> = Vec::new();
+        for (index, message) in batch.iter().enumerate() {
+            let next = groups.len();
+            let group = *group_of.entry(message.group_id).or_insert(next);
+            if group == next {
+                groups.push(Vec::new());
+            }
+            groups[group].push(index);
+        }
+        let limit = self.options.max_concurrency.get();
+        let mut pending = groups.into_iter();
+        let mut in_flight = FuturesUnordered::new();
+        for members in pending.by_ref().take(limit) {
+            in_flight.push(self.run_group(batch, members, deadline_ms, Hold::RetryOnly));
+        }
+        let mut per_group = Vec::new();
+        while let Some(done) = in_flight.next().await {
+            per_group.push(done);
+            if let Some(members) = pending.next() {
+                in_flight.push(self.run_group(batch, members, deadline_ms, Hold::RetryOnly));
+            }
+        }
+        let mut statuses = vec![RecordStatus::SkippedDeadline; batch.len()];
+        for (index, status) in per_group.into_iter().flatten() {
+            statuses[index] = status;
+        }
+        statuses
+    }
+}
+
+impl<H: RecordHandler, C: Clock> BatchProcessor<H, C> {
+    /// One message group, in order; after a failure that `hold` counts, the group's later
+    /// records are skipped.
+    async fn run_group(
+        &self,
+        batch: &[Message<'_>],
+        members: Vec<usize>,
+        deadline_ms: u64,
+        hold: Hold,
+    ) -> Vec<(usize, RecordStatus)> {
+        let mut out = Vec::with_capacity(members.len());
+        let mut culprit = None;
+        for index in members {
+            let status = match culprit {
+                Some(culprit) => RecordStatus::SkippedAfter { culprit },
+                None => self.run_one(&batch[index], deadline_ms).await,
+            };
+            if culprit.is_none() && hold.holds(&status) {
+                culprit = Some(index);
+            }
+            out.push((index, status));
+        }
+        out
+    }
+}
+
+/// Which failures hold back the rest of their group.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Hold {
+    /// Batch scope: any failure stops the rest (Lambda's FIFO contract).
+    AnyFailure,
+    /// Group scope: a RETRY holds its group back; a POISON does not. A poison message can never
+    /// succeed and ends in the DLQ; the records behind it would then be processed after it is
+    /// gone. Holding them meanwhile only makes them ride along on every receive, so their
+    /// receive counts climb with the poison's and SQS moves them to the DLQ with it. Processing
+    /// them now gives the order a DLQ hand-off would, without losing them.
+    RetryOnly,
+}
+
+impl Hold {
+    fn holds(self, status: &RecordStatus) -> bool {
+        match self {
+            Self::AnyFailure => !status.is_ack(),
+            Self::RetryOnly => status.outcome() == Outcome::Retry,
+        }
+    }
+}
+
+/// One line per record that is not acknowledged, and one summary line.
+fn log_report(batch: &[Message<'_>], report: &BatchReport, duration_ms: u64) {
+    for (message, status) in batch.iter().zip(&report.statuses) {
+        let receive_count = message.receive_count.unwrap_or(0);
+        match status {
+            RecordStatus::Handled(v) if v.outcome == Outcome::Ack => {}
+            RecordStatus::Handled(v) => warn!(
+                message_id = message.message_id,
+                key = v.key.as_deref(),
+                outcome = v.outcome.as_str(),
+                reason = v.reason,
+                detail = v.detail.as_deref().unwrap_or(""),
+                receive_count,
+                first_receive_ms = message.first_receive_ms,
+                group_id = message.group_id,
+                correlation_id = v.correlation_id.as_deref(),
+                retry_after_ms = v.retry_after_ms,
+                "record not acknowledged"
+            ),
+            RecordStatus::SkippedDeadline => warn!(
+                message_id = message.message_id,
+                outcome = Outcome::Retry.as_str(),
+                reason = "deadline",
+                receive_count,
+                first_receive_ms = message.first_receive_ms,
+                group_id = message.group_id,
+                "record not started: too close to the invocation deadline"
+            ),
+            RecordStatus::SkippedAfter { culprit } => warn!(
+                message_id = message.message_id,
+                outcome = Outcome::Retry.as_str(),
+                reason = "after_failure",
+                caused_by = batch[*culprit].message_id,
+                receive_count,
+                first_receive_ms = message.first_receive_ms,
+                group_id = message.group_id,
+                "record not started: an earlier record failed and FIFO order must hold"
+            ),
+        }
+    }
+    let counts = report.counts();
+    info!(
+        queue_kind = report.kind.as_str(),
+        records = batch.len(),
+        ack = counts.ack,
+        retry = counts.retry,
+        poison = counts.poison,
+        skipped = counts.skipped,
+        reasons = %report.reasons_text(),
+        duration_ms,
+        "batch processed"
+    );
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use lambda_kit::ManualClock;
+    use std::sync::Mutex;
+
+    /// Decides by body: "ack", "retry", "poison", "panic", "slow:<ms>" (advances the clock, acks),
+    /// "sleep:<ms>" (waits on Tokio's timer, acks).
+    struct Scripted {
+        clock: ManualClock,
+        started: Mutex<Vec<String>>,
+        /// When each record started, on Tokio's clock (paused in the tests that read it).
+        started_at: Mutex<Vec<(String, std::time::Duration)>>,
+        epoch: tokio::time::Instant,
+    }
+
+    impl RecordHandler for Scripted {
+        async fn handle(&self, message: &Message<'_>, _context: RecordContext) -> Verdict {
+            self.started
+                .lock()
+                .expect("lock")
+                .push(message.message_id.to_owned());
+            self.started_at
+                .lock()
+                .expect("lock")
+                .push((message.message_id.to_owned(), self.epoch.elapsed()));
+            if let Some(ms) = message.body.strip_prefix("sleep:") {
+                let ms = ms.parse().unwrap_or(0);
+                tokio::time::sleep(std::time::Duration::from_millis(ms)).await;
+                return Verdict::ack("ok");
+            }
+            match message.body {
+                "ack" => Verdict::ack("ok"),
+                "retry" => Verdict::retry("transient"),
+                "poison" => Verdict::poison("bad"),
+                "panic" => panic!("scripted panic"),
+                "hang" => std::future::pending().await,
+                slow => {
+                    let ms = slow.trim_start_matches("slow:").parse().unwrap_or(0);
+                    self.clock.advance_ms(ms);
+                    Verdict::ack("ok")
+                }
+            }
+        }
+    }
+
+    fn processor(scope: FifoScope, clock: &ManualClock) -> BatchProcessor<Scripted, ManualClock> {
+        let handler = Scripted {
+            clock: clock.clone(),
+            started: Mutex::default(),
+            started_at: Mutex::default(),
+            epoch: tokio::time::Instant::now(),
+        };
+        let options = BatchOptions {
+            fifo_scope: scope,
+            deadline_margin_ms: 1_000,
+            ..BatchOptions::default()
+        };
+        BatchProcessor::new(handler, clock.clone(), options)
+    }
+
+    fn batch<'a>(specs: &'a [(&'a str, Option<&'a str>, &'a str)]) -> Vec<Message<'a>> {
+        specs
+            .iter()
+            .map(|(id, group, body)| Message {
+                group_id: *group,
+                ..Message::new(id, body)
+            })
+            .collect()
+    }
+
+    async fn run(
+        scope: FifoScope,
+        kind: QueueKind,
+        specs: &[(&str, Option<&str>, &str)],
+    ) -> (Vec<String>, Vec<String>) {
+        let clock = ManualClock::at(0);
+        let p = processor(scope, &clock);
+        let messages = batch(specs);
+        let report = p.process(&messages, kind, 60_000).await;
+        let failed = report.failed_ids(&messages).map(str::to_owned).collect();
+        let started = p.handler().started.lock().expect("lock").clone();
+        (failed, started)
+    }
+
+    #[tokio::test]
+    async fn standard_reports_exactly_the_failed_records_in_order() {
+        let specs = [
+            ("a", None, "ack"),
+            ("b", None, "retry"),
+            ("c", None, "ack"),
+            ("d", None, "poison"),
+        ];
+        let (failed, started) = run(FifoScope::Batch, QueueKind::Standard, &specs).await;
+        assert_eq!(failed, ["b", "d"]);
+        assert_eq!(started.len(), 4);
+    }
+
+    #[tokio::test]
+    async fn a_panic_is_retry_for_that_record_only() {
+        let specs = [("a", None, "panic"), ("b", None, "ack")];
+        let clock = ManualClock::at(0);
+        let p = processor(FifoScope::Batch, &clock);
+        let messages = batch(&specs);
+        let report = p.process(&messages, QueueKind::Standard, 60_000).await;
+        assert_eq!(report.failed_ids(&messages).collect::<Vec<_>>(), ["a"]);
+        assert!(matches!(&report.statuses[0], RecordStatus::Handled(v) if v.reason == "panic"));
+        assert!(report.statuses[1].is_ack());
+    }
+
+    #[tokio::test]
+    async fn fifo_batch_scope_stops_at_the_first_failure() {
+        let specs = [
+            ("a", Some("g1"), "ack"),
+            ("b", Some("g2"), "retry"),
+            ("c", Some("g1"), "ack"),
+            ("d", Some("g2"), "ack"),
+        ];
+        let (failed, started) = run(FifoScope::Batch, QueueKind::Fifo, &specs).await;
+        assert_eq!(failed, ["b", "c", "d"]);
+        assert_eq!(started, ["a", "b"]);
+    }
+
+    #[tokio::test]
+    async fn fifo_group_scope_holds_back_only_the_failed_group() {
+        let specs = [
+            ("a", Some("g1"), "ack"),
+            ("b", Some("g2"), "retry"),
+            ("c", Some("g1"), "ack"),
+            ("d", Some("g2"), "ack"),
+            ("e", Some("g3"), "ack"),
+        ];
+        let (failed, started) = run(FifoScope::Group, QueueKind::Fifo, &specs).await;
+        assert_eq!(failed, ["b", "d"]);
+        assert!(!started.contains(&"d".to_owned()));
+        assert_eq!(started.len(), 4);
+    }
+
+    #[tokio::test]
+    async fn in_group_scope_a_poison_record_does_not_hold_its_group() {
+        let specs = [
+            ("a", Some("g1"), "poison"),
+            ("b", Some("g1"), "ack"),
+            ("c", Some("g1"), "retry"),
+            ("d", Some("g1"), "ack"),
+        ];
+        let (failed, started) = run(FifoScope::Group, QueueKind::Fifo, &specs).await;
+        assert_eq!(failed, ["a", "c", "d"]);
+        assert_eq!(started, ["a", "b", "c"]);
+    }
+
+    #[tokio::test]
+    async fn skipped_records_name_the_record_that_held_them_back() {
+        let clock = ManualClock::at(0);
+        let p = processor(FifoScope::Batch, &clock);
+        let specs = [("a", Some("g"), "poison"), ("b", Some("h"), "ack")];
+        let messages = batch(&specs);
+        let report = p.process(&messages, QueueKind::Fifo, 60_000).await;
+        assert_eq!(
+            report.statuses[1],
+            RecordStatus::SkippedAfter { culprit: 0 }
+        );
+    }
+
+    #[tokio::test]
+    async fn no_record_starts_inside_the_deadline_margin() {
+        // GIVEN a deadline 5 s away and a margin of 1 s, WHEN the second record takes 4.5 s,
+        // THEN the third is not started and is reported.
+        let specs = [
+            ("a", None, "ack"),
+            ("b", None, "slow:4500"),
+            ("c", None, "ack"),
+        ];
+        let clock = ManualClock::at(0);
+        let mut p = processor(FifoScope::Batch, &clock);
+        p.options.max_concurrency = NonZeroUsize::MIN;
+        let messages = batch(&specs);
+        let report = p.process(&messages, QueueKind::Standard, 5_000).await;
+        assert_eq!(report.statuses[2], RecordStatus::SkippedDeadline);
+        assert_eq!(report.failed_ids(&messages).collect::<Vec<_>>(), ["c"]);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_record_still_running_near_the_deadline_is_abandoned_and_reported() {
+        // GIVEN a deadline 5 s away and a margin of 1 s, WHEN a record never finishes, THEN it
+        // is abandoned with 0.5 s left and reported; the records around it are unaffected.
+        let specs = [("a", None, "ack"), ("b", None, "hang"), ("c", None, "ack")];
+        let clock = ManualClock::at(0);
+        let p = processor(FifoScope::Batch, &clock);
+        let messages = batch(&specs);
+        let started = tokio::time::Instant::now();
+        let report = p.process(&messages, QueueKind::Standard, 5_000).await;
+        assert_eq!(started.elapsed(), std::time::Duration::from_millis(4_500));
+        assert_eq!(report.failed_ids(&messages).collect::<Vec<_>>(), ["b"]);
+        match &report.statuses[1] {
+            RecordStatus::Handled(v) => {
+                assert_eq!((v.outcome, v.reason), (Outcome::Retry, "abandoned"));
+                // Its claim may live until the deadline plus the lease margin: not due before.
+                assert_eq!(v.retry_after_ms, Some(5_000 + p.options.abandoned_hold_ms));
+            }
+            other => panic!("expected an abandoned record, got {other:?}"),
+        }
+    }
+
+    #[tokio::test]
+    async fn fifo_deadline_skip_reports_everything_after_it() {
+        let specs = [
+            ("a", Some("g"), "slow:4500"),
+            ("b", Some("g"), "ack"),
+            ("c", Some("h"), "ack"),
+        ];
+        let clock = ManualClock::at(0);
+        let p = processor(FifoScope::Batch, &clock);
+        let messages = batch(&specs);
+        let report = p.process(&messages, QueueKind::Fifo, 5_000).await;
+        assert_eq!(report.failed_ids(&messages).collect::<Vec<_>>(), ["b", "c"]);
+        assert_eq!(report.statuses[1], RecordStatus::SkippedDeadline);
+        assert_eq!(
+            report.statuses[2],
+            RecordStatus::SkippedAfter { culprit: 1 }
+        );
+    }
+
+    #[tokio::test]
+    async fn the_report_counts_reasons_in_order_of_appearance() {
+        let clock = ManualClock::at(0);
+        let p = processor(FifoScope::Batch, &clock);
+        let specs = [("a", None, "ack"), ("b", None, "retry"), ("c", None, "ack")];
+        let messages = batch(&specs);
+        let report = p.process(&messages, QueueKind::Standard, 60_000).await;
+        assert_eq!(report.reasons(), [("ok", 2), ("transient", 1)]);
+        assert_eq!(report.reasons_text(), "ok=2 transient=1");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_free_slot_is_refilled_at_once_whatever_finishes_first() {
+        // GIVEN two slots and a first record that takes 3 s, WHEN the second finishes at 0.5 s,
+        // THEN the third starts at 0.5 s, not when the first finishes; the response keeps batch
+        // order.
+        let specs = [
+            ("a", None, "sleep:3000"),
+            ("b", None, "sleep:500"),
+            ("c", None, "retry"),
+            ("d", None, "sleep:100"),
+        ];
+        let clock = ManualClock::at(0);
+        let mut p = processor(FifoScope::Batch, &clock);
+        p.options.max_concurrency = NonZeroUsize::new(2).expect("two");
+        let messages = batch(&specs);
+        let report = p.process(&messages, QueueKind::Standard, 60_000).await;
+        let started_at = p.handler().started_at.lock().expect("lock").clone();
+        let at = |id: &str| {
+            started_at
+                .iter()
+                .find(|(m, _)| m == id)
+                .map(|(_, t)| t.as_millis())
+        };
+        assert_eq!((at("c"), at("d")), (Some(500), Some(500)), "{started_at:?}");
+        assert_eq!(report.failed_ids(&messages).collect::<Vec<_>>(), ["c"]);
+        assert!(report.statuses[0].is_ack() && report.statuses[3].is_ack());
+    }
+
+    #[tokio::test]
+    async fn an_empty_batch_reports_nothing() {
+        let (failed, started) = run(FifoScope::Batch, QueueKind::Standard, &[]).await;
+        assert!(failed.is_empty() && started.is_empty());
+    }
+}

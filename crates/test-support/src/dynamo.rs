@@ -1,0 +1,136 @@
+//! Real DynamoDB-compatible servers for the tests: dynoxide embedded in the test process, and
+//! moto's server as an outside process. Both speak the DynamoDB wire protocol to the real SDK.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+
+use aws_sdk_dynamodb::Client;
+use aws_sdk_dynamodb::config::{BehaviorVersion, Credentials, Region};
+use process_orders::aws::SdkSettings;
+
+/// Short bounds so an outage test fails fast instead of waiting out production timeouts.
+pub const TEST_SDK: SdkSettings = SdkSettings {
+    max_attempts: 2,
+    attempt_timeout: Duration::from_millis(1_500),
+    operation_timeout: Duration::from_secs(4),
+};
+
+/// Counts the HTTP requests (attempts) a client sends.
+#[derive(Debug, Clone, Default)]
+pub struct RequestCounter(Arc<AtomicUsize>);
+
+impl RequestCounter {
+    pub fn get(&self) -> usize {
+        self.0.load(Ordering::SeqCst)
+    }
+}
+
+impl aws_sdk_dynamodb::config::Intercept for RequestCounter {
+    fn name(&self) -> &'static str {
+        "RequestCounter"
+    }
+
+    fn read_before_transmit(
+        &self,
+        _context: &aws_sdk_dynamodb::config::interceptors::BeforeTransmitInterceptorContextRef<'_>,
+        _components: &aws_sdk_dynamodb::config::RuntimeComponents,
+        _cfg: &mut aws_sdk_dynamodb::config::ConfigBag,
+    ) -> Result<(), aws_sdk_dynamodb::error::BoxError> {
+        self.0.fetch_add(1, Ordering::SeqCst);
+        Ok(())
+    }
+}
+
+/// An SDK client for a local endpoint, with static test credentials.
+pub fn client(endpoint: &str) -> (Client, RequestCounter) {
+    let counter = RequestCounter::default();
+    let config = aws_sdk_dynamodb::Config::builder()
+        .behavior_version(BehaviorVersion::latest())
+        .region(Region::new("us-east-1"))
+        .credentials_provider(Credentials::new("test", "test", None, None, "tests"))
+        .endpoint_url(endpoint)
+        // The function's own HTTP client (reqwest on the compiled-in roots), so every store
+        // test runs the SDK over the stack the function uses.
+        .http_client(process_orders::aws::http_client())
+        .retry_config(TEST_SDK.retry_config())
+        .timeout_config(TEST_SDK.timeout_config())
+        .interceptor(counter.clone())
+        .build();
+    (Client::from_conf(config), counter)
+}
+
+pub use idempotency::testkit::dynoxide::{Dynoxide, unique_table};
+
+/// Creates the idempotency table the store writes (key schema and TTL from the store's code).
+pub async fn create_table(client: &Client, name: &str) {
+    idempotency::dynamodb::create_table(client, name)
+        .await
+        .expect("create table");
+}
+
+/// moto's server, one per test binary, started on first use on a free loopback port.
+///
+/// It is spawned from a thread that never ends, with PR_SET_PDEATHSIG, so the kernel stops it
+/// when the test process exits, whether the tests passed, failed or panicked.
+pub fn moto_endpoint() -> String {
+    static MOTO: OnceLock<Result<u16, String>> = OnceLock::new();
+    let port = MOTO.get_or_init(|| {
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || match spawn_moto() {
+            Ok((child, port)) => {
+                let _ = tx.send(Ok(port));
+                let _keep = child;
+                loop {
+                    std::thread::park();
+                }
+            }
+            Err(e) => {
+                let _ = tx.send(Err(e));
+            }
+        });
+        rx.recv().unwrap_or_else(|e| Err(e.to_string()))
+    });
+    match port {
+        Ok(port) => format!("http://127.0.0.1:{port}"),
+        Err(e) => panic!("{e}"),
+    }
+}
+
+fn spawn_moto() -> Result<(std::process::Child, u16), String> {
+    use std::os::unix::process::CommandExt;
+    let program = std::env::var("MOTO_SERVER").unwrap_or_else(|_| "moto_server".into());
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map_err(|e| e.to_string())?
+        .port();
+    let mut command = std::process::Command::new(&program);
+    command
+        .args(["-H", "127.0.0.1", "-p", &port.to_string()])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null());
+    // SAFETY: prctl is async-signal-safe and touches only the child's own settings.
+    #[allow(unsafe_code)]
+    unsafe {
+        command.pre_exec(|| {
+            libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM);
+            Ok(())
+        });
+    }
+    let mut child = command.spawn().map_err(|e| {
+        format!("cannot start {program} ({e}): run the tests with `make test`, which installs moto[server]")
+    })?;
+    for _ in 0..300 {
+        if let Ok(Some(status)) = child.try_wait() {
+            return Err(format!("{program} exited at start-up with {status}"));
+        }
+        if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
+            return Ok((child, port));
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let _ = child.kill();
+    Err(format!(
+        "{program} did not answer on port {port} within 30 s"
+    ))
+}

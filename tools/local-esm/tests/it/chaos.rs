@@ -1,0 +1,318 @@
+//! The chaos run: the whole system locally (moto's SQS with redrive, the local event source
+//! mapping, the function, a DynamoDB-compatible table, an HTTP payment provider), with duplicate
+//! sends, poison bodies, store errors and abandoned invocations, and a provider that is
+//! sometimes unavailable (503), sometimes slower than the client's timeout (its request goes on
+//! and charges), sometimes charges and then answers 504, and forgets every key after 2 s. Every
+//! valid order must be charged exactly once (money moved once per key, counted by the provider)
+//! and none may reach a DLQ.
+//!
+//! Size: `CHAOS_ORDERS` orders per queue kind (default 300). At 1,000 moto's FIFO bookkeeping
+//! fails under the load: see the README ("The chaos test").
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use aws_lambda_events::sqs::{SqsBatchResponse, SqsEvent};
+use idempotency::DynamoDbStore;
+use lambda_kit::clock::SystemClock;
+use local_esm::esm::{self, EsmSettings, Invoke};
+use local_esm::sdk_config;
+use local_esm::send::{self, SendPlan};
+use local_esm::setup::{self, QueueSettings};
+use process_orders::app::App;
+use process_orders::config::Config;
+use process_orders::payment::http::{HttpGateway, HttpSettings};
+use sqs_batch::Backoff;
+use sqs_batch::backoff::BackoffPolicy;
+use sqs_batch::visibility::SqsVisibility;
+use test_support::dynamo::{Dynoxide, moto_endpoint};
+use test_support::payment_stub::{Faults, PaymentStub};
+use test_support::ports::FaultyStore;
+
+type ChaosApp = App<FaultyStore<DynamoDbStore>, HttpGateway, SystemClock>;
+
+/// Invokes the app like Lambda: an invocation that outlives the function timeout is abandoned
+/// (its future dropped mid-batch) and reported as an error, so nothing of its batch is deleted.
+struct Lambda {
+    app: ChaosApp,
+    timeout: Duration,
+}
+
+impl Invoke for Lambda {
+    async fn invoke(&self, event: &SqsEvent, deadline_ms: u64) -> Result<SqsBatchResponse, String> {
+        match tokio::time::timeout(self.timeout, self.app.handle(event, deadline_ms)).await {
+            Ok(result) => result.map_err(|e| e.to_string()),
+            Err(_) => Err("abandoned: the function timed out".into()),
+        }
+    }
+}
+
+const FUNCTION_TIMEOUT: Duration = Duration::from_secs(3);
+/// A valid order fails one receive with probability about 0.3 here (payment 20%, store faults
+/// 2 x 3%, abandoned batches, busy duplicates, a charge still in flight): 0.3^20 < 4e-11. On the FIFO queue a record is
+/// also received, and held back, each time a RETRY ahead of it in the same batch and group holds
+/// the group; FIFO batches of 3 keep that to at most 2 extra receives per failure ahead.
+const MAX_RECEIVE_COUNT: u32 = 20;
+const FIFO_BATCH_SIZE: usize = 3;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_valid_order_is_charged_exactly_once_and_only_poison_reaches_the_dlqs() {
+    let orders: usize = std::env::var("CHAOS_ORDERS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(300);
+    let started = Instant::now();
+    let sdk = sdk_config(&moto_endpoint());
+    let sqs = aws_sdk_sqs::Client::new(&sdk);
+
+    let dynamo = Dynoxide::start().await;
+    let (dynamodb, _) = test_support::dynamo::client(&dynamo.endpoint());
+    let table = "chaos";
+    setup::table(&dynamodb, table).await.expect("table");
+
+    let stub = PaymentStub::start().await;
+    stub.set_faults(
+        Faults {
+            unavailable: 0.1,
+            slow: 0.05,
+            slow_for: Duration::from_millis(1_500),
+            charge_then_504: 0.05,
+            lookup_unavailable: 0.1,
+        },
+        7,
+    );
+    // Far shorter than a real provider's day, so retries after a 504 or a timeout meet a
+    // provider that no longer knows the key: only the lookup stands between them and a second
+    // charge. The function is told 1 s (PAYMENT_KEY_WINDOW_SECONDS below), less than the
+    // provider's 2 s, as it must be: when the lookup is down it resends within 1 s of the first
+    // attempt and waits (needs_reconciliation) after that.
+    stub.set_key_window(Some(Duration::from_secs(2)));
+
+    let mut env = vec![
+        ("FIFO_SCOPE", "group"),
+        // Its EMF documents would go to the real stdout, past the test harness's capture.
+        ("METRICS_ENABLED", "false"),
+        ("IDEMPOTENCY_LEASE_MARGIN_MS", "1000"),
+        ("PAYMENT_KEY_WINDOW_SECONDS", "1"),
+    ];
+    env.push(("DEADLINE_MARGIN_MS", "1000"));
+    let config = Config::from_lookup(|k| {
+        env.iter()
+            .find(|(n, _)| *n == k)
+            .map(|(_, v)| (*v).to_owned())
+    })
+    .unwrap();
+    let store = FaultyStore::new(
+        DynamoDbStore::new(dynamodb.clone(), table, config.store.retention),
+        0.03,
+        0.002,
+        11,
+    );
+    let gateway = HttpGateway::new(&HttpSettings {
+        base_url: stub.url().parse().unwrap(),
+        api_key: None,
+        connect_timeout: Duration::from_millis(500),
+        timeout: Duration::from_secs(1),
+    })
+    .unwrap();
+    let app = App::with_ports(&config, store, gateway, SystemClock).with_backoff(Some(Backoff {
+        port: SqsVisibility::new(sqs.clone()),
+        policy: BackoffPolicy {
+            base_s: 1,
+            cap_s: 2,
+        },
+    }));
+    let function = Arc::new(Lambda {
+        app,
+        timeout: FUNCTION_TIMEOUT,
+    });
+
+    let settings = QueueSettings {
+        visibility_timeout_s: 4,
+        max_receive_count: MAX_RECEIVE_COUNT,
+    };
+    let mut queues = Vec::new();
+    for (fifo, prefix) in [(false, "std"), (true, "fifo")] {
+        let queue = setup::queue_pair(
+            &sqs,
+            &format!("chaos-{}", std::process::id()),
+            fifo,
+            settings,
+        )
+        .await
+        .expect("queues");
+        let plan = SendPlan {
+            orders,
+            duplicate_rate: 0.1,
+            poison_rate: 0.05,
+            groups: 16,
+            seed: 3,
+            prefix: prefix.into(),
+        };
+        let generated = send::generate(&plan);
+        send::send(&sqs, &queue, &generated.messages)
+            .await
+            .expect("send");
+        queues.push((queue, generated));
+    }
+
+    let esm_settings = EsmSettings {
+        batch_size: 10,
+        batching_window: Duration::from_millis(200),
+        concurrency: 4,
+        function_timeout: FUNCTION_TIMEOUT,
+        max_run: Duration::from_secs(900),
+    };
+    let runs: Vec<_> = queues
+        .iter()
+        .map(|(queue, _)| {
+            let batch_size = if queue.fifo {
+                FIFO_BATCH_SIZE
+            } else {
+                esm_settings.batch_size
+            };
+            let settings = EsmSettings {
+                batch_size,
+                ..esm_settings
+            };
+            tokio::spawn(esm::run(
+                sqs.clone(),
+                queue.clone(),
+                Arc::clone(&function),
+                settings,
+            ))
+        })
+        .collect();
+    let mut stats = Vec::new();
+    for run in runs {
+        stats.push(run.await.expect("esm task").expect("esm run"));
+    }
+
+    // Where things stand, printed before any assertion so a failure can be read.
+    for ((queue, _), s) in queues.iter().zip(&stats) {
+        let source = setup::depth(&sqs, &queue.url).await.unwrap();
+        let dlq = setup::depth(&sqs, &queue.dlq_url).await.unwrap();
+        eprintln!(
+            "{}: after {:.1} s: source {source:?}, DLQ {dlq:?}; {s:?}",
+            queue.name,
+            started.elapsed().as_secs_f64()
+        );
+    }
+
+    // Every valid order charged exactly once at the provider; nothing else charged.
+    let valid: Vec<&String> = queues.iter().flat_map(|(_, g)| &g.valid_orders).collect();
+    for order in &valid {
+        assert_eq!(stub.charges(order), 1, "{order} not charged exactly once");
+    }
+    assert_eq!(
+        stub.total_charges(),
+        valid.len(),
+        "something else was charged"
+    );
+
+    for ((queue, generated), s) in queues.iter().zip(&stats) {
+        // Every source queue empty; every poison message, and nothing else, in its DLQ.
+        assert_eq!(
+            setup::depth(&sqs, &queue.url).await.unwrap().total(),
+            0,
+            "{} not drained",
+            queue.name
+        );
+        let in_dlq = drain_bodies(&sqs, &queue.dlq_url).await;
+        let valid_in_dlq = in_dlq
+            .iter()
+            .filter(|b| process_orders::order::decode_order(b).is_ok())
+            .count();
+        assert_eq!(valid_in_dlq, 0, "{}: valid orders in the DLQ", queue.name);
+        assert_eq!(
+            in_dlq.len(),
+            generated.poison,
+            "{}: poison messages in the DLQ",
+            queue.name
+        );
+        eprintln!(
+            "{}: {} messages ({} orders, {} duplicate sends, {} poison), {} invocations, {} records received, {} reported, {} abandoned",
+            queue.name,
+            generated.messages.len(),
+            generated.valid_orders.len(),
+            generated.duplicates,
+            generated.poison,
+            s.invocations,
+            s.records,
+            s.reported,
+            s.errors
+        );
+    }
+
+    // The table holds one COMPLETED item per valid order, and nothing else that is completed.
+    let items = dynamodb
+        .scan()
+        .table_name(table)
+        .send()
+        .await
+        .unwrap()
+        .items
+        .unwrap_or_default();
+    let completed: std::collections::BTreeSet<String> = items
+        .iter()
+        .filter(|i| {
+            i.get("status")
+                .and_then(|s| s.as_s().ok())
+                .map(String::as_str)
+                == Some("COMPLETED")
+        })
+        .filter_map(|i| i.get("pk").and_then(|k| k.as_s().ok()).cloned())
+        .collect();
+    let expected: std::collections::BTreeSet<String> = valid.iter().map(|o| (*o).clone()).collect();
+    assert_eq!(completed, expected);
+    eprintln!(
+        "chaos: {} valid orders charged once each; {} payment requests ({} answered 503, {} charged then 504, {} in flight 409), {} lookups; {} injected store errors, {} abandoned completions; {:.1} s",
+        valid.len(),
+        stub.all_requests(),
+        stub.answered(503),
+        stub.answered(504),
+        stub.answered(409),
+        stub.all_lookups(),
+        function
+            .app
+            .ports()
+            .store
+            .errors
+            .load(std::sync::atomic::Ordering::SeqCst),
+        function
+            .app
+            .ports()
+            .store
+            .hangs
+            .load(std::sync::atomic::Ordering::SeqCst),
+        started.elapsed().as_secs_f64()
+    );
+}
+
+/// Receives and deletes everything in a queue, returning the bodies.
+async fn drain_bodies(sqs: &aws_sdk_sqs::Client, url: &str) -> Vec<String> {
+    let mut bodies = Vec::new();
+    loop {
+        let out = sqs
+            .receive_message()
+            .queue_url(url)
+            .max_number_of_messages(10)
+            .wait_time_seconds(0)
+            .send()
+            .await
+            .unwrap();
+        let messages = out.messages.unwrap_or_default();
+        if messages.is_empty() {
+            return bodies;
+        }
+        for m in messages {
+            bodies.push(m.body().unwrap_or_default().to_owned());
+            sqs.delete_message()
+                .queue_url(url)
+                .receipt_handle(m.receipt_handle().unwrap_or_default())
+                .send()
+                .await
+                .unwrap();
+        }
+    }
+}
