@@ -42,8 +42,27 @@ impl aws_sdk_dynamodb::config::Intercept for RequestCounter {
     }
 }
 
-/// An SDK client for a local endpoint, with static test credentials.
+/// For moto, which shares its server with the chaos test and can be slow under that load: one
+/// attempt, long enough. A retried conditional write would meet its own first attempt's item
+/// and read as BUSY; a retried `CreateTable` as "already exists".
+pub const MOTO_SDK: SdkSettings = SdkSettings {
+    max_attempts: 1,
+    attempt_timeout: Duration::from_secs(30),
+    operation_timeout: Duration::from_secs(30),
+};
+
+/// An SDK client for a local endpoint, with static test credentials and [`TEST_SDK`]'s bounds.
 pub fn client(endpoint: &str) -> (Client, RequestCounter) {
+    client_with(endpoint, &TEST_SDK)
+}
+
+/// A client for the tests' moto server ([`moto_endpoint`]) with [`MOTO_SDK`]'s bounds.
+pub fn moto_client() -> Client {
+    client_with(&moto_endpoint(), &MOTO_SDK).0
+}
+
+/// An SDK client for a local endpoint, with static test credentials.
+pub fn client_with(endpoint: &str, settings: &SdkSettings) -> (Client, RequestCounter) {
     let counter = RequestCounter::default();
     let config = aws_sdk_dynamodb::Config::builder()
         .behavior_version(BehaviorVersion::latest())
@@ -53,8 +72,8 @@ pub fn client(endpoint: &str) -> (Client, RequestCounter) {
         // The function's own HTTP client (reqwest on the compiled-in roots), so every store
         // test runs the SDK over the stack the function uses.
         .http_client(process_orders::aws::http_client())
-        .retry_config(TEST_SDK.retry_config())
-        .timeout_config(TEST_SDK.timeout_config())
+        .retry_config(settings.retry_config())
+        .timeout_config(settings.timeout_config())
         .interceptor(counter.clone())
         .build();
     (Client::from_conf(config), counter)

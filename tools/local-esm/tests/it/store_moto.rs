@@ -11,10 +11,10 @@ use aws_sdk_dynamodb::Client;
 use idempotency::DynamoDbStore;
 use idempotency::testkit::RETENTION;
 use idempotency::testkit::dynamodb as cases;
-use test_support::dynamo::{client, create_table, moto_endpoint, unique_table};
+use test_support::dynamo::{create_table, moto_client, unique_table};
 
 async fn table() -> (Client, String) {
-    let (client, _) = client(&moto_endpoint());
+    let client = moto_client();
     let table = unique_table();
     create_table(&client, &table).await;
     (client, table)
