@@ -249,9 +249,23 @@ async fn init(api: &RuntimeApi, dir: &str, runs: usize) {
     test_support::dynamo::create_table(&dynamodb, "orders").await;
     let stub = test_support::payment_stub::PaymentStub::start().await;
     let env = template_environment("orders", &stub.url(), &dynoxide.endpoint());
+    // The same, with the API key in Secrets Manager (moto's): start-up must not read it, and the
+    // first response pays for one read.
+    let moto = test_support::dynamo::moto_endpoint();
+    let secret = payment_key_secret(&moto).await;
+    let mut env_secret = env.clone();
+    env_secret.extend([
+        ("PAYMENT_API_KEY_SECRET".to_owned(), secret),
+        ("AWS_ENDPOINT_URL_SECRETS_MANAGER".to_owned(), moto),
+    ]);
     let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+    let env_secret: Vec<(&str, &str)> = env_secret
+        .iter()
+        .map(|(k, v)| (k.as_str(), v.as_str()))
+        .collect();
     let empty = r#"{"Records":[]}"#;
     let (mut h, mut f, mut hf, mut ff) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    let (mut fs, mut ffs) = (Vec::new(), Vec::new());
     for run in 0..runs {
         // A new order each run, so each first response claims, charges and completes.
         let order = serde_json::json!({ "Records": [{
@@ -262,18 +276,22 @@ async fn init(api: &RuntimeApi, dir: &str, runs: usize) {
             "eventSourceARN": "arn:aws:sqs:us-east-1:123456789012:orders",
         }]})
         .to_string();
-        // Alternate, so drift on the machine touches both alike.
+        let order_secret = order.replace("first-", "secret-");
+        // Alternate, so drift on the machine touches every variant alike.
         h.push(api.serve_one(&hello, &[], empty).await.0);
         f.push(api.serve_one(&function, &env, empty).await.0);
+        fs.push(api.serve_one(&function, &env_secret, empty).await.0);
         hf.push(api.serve_one(&hello, &[], &order).await.0);
         ff.push(api.serve_one(&function, &env, &order).await.0);
+        ffs.push(api.serve_one(&function, &env_secret, &order_secret).await.0);
     }
     assert_eq!(
         stub.total_charges(),
-        runs,
+        2 * runs,
         "every first response charged its order"
     );
     let (h, f, hf, ff) = (median(h), median(f), median(hf), median(ff));
+    let (fs, ffs) = (median(fs), median(ffs));
     println!(
         "\n(b) init and first response: spawn to the answer, median of {runs}, every variable \
          template.yaml sets ({} of them)",
@@ -287,11 +305,36 @@ async fn init(api: &RuntimeApi, dir: &str, runs: usize) {
         f.as_secs_f64() / h.as_secs_f64()
     );
     println!(
+        "| empty batch, API key in Secrets Manager (init) | {} | {} | {:.2} |",
+        ms(h),
+        ms(fs),
+        fs.as_secs_f64() / h.as_secs_f64()
+    );
+    println!(
         "| one order: claim, charge, complete (first response) | {} | {} | {:.2} |",
         ms(hf),
         ms(ff),
         ff.as_secs_f64() / hf.as_secs_f64()
     );
+    println!(
+        "| one order, API key in Secrets Manager: read, claim, charge, complete | {} | {} | {:.2} |",
+        ms(hf),
+        ms(ffs),
+        ffs.as_secs_f64() / hf.as_secs_f64()
+    );
+}
+
+/// A secret holding a payment API key, on the Secrets Manager at `endpoint`; its ARN.
+async fn payment_key_secret(endpoint: &str) -> String {
+    let client = aws_sdk_secretsmanager::Client::new(&process_orders::aws::local_config(endpoint));
+    let created = client
+        .create_secret()
+        .name(format!("bench-payment-key-{}", fastrand::u64(..)))
+        .secret_string(r#"{"api_key":"sk_bench"}"#)
+        .send()
+        .await
+        .expect("create the secret");
+    created.arn().expect("an ARN").to_owned()
 }
 
 async fn peak_rss(api: &RuntimeApi, dir: &str, limit: usize) {

@@ -248,7 +248,7 @@ async fn tail_latency(plan: &Plan, levels: &[usize]) {
         let gateway = TimedGateway {
             inner: HttpGateway::new(&HttpSettings {
                 base_url: stub.url().parse().expect("url"),
-                api_key: None,
+                api_key: process_orders::payment::KeySetting::None,
                 connect_timeout: Duration::from_secs(1),
                 timeout: PAYMENT_TIMEOUT,
             })

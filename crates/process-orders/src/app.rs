@@ -18,7 +18,9 @@ use crate::config::{Config, ConfigError};
 use crate::metrics::{self, CallLatency, MetricsSettings, MetricsSink};
 use crate::order::{ConfigBreaker, OrderHandler, Ports};
 use crate::payment::http::HttpSetupError;
-use crate::payment::{AnyGateway, HttpGateway, PaymentGateway, SimulatedGateway};
+use crate::payment::{
+    AnyGateway, ApiKey, HttpGateway, KeySetting, PaymentGateway, SimulatedGateway,
+};
 
 /// Start-up failed: the function must not serve.
 #[derive(Debug, thiserror::Error)]
@@ -105,9 +107,14 @@ impl App {
     /// here: the first request of the first invocation opens the first connection.
     pub async fn build(config: &Config) -> Result<Self, StartupError> {
         // One SDK configuration (and HTTP client) for every AWS client, loaded only if needed.
+        let key_in_aws = config
+            .payment
+            .as_ref()
+            .is_some_and(|p| matches!(p.api_key, KeySetting::SecretsManager { .. }));
         let sdk = if config.store.table.is_some()
             || config.backoff.is_some()
             || config.claim_check.is_some()
+            || key_in_aws
         {
             Some(aws::load().await)
         } else {
@@ -137,7 +144,12 @@ impl App {
                 std::sync::Arc::new(SystemClock),
                 config.payment_key_window,
             )),
-            Some(settings) => AnyGateway::Http(HttpGateway::new(settings)?),
+            // A key in Secrets Manager is read at the first charge, not here.
+            Some(settings) => AnyGateway::Http(HttpGateway::with_key(
+                settings,
+                ApiKey::from_setting(&settings.api_key, sdk.as_ref())
+                    .map_err(HttpSetupError::from)?,
+            )?),
         };
         let payloads = match (&config.claim_check, &sdk) {
             #[cfg(feature = "s3-claim-check")]
@@ -252,8 +264,10 @@ where
     ) -> Result<(SqsBatchResponse, BatchReport), EventError> {
         // A duration measurement only: the monotonic clock, not the injected one.
         let started = Instant::now();
-        // The breaker's count is per invocation: a key fixed meanwhile is tried again now.
+        // The breaker's count is per invocation: a key fixed meanwhile is tried again now. So is
+        // the one re-read of a refused key.
         self.ports().breaker.reset();
+        self.ports().gateway.new_invocation();
         let processed =
             sqs_batch::process_batch(&self.processor, batch, deadline_ms, self.backoff.as_ref())
                 .await?;
@@ -267,6 +281,7 @@ where
                 duration_ms: started.elapsed().as_secs_f64() * 1_000.0,
                 store: calls.store.take(),
                 payment: calls.payment.take(),
+                key_refreshes: self.ports().gateway.take_key_refreshes(),
             };
             sink.write(&metrics::document(settings, &invocation));
         }

@@ -13,7 +13,9 @@ use sqs_batch::{BackoffPolicy, BatchOptions};
 
 use crate::aws::SdkSettings;
 use crate::metrics::MetricsSettings;
-use crate::payment::http::{HttpSettings, Secret};
+use crate::payment::http::HttpSettings;
+use crate::payment::key::secrets_manager::SECRETS_SDK;
+use crate::payment::{KeySetting, Secret};
 
 /// The variables the function itself reads (the components' own come from their crates).
 const FUNCTION_VARIABLES: &[(&str, Option<&str>)] = &[
@@ -23,6 +25,7 @@ const FUNCTION_VARIABLES: &[(&str, Option<&str>)] = &[
     ("DYNAMODB_OPERATION_TIMEOUT_MS", Some("3000")),
     ("PAYMENT_API_URL", None),
     ("PAYMENT_API_KEY", None),
+    ("PAYMENT_API_KEY_SECRET", None),
     ("PAYMENT_CONNECT_TIMEOUT_MS", Some("1000")),
     ("PAYMENT_TIMEOUT_MS", Some("5000")),
     ("PAYMENT_KEY_WINDOW_SECONDS", Some("86400")),
@@ -56,9 +59,16 @@ pub enum ConfigError {
     PaymentUrlRequiredInLambda,
     /// An AWS client is needed and no region is set.
     #[error(
-        "AWS_REGION (or AWS_DEFAULT_REGION) must be set when IDEMPOTENCY_TABLE or CLAIM_CHECK_BUCKET is set or VISIBILITY_BACKOFF is on"
+        "AWS_REGION (or AWS_DEFAULT_REGION) must be set when IDEMPOTENCY_TABLE, \
+         PAYMENT_API_KEY_SECRET or CLAIM_CHECK_BUCKET is set or VISIBILITY_BACKOFF is on"
     )]
     RegionRequired,
+    /// Two sources for one key: which one is meant cannot be guessed.
+    #[error(
+        "PAYMENT_API_KEY and PAYMENT_API_KEY_SECRET are both set: set one (the secret in AWS, \
+         the plain value for local use)"
+    )]
+    TwoPaymentKeys,
     /// Inside Lambda the in-memory store would protect one container only.
     #[error(
         "IDEMPOTENCY_TABLE must be set inside Lambda (AWS_LAMBDA_FUNCTION_NAME is set): \
@@ -74,13 +84,15 @@ pub enum ConfigError {
     /// A lease that a record can outlive.
     #[error(
         "IDEMPOTENCY_LEASE_SECONDS ({lease_ms} ms) must exceed the longest a record can hold its \
-         claim, {longest_record_ms} ms (2 x DYNAMODB_OPERATION_TIMEOUT_MS + 2 x PAYMENT_TIMEOUT_MS): \
-         a shorter lease lets another consumer take the order over while its charge is running"
+         claim, {longest_record_ms} ms (2 x DYNAMODB_OPERATION_TIMEOUT_MS + 2 x PAYMENT_TIMEOUT_MS, \
+         with PAYMENT_API_KEY_SECRET one more PAYMENT_TIMEOUT_MS and two secret reads of 2 s): a \
+         shorter lease lets another consumer take the order over while its charge is running"
     )]
     LeaseTooShort {
         /// The configured lease.
         lease_ms: u64,
-        /// Two store calls and two provider calls at their bounds.
+        /// Two store calls and two provider calls at their bounds, and with a stored key, two
+        /// reads of it and the call retried after a refusal.
         longest_record_ms: u64,
     },
 }
@@ -137,10 +149,23 @@ impl Config {
         if claim_check.is_some() && !cfg!(feature = "s3-claim-check") {
             return Err(ConfigError::ClaimCheckNotBuilt);
         }
+        let api_key = match (
+            env.text("PAYMENT_API_KEY"),
+            env.text("PAYMENT_API_KEY_SECRET"),
+        ) {
+            (Some(_), Some(_)) => return Err(ConfigError::TwoPaymentKeys),
+            (Some(value), None) => KeySetting::Value(Secret::new(value)),
+            (None, Some(secret_id)) => KeySetting::SecretsManager {
+                secret_id: secret_id.trim().to_owned(),
+            },
+            (None, None) => KeySetting::None,
+        };
         let region = env
             .text("AWS_REGION")
             .or_else(|| env.text("AWS_DEFAULT_REGION"));
-        if (store.table.is_some() || backoff.is_some() || claim_check.is_some()) && region.is_none()
+        let key_in_aws = matches!(api_key, KeySetting::SecretsManager { .. });
+        if (store.table.is_some() || backoff.is_some() || claim_check.is_some() || key_in_aws)
+            && region.is_none()
         {
             return Err(ConfigError::RegionRequired);
         }
@@ -164,7 +189,7 @@ impl Config {
             None => None,
             Some(raw) => Some(HttpSettings {
                 base_url: parse_http_url(&raw)?,
-                api_key: env.text("PAYMENT_API_KEY").map(Secret::new),
+                api_key,
                 connect_timeout: Duration::from_millis(env.ranged(
                     "PAYMENT_CONNECT_TIMEOUT_MS",
                     1_000,
@@ -209,10 +234,17 @@ impl Config {
         };
         // A claim must outlive the longest a record can hold it: two store calls (claim, then
         // complete / mark / release) and two provider calls (lookup, charge), each at its bound.
+        // A stored key adds its first read, a read after a refusal and the call retried.
         let longest_record_ms = 2 * dynamodb.operation_timeout.as_millis() as u64
-            + payment
-                .as_ref()
-                .map_or(0, |p| 2 * p.timeout.as_millis() as u64);
+            + payment.as_ref().map_or(0, |p| {
+                let call = p.timeout.as_millis() as u64;
+                match p.api_key {
+                    KeySetting::SecretsManager { .. } => {
+                        3 * call + 2 * SECRETS_SDK.operation_timeout.as_millis() as u64
+                    }
+                    _ => 2 * call,
+                }
+            });
         if lease.lease_ms <= longest_record_ms {
             return Err(ConfigError::LeaseTooShort {
                 lease_ms: lease.lease_ms,
@@ -367,10 +399,48 @@ mod tests {
         .expect("config");
         let payment = c.payment.expect("http gateway");
         assert_eq!(payment.base_url.as_str(), "https://pay.example/v1");
-        assert_eq!(payment.api_key, Some(Secret::new("sk_test")));
+        assert_eq!(payment.api_key, KeySetting::Value(Secret::new("sk_test")));
         assert_eq!(payment.connect_timeout, Duration::from_millis(1_000));
         assert_eq!(payment.timeout, Duration::from_millis(2_500));
         assert_eq!(config(&[]).expect("defaults").payment, None);
+    }
+
+    #[test]
+    fn the_payment_key_comes_from_one_place_only() {
+        let url = ("PAYMENT_API_URL", "https://pay.example");
+        let secret = (
+            "PAYMENT_API_KEY_SECRET",
+            "arn:aws:secretsmanager:eu-west-1:123456789012:secret:pay-AbCdEf",
+        );
+        let region = ("AWS_REGION", "eu-west-1");
+        let c = config(&[url, secret, region]).expect("secret");
+        assert_eq!(
+            c.payment.expect("http").api_key,
+            KeySetting::SecretsManager {
+                secret_id: secret.1.to_owned()
+            }
+        );
+        let both = config(&[url, secret, region, ("PAYMENT_API_KEY", "sk_test_SECRET")]);
+        let err = both.expect_err("both");
+        assert_eq!(err, ConfigError::TwoPaymentKeys);
+        assert!(!err.to_string().contains("sk_test"), "{err}");
+        assert_eq!(
+            config(&[url, secret]).expect_err("no region"),
+            ConfigError::RegionRequired
+        );
+        assert_eq!(
+            config(&[url]).expect("none").payment.expect("http").api_key,
+            KeySetting::None
+        );
+        // The secret's reads and the retried call count towards the lease: 2 x 3 s + 3 x 5 s +
+        // 2 x 2 s.
+        assert_eq!(
+            config(&[url, secret, region, ("IDEMPOTENCY_LEASE_SECONDS", "20")]).expect_err("short"),
+            ConfigError::LeaseTooShort {
+                lease_ms: 20_000,
+                longest_record_ms: 25_000
+            }
+        );
     }
 
     #[test]

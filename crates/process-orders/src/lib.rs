@@ -16,7 +16,8 @@
 //!
 //! - [`order`]: decoding a body into an order, and the order handler: a function of (order,
 //!   ports) that returns a decision, the charge run through `idempotency::guard`.
-//! - [`payment`]: the payment port and its adapters (`simulated`, `http`).
+//! - [`payment`]: the payment port and its adapters (`simulated`, `http`), and the API key
+//!   (`key`: fixed, or read from Secrets Manager on first use and again after a refusal).
 //! - [`config`]: the typed configuration, read once, composed of each component's own.
 //! - [`app`]: the ports assembled once per container; [`cli`]: Lambda or one-shot mode.
 //! - [`aws`]: the AWS SDK configuration and its HTTP client (reqwest), loaded once; `tls`: the

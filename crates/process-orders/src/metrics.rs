@@ -86,6 +86,8 @@ pub struct Invocation<'a> {
     pub duration_ms: f64,
     pub store: LatencySnapshot,
     pub payment: LatencySnapshot,
+    /// Reads of the payment API key after the provider refused it (a rotation seen).
+    pub key_refreshes: u64,
 }
 
 /// The queue's name: the last field of its ARN.
@@ -169,6 +171,7 @@ pub fn document(settings: &MetricsSettings, inv: &Invocation<'_>) -> String {
         ("PaymentCalls", "Count", inv.payment.calls as f64),
         ("PaymentLatencySum", "Milliseconds", inv.payment.sum_ms),
         ("PaymentLatencyMax", "Milliseconds", inv.payment.max_ms),
+        ("PaymentKeyRefreshes", "Count", inv.key_refreshes as f64),
     ]);
     debug_assert!(metrics.len() <= MAX_METRICS);
     let definitions: Vec<Value> = metrics

@@ -14,13 +14,14 @@
 //! - anything else (401, 403, 404, 405, 407, 3xx, other 4xx, a 400/422 that is not the
 //!   provider's JSON): our configuration is wrong. Redirects are never followed for a charge.
 
-use std::fmt;
+use std::future::Future;
 use std::time::Duration;
 
 use reqwest::StatusCode;
 use reqwest::header::{CONTENT_TYPE, HeaderMap, HeaderValue, RETRY_AFTER};
 use serde::Serialize;
 
+use super::key::{ApiKey, KeySetting, KeySetupError};
 use super::{ChargeRequest, ChargeStatus, PaymentError, PaymentGateway};
 
 /// The longest provider reason kept for the log.
@@ -29,33 +30,14 @@ const REASON_MAX: usize = 200;
 /// not it (a proxy's page, a misrouted download) and is not worth the memory.
 pub const MAX_BODY_BYTES: usize = 64 * 1024;
 
-/// A secret that never shows in `Debug` output or logs.
-#[derive(Clone, PartialEq, Eq)]
-pub struct Secret(String);
-
-impl Secret {
-    pub fn new(value: impl Into<String>) -> Self {
-        Self(value.into())
-    }
-
-    pub fn expose(&self) -> &str {
-        &self.0
-    }
-}
-
-impl fmt::Debug for Secret {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("Secret(***)")
-    }
-}
-
 /// How to reach the provider.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct HttpSettings {
     /// The API base; charges go to `{base}/charges`.
     pub base_url: reqwest::Url,
-    /// Sent as `Authorization: Bearer <key>` when set.
-    pub api_key: Option<Secret>,
+    /// Sent as `Authorization: Bearer <key>`: none, a fixed value, or a secret read on first
+    /// use (see [`super::key`]).
+    pub api_key: KeySetting,
     pub connect_timeout: Duration,
     /// The whole request, response body included.
     pub timeout: Duration,
@@ -66,8 +48,8 @@ pub struct HttpSettings {
 pub enum HttpSetupError {
     #[error("PAYMENT_API_URL cannot take a /charges path")]
     Url(#[source] url::ParseError),
-    #[error("PAYMENT_API_KEY is not a valid header value")]
-    ApiKey,
+    #[error(transparent)]
+    ApiKey(#[from] KeySetupError),
     #[error("the HTTP client could not be built")]
     Client(#[source] reqwest::Error),
     #[error("the TLS configuration could not be built")]
@@ -78,7 +60,7 @@ pub enum HttpSetupError {
 pub struct HttpGateway {
     client: reqwest::Client,
     charges_url: reqwest::Url,
-    authorization: Option<HeaderValue>,
+    key: ApiKey,
 }
 
 #[derive(Serialize)]
@@ -88,22 +70,19 @@ struct ChargeBody<'a> {
 }
 
 impl HttpGateway {
-    /// Builds the client once per container. No connection is opened here.
+    /// Builds the client once per container, with the key the settings name (none or a fixed
+    /// value; a stored key needs [`HttpGateway::with_key`]). No connection is opened here.
     pub fn new(settings: &HttpSettings) -> Result<Self, HttpSetupError> {
+        Self::with_key(settings, ApiKey::from_setting(&settings.api_key, None)?)
+    }
+
+    /// Builds the client once per container, sending `key`. No connection is opened here.
+    pub fn with_key(settings: &HttpSettings, key: ApiKey) -> Result<Self, HttpSetupError> {
         let mut base = settings.base_url.clone();
         if !base.path().ends_with('/') {
             base.set_path(&format!("{}/", base.path()));
         }
         let charges_url = base.join("charges").map_err(HttpSetupError::Url)?;
-        let authorization = match &settings.api_key {
-            None => None,
-            Some(key) => {
-                let mut value = HeaderValue::from_str(&format!("Bearer {}", key.expose()))
-                    .map_err(|_| HttpSetupError::ApiKey)?;
-                value.set_sensitive(true);
-                Some(value)
-            }
-        };
         let tls = crate::tls::client_config().map_err(HttpSetupError::Tls)?;
         let client = reqwest::Client::builder()
             .tls_backend_preconfigured(tls)
@@ -116,19 +95,56 @@ impl HttpGateway {
         Ok(Self {
             client,
             charges_url,
-            authorization,
+            key,
         })
+    }
+
+    /// The key, for the invocation's bookkeeping (see [`PaymentGateway::new_invocation`]).
+    pub fn key(&self) -> &ApiKey {
+        &self.key
+    }
+
+    /// Runs `call` with the current key. When the provider refuses the key (401, 403) and its
+    /// store has a newer one, `call` runs once more with it: the refused request was not
+    /// processed, and the idempotency key makes even a processed one safe to repeat.
+    async fn keyed<T, F, Fut>(&self, order_id: &str, call: F) -> Result<T, PaymentError>
+    where
+        F: Fn(Option<HeaderValue>) -> Fut,
+        Fut: Future<Output = Result<T, PaymentError>>,
+    {
+        let used = self.key.current().await?;
+        let first = call(used.as_ref().map(|a| a.header.clone())).await;
+        let (
+            Some(used),
+            Err(PaymentError::Misconfigured {
+                status: Some(status @ (401 | 403)),
+                ..
+            }),
+        ) = (&used, &first)
+        else {
+            return first;
+        };
+        match self.key.refresh(used, *status).await? {
+            Some(fresh) => {
+                tracing::info!(
+                    order_id,
+                    status,
+                    "retrying the call with the payment API key read again"
+                );
+                call(Some(fresh.header.clone())).await
+            }
+            None => first,
+        }
     }
 }
 
-impl HttpGateway {
-    fn authorized(&self, call: reqwest::RequestBuilder) -> reqwest::RequestBuilder {
-        match &self.authorization {
-            Some(authorization) => {
-                call.header(reqwest::header::AUTHORIZATION, authorization.clone())
-            }
-            None => call,
-        }
+fn authorized(
+    call: reqwest::RequestBuilder,
+    authorization: Option<HeaderValue>,
+) -> reqwest::RequestBuilder {
+    match authorization {
+        Some(value) => call.header(reqwest::header::AUTHORIZATION, value),
+        None => call,
     }
 }
 
@@ -167,27 +183,32 @@ fn retry_after(headers: &HeaderMap) -> Option<Duration> {
 
 impl PaymentGateway for HttpGateway {
     async fn charge(&self, request: &ChargeRequest<'_>) -> Result<(), PaymentError> {
-        let body = serde_json::to_vec(&ChargeBody {
+        let body: bytes::Bytes = serde_json::to_vec(&ChargeBody {
             order_id: request.order_id,
             amount: request.amount,
         })
         .map_err(|e| PaymentError::NotSent {
             reason: "the charge could not be encoded".into(),
             source: Some(Box::new(e)),
-        })?;
-        let call = self
-            .client
-            .post(self.charges_url.clone())
-            .header("Idempotency-Key", request.idempotency_key)
-            .header(CONTENT_TYPE, "application/json")
-            .body(body);
-        let response = self
-            .authorized(call)
-            .send()
-            .await
-            .map_err(transport_error)?;
-        let (status, retry_after, body) = read_answer(response).await;
-        classify(status, retry_after, body.as_deref())
+        })?
+        .into();
+        self.keyed(request.order_id, |authorization| {
+            let call = self
+                .client
+                .post(self.charges_url.clone())
+                .header("Idempotency-Key", request.idempotency_key)
+                .header(CONTENT_TYPE, "application/json")
+                .body(body.clone());
+            async move {
+                let response = authorized(call, authorization)
+                    .send()
+                    .await
+                    .map_err(transport_error)?;
+                let (status, retry_after, body) = read_answer(response).await;
+                classify(status, retry_after, body.as_deref())
+            }
+        })
+        .await
     }
 
     async fn lookup(&self, request: &ChargeRequest<'_>) -> Result<ChargeStatus, PaymentError> {
@@ -198,13 +219,26 @@ impl PaymentGateway for HttpGateway {
                 source: None,
             })?
             .push(request.idempotency_key);
-        let response = self
-            .authorized(self.client.get(url))
-            .send()
-            .await
-            .map_err(transport_error)?;
-        let (status, _, body) = read_answer(response).await;
-        classify_lookup(status, request.amount, body.as_deref())
+        self.keyed(request.order_id, |authorization| {
+            let call = self.client.get(url.clone());
+            async move {
+                let response = authorized(call, authorization)
+                    .send()
+                    .await
+                    .map_err(transport_error)?;
+                let (status, _, body) = read_answer(response).await;
+                classify_lookup(status, request.amount, body.as_deref())
+            }
+        })
+        .await
+    }
+
+    fn new_invocation(&self) {
+        self.key.new_invocation();
+    }
+
+    fn take_key_refreshes(&self) -> u64 {
+        self.key.take_refreshes()
     }
 }
 
@@ -642,7 +676,7 @@ mod tests {
     fn secrets_do_not_show_in_debug_output() {
         let settings = HttpSettings {
             base_url: "https://pay.example/v1".parse().expect("url"),
-            api_key: Some(Secret::new("sk_live_SECRET")),
+            api_key: KeySetting::Value(crate::payment::Secret::new("sk_live_SECRET")),
             connect_timeout: Duration::from_secs(1),
             timeout: Duration::from_secs(5),
         };

@@ -8,12 +8,14 @@
 //! record (see `idempotency::guard`).
 
 pub mod http;
+pub mod key;
 pub mod simulated;
 
 use std::future::Future;
 use std::time::Duration;
 
 pub use http::HttpGateway;
+pub use key::{ApiKey, KeySetting, Secret};
 pub use simulated::SimulatedGateway;
 
 use idempotency::guard::Effect;
@@ -107,6 +109,16 @@ pub trait PaymentGateway: Send + Sync {
         &self,
         request: &ChargeRequest<'_>,
     ) -> impl Future<Output = Result<ChargeStatus, PaymentError>> + Send;
+
+    /// An invocation starts: per-invocation limits (a refused key is read again at most once
+    /// per invocation) start over.
+    fn new_invocation(&self) {}
+
+    /// How many times the API key was read again after the provider refused it, since the last
+    /// call (for the metrics).
+    fn take_key_refreshes(&self) -> u64 {
+        0
+    }
 }
 
 impl<P: PaymentGateway + ?Sized> PaymentGateway for std::sync::Arc<P> {
@@ -122,6 +134,14 @@ impl<P: PaymentGateway + ?Sized> PaymentGateway for std::sync::Arc<P> {
         request: &ChargeRequest<'_>,
     ) -> impl Future<Output = Result<ChargeStatus, PaymentError>> + Send {
         (**self).lookup(request)
+    }
+
+    fn new_invocation(&self) {
+        (**self).new_invocation();
+    }
+
+    fn take_key_refreshes(&self) -> u64 {
+        (**self).take_key_refreshes()
     }
 }
 
@@ -147,6 +167,20 @@ impl PaymentGateway for AnyGateway {
         match self {
             Self::Simulated(g) => g.lookup(request).await,
             Self::Http(g) => Box::pin(g.lookup(request)).await,
+        }
+    }
+
+    fn new_invocation(&self) {
+        match self {
+            Self::Simulated(g) => g.new_invocation(),
+            Self::Http(g) => g.new_invocation(),
+        }
+    }
+
+    fn take_key_refreshes(&self) -> u64 {
+        match self {
+            Self::Simulated(g) => g.take_key_refreshes(),
+            Self::Http(g) => g.take_key_refreshes(),
         }
     }
 }

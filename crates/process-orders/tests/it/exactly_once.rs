@@ -12,7 +12,8 @@ use process_orders::app::App;
 use process_orders::config::Config;
 use process_orders::metrics::MetricsSink;
 use process_orders::order::ConfigBreaker;
-use process_orders::payment::http::{HttpGateway, HttpSettings, Secret};
+use process_orders::payment::http::{HttpGateway, HttpSettings};
+use process_orders::payment::{KeySetting, Secret};
 use serde_json::json;
 use sqs_batch::backoff::BackoffPolicy;
 use sqs_batch::processor::{Outcome, RecordStatus};
@@ -33,7 +34,7 @@ fn app(stub: &PaymentStub, clock: &ManualClock, api_key: Option<&str>) -> TestAp
     let config = config();
     let gateway = HttpGateway::new(&HttpSettings {
         base_url: stub.url().parse().expect("url"),
-        api_key: api_key.map(Secret::new),
+        api_key: api_key.map_or(KeySetting::None, |k| KeySetting::Value(Secret::new(k))),
         connect_timeout: Duration::from_millis(500),
         timeout: Duration::from_millis(300),
     })

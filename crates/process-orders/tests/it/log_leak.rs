@@ -2,42 +2,19 @@
 //! invalid in each way, SNS envelopes, declined) and the marker never reaches the log output,
 //! even at TRACE level.
 
-use std::io::Write;
-use std::sync::{Arc, Mutex};
-
 use idempotency::MemoryStore;
 use lambda_kit::clock::SystemClock;
 use process_orders::app::App;
 use process_orders::config::Config;
 use process_orders::payment::SimulatedGateway;
 use serde_json::json;
+use test_support::logs::LogCapture;
 
 const MARKER: &str = "PII-MARKER-4711";
 
-#[derive(Clone, Default)]
-struct Captured(Arc<Mutex<Vec<u8>>>);
-
-impl Write for Captured {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().unwrap().extend_from_slice(buf);
-        Ok(buf.len())
-    }
-
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
 #[test]
 fn bodies_never_reach_the_logs() {
-    let captured = Captured::default();
-    let writer = captured.clone();
-    let subscriber = tracing_subscriber::fmt()
-        .with_max_level(tracing::Level::TRACE)
-        .with_writer(move || writer.clone())
-        .json()
-        .finish();
-    let _guard = tracing::subscriber::set_default(subscriber);
+    let (captured, _guard) = LogCapture::start();
 
     let bodies = [
         json!({ "order_id": "o-1", "amount": 10, "customer": MARKER }).to_string(),
@@ -73,7 +50,7 @@ fn bodies_never_reach_the_logs() {
     // Charged: the first, and the one whose duplicated keys are unknown fields (ignored).
     assert_eq!(response.batch_item_failures.len(), bodies.len() - 2);
 
-    let logs = String::from_utf8(captured.0.lock().unwrap().clone()).unwrap();
+    let logs = captured.text();
     assert!(
         logs.contains("record not acknowledged"),
         "the capture works: {logs}"

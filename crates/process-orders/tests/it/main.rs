@@ -13,5 +13,6 @@ mod oneshot;
 mod order_handler;
 mod payment_http;
 mod properties;
+mod secret_key;
 mod store;
 mod template;

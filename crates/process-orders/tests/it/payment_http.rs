@@ -10,8 +10,9 @@ use idempotency::{Begin, ClaimRequest, IdempotencyStore, Lease, MemoryStore, Sto
 use lambda_kit::clock::{Clock, ManualClock};
 use process_orders::app::App;
 use process_orders::config::Config;
-use process_orders::payment::http::{HttpGateway, HttpSettings, Secret};
+use process_orders::payment::http::{HttpGateway, HttpSettings};
 use process_orders::payment::{ChargeRequest, ChargeStatus, PaymentError, PaymentGateway};
+use process_orders::payment::{KeySetting, Secret};
 use serde_json::json;
 use test_support::failed_ids;
 use test_support::payment_stub::{Behaviour, PaymentStub, refusing_endpoint, resetting_endpoint};
@@ -21,7 +22,7 @@ const T0: u64 = 1_767_225_600_000;
 fn settings(url: &str, api_key: Option<&str>) -> HttpSettings {
     HttpSettings {
         base_url: url.parse().expect("url"),
-        api_key: api_key.map(Secret::new),
+        api_key: api_key.map_or(KeySetting::None, |k| KeySetting::Value(Secret::new(k))),
         connect_timeout: Duration::from_millis(500),
         timeout: Duration::from_millis(800),
     }

@@ -632,24 +632,115 @@ fn sns_may_send_to_a_queue_only_from_its_own_topic() {
     }
 }
 
+/// The statements of the function's policy `!If [condition, {Statement: ...}, NoValue]`.
+fn conditional_statements<'a>(t: &'a Value, condition: &str) -> &'a Vec<Value> {
+    let branches: Vec<&Vec<Value>> = function(t)["Policies"]
+        .as_sequence()
+        .unwrap()
+        .iter()
+        .filter_map(|p| match tagged(p) {
+            Some((tag, inner)) if tag == "!If" => inner.as_sequence(),
+            _ => None,
+        })
+        .filter(|branches| branches[0].as_str() == Some(condition))
+        .collect();
+    assert_eq!(branches.len(), 1, "one policy under {condition}");
+    let (tag, _) = tagged(&branches[0][2]).expect("!Ref AWS::NoValue");
+    assert_eq!(tag, "!Ref", "nothing granted without {condition}");
+    branches[0][1]["Statement"].as_sequence().unwrap()
+}
+
+/// The payment API key's secret: `GetSecretValue` on that one ARN, only when it is set; a
+/// customer managed KMS key only through Secrets Manager and for that secret; and the two key
+/// parameters are one or the other, never both, in the function's environment and in a rule
+/// CloudFormation checks before it deploys.
+#[test]
+fn the_payment_key_secret_is_read_with_least_privilege() {
+    let t = template();
+    let reads = conditional_statements(&t, "HasPaymentKeySecret");
+    assert_eq!(reads.len(), 1);
+    assert_eq!(
+        actions(&reads[0]),
+        BTreeSet::from(["secretsmanager:GetSecretValue".to_owned()])
+    );
+    assert_eq!(reads[0]["Effect"].as_str(), Some("Allow"));
+    assert_eq!(target(&reads[0]["Resource"]), "PaymentApiKeySecretArn");
+    assert!(reads[0]["Condition"].is_null());
+
+    let decrypt = conditional_statements(&t, "HasPaymentKeySecretKmsKey");
+    assert_eq!(decrypt.len(), 1);
+    assert_eq!(
+        actions(&decrypt[0]),
+        BTreeSet::from(["kms:Decrypt".to_owned()])
+    );
+    assert_eq!(
+        target(&decrypt[0]["Resource"]),
+        "PaymentApiKeySecretKmsKeyArn"
+    );
+    let equals = &decrypt[0]["Condition"]["StringEquals"];
+    let (tag, via) = tagged(&equals["kms:ViaService"]).expect("!Sub");
+    assert_eq!(tag, "!Sub");
+    assert_eq!(
+        via.as_str(),
+        Some("secretsmanager.${AWS::Region}.amazonaws.com")
+    );
+    assert_eq!(
+        target(&equals["kms:EncryptionContext:SecretARN"]),
+        "PaymentApiKeySecretArn"
+    );
+    // No other statement names Secrets Manager or KMS.
+    for statement in statements(&t) {
+        for action in actions(statement) {
+            assert!(
+                !action.starts_with("secretsmanager:") && !action.starts_with("kms:"),
+                "{action} outside the conditional statements"
+            );
+        }
+    }
+
+    // The function gets one of the two variables, chosen by the same condition.
+    let env = &function(&t)["Environment"]["Variables"];
+    for (name, set_when_secret) in [("PAYMENT_API_KEY_SECRET", true), ("PAYMENT_API_KEY", false)] {
+        let (tag, inner) = tagged(&env[name]).expect("!If");
+        assert_eq!(tag, "!If", "{name}");
+        let branches = inner.as_sequence().unwrap();
+        assert_eq!(branches[0].as_str(), Some("HasPaymentKeySecret"), "{name}");
+        let (chosen, other) = if set_when_secret { (1, 2) } else { (2, 1) };
+        assert_eq!(
+            tagged(&branches[other]).map(|(_, v)| v.as_str()),
+            Some(Some("AWS::NoValue")),
+            "{name}"
+        );
+        let parameter = target(&branches[chosen]);
+        assert!(!t["Parameters"][parameter.as_str()].is_null(), "{name}");
+    }
+    // Never both: a rule CloudFormation evaluates before it changes anything.
+    let rule = &t["Rules"]["OnePaymentKeySource"];
+    assert!(rule["RuleCondition"].is_null(), "the rule always applies");
+    let assertion = serde_yaml_ng::to_string(&rule["Assertions"][0]["Assert"]).unwrap();
+    for needle in ["!Or", "PaymentApiKey", "PaymentApiKeySecretArn"] {
+        assert!(assertion.contains(needle), "{needle} in {assertion}");
+    }
+    let secret = &t["Parameters"]["PaymentApiKeySecretArn"];
+    assert_eq!(secret["Default"].as_str(), Some(""));
+    assert!(
+        secret["AllowedPattern"]
+            .as_str()
+            .unwrap()
+            .contains(":secretsmanager:")
+    );
+    assert_eq!(
+        t["Parameters"]["PaymentApiKey"]["NoEcho"].as_bool(),
+        Some(true)
+    );
+}
+
 #[test]
 fn the_claim_check_reads_only_its_prefix_and_payloads_expire_with_the_messages() {
     let t = template();
     let prefix = claim_check::PAYLOAD_PREFIX;
     // The function's S3 statement, inside `!If [ClaimCheckEnabled, {Statement: ...}, NoValue]`.
-    let conditional: Vec<&Value> = function(&t)["Policies"]
-        .as_sequence()
-        .unwrap()
-        .iter()
-        .filter_map(|p| match tagged(p) {
-            Some((tag, inner)) if tag == "!If" => Some(inner),
-            _ => None,
-        })
-        .collect();
-    assert_eq!(conditional.len(), 1, "one conditional policy");
-    let branches = conditional[0].as_sequence().unwrap();
-    assert_eq!(branches[0].as_str(), Some("ClaimCheckEnabled"));
-    let statements = branches[1]["Statement"].as_sequence().unwrap();
+    let statements = conditional_statements(&t, "ClaimCheckEnabled");
     assert_eq!(statements.len(), 1);
     assert_eq!(
         actions(&statements[0]),

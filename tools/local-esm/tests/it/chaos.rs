@@ -110,7 +110,7 @@ async fn every_valid_order_is_charged_exactly_once_and_only_poison_reaches_the_d
     );
     let gateway = HttpGateway::new(&HttpSettings {
         base_url: stub.url().parse().unwrap(),
-        api_key: None,
+        api_key: process_orders::payment::KeySetting::None,
         connect_timeout: Duration::from_millis(500),
         timeout: Duration::from_secs(1),
     })
