@@ -128,3 +128,55 @@ fn read_error(error: SdkError<GetSecretValueError>) -> KeyError {
         KeyError::Refused { reason, source }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use aws_sdk_secretsmanager::error::ErrorMetadata;
+    use aws_smithy_runtime_api::http::{Response, StatusCode};
+    use aws_smithy_types::body::SdkBody;
+
+    fn service_error(status: u16, code: &str) -> SdkError<GetSecretValueError> {
+        let error = GetSecretValueError::generic(
+            ErrorMetadata::builder()
+                .code(code)
+                .message("about arn:aws:secretsmanager:eu-west-1:1:secret:pay")
+                .build(),
+        );
+        let raw = Response::new(
+            StatusCode::try_from(status).expect("status"),
+            SdkBody::empty(),
+        );
+        SdkError::service_error(error, raw)
+    }
+
+    /// moto answers neither access denied nor throttling, so the reading of each is checked
+    /// here, on the errors the SDK builds from Secrets Manager's answers.
+    #[test]
+    fn a_refusal_is_configuration_and_throttling_or_a_timeout_is_transient() {
+        let refused = |e| matches!(read_error(e), KeyError::Refused { .. });
+        for code in [
+            "AccessDeniedException",
+            "ResourceNotFoundException",
+            "DecryptionFailure",
+            "InvalidRequestException",
+            "UnrecognizedClientException",
+        ] {
+            assert!(refused(service_error(400, code)), "{code}");
+        }
+        for (status, code) in [
+            (400, "ThrottlingException"),
+            (429, "TooManyRequestsException"),
+            (500, "InternalServiceError"),
+            (503, "ServiceUnavailable"),
+        ] {
+            assert!(!refused(service_error(status, code)), "{code}");
+        }
+        assert!(!refused(SdkError::timeout_error("slow")));
+        let message = read_error(service_error(400, "AccessDeniedException")).to_string();
+        assert!(
+            message.contains("AccessDeniedException (HTTP 400)"),
+            "{message}"
+        );
+    }
+}
