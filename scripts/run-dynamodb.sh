@@ -13,7 +13,7 @@ export AWS_ENDPOINT_URL="$endpoint" AWS_REGION=us-east-1 AWS_ACCESS_KEY_ID=test 
   RUST_LOG="${RUST_LOG:-info}"
 for run in first second; do
   echo "== $run run of $EVENT"
-  "$BIN" --event "$EVENT" 2> >(grep "batch processed" | sed 's/\x1b\[[0-9;]*m//g' >&2)
+  "$BIN" --event "$EVENT" 2> >(grep "batch processed" >&2)
   sleep 0.2
 done
 echo "== the table"

@@ -248,6 +248,11 @@ impl<H: RecordHandler, P: PayloadStore> RecordHandler for ClaimCheck<H, P> {
             Some(kind) => Box::pin(self.load_then_handle(kind, message, context)).await,
         }
     }
+
+    /// The inner handler's span; a pointer's body names nothing the inner handler can read.
+    fn record_span(&self, message: &Message<'_>) -> tracing::Span {
+        self.inner.record_span(message)
+    }
 }
 
 impl<H: RecordHandler, P: PayloadStore> ClaimCheck<H, P> {

@@ -9,6 +9,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 
 use serde::Deserialize;
 use serde_json::value::RawValue;
+use tracing::Instrument;
 
 use idempotency::guard::{self, Claim, Failed, Found, GuardPolicy, Guarded, GuardedWork};
 use idempotency::{
@@ -502,14 +503,36 @@ where
         let order = match decode_order(body) {
             Ok(order) => order,
             Err(e) => {
-                return Verdict::poison("invalid_body")
+                let verdict = Verdict::poison("invalid_body")
                     .with_detail(format!("{e} (body length {})", body.len()));
+                // An invalid order that names its id can still be found by it.
+                return match order_id_hint(body) {
+                    Some(order_id) => verdict.with_key(order_id),
+                    None => verdict,
+                };
             }
         };
+        // Every line written while the order is handled (the store's, the gateway's) carries
+        // its id.
+        let span = order_span(&order.order_id);
         let (decision, lease) =
-            handle_order(&order, &self.ports, context.deadline_ms, message.message_id).await;
+            handle_order(&order, &self.ports, context.deadline_ms, message.message_id)
+                .instrument(span)
+                .await;
         verdict(decision, order, lease, self.ports.clock.now_ms())
     }
+
+    fn record_span(&self, message: &Message<'_>) -> tracing::Span {
+        match order_id_hint(message.body) {
+            Some(order_id) => order_span(&order_id),
+            None => tracing::Span::none(),
+        }
+    }
+}
+
+/// The span of one order's lines: `order_id` on each of them (in JSON logs under `span`).
+fn order_span(order_id: &str) -> tracing::Span {
+    tracing::info_span!("order", order_id)
 }
 
 fn verdict(

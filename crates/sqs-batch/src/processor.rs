@@ -130,6 +130,15 @@ pub trait RecordHandler: Send + Sync {
         message: &Message<'_>,
         context: RecordContext,
     ) -> impl Future<Output = Verdict> + Send;
+
+    /// A span around the lines the processor writes about `message` (a record not acknowledged,
+    /// or not started), so they carry the handler's own fields: an order handler adds its
+    /// `order_id`, read from the body even when the body is not a valid order. Asked only for
+    /// those lines, never on the ACK path. None by default.
+    fn record_span(&self, message: &Message<'_>) -> tracing::Span {
+        let _ = message;
+        tracing::Span::none()
+    }
 }
 
 /// Which records a FIFO failure holds back.
@@ -371,6 +380,7 @@ impl<H: RecordHandler, C: Clock> BatchProcessor<H, C> {
         };
         let report = BatchReport { kind, statuses };
         log_report(
+            &self.handler,
             batch,
             &report,
             self.clock.now_ms().saturating_sub(started_ms),
@@ -530,9 +540,19 @@ impl Hold {
     }
 }
 
-/// One line per record that is not acknowledged, and one summary line.
-fn log_report(batch: &[Message<'_>], report: &BatchReport, duration_ms: u64) {
+/// One line per record that is not acknowledged, in the handler's span for it, and one summary
+/// line.
+fn log_report<H: RecordHandler>(
+    handler: &H,
+    batch: &[Message<'_>],
+    report: &BatchReport,
+    duration_ms: u64,
+) {
     for (message, status) in batch.iter().zip(&report.statuses) {
+        if status.is_ack() {
+            continue;
+        }
+        let _span = handler.record_span(message).entered();
         let receive_count = message.receive_count.unwrap_or(0);
         match status {
             RecordStatus::Handled(v) if v.outcome == Outcome::Ack => {}

@@ -90,7 +90,7 @@ fn json_logs_when_lambda_asks_for_them() {
         .filter(|l| l["fields"]["message"] == "record not acknowledged")
         .collect();
     assert_eq!(rejected.len(), 3);
-    for line in rejected {
+    for line in &rejected {
         for field in ["message_id", "outcome", "reason", "receive_count"] {
             assert!(
                 !line["fields"][field].is_null(),
@@ -98,6 +98,34 @@ fn json_logs_when_lambda_asks_for_them() {
             );
         }
     }
+    // Every line of a record whose body names an order carries its id, valid order or not
+    // (o-3 has amount 0); a body that is not JSON names none.
+    let order_ids: Vec<&str> = rejected
+        .iter()
+        .filter_map(|l| l["span"]["order_id"].as_str())
+        .collect();
+    assert_eq!(order_ids, ["o-3", "o-4"], "{stderr}");
+    for line in rejected.iter().filter(|l| !l["span"]["order_id"].is_null()) {
+        assert_eq!(line["fields"]["key"], line["span"]["order_id"], "{line}");
+    }
+}
+
+/// Lambda's text-format logs (and one-shot mode's stderr) are read by CloudWatch and by people,
+/// never by a terminal: no colour codes, whatever else in the build enables them.
+#[test]
+fn text_logs_carry_no_escape_bytes() {
+    let output = run(
+        &["--event", &events("standard.json")],
+        &[("RUST_LOG", "debug")],
+        "",
+    );
+    stdout_json(&output);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("record not acknowledged"), "{stderr}");
+    assert!(
+        !output.stderr.contains(&0x1b),
+        "an escape byte in the text logs: {stderr:?}"
+    );
 }
 
 #[test]
