@@ -86,6 +86,8 @@ pub struct App<S = AnyStore, P = AnyGateway, C = SystemClock> {
     backoff: Option<Backoff<SqsVisibility>>,
     /// EMF metrics, when on, and where they are written.
     metrics: Option<(MetricsSettings, MetricsSink)>,
+    /// Set once the container has served its first invocation (the `ColdStart` metric).
+    warm: std::sync::atomic::AtomicBool,
 }
 
 /// Bounds for the visibility calls: they run after the batch, so they must be quick; a failure
@@ -194,6 +196,7 @@ where
                 .metrics
                 .clone()
                 .map(|settings| (settings, MetricsSink::Stdout)),
+            warm: std::sync::atomic::AtomicBool::new(false),
         }
     }
 
@@ -282,6 +285,7 @@ where
                 store: calls.store.take(),
                 payment: calls.payment.take(),
                 key_refreshes: self.ports().gateway.take_key_refreshes(),
+                cold_start: !self.warm.swap(true, std::sync::atomic::Ordering::Relaxed),
             };
             sink.write(&metrics::document(settings, &invocation));
         }

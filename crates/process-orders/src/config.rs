@@ -31,6 +31,7 @@ const FUNCTION_VARIABLES: &[(&str, Option<&str>)] = &[
     ("PAYMENT_KEY_WINDOW_SECONDS", Some("86400")),
     ("METRICS_ENABLED", Some("true")),
     ("METRICS_NAMESPACE", Some("ProcessOrders")),
+    ("POWERTOOLS_SERVICE_NAME", Some("process-orders")),
 ];
 
 /// Every variable the function reads, with its default (None: no default, optional): the
@@ -225,6 +226,9 @@ impl Config {
             }
             Some(MetricsSettings {
                 namespace,
+                service: env
+                    .text("POWERTOOLS_SERVICE_NAME")
+                    .unwrap_or_else(|| "process-orders".to_owned()),
                 function_name: env
                     .text("AWS_LAMBDA_FUNCTION_NAME")
                     .unwrap_or_else(|| "process-orders".to_owned()),

@@ -9,8 +9,10 @@ use serde_json::{Map, Value, json};
 
 use sqs_batch::{BatchReport, Outcome, QueueKind, RecordStatus};
 
-/// The dimensions of every metric, in this order (alarms must name all three).
-pub const DIMENSIONS: [&str; 3] = ["FunctionName", "QueueName", "QueueKind"];
+/// The dimensions of every metric, in this order (alarms must name all four). `Service` is
+/// Powertools' dimension (`POWERTOOLS_SERVICE_NAME`), so dashboards built for Powertools
+/// functions find these metrics too.
+pub const DIMENSIONS: [&str; 4] = ["Service", "FunctionName", "QueueName", "QueueKind"];
 
 /// The most metrics one EMF directive may define.
 pub const MAX_METRICS: usize = 100;
@@ -19,6 +21,8 @@ pub const MAX_METRICS: usize = 100;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct MetricsSettings {
     pub namespace: String,
+    /// The `Service` dimension: `POWERTOOLS_SERVICE_NAME`, or `process-orders`.
+    pub service: String,
     /// The `FunctionName` dimension: `AWS_LAMBDA_FUNCTION_NAME`, or `process-orders` locally.
     pub function_name: String,
 }
@@ -88,6 +92,8 @@ pub struct Invocation<'a> {
     pub payment: LatencySnapshot,
     /// Reads of the payment API key after the provider refused it (a rotation seen).
     pub key_refreshes: u64,
+    /// The container's first invocation.
+    pub cold_start: bool,
 }
 
 /// The queue's name: the last field of its ARN.
@@ -172,6 +178,9 @@ pub fn document(settings: &MetricsSettings, inv: &Invocation<'_>) -> String {
         ("PaymentLatencySum", "Milliseconds", inv.payment.sum_ms),
         ("PaymentLatencyMax", "Milliseconds", inv.payment.max_ms),
         ("PaymentKeyRefreshes", "Count", inv.key_refreshes as f64),
+        // 1 on the container's first invocation, else 0: its sum counts cold starts, as
+        // Powertools' `ColdStart` does.
+        ("ColdStart", "Count", f64::from(u8::from(inv.cold_start))),
     ]);
     debug_assert!(metrics.len() <= MAX_METRICS);
     let definitions: Vec<Value> = metrics
@@ -190,6 +199,7 @@ pub fn document(settings: &MetricsSettings, inv: &Invocation<'_>) -> String {
             }],
         }),
     );
+    doc.insert("Service".into(), settings.service.clone().into());
     doc.insert("FunctionName".into(), settings.function_name.clone().into());
     doc.insert("QueueName".into(), queue_name(inv.queue_arn).into());
     doc.insert("QueueKind".into(), inv.kind.as_str().into());

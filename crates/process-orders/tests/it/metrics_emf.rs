@@ -171,6 +171,7 @@ const LAMBDA: &[(&str, &str)] = &[
     ("AWS_LAMBDA_FUNCTION_NAME", "orders-fn"),
     ("PROCESS_ORDERS_LOCAL", "1"),
     ("METRICS_NAMESPACE", "Orders/Test"),
+    ("POWERTOOLS_SERVICE_NAME", "payments"),
 ];
 
 #[tokio::test]
@@ -202,7 +203,12 @@ async fn one_valid_emf_document_per_invocation_counts_what_happened() {
             "Orders/Test"
         );
         assert_eq!(doc["_aws"]["Timestamp"], 1_767_225_600_000_u64);
+        assert_eq!(doc["Service"], "payments");
         assert_eq!(doc["FunctionName"], "orders-fn");
+        assert_eq!(
+            doc["_aws"]["CloudWatchMetrics"][0]["Dimensions"][0],
+            serde_json::json!(process_orders::metrics::DIMENSIONS)
+        );
         assert_eq!(doc["QueueName"], "orders-queue");
         assert_eq!(doc["QueueKind"], "standard");
     }
@@ -210,6 +216,8 @@ async fn one_valid_emf_document_per_invocation_counts_what_happened() {
     let expect = |doc: &Value, name: &str, value: f64| {
         assert_eq!(doc[name].as_f64(), Some(value), "{name} in {doc}");
     };
+    // The container's first invocation is its cold start; the next one is warm.
+    expect(&first, "ColdStart", 1.0);
     expect(&first, "Records", 4.0);
     expect(&first, "Charged", 2.0);
     expect(&first, "Poisoned", 2.0);
@@ -224,6 +232,7 @@ async fn one_valid_emf_document_per_invocation_counts_what_happened() {
     );
     assert!(first["InvocationDuration"].as_f64().expect("duration") >= 0.0);
     let second: Value = serde_json::from_str(&docs[1]).expect("JSON");
+    expect(&second, "ColdStart", 0.0);
     expect(&second, "Duplicates", 1.0);
     expect(&second, "Conflicts", 1.0);
     expect(&second, "Charged", 0.0);

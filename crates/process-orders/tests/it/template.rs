@@ -497,11 +497,15 @@ fn payment_configuration_errors_alarm_for_each_queue() {
         let dims = a["Dimensions"].as_sequence().unwrap();
         let names: Vec<&str> = dims.iter().map(|d| d["Name"].as_str().unwrap()).collect();
         assert_eq!(names, process_orders::metrics::DIMENSIONS);
-        assert_eq!(target(&dims[0]["Value"]), "OrdersFunction");
-        let queue = target(&dims[1]["Value"]);
+        // The Service the function writes is the one the alarm watches.
+        assert_eq!(target(&dims[0]["Value"]), "ServiceName");
+        let service = &function(&t)["Environment"]["Variables"]["POWERTOOLS_SERVICE_NAME"];
+        assert_eq!(target(service), "ServiceName");
+        assert_eq!(target(&dims[1]["Value"]), "OrdersFunction");
+        let queue = target(&dims[2]["Value"]);
         let fifo = resource(&t, &queue)["FifoQueue"].as_bool() == Some(true);
         assert_eq!(
-            dims[2]["Value"].as_str(),
+            dims[3]["Value"].as_str(),
             Some(if fifo { "fifo" } else { "standard" })
         );
         queues.insert(queue);
