@@ -13,9 +13,8 @@ IAC_VENV ?= $(HOME)/.cache/process-orders/iac-venv
 IAC_STAMP := $(IAC_VENV)/.installed
 EVENT ?= events/standard.json
 HOST_TRIPLE := $(shell rustc -vV | sed -n 's/^host: //p')
-INVOKE_PORT ?= 9010
 
-.PHONY: run run-dynamodb demo ops-demo test bench lint deny fuzz invoke check-template build-lambda check-lambda deploy clean-venv
+.PHONY: run run-dynamodb demo ops-demo test bench lint deny fuzz invoke check-template build build-lambda check-lambda deploy clean-venv
 
 run:
 	@$(CARGO) build --quiet --bin process-orders
@@ -82,16 +81,7 @@ fuzz:
 # compiles the function on the first invocation, which can eat that invocation's deadline, so a
 # warm-up invocation of the empty event goes first.
 invoke: $(PY_STAMP)
-	@set -euo pipefail; export PATH="$(VENV)/bin:$$PATH"; \
-	cargo build --quiet --bin process-orders; \
-	cargo lambda watch --env-var PROCESS_ORDERS_LOCAL=1 --invoke-address 127.0.0.1 --invoke-port $(INVOKE_PORT) >/tmp/process-orders-watch.log 2>&1 & \
-	watch_pid=$$!; trap 'kill $$watch_pid 2>/dev/null || true; pkill -P $$watch_pid 2>/dev/null || true' EXIT; \
-	invoke() { cargo lambda invoke process-orders --invoke-address 127.0.0.1 --invoke-port $(INVOKE_PORT) --data-file "$$1"; }; \
-	for i in $$(seq 1 300); do \
-		if invoke events/empty.json >/dev/null 2>&1; then invoke $(EVENT); echo; exit 0; fi; \
-		kill -0 $$watch_pid 2>/dev/null || { cat /tmp/process-orders-watch.log; exit 1; }; \
-		sleep 1; \
-	done; echo "cargo lambda watch did not serve in time"; cat /tmp/process-orders-watch.log; exit 1
+	@PATH="$(VENV)/bin:$$PATH" scripts/watch-invoke.sh $(EVENT)
 
 # cfn-lint, checkov and SAM's own linter on template.yaml (all offline).
 check-template: $(IAC_STAMP)
@@ -120,10 +110,16 @@ check-lambda: build-lambda
 	[ "$$got" = "$$expected" ] || { echo "arm64 bootstrap answered $$got, expected $$expected"; exit 1; }; \
 	echo "arm64 bootstrap answers events/standard.json as the host build does"
 
-# sam build && sam deploy: guided the first time (no samconfig deploy answers saved yet).
-deploy: $(PY_STAMP) $(IAC_STAMP)
+# The deployment build as SAM runs it (BuildMethod rust-cargolambda: cargo-lambda and zig from
+# the venv, no Docker): .aws-sam/build/OrdersFunction/bootstrap. Non-interactive on every SAM
+# release (samconfig.toml opts in to the former preview; so does the variable).
+build: $(PY_STAMP) $(IAC_STAMP)
 	rustup target add aarch64-unknown-linux-gnu >/dev/null
-	PATH="$(VENV)/bin:$(IAC_VENV)/bin:$$PATH" SAM_CLI_TELEMETRY=0 sam build
+	PATH="$(VENV)/bin:$(IAC_VENV)/bin:$$PATH" SAM_CLI_TELEMETRY=0 SAM_CLI_BETA_RUST_CARGO_LAMBDA=1 sam build < /dev/null
+	@ls -l .aws-sam/build/OrdersFunction/bootstrap
+
+# sam build && sam deploy: guided the first time (no samconfig deploy answers saved yet).
+deploy: build
 	@if grep -q '^stack_name' samconfig.toml && grep -q '^region' samconfig.toml; then \
 		PATH="$(IAC_VENV)/bin:$$PATH" SAM_CLI_TELEMETRY=0 sam deploy; \
 	else \

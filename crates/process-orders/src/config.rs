@@ -20,6 +20,7 @@ use crate::payment::{KeySetting, Secret};
 /// The variables the function itself reads (the components' own come from their crates).
 const FUNCTION_VARIABLES: &[(&str, Option<&str>)] = &[
     ("PROCESS_ORDERS_LOCAL", None),
+    ("AWS_SAM_LOCAL", None),
     ("DYNAMODB_MAX_ATTEMPTS", Some("3")),
     ("DYNAMODB_ATTEMPT_TIMEOUT_MS", Some("1000")),
     ("DYNAMODB_OPERATION_TIMEOUT_MS", Some("3000")),
@@ -138,7 +139,9 @@ impl Config {
         let in_lambda = env.text("AWS_LAMBDA_FUNCTION_NAME").is_some();
         // A local Runtime API emulator (cargo lambda watch) sets AWS_LAMBDA_FUNCTION_NAME too;
         // this explicit flag is the only way to run the in-memory store there.
-        let local = env.flag("PROCESS_ORDERS_LOCAL", false)?;
+        // `sam local invoke` declares itself: it sets AWS_SAM_LOCAL=true in the container, and an
+        // --env-vars file can only override the template's own variables.
+        let local = env.flag("PROCESS_ORDERS_LOCAL", false)? || env.flag("AWS_SAM_LOCAL", false)?;
         // Orders were stored without a prefix before prefixes existed: keep it so, and the
         // deployed table's items stay found (IDEMPOTENCY_KEY_PREFIX sets one).
         let store = StoreSettings::from_env_with_prefix(env, "")?;

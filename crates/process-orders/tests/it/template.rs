@@ -391,7 +391,8 @@ fn the_function_environment_matches_the_code() {
         .keys()
         .map(|k| k.as_str().unwrap())
         .collect();
-    let local_only = ["PROCESS_ORDERS_LOCAL"];
+    // Set by local emulators only: ours, and SAM's own for `sam local invoke`.
+    let local_only = ["PROCESS_ORDERS_LOCAL", "AWS_SAM_LOCAL"];
     let variables = process_orders::config::variables();
     let read: BTreeSet<&str> = variables
         .iter()
@@ -791,4 +792,78 @@ fn the_claim_check_reads_only_its_prefix_and_payloads_expire_with_the_messages()
     let (tag, inner) = tagged(&env["CLAIM_CHECK_BUCKET"]).expect("!If");
     assert_eq!(tag, "!If");
     assert_eq!(target(&inner.as_sequence().unwrap()[1]), "PayloadBucket");
+}
+
+/// `sam local invoke` needs Docker, which a development machine may lack; what it would run can
+/// still be checked. `sam-local-env.json` (its `--env-vars` file) must override every variable
+/// SAM cannot resolve locally (resources, conditions, parameters without a default) and turn
+/// off what needs AWS, and may name only the template's variables (SAM ignores others); the
+/// binary started with the template's environment so overridden, plus the `AWS_SAM_LOCAL=true`
+/// SAM sets, must start inside an emulated Lambda and answer a sample event.
+#[test]
+fn the_sam_local_env_vars_file_runs_the_function_without_aws() {
+    let t = template();
+    let file: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../../sam-local-env.json"
+        ))
+        .unwrap(),
+    )
+    .expect("sam-local-env.json is JSON");
+    let overrides = file["OrdersFunction"]
+        .as_object()
+        .expect("keyed by the function");
+    let mut env: Vec<(String, String)> = Vec::new();
+    for (name, value) in function(&t)["Environment"]["Variables"]
+        .as_mapping()
+        .unwrap()
+    {
+        let name = name.as_str().unwrap();
+        let local = match (overrides.get(name), tagged(value)) {
+            (Some(v), _) => v.as_str().expect("a string").to_owned(),
+            (None, Some((tag, inner))) if tag == "!Ref" => {
+                let parameter = &t["Parameters"][inner.as_str().unwrap()];
+                assert!(
+                    !parameter.is_null(),
+                    "{name}: !Ref {inner:?} needs an override"
+                );
+                match &parameter["Default"] {
+                    Value::String(s) => s.clone(),
+                    Value::Number(n) => n.to_string(),
+                    _ => panic!("{name}: {inner:?} has no default: it needs an override"),
+                }
+            }
+            (None, Some((tag, _))) => panic!("{name} ({tag}) needs an override"),
+            (None, None) => value.as_str().expect("a string").to_owned(),
+        };
+        env.push((name.to_owned(), local));
+    }
+    for name in overrides.keys() {
+        assert!(
+            env.iter().any(|(n, _)| n == name),
+            "{name} is not a template variable"
+        );
+    }
+    let output = std::process::Command::new(env!("CARGO_BIN_EXE_process-orders"))
+        .args([
+            "--event",
+            concat!(env!("CARGO_MANIFEST_DIR"), "/../../events/standard.json"),
+        ])
+        .env_clear()
+        .envs(env)
+        .env("AWS_LAMBDA_FUNCTION_NAME", "OrdersFunction")
+        // What `sam local invoke` sets in its container.
+        .env("AWS_SAM_LOCAL", "true")
+        .env("AWS_REGION", "us-east-1")
+        .output()
+        .expect("run");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "{stderr}");
+    let response: serde_json::Value = serde_json::from_slice(&output.stdout).expect("JSON");
+    assert_eq!(
+        response["batchItemFailures"].as_array().map(Vec::len),
+        Some(3),
+        "{response}"
+    );
 }
