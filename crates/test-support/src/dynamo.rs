@@ -116,9 +116,33 @@ pub fn moto_endpoint() -> String {
     }
 }
 
+/// moto's server: `MOTO_SERVER`, else `moto_server` on `PATH`, else the project's venv (where
+/// `make test` installs it), so a plain `cargo test` finds it after one `make test`.
+fn moto_program() -> Result<std::path::PathBuf, String> {
+    if let Some(program) = std::env::var_os("MOTO_SERVER") {
+        return Ok(program.into());
+    }
+    let on_path = std::env::var_os("PATH")
+        .into_iter()
+        .flat_map(|path| std::env::split_paths(&path).collect::<Vec<_>>())
+        .map(|dir| dir.join("moto_server"))
+        .find(|candidate| candidate.is_file());
+    let venv = std::env::var_os("HOME")
+        .map(|home| {
+            std::path::PathBuf::from(home).join(".cache/process-orders/venv/bin/moto_server")
+        })
+        .filter(|candidate| candidate.is_file());
+    on_path.or(venv).ok_or_else(|| {
+        "moto_server not found (not on PATH, not in ~/.cache/process-orders/venv): run `make \
+         test` once, which installs moto[server] there, or set MOTO_SERVER"
+            .to_owned()
+    })
+}
+
 fn spawn_moto() -> Result<(std::process::Child, u16), String> {
     use std::os::unix::process::CommandExt;
-    let program = std::env::var("MOTO_SERVER").unwrap_or_else(|_| "moto_server".into());
+    let program = moto_program()?;
+    let program = program.display().to_string();
     let port = std::net::TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())
         .map_err(|e| e.to_string())?
@@ -137,7 +161,7 @@ fn spawn_moto() -> Result<(std::process::Child, u16), String> {
         });
     }
     let mut child = command.spawn().map_err(|e| {
-        format!("cannot start {program} ({e}): run the tests with `make test`, which installs moto[server]")
+        format!("cannot start {program} ({e}): run `make test` once, which installs moto[server]")
     })?;
     for _ in 0..300 {
         if let Ok(Some(status)) = child.try_wait() {
