@@ -20,27 +20,23 @@ pub fn init_tool_logging() {
         .init();
 }
 
-/// The tools' `--name value` arguments; the names in `switches` take no value (`"true"`).
-pub fn parse_flags(
-    args: &[String],
-    switches: &[&str],
-) -> Result<std::collections::HashMap<String, String>, String> {
-    let mut map = std::collections::HashMap::new();
-    let mut it = args.iter();
-    while let Some(flag) = it.next() {
-        let name = flag
-            .strip_prefix("--")
-            .ok_or_else(|| format!("unexpected argument {flag:?}"))?;
-        let value = if switches.contains(&name) {
-            "true".to_owned()
-        } else {
-            it.next()
-                .ok_or_else(|| format!("--{name} needs a value"))?
-                .clone()
-        };
-        map.insert(name.to_owned(), value);
+/// A bar on stderr for the tools' work that can run past a few seconds (a redrive, the demo's
+/// send and drain); hidden when stderr is not a terminal (a script, CI), so logs stay clean.
+pub fn progress_bar(total: u64, what: &'static str) -> indicatif::ProgressBar {
+    use std::io::IsTerminal;
+    let target = if std::io::stderr().is_terminal() {
+        indicatif::ProgressDrawTarget::stderr()
+    } else {
+        indicatif::ProgressDrawTarget::hidden()
+    };
+    let bar = indicatif::ProgressBar::with_draw_target(Some(total), target);
+    if let Ok(style) = indicatif::ProgressStyle::with_template(
+        "{elapsed_precise} [{bar:40}] {pos}/{len} {msg} (eta {eta})",
+    ) {
+        bar.set_style(style.progress_chars("=> "));
     }
-    Ok(map)
+    bar.set_message(what);
+    bar
 }
 
 /// An error of the local tools, with its source.
@@ -65,27 +61,5 @@ impl LocalError {
             what: what.into(),
             source: Box::new(source),
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn flags_take_values_and_switches_take_none() {
-        let args: Vec<String> = ["--queue", "q", "--yes", "--rate", "5"]
-            .iter()
-            .map(|s| (*s).to_owned())
-            .collect();
-        let flags = parse_flags(&args, &["yes"]).expect("parsed");
-        assert_eq!(flags.get("queue").map(String::as_str), Some("q"));
-        assert_eq!(flags.get("yes").map(String::as_str), Some("true"));
-        assert_eq!(flags.get("rate").map(String::as_str), Some("5"));
-        assert!(
-            parse_flags(&args[..1], &[]).is_err(),
-            "a flag without its value"
-        );
-        assert!(parse_flags(&["q".to_owned()], &[]).is_err(), "a bare word");
     }
 }

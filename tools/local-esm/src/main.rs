@@ -1,52 +1,106 @@
 //! The local system without Docker: queues and table on a local SQS/DynamoDB-compatible server
 //! (moto), a generated load, and the local event source mapping driving the function.
-//!
-//!   local-esm demo --endpoint http://127.0.0.1:PORT [--orders 300] [--duplicate-rate 0.1]
-//!                  [--poison-rate 0.05] [--groups 8] [--concurrency 4]
-//!                  [--invoke-address 127.0.0.1:9000]   (the real binary under cargo lambda watch)
-//!   local-esm gen-event [--records 10000] [--fifo-groups 0] [--seed 7]   (a generated event)
+//! `local-esm --help`, and `local-esm <command> --help` for each command with examples.
 
-use std::collections::HashMap;
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use clap::{Args, Parser, Subcommand};
 use idempotency::DynamoDbStore;
 use lambda_kit::SystemClock;
 use local_esm::esm::{self, EsmSettings, EsmStats, Invoke, RuntimeApi};
 use local_esm::send::{self, SendPlan};
 use local_esm::setup::{self, QueuePair, QueueSettings};
-use local_esm::{LocalError, parse_flags, sdk_config};
+use local_esm::{LocalError, progress_bar, sdk_config};
 use process_orders::app::App;
 use process_orders::config::Config;
 use process_orders::payment::SimulatedGateway;
 use sqs_batch::visibility::SqsVisibility;
 use sqs_batch::{Backoff, BackoffPolicy};
 
-const USAGE: &str = "usage: local-esm demo --endpoint URL [--orders N] [--duplicate-rate R] [--poison-rate R] [--groups G] [--concurrency C] [--max-receive-count M] [--invoke-address HOST:PORT]
-       local-esm gen-event [--records N] [--fifo-groups G] [--seed S]   (an SQS event on stdout)";
+/// Local tools for the order function: the whole system on moto, and generated events.
+#[derive(Debug, Parser)]
+#[command(name = "local-esm", version)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
 
-fn get<T: std::str::FromStr>(
-    flags: &HashMap<String, String>,
-    name: &str,
-    default: T,
-) -> Result<T, String> {
-    flags.get(name).map_or(Ok(default), |v| {
-        v.parse().map_err(|_| format!("--{name} {v:?} is invalid"))
-    })
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Queues, DLQs and table on a local server, generated orders, and the local event source
+    /// mapping running the function until both queues drain; then a summary.
+    #[command(after_help = "Examples:
+  local-esm demo --endpoint http://127.0.0.1:5000
+  local-esm demo --endpoint http://127.0.0.1:5000 --orders 1000 --max-receive-count 10
+  local-esm demo --endpoint http://127.0.0.1:5000 --invoke-address 127.0.0.1:9000
+      (the real binary under `cargo lambda watch`, started with the same endpoint and table)")]
+    Demo(Demo),
+    /// Prints a generated SQS event of valid orders, shaped as Lambda delivers it.
+    #[command(after_help = "Examples:
+  local-esm gen-event --records 10 > event.json
+  local-esm gen-event --records 10000 --fifo-groups 8 --seed 3")]
+    GenEvent {
+        /// Records in the event.
+        #[arg(long, default_value_t = 10_000, value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
+        records: u32,
+        /// Message groups (0: a standard queue's event).
+        #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u32).range(0..=100_000))]
+        fifo_groups: u32,
+        /// Seed of the generator: the same seed, the same event.
+        #[arg(long, default_value_t = 7)]
+        seed: u64,
+    },
+}
+
+#[derive(Debug, Args)]
+struct Demo {
+    /// The local SQS and DynamoDB-compatible server (moto).
+    #[arg(long, value_name = "URL")]
+    endpoint: String,
+    /// Orders per queue kind.
+    #[arg(long, default_value_t = 300, value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
+    orders: u32,
+    /// Share of orders sent twice.
+    #[arg(long, default_value_t = 0.1, value_parser = rate)]
+    duplicate_rate: f64,
+    /// Share of messages with a body that is not an order.
+    #[arg(long, default_value_t = 0.05, value_parser = rate)]
+    poison_rate: f64,
+    /// Message groups on the FIFO queue.
+    #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u32).range(1..=10_000))]
+    groups: u32,
+    /// Pollers per queue.
+    #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u16).range(1..=64))]
+    concurrency: u16,
+    /// Receives before SQS moves a message to its DLQ.
+    #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u16).range(1..=1000))]
+    max_receive_count: u16,
+    /// Invoke the function over the Lambda invoke API at HOST:PORT (`cargo lambda watch`)
+    /// instead of in-process.
+    #[arg(long, value_name = "HOST:PORT")]
+    invoke_address: Option<String>,
+}
+
+/// A share between 0 and 1.
+fn rate(raw: &str) -> Result<f64, String> {
+    match raw.parse::<f64>() {
+        Ok(r) if (0.0..=1.0).contains(&r) => Ok(r),
+        _ => Err(format!("{raw:?} is not a share between 0 and 1")),
+    }
 }
 
 #[tokio::main]
 async fn main() -> ExitCode {
     local_esm::init_tool_logging();
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    let result = match args.first().map(String::as_str) {
-        Some("demo") => match parse_flags(&args[1..], &[]) {
-            Ok(flags) => demo(&flags).await,
-            Err(e) => Err(e),
-        },
-        Some("gen-event") => parse_flags(&args[1..], &[]).and_then(|flags| gen_event(&flags)),
-        _ => Err(USAGE.to_owned()),
+    let result = match Cli::parse().command {
+        Command::Demo(demo) => run_demo(&demo).await,
+        Command::GenEvent {
+            records,
+            fifo_groups,
+            seed,
+        } => gen_event(records, fifo_groups, seed),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -81,14 +135,12 @@ fn local(e: LocalError) -> String {
     lambda_kit::error_chain(&e)
 }
 
-async fn demo(flags: &HashMap<String, String>) -> Result<(), String> {
-    let endpoint = flags.get("endpoint").ok_or(USAGE)?.clone();
-    let orders: usize = get(flags, "orders", 300)?;
-    let duplicate_rate: f64 = get(flags, "duplicate-rate", 0.1)?;
-    let poison_rate: f64 = get(flags, "poison-rate", 0.05)?;
-    let groups: usize = get(flags, "groups", 8)?;
-    let concurrency: usize = get(flags, "concurrency", 4)?;
-    let max_receive_count: u32 = get(flags, "max-receive-count", 5)?;
+async fn run_demo(flags: &Demo) -> Result<(), String> {
+    let endpoint = flags.endpoint.clone();
+    let orders = flags.orders as usize;
+    let groups = flags.groups as usize;
+    let concurrency = usize::from(flags.concurrency);
+    let max_receive_count = u32::from(flags.max_receive_count);
     let started = Instant::now();
 
     let sdk = sdk_config(&endpoint);
@@ -111,16 +163,19 @@ async fn demo(flags: &HashMap<String, String>) -> Result<(), String> {
     for (queue, prefix) in [(&standard, "std"), (&fifo, "fifo")] {
         let plan = SendPlan {
             orders,
-            duplicate_rate,
-            poison_rate,
+            duplicate_rate: flags.duplicate_rate,
+            poison_rate: flags.poison_rate,
             groups,
             seed: 42,
             prefix: prefix.into(),
         };
         let generated = send::generate(&plan);
-        send::send(&sqs, queue, &generated.messages)
-            .await
-            .map_err(local)?;
+        let bar = progress_bar(generated.messages.len() as u64, "sent");
+        for chunk in generated.messages.chunks(100) {
+            send::send(&sqs, queue, chunk).await.map_err(local)?;
+            bar.inc(chunk.len() as u64);
+        }
+        bar.finish_and_clear();
         println!(
             "sent {:>5} messages to {:<12} {} orders, {} sent twice, {} poison",
             generated.messages.len(),
@@ -149,7 +204,13 @@ async fn demo(flags: &HashMap<String, String>) -> Result<(), String> {
         cap_s: 2,
     };
     let gateway = Arc::new(SimulatedGateway::new());
-    let stats = if let Some(address) = flags.get("invoke-address") {
+    let total: u64 = sent.iter().map(|g| g.messages.len() as u64).sum();
+    let drain = tokio::spawn(show_drain(
+        sqs.clone(),
+        [standard.clone(), fifo.clone()],
+        total,
+    ));
+    let stats = if let Some(address) = &flags.invoke_address {
         let function = Arc::new(RuntimeApi::new(address, "process-orders"));
         run_both(&sqs, [&standard, &fifo], function, esm_settings).await?
     } else {
@@ -162,6 +223,7 @@ async fn demo(flags: &HashMap<String, String>) -> Result<(), String> {
         );
         run_both(&sqs, [&standard, &fifo], Arc::new(app), esm_settings).await?
     };
+    drain.abort();
 
     println!();
     println!(
@@ -182,7 +244,7 @@ async fn demo(flags: &HashMap<String, String>) -> Result<(), String> {
     let valid: usize = sent.iter().map(|g| g.valid_orders.len()).sum();
     let duplicates: usize = sent.iter().map(|g| g.duplicates).sum();
     let poison: usize = sent.iter().map(|g| g.poison).sum();
-    if flags.contains_key("invoke-address") {
+    if flags.invoke_address.is_some() {
         println!("\ncharges happened in the invoked binary's simulated gateway; see its log");
     } else {
         println!(
@@ -195,12 +257,28 @@ async fn demo(flags: &HashMap<String, String>) -> Result<(), String> {
     Ok(())
 }
 
+/// The drain as a bar: messages no longer in either source queue (processed, or moved to a
+/// DLQ), polled every second until the demo aborts it.
+async fn show_drain(sqs: aws_sdk_sqs::Client, queues: [QueuePair; 2], total: u64) {
+    let bar = progress_bar(total, "drained");
+    loop {
+        let mut left = 0;
+        for queue in &queues {
+            if let Ok(depth) = setup::depth(&sqs, &queue.url).await {
+                left += depth.total();
+            }
+        }
+        bar.set_position(total.saturating_sub(left));
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+}
+
 /// Prints a generated event of valid orders, shaped as Lambda delivers it.
-fn gen_event(flags: &HashMap<String, String>) -> Result<(), String> {
+fn gen_event(records: u32, fifo_groups: u32, seed: u64) -> Result<(), String> {
     let shape = sqs_batch::testkit::EventShape {
-        records: get(flags, "records", 10_000)?,
-        fifo_groups: get(flags, "fifo-groups", 0)?,
-        seed: get(flags, "seed", 7)?,
+        records: records as usize,
+        fifo_groups: fifo_groups as usize,
+        seed,
     };
     let event = sqs_batch::testkit::generate(shape, process_orders::order::generated_body);
     let json = serde_json::to_string(&event).map_err(|e| e.to_string())?;

@@ -104,6 +104,11 @@ async fn release(sqs: &Client, url: &str, handles: &[String]) -> Result<(), Loca
     Ok(())
 }
 
+/// The `index`-th `:`-separated part of an ARN (3: region, 4: account).
+pub fn arn_part(arn: &str, index: usize) -> Option<&str> {
+    arn.split(':').nth(index).filter(|part| !part.is_empty())
+}
+
 /// How long a manual redrive holds a received batch invisible: far more than a send and a
 /// delete take, and short enough that a killed run's batch is soon back in the DLQ.
 pub const REDRIVE_HOLD: Duration = Duration::from_secs(10);
@@ -124,12 +129,14 @@ pub const REDRIVE_CHECKLIST: &str = "Before a redrive:
 
 /// Moves every message of `dlq` back to `source` by hand, at most `rate` per second: receive,
 /// send a copy (FIFO: same group, fresh deduplication id), and delete from the DLQ only the
-/// messages whose copy the source accepted. Stops when the DLQ looks empty.
+/// messages whose copy the source accepted. Stops when the DLQ looks empty. `progress` hears the
+/// running totals after every batch (a progress bar).
 pub async fn redrive_manual(
     sqs: &Client,
     dlq: &Queue,
     source: &Queue,
     rate: u32,
+    mut progress: impl FnMut(Moved),
 ) -> Result<Moved, LocalError> {
     let rate = rate.max(1);
     let mut total = Moved::default();
@@ -221,6 +228,7 @@ pub async fn redrive_manual(
                 .map_err(|e| LocalError::aws("delete from the DLQ", e))?;
             total.moved += n;
         }
+        progress(total);
         // Pace: `moved` messages should have taken at least moved / rate seconds.
         let due = Duration::from_secs_f64(total.moved as f64 / f64::from(rate));
         if let Some(wait) = due.checked_sub(started.elapsed()) {

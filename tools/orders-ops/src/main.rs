@@ -1,31 +1,134 @@
-//! On-call tool for the order queues (see the README's runbook).
-//!
-//!   orders-ops depth   --queue NAME|URL [--endpoint URL]
-//!   orders-ops inspect --queue NAME|URL [--max 50] [--endpoint URL]
-//!   orders-ops redrive --queue NAME|URL [--manual] [--rate 10] [--yes] [--endpoint URL]
-//!   orders-ops send    --queue NAME|URL --file FILE [--group G] [--bucket B] [--threshold 262144]
-//!                      (--bucket: bodies above the threshold go to S3 with a pointer; needs the
-//!                      s3-claim-check feature)
+//! On-call tool for the order queues (see the README's runbook): `orders-ops --help`, and
+//! `orders-ops <command> --help` for each command with examples.
 //!
 //! `--queue` names the source queue; `inspect` and `redrive` work on its DLQ (from the redrive
-//! policy). Without `--endpoint` the AWS SDK's usual configuration applies (profile, region).
+//! policy). Without `--endpoint` the AWS SDK's usual configuration applies (`--profile`,
+//! `--region`, or the environment).
 
-use std::collections::HashMap;
 use std::io::{BufRead, Write};
+use std::path::PathBuf;
 use std::process::ExitCode;
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use aws_sdk_sqs::Client;
-use local_esm::{LocalError, parse_flags, sdk_config};
+use clap::{Args, Parser, Subcommand};
+use local_esm::{LocalError, progress_bar, sdk_config};
 use orders_ops::{self as ops, Queue};
 
-const USAGE: &str = "usage: orders-ops depth|inspect|redrive|send --queue NAME|URL [--endpoint URL] [--max N] [--manual] [--rate R] [--yes] [--file F] [--group G] [--bucket B] [--threshold N]";
+/// On-call tool for the order queues: depth, DLQ inspection, redrive, and sending an order.
+#[derive(Debug, Parser)]
+#[command(name = "orders-ops", version, after_help = EXAMPLES)]
+struct Cli {
+    #[command(flatten)]
+    target: Target,
+    #[command(subcommand)]
+    command: Command,
+}
+
+const EXAMPLES: &str = "Examples:
+  orders-ops depth --queue orders --profile prod --region eu-west-1
+  orders-ops inspect --queue orders.fifo --max 20 --json
+  orders-ops redrive --queue orders --rate 5
+  orders-ops depth --queue orders --endpoint http://127.0.0.1:5000   (moto)";
+
+/// Which account the commands touch. Every one of these is checked: a misspelled flag stops the
+/// tool instead of falling back to the default profile.
+#[derive(Debug, Args)]
+struct Target {
+    /// A local SQS-compatible server (moto), with static test credentials. Without it, the AWS
+    /// SDK's configuration: `--profile`, `--region`, or the environment.
+    #[arg(long, global = true, value_name = "URL", conflicts_with = "profile")]
+    endpoint: Option<String>,
+    /// The AWS region (default: the profile's, or AWS_REGION).
+    #[arg(long, global = true)]
+    region: Option<String>,
+    /// The AWS profile from ~/.aws/config (default: AWS_PROFILE, or `default`).
+    #[arg(long, global = true)]
+    profile: Option<String>,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Messages visible, in flight and delayed, in the queue and its DLQ.
+    #[command(after_help = "Examples:
+  orders-ops depth --queue orders
+  orders-ops depth --queue https://sqs.eu-west-1.amazonaws.com/123456789012/orders --json")]
+    Depth {
+        #[command(flatten)]
+        queue: QueueArg,
+        /// One JSON object per queue on stdout instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Reads DLQ messages without consuming them (made visible again at once).
+    #[command(after_help = "Examples:
+  orders-ops inspect --queue orders
+  orders-ops inspect --queue orders.fifo --max 200 --json")]
+    Inspect {
+        #[command(flatten)]
+        queue: QueueArg,
+        /// The most messages to read.
+        #[arg(long, default_value_t = 50, value_parser = clap::value_parser!(u16).range(1..=1000))]
+        max: u16,
+        /// One JSON object per message on stdout instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Moves the DLQ's messages back to the source queue, after a confirmation.
+    #[command(after_help = "Examples:
+  orders-ops redrive --queue orders                 (SQS's own move task, 10 a second)
+  orders-ops redrive --queue orders --rate 2 --yes
+  orders-ops redrive --queue orders.fifo --manual   (receive, send, delete: FIFO groups kept)")]
+    Redrive {
+        #[command(flatten)]
+        queue: QueueArg,
+        /// Receive, send and delete by hand instead of SQS's message move task (moto has none).
+        #[arg(long)]
+        manual: bool,
+        /// Messages a second (SQS's move task takes at most 500).
+        #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u16).range(1..=500))]
+        rate: u16,
+        /// Do not ask for confirmation.
+        #[arg(long)]
+        yes: bool,
+    },
+    /// Sends one order body from a file to the queue.
+    #[command(after_help = "Examples:
+  orders-ops send --queue orders --file order.json
+  orders-ops send --queue orders.fifo --file order.json --group customer-7
+  orders-ops send --queue orders --file big.json --bucket payloads-bucket   (claim check)")]
+    Send {
+        #[command(flatten)]
+        queue: QueueArg,
+        /// The body to send.
+        #[arg(long)]
+        file: PathBuf,
+        /// The message group (FIFO queues).
+        #[arg(long)]
+        group: Option<String>,
+        /// Bodies above --threshold go to this S3 bucket, with a pointer in the message (needs
+        /// the s3-claim-check feature).
+        #[arg(long)]
+        bucket: Option<String>,
+        /// The largest body sent inline, in bytes.
+        #[arg(long, default_value_t = ops::INLINE_LIMIT as u32,
+              value_parser = clap::value_parser!(u32).range(1..=(ops::INLINE_LIMIT as i64)))]
+        threshold: u32,
+    },
+}
+
+#[derive(Debug, Args)]
+struct QueueArg {
+    /// The source queue: its name or URL.
+    #[arg(long, value_name = "NAME|URL")]
+    queue: String,
+}
 
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> ExitCode {
     local_esm::init_tool_logging();
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    match run(&args).await {
+    let cli = Cli::parse();
+    match run(cli).await {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("orders-ops: {e}");
@@ -34,73 +137,105 @@ async fn main() -> ExitCode {
     }
 }
 
-async fn run(args: &[String]) -> Result<(), String> {
-    let command = args.first().map(String::as_str).unwrap_or("");
-    let flags = parse_flags(args.get(1..).unwrap_or_default(), &["manual", "yes"])
-        .map_err(|e| format!("{e}\n{USAGE}"))?;
-    let queue = flags.get("queue").ok_or(USAGE)?;
-    let sdk = match flags.get("endpoint") {
+async fn run(cli: Cli) -> Result<(), String> {
+    let sdk = match &cli.target.endpoint {
         Some(endpoint) => sdk_config(endpoint),
         // The profile, region and credentials chain of the user's AWS configuration, over the
         // function's HTTP client (the build has no other).
         None => {
-            aws_config::defaults(aws_config::BehaviorVersion::latest())
-                .http_client(process_orders::aws::http_client())
-                .load()
-                .await
+            let mut loader = aws_config::defaults(aws_config::BehaviorVersion::latest())
+                .http_client(process_orders::aws::http_client());
+            if let Some(profile) = &cli.target.profile {
+                loader = loader.profile_name(profile);
+            }
+            if let Some(region) = &cli.target.region {
+                loader = loader.region(aws_config::Region::new(region.clone()));
+            }
+            loader.load().await
         }
     };
     let sqs = Client::new(&sdk);
-    let source = ops::resolve(&sqs, queue).await.map_err(text)?;
-    match command {
-        "depth" => depth(&sqs, &source).await,
-        "inspect" => {
-            let max = number(&flags, "max", 50)?;
-            inspect(&sqs, &source, max as usize).await
+    match cli.command {
+        Command::Depth { queue, json } => {
+            let source = ops::resolve(&sqs, &queue.queue).await.map_err(text)?;
+            depth(&sqs, &source, json).await
         }
-        "redrive" => {
-            let rate = number(&flags, "rate", 10)?;
+        Command::Inspect { queue, max, json } => {
+            let source = ops::resolve(&sqs, &queue.queue).await.map_err(text)?;
+            inspect(&sqs, &source, usize::from(max), json).await
+        }
+        Command::Redrive {
+            queue,
+            manual,
+            rate,
+            yes,
+        } => {
+            let source = ops::resolve(&sqs, &queue.queue).await.map_err(text)?;
             let dlq = ops::dead_letter_queue(&sqs, &source).await.map_err(text)?;
             println!("{}", ops::REDRIVE_CHECKLIST);
+            // Say where before anything moves: the queue's ARN names its account and region.
             println!(
-                "Move the messages of {} back to {} at {rate}/s.",
+                "Account {} (region {}), endpoint {}{}.",
+                ops::arn_part(&source.arn, 4).unwrap_or("unknown"),
+                ops::arn_part(&source.arn, 3).unwrap_or("unknown"),
+                sdk.endpoint_url()
+                    .unwrap_or("the AWS SDK's default for the region"),
+                cli.target
+                    .profile
+                    .as_deref()
+                    .map(|p| format!(", profile {p}"))
+                    .unwrap_or_default()
+            );
+            let waiting = ops::depth(&sqs, &dlq.url).await.map_err(text)?;
+            println!(
+                "Move the {} message(s) of {} back to {} at {rate}/s.",
+                waiting.visible,
                 dlq.name(),
                 source.name()
             );
-            if !flags.contains_key("yes") && !confirm()? {
+            if !yes && !confirm()? {
                 return Err("not confirmed; nothing moved".into());
             }
-            if flags.contains_key("manual") {
-                let moved = ops::redrive_manual(&sqs, &dlq, &source, rate as u32)
-                    .await
-                    .map_err(text)?;
+            if manual {
+                let bar = progress_bar(waiting.visible, "moved");
+                let moved = ops::redrive_manual(&sqs, &dlq, &source, u32::from(rate), |m| {
+                    bar.set_position(m.moved as u64);
+                })
+                .await
+                .map_err(text)?;
+                bar.finish_and_clear();
                 println!(
                     "moved {} message(s); {} refused by the source queue",
                     moved.moved, moved.failed
                 );
                 Ok(())
             } else {
-                move_task(&sqs, &dlq, &source, rate as i32).await
+                move_task(&sqs, &dlq, &source, i32::from(rate)).await
             }
         }
-        "send" => {
-            let file = flags.get("file").ok_or("send needs --file")?;
-            let body = std::fs::read_to_string(file).map_err(|e| format!("{file}: {e}"))?;
-            let threshold = number(&flags, "threshold", ops::INLINE_LIMIT as u64)? as usize;
+        Command::Send {
+            queue,
+            file,
+            group,
+            bucket,
+            threshold,
+        } => {
+            let source = ops::resolve(&sqs, &queue.queue).await.map_err(text)?;
+            let body =
+                std::fs::read_to_string(&file).map_err(|e| format!("{}: {e}", file.display()))?;
             #[cfg(feature = "s3-claim-check")]
             let s3 = aws_sdk_s3::Client::from_conf(
                 aws_sdk_s3::config::Builder::from(&sdk)
-                    .force_path_style(flags.contains_key("endpoint"))
+                    .force_path_style(cli.target.endpoint.is_some())
                     .build(),
             );
-            let offload = flags.get("bucket").map(|bucket| ops::Offload {
+            let offload = bucket.as_deref().map(|bucket| ops::Offload {
                 #[cfg(feature = "s3-claim-check")]
                 s3: &s3,
                 bucket,
-                threshold,
+                threshold: threshold as usize,
             });
-            let group = flags.get("group").map(String::as_str);
-            let offloaded = ops::send_order(&sqs, &source, &body, group, offload)
+            let offloaded = ops::send_order(&sqs, &source, &body, group.as_deref(), offload)
                 .await
                 .map_err(text)?;
             println!(
@@ -115,21 +250,11 @@ async fn run(args: &[String]) -> Result<(), String> {
             );
             Ok(())
         }
-        _ => Err(USAGE.into()),
     }
 }
 
 fn text(e: LocalError) -> String {
     lambda_kit::error_chain(&e)
-}
-
-fn number(flags: &HashMap<String, String>, name: &str, default: u64) -> Result<u64, String> {
-    flags.get(name).map_or(Ok(default), |v| {
-        v.parse()
-            .ok()
-            .filter(|n| *n > 0)
-            .ok_or_else(|| format!("--{name} {v:?} must be a positive whole number"))
-    })
 }
 
 fn confirm() -> Result<bool, String> {
@@ -143,39 +268,76 @@ fn confirm() -> Result<bool, String> {
     Ok(line.trim() == "yes")
 }
 
-async fn depth(sqs: &Client, source: &Queue) -> Result<(), String> {
-    println!("| queue | visible | in flight | delayed |\n|---|---|---|---|");
+async fn depth(sqs: &Client, source: &Queue, json: bool) -> Result<(), String> {
     let mut queues = vec![source.clone()];
     if source.dlq_arn.is_some() {
         queues.push(ops::dead_letter_queue(sqs, source).await.map_err(text)?);
     }
+    if !json {
+        println!("| queue | visible | in flight | delayed |\n|---|---|---|---|");
+    }
     for q in &queues {
         let d = ops::depth(sqs, &q.url).await.map_err(text)?;
+        if json {
+            println!(
+                "{}",
+                serde_json::json!({
+                    "queue": q.name(), "url": q.url, "visible": d.visible,
+                    "in_flight": d.in_flight, "delayed": d.delayed,
+                })
+            );
+        } else {
+            println!(
+                "| {} | {} | {} | {} |",
+                q.name(),
+                d.visible,
+                d.in_flight,
+                d.delayed
+            );
+        }
+    }
+    if !json {
+        // SQS's API has no age of the oldest message; CloudWatch has it as a metric.
         println!(
-            "| {} | {} | {} | {} |",
-            q.name(),
-            d.visible,
-            d.in_flight,
-            d.delayed
+            "oldest message age: CloudWatch metric ApproximateAgeOfOldestMessage (not in the SQS API)"
         );
     }
-    // SQS's API has no age of the oldest message; CloudWatch has it as a metric.
-    println!(
-        "oldest message age: CloudWatch metric ApproximateAgeOfOldestMessage (not in the SQS API)"
-    );
     Ok(())
 }
 
-async fn inspect(sqs: &Client, source: &Queue, max: usize) -> Result<(), String> {
+/// An epoch-ms time as UTC, to the second (`2026-11-30 08:32:40Z`).
+fn utc(ms: u64) -> String {
+    let time = SystemTime::UNIX_EPOCH + Duration::from_millis(ms);
+    humantime::format_rfc3339_seconds(time)
+        .to_string()
+        .replacen('T', " ", 1)
+}
+
+async fn inspect(sqs: &Client, source: &Queue, max: usize, json: bool) -> Result<(), String> {
     let dlq = ops::dead_letter_queue(sqs, source).await.map_err(text)?;
     let peeked = ops::inspect(sqs, &dlq.url, max).await.map_err(text)?;
+    if json {
+        for p in peeked {
+            println!(
+                "{}",
+                serde_json::json!({
+                    "message_id": p.message_id, "receive_count": p.receive_count,
+                    "first_received_ms": p.first_receive_ms,
+                    "first_received": p.first_receive_ms.map(utc),
+                    "sent_ms": p.sent_ms, "sent": p.sent_ms.map(utc),
+                    "body_bytes": p.body_len, "group_id": p.group_id, "order_id": p.order_id,
+                })
+            );
+        }
+        return Ok(());
+    }
     println!(
         "{} message(s) in {} (made visible again):",
         peeked.len(),
         dlq.name()
     );
     println!(
-        "| message id | receives | first received (ms) | sent (ms) | body bytes | group | order id |\n|---|---|---|---|---|---|---|"
+        "| message id | receives | first received (UTC) | sent (UTC) | body bytes | group | order id |\n|---|---|---|---|---|---|---|"
     );
     let show = |v: Option<String>| v.unwrap_or_else(|| "-".into());
     for p in peeked {
@@ -183,8 +345,8 @@ async fn inspect(sqs: &Client, source: &Queue, max: usize) -> Result<(), String>
             "| {} | {} | {} | {} | {} | {} | {} |",
             p.message_id,
             show(p.receive_count.map(|n| n.to_string())),
-            show(p.first_receive_ms.map(|n| n.to_string())),
-            show(p.sent_ms.map(|n| n.to_string())),
+            show(p.first_receive_ms.map(utc)),
+            show(p.sent_ms.map(utc)),
             p.body_len,
             show(p.group_id),
             show(p.order_id)
@@ -211,9 +373,11 @@ async fn move_task(sqs: &Client, dlq: &Queue, source: &Queue, rate: i32) -> Resu
         })?;
     let handle = started.task_handle().unwrap_or_default().to_owned();
     println!("move task started: {handle}");
+    let bar = progress_bar(0, "moved");
     loop {
         tokio::select! {
             _ = tokio::signal::ctrl_c() => {
+                bar.abandon();
                 sqs.cancel_message_move_task().task_handle(&handle).send().await
                     .map_err(|e| lambda_kit::error_chain(&e))?;
                 return Err("cancelled; messages already moved stay moved".into());
@@ -230,15 +394,20 @@ async fn move_task(sqs: &Client, dlq: &Queue, source: &Queue, rate: i32) -> Resu
         let Some(task) = tasks.results().first() else {
             continue;
         };
-        println!(
-            "{}: {} of {} moved",
-            task.status().unwrap_or("UNKNOWN"),
-            task.approximate_number_of_messages_moved(),
-            task.approximate_number_of_messages_to_move().unwrap_or(0)
-        );
+        let to_move = task.approximate_number_of_messages_to_move().unwrap_or(0);
+        bar.set_length(u64::try_from(to_move).unwrap_or(0));
+        bar.set_position(u64::try_from(task.approximate_number_of_messages_moved()).unwrap_or(0));
         match task.status() {
-            Some("COMPLETED") => return Ok(()),
+            Some("COMPLETED") => {
+                bar.finish_and_clear();
+                println!(
+                    "COMPLETED: {} of {to_move} moved",
+                    task.approximate_number_of_messages_moved()
+                );
+                return Ok(());
+            }
             Some("FAILED" | "CANCELLED") => {
+                bar.abandon();
                 return Err(format!(
                     "move task ended: {}",
                     task.failure_reason().unwrap_or("no reason given")
@@ -246,5 +415,21 @@ async fn move_task(sqs: &Client, dlq: &Queue, source: &Queue, rate: i32) -> Resu
             }
             _ => {}
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    #[test]
+    fn the_command_line_is_consistent() {
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn times_are_utc() {
+        assert_eq!(utc(1_796_027_560_231), "2026-11-30 08:32:40Z");
     }
 }

@@ -6,6 +6,7 @@
 #![recursion_limit = "256"]
 
 mod chaos;
+mod cli;
 mod fifo_poison;
 mod sns_fanout;
 mod store_moto;

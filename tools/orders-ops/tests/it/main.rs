@@ -5,4 +5,5 @@
 
 #[cfg(feature = "s3-claim-check")]
 mod claim_check;
+mod cli;
 mod ops;

@@ -171,7 +171,7 @@ async fn manual_redrive_moves_every_message_exactly_once_and_keeps_fifo_groups()
         let bodies = fill_dlq(&sqs, &queue, 23).await;
         let source = ops::resolve(&sqs, &queue.url).await.expect("resolve");
         let dlq = ops::dead_letter_queue(&sqs, &source).await.expect("dlq");
-        let moved = ops::redrive_manual(&sqs, &dlq, &source, 1_000)
+        let moved = ops::redrive_manual(&sqs, &dlq, &source, 1_000, |_| {})
             .await
             .expect("redrive");
         assert_eq!(
@@ -256,7 +256,7 @@ async fn a_redrive_killed_mid_way_loses_nothing() {
 
     // The batch the killed run held comes back when its hold ends.
     tokio::time::sleep(ops::REDRIVE_HOLD + Duration::from_secs(1)).await;
-    let second = run("1000").wait_with_output().expect("second run");
+    let second = run("500").wait_with_output().expect("second run");
     assert!(second.status.success());
 
     let mut counts: HashMap<String, usize> = HashMap::new();

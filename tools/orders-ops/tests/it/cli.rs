@@ -1,0 +1,159 @@
+//! The command line as a user types it: a typo stops the tool before any AWS call, every
+//! command explains itself with examples, numbers are checked against their ranges, and a
+//! redrive says which account and endpoint it is about to touch before it asks.
+
+use std::io::Write;
+use std::process::{Command, Output, Stdio};
+
+use aws_sdk_sqs::Client;
+use local_esm::sdk_config;
+use local_esm::setup::{self, QueueSettings};
+use test_support::dynamo::moto_endpoint;
+
+fn ops(args: &[&str], stdin: &str) -> Output {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_orders-ops"))
+        .args(args)
+        // No AWS configuration to fall back on: a call would fail, not reach an account.
+        .env_clear()
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn orders-ops");
+    child
+        .stdin
+        .take()
+        .expect("stdin")
+        .write_all(stdin.as_bytes())
+        .expect("write");
+    child.wait_with_output().expect("wait")
+}
+
+fn stderr(output: &Output) -> String {
+    String::from_utf8_lossy(&output.stderr).into_owned()
+}
+
+#[test]
+fn an_unknown_flag_is_an_error_and_nothing_is_called() {
+    for args in [
+        &[
+            "depth",
+            "--queue",
+            "orders",
+            "--endpiont",
+            "http://127.0.0.1:9",
+        ][..],
+        &["redrive", "--queue", "orders", "--yes", "--manuel"],
+        &["inspect", "--queue", "orders", "extra"],
+        &["depht", "--queue", "orders"],
+    ] {
+        let output = ops(args, "");
+        assert_eq!(
+            output.status.code(),
+            Some(2),
+            "{args:?}: {}",
+            stderr(&output)
+        );
+        assert!(
+            stderr(&output).contains("error: unrecognized subcommand")
+                || stderr(&output).contains("error: unexpected argument"),
+            "{args:?}: {}",
+            stderr(&output)
+        );
+        assert!(output.stdout.is_empty(), "{args:?} printed a result");
+    }
+    // A near miss gets a suggestion.
+    let output = ops(&["depth", "--queue", "q", "--endpiont", "x"], "");
+    assert!(
+        stderr(&output).contains("--endpoint"),
+        "{}",
+        stderr(&output)
+    );
+}
+
+#[test]
+fn every_command_has_help_with_examples() {
+    let top = ops(&["--help"], "");
+    assert!(top.status.success());
+    let text = String::from_utf8_lossy(&top.stdout);
+    for command in ["depth", "inspect", "redrive", "send"] {
+        assert!(text.contains(command), "{command} missing in:\n{text}");
+        let help = ops(&[command, "--help"], "");
+        assert!(help.status.success(), "{command}");
+        let text = String::from_utf8_lossy(&help.stdout);
+        for needle in [
+            "Examples:",
+            "--queue",
+            "--endpoint",
+            "--region",
+            "--profile",
+        ] {
+            assert!(
+                text.contains(needle),
+                "{command} --help lacks {needle}:\n{text}"
+            );
+        }
+    }
+}
+
+#[test]
+fn numbers_are_checked_against_their_ranges() {
+    for (args, bad) in [
+        (&["redrive", "--queue", "q", "--rate", "0"][..], "0"),
+        (&["redrive", "--queue", "q", "--rate", "501"], "501"),
+        (
+            &["redrive", "--queue", "q", "--rate", "99999999999"],
+            "99999999999",
+        ),
+        (&["redrive", "--queue", "q", "--rate", "ten"], "ten"),
+        (&["inspect", "--queue", "q", "--max", "-1"], "-1"),
+        (&["inspect", "--queue", "q", "--max", "1001"], "1001"),
+    ] {
+        let output = ops(args, "");
+        assert_eq!(output.status.code(), Some(2), "{args:?}");
+        assert!(
+            stderr(&output).contains(&format!("'{bad}'")),
+            "{args:?}: {}",
+            stderr(&output)
+        );
+    }
+    // The --x=y form works too.
+    let output = ops(&["redrive", "--queue=q", "--rate=0"], "");
+    assert_eq!(output.status.code(), Some(2));
+}
+
+/// Before `yes` is asked, the redrive names the account and region (from the queue's ARN) and
+/// the endpoint; without a yes nothing moves.
+#[tokio::test]
+async fn a_redrive_names_the_account_and_endpoint_before_it_asks() {
+    let endpoint = moto_endpoint();
+    let sqs = Client::new(&sdk_config(&endpoint));
+    let name = format!("cli-{}-{}", std::process::id(), fastrand::u32(..));
+    let queue = setup::queue_pair(
+        &sqs,
+        &name,
+        false,
+        QueueSettings {
+            visibility_timeout_s: 30,
+            max_receive_count: 3,
+        },
+    )
+    .await
+    .expect("queues");
+    let output = ops(
+        &["redrive", "--queue", &queue.name, "--endpoint", &endpoint],
+        "no\n",
+    );
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let account = queue.dlq_url.split('/').nth(3).expect("account in the URL");
+    assert!(
+        stdout.contains(&format!(
+            "Account {account} (region us-east-1), endpoint {endpoint}"
+        )),
+        "{stdout}"
+    );
+    let asked = stdout.find("Type yes").expect("asked");
+    assert!(stdout.find("Account").expect("named") < asked, "{stdout}");
+    assert!(!output.status.success());
+    assert!(stderr(&output).contains("not confirmed; nothing moved"));
+}
