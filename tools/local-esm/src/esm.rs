@@ -1,11 +1,16 @@
 //! A local event source mapping: what Lambda's SQS poller does, against a local SQS server.
 //!
-//! - Long-polls `ReceiveMessage` up to the batch size or until the batching window closes,
-//!   asking for every system and message attribute.
+//! - Long-polls `ReceiveMessage` until the batch size, the batching window or Lambda's 6 MB
+//!   payload limit is reached, asking for every system and message attribute. A batch larger
+//!   than the payload limit is split into invocations below it.
 //! - Builds the event exactly as Lambda delivers it (camelCase, FIFO attributes included), as
 //!   `aws_lambda_events::sqs::SqsEvent`.
 //! - Invokes the function (in-process by default, or over the Lambda invoke API of
 //!   `cargo lambda watch`).
+//! - Gives each invocation the function timeout: a late answer is discarded and nothing is
+//!   deleted, as Lambda does (it retries the whole batch after the visibility timeout).
+//! - Checks the response as Lambda does: a `batchItemFailures` entry with an empty id, or an id
+//!   that is not a message of the batch, fails the whole invocation (nothing deleted).
 //! - Deletes every message not in `batchItemFailures` with `DeleteMessageBatch`, logging each
 //!   failed entry, and leaves the reported ones to their visibility timeout, so the queue's
 //!   redrive policy moves them to the DLQ after `maxReceiveCount`.
@@ -91,6 +96,9 @@ impl Invoke for RuntimeApi {
     }
 }
 
+/// Lambda's payload limit for a synchronous invocation: an event never exceeds it.
+pub const PAYLOAD_LIMIT: usize = 6 * 1024 * 1024;
+
 /// How the mapping polls and invokes.
 #[derive(Debug, Clone, Copy)]
 pub struct EsmSettings {
@@ -113,13 +121,27 @@ pub struct EsmStats {
     pub errors: u64,
 }
 
-#[derive(Default)]
-struct Counters {
+/// Running totals of a mapping, shared by its pollers.
+#[derive(Debug, Default)]
+pub struct Counters {
     invocations: AtomicU64,
     records: AtomicU64,
     reported: AtomicU64,
     deleted: AtomicU64,
     errors: AtomicU64,
+}
+
+impl Counters {
+    /// The totals so far.
+    pub fn stats(&self) -> EsmStats {
+        EsmStats {
+            invocations: self.invocations.load(Ordering::SeqCst),
+            records: self.records.load(Ordering::SeqCst),
+            reported: self.reported.load(Ordering::SeqCst),
+            deleted: self.deleted.load(Ordering::SeqCst),
+            errors: self.errors.load(Ordering::SeqCst),
+        }
+    }
 }
 
 /// Converts a received message into the record Lambda would deliver.
@@ -184,47 +206,86 @@ pub async fn run<I: Invoke + 'static>(
         );
         pollers.push(tokio::spawn(async move {
             while started.elapsed() < settings.max_run {
-                // Like Lambda's poller, a failed SQS call is logged and retried, never fatal.
-                let batch = match receive_batch(&sqs, &queue, &settings).await {
-                    Ok(batch) => batch,
-                    Err(e) => {
-                        warn!(error = %error_chain(&e), "receive failed; retrying");
-                        counters.errors.fetch_add(1, Ordering::SeqCst);
-                        tokio::time::sleep(Duration::from_millis(200)).await;
-                        continue;
-                    }
-                };
-                if batch.is_empty() {
-                    if depth(&sqs, &queue.url).await.is_ok_and(|d| d.total() == 0) {
-                        return Ok::<(), LocalError>(());
-                    }
-                    continue;
-                }
-                let done =
-                    invoke_and_delete(&sqs, &queue, function.as_ref(), batch, &settings, &counters);
-                if let Err(e) = done.await {
-                    warn!(error = %error_chain(&e), "delete failed; the messages come back");
-                    counters.errors.fetch_add(1, Ordering::SeqCst);
+                let received =
+                    poll_once(&sqs, &queue, function.as_ref(), &settings, &counters).await;
+                if received == 0 && depth(&sqs, &queue.url).await.is_ok_and(|d| d.total() == 0) {
+                    return;
                 }
             }
-            Ok(())
         }));
     }
     for poller in pollers {
         poller
             .await
-            .map_err(|e| LocalError::Other(format!("poller died: {e}")))??;
+            .map_err(|e| LocalError::Other(format!("poller died: {e}")))?;
     }
-    Ok(EsmStats {
-        invocations: counters.invocations.load(Ordering::SeqCst),
-        records: counters.records.load(Ordering::SeqCst),
-        reported: counters.reported.load(Ordering::SeqCst),
-        deleted: counters.deleted.load(Ordering::SeqCst),
-        errors: counters.errors.load(Ordering::SeqCst),
-    })
+    Ok(counters.stats())
 }
 
-/// Up to `batch_size` messages, gathered until the batching window closes (Lambda's rules).
+/// One round of a poller: receive a batch (Lambda's rules), invoke the function on it (split
+/// below the payload limit), delete what it did not report. Returns how many messages were
+/// received. Like Lambda's poller, a failed SQS call is logged, counted and retried later,
+/// never fatal.
+pub async fn poll_once<I: Invoke>(
+    sqs: &aws_sdk_sqs::Client,
+    queue: &QueuePair,
+    function: &I,
+    settings: &EsmSettings,
+    counters: &Counters,
+) -> usize {
+    let batch = match receive_batch(sqs, queue, settings).await {
+        Ok(batch) => batch,
+        Err(e) => {
+            warn!(error = %error_chain(&e), "receive failed; retrying");
+            counters.errors.fetch_add(1, Ordering::SeqCst);
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            return 0;
+        }
+    };
+    let received = batch.len();
+    for part in split_by_payload(batch, &queue.arn) {
+        let done = invoke_and_delete(sqs, queue, function, part, settings, counters);
+        if let Err(e) = done.await {
+            warn!(error = %error_chain(&e), "delete failed; the messages come back");
+            counters.errors.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+    received
+}
+
+/// The size a message adds to an event's JSON.
+fn record_size(message: &Message, queue_arn: &str) -> usize {
+    serde_json::to_vec(&lambda_record(message, queue_arn, "us-east-1")).map_or(0, |v| v.len() + 1)
+}
+
+/// The envelope around the records: `{"Records":[...]}`.
+const ENVELOPE: usize = 16;
+
+/// Cuts a received batch into invocations whose events stay within [`PAYLOAD_LIMIT`], keeping
+/// the receive order (a FIFO group's messages stay in order across the parts). A single
+/// message above the limit cannot occur: SQS caps a message far below it.
+fn split_by_payload(batch: Vec<Message>, queue_arn: &str) -> Vec<Vec<Message>> {
+    let mut parts: Vec<Vec<Message>> = Vec::new();
+    let mut size = ENVELOPE;
+    for message in batch {
+        let add = record_size(&message, queue_arn);
+        match parts.last_mut() {
+            Some(part) if size + add <= PAYLOAD_LIMIT => {
+                part.push(message);
+                size += add;
+            }
+            _ => {
+                parts.push(vec![message]);
+                size = ENVELOPE + add;
+            }
+        }
+    }
+    parts
+}
+
+/// Up to `batch_size` messages, gathered until the batching window closes or the payload
+/// limit is reached (Lambda's rules). An empty receive does not close the window: Lambda keeps
+/// polling until it ends. Without a window the first non-empty receive is the batch.
 async fn receive_batch(
     sqs: &aws_sdk_sqs::Client,
     queue: &QueuePair,
@@ -232,10 +293,12 @@ async fn receive_batch(
 ) -> Result<Vec<Message>, LocalError> {
     let window_ends = Instant::now() + settings.batching_window;
     let mut batch: Vec<Message> = Vec::new();
+    let mut payload = ENVELOPE;
     loop {
         let want = (settings.batch_size - batch.len()).min(10);
         let remaining = window_ends.saturating_duration_since(Instant::now());
-        // Long-poll for the first message; then only until the window closes.
+        // Long-poll for the first message; then only within the window (SQS waits in whole
+        // seconds: under one second left, short polls).
         let wait_s = if batch.is_empty() {
             1
         } else {
@@ -252,13 +315,45 @@ async fn receive_batch(
             .await
             .map_err(|e| LocalError::aws("receive messages", e))?;
         let got = output.messages.unwrap_or_default();
-        let drained = got.is_empty();
+        let empty = got.is_empty();
+        payload += got
+            .iter()
+            .map(|m| record_size(m, &queue.arn))
+            .sum::<usize>();
         batch.extend(got);
-        // Full, window closed, or nothing more to gather right now: invoke with what we have.
-        if drained || batch.len() >= settings.batch_size || Instant::now() >= window_ends {
+        let window_over = Instant::now() >= window_ends;
+        if batch.is_empty() {
+            // Nothing yet: the caller decides whether the queue drained.
             return Ok(batch);
         }
+        if batch.len() >= settings.batch_size || payload >= PAYLOAD_LIMIT || window_over {
+            return Ok(batch);
+        }
+        if empty && wait_s == 0 {
+            // A short poll found nothing: do not spin while the window runs.
+            tokio::time::sleep(Duration::from_millis(50).min(remaining)).await;
+        }
     }
+}
+
+/// The ids a response reports, checked as Lambda checks them: an empty id, or one that is not a
+/// message of the batch, makes the whole invocation a failure.
+fn reported_ids(response: SqsBatchResponse, batch: &[Message]) -> Result<HashSet<String>, String> {
+    let ids: HashSet<&str> = batch.iter().filter_map(Message::message_id).collect();
+    response
+        .batch_item_failures
+        .into_iter()
+        .map(|failure| {
+            let id = failure.item_identifier;
+            if id.is_empty() || !ids.contains(id.as_str()) {
+                Err(format!(
+                    "batchItemFailures names {id:?}, which is not a message of the batch: the whole invocation failed"
+                ))
+            } else {
+                Ok(id)
+            }
+        })
+        .collect()
 }
 
 async fn invoke_and_delete<I: Invoke>(
@@ -279,12 +374,22 @@ async fn invoke_and_delete<I: Invoke>(
     counters
         .records
         .fetch_add(batch.len() as u64, Ordering::SeqCst);
-    let reported: HashSet<String> = match function.invoke(&event, deadline_ms).await {
-        Ok(response) => response
-            .batch_item_failures
-            .into_iter()
-            .map(|f| f.item_identifier)
-            .collect(),
+    // The function timeout, as Lambda enforces it: a late answer is never read.
+    let answer = match tokio::time::timeout(
+        settings.function_timeout,
+        function.invoke(&event, deadline_ms),
+    )
+    .await
+    {
+        Ok(answer) => answer,
+        Err(_) => Err(format!(
+            "the function ran past its timeout of {} ms",
+            settings.function_timeout.as_millis()
+        )),
+    };
+    let reported = answer.and_then(|response| reported_ids(response, &batch));
+    let reported: HashSet<String> = match reported {
+        Ok(reported) => reported,
         Err(error) => {
             // A failed invocation: Lambda retries the whole batch after the visibility timeout.
             warn!(

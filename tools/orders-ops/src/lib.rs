@@ -227,6 +227,13 @@ pub async fn redrive_manual(
                 .await
                 .map_err(|e| LocalError::aws("delete from the DLQ", e))?;
             total.moved += n;
+            // A fact an observer can wait on (the tests do): this batch is in the source queue
+            // and gone from the DLQ.
+            tracing::info!(
+                moved = total.moved,
+                failed = total.failed,
+                "redrive batch moved"
+            );
         }
         progress(total);
         // Pace: `moved` messages should have taken at least moved / rate seconds.
