@@ -14,7 +14,7 @@ IAC_STAMP := $(IAC_VENV)/.installed
 EVENT ?= events/standard.json
 HOST_TRIPLE := $(shell rustc -vV | sed -n 's/^host: //p')
 
-.PHONY: run run-dynamodb demo ops-demo test bench lint deny fuzz invoke check-template build build-lambda check-lambda deploy clean-venv
+.PHONY: run run-dynamodb demo ops-demo test chaos bench lint deny fuzz invoke check-template build build-lambda check-lambda deploy clean-venv
 
 run:
 	@$(CARGO) build --quiet --bin process-orders
@@ -45,6 +45,13 @@ test: $(PY_STAMP)
 ops-demo: $(PY_STAMP)
 	@$(CARGO) build --quiet -p local-esm -p orders-ops
 	@PATH="$(VENV)/bin:$$PATH" ESM="$${CARGO_TARGET_DIR:-target}/debug/local-esm" OPS="$${CARGO_TARGET_DIR:-target}/debug/orders-ops" scripts/ops-session.sh
+
+# The chaos run at any size: ORDERS orders per queue kind (default 10,000) through moto (its SQS
+# serialized by scripts/moto_locked.py), the local event source mapping, the function, dynoxide
+# and the failing payment provider; a progress line every 10 s and a table at the end.
+ORDERS ?= 10000
+chaos: $(PY_STAMP)
+	PATH="$(VENV)/bin:$$PATH" CHAOS_ORDERS=$(ORDERS) $(CARGO) test -p local-esm --test it chaos -- --nocapture
 
 # Benchmarks (no pass/fail on time), each printing a table the README quotes:
 #   (a) per-record CPU vs deserializing into SqsEvent (criterion), (b) init vs hello-world and

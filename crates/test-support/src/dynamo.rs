@@ -141,14 +141,26 @@ fn moto_program() -> Result<std::path::PathBuf, String> {
 
 fn spawn_moto() -> Result<(std::process::Child, u16), String> {
     use std::os::unix::process::CommandExt;
-    let program = moto_program()?;
-    let program = program.display().to_string();
+    let server = moto_program()?;
     let port = std::net::TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())
         .map_err(|e| e.to_string())?
         .port();
+    // moto's server through scripts/moto_locked.py (its SQS backend serialized: moto's own
+    // loses FIFO groups under concurrent receives and deletes), run by the Python next to
+    // moto_server. MOTO_SERVER, when set, is run as it is.
+    let locked =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts/moto_locked.py");
+    let python = server.with_file_name("python");
+    let (program, script) = if std::env::var_os("MOTO_SERVER").is_none() && python.is_file() {
+        (python, Some(locked))
+    } else {
+        (server, None)
+    };
+    let program = program.display().to_string();
     let mut command = std::process::Command::new(&program);
     command
+        .args(script.iter())
         .args(["-H", "127.0.0.1", "-p", &port.to_string()])
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::null());

@@ -99,6 +99,8 @@ struct Ledger {
     requests: HashMap<String, usize>,
     /// Money that moved per key: above 1 is a double charge.
     charges: HashMap<String, usize>,
+    /// The keys in the order their money moved.
+    charge_log: Vec<String>,
     lookups: HashMap<String, usize>,
     answers: Vec<(String, u16)>,
     authorization: Vec<Option<String>>,
@@ -248,6 +250,11 @@ impl PaymentStub {
         self.ledger().charges.get(key).copied().unwrap_or(0)
     }
 
+    /// The keys in the order their money moved (a key twice if it was charged twice).
+    pub fn charge_order(&self) -> Vec<String> {
+        self.ledger().charge_log.clone()
+    }
+
     /// Money movements over all keys.
     pub fn total_charges(&self) -> usize {
         self.ledger().charges.values().sum()
@@ -335,6 +342,7 @@ async fn first_request(shared: &Shared, key: &str, behaviour: Behaviour) -> Resp
         let mut l = shared.ledger.lock().unwrap();
         if charge {
             *l.charges.entry(key.to_owned()).or_default() += 1;
+            l.charge_log.push(key.to_owned());
         }
         l.fates.insert(
             key.to_owned(),

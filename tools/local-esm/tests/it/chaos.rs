@@ -6,8 +6,8 @@
 //! valid order must be charged exactly once (money moved once per key, counted by the provider)
 //! and none may reach a DLQ.
 //!
-//! Size: `CHAOS_ORDERS` orders per queue kind (default 300). At 1,000 moto's FIFO bookkeeping
-//! fails under the load: see the README ("The chaos test").
+//! Size: `CHAOS_ORDERS` orders per queue kind (default 1,000; `make chaos ORDERS=10000`). moto
+//! runs behind scripts/moto_locked.py: its own FIFO bookkeeping fails under this load (README).
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -60,7 +60,7 @@ async fn every_valid_order_is_charged_exactly_once_and_only_poison_reaches_the_d
     let orders: usize = std::env::var("CHAOS_ORDERS")
         .ok()
         .and_then(|v| v.parse().ok())
-        .unwrap_or(300);
+        .unwrap_or(1_000);
     let started = Instant::now();
     let sdk = sdk_config(&moto_endpoint());
     let sqs = aws_sdk_sqs::Client::new(&sdk);
@@ -156,12 +156,31 @@ async fn every_valid_order_is_charged_exactly_once_and_only_poison_reaches_the_d
         queues.push((queue, generated));
     }
 
+    // A progress line every few seconds: a run of 10,000 orders takes a while.
+    let total_valid: usize = queues.iter().map(|(_, g)| g.valid_orders.len()).sum();
+    let progress = {
+        let stub = stub.clone();
+        tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(Duration::from_secs(10)).await;
+                eprintln!(
+                    "chaos: {:>5.0} s, {} of {total_valid} valid orders charged, {} payment requests",
+                    started.elapsed().as_secs_f64(),
+                    stub.total_charges(),
+                    stub.all_requests()
+                );
+            }
+        })
+    };
+
     let esm_settings = EsmSettings {
         batch_size: 10,
         batching_window: Duration::from_millis(200),
         concurrency: 4,
         function_timeout: FUNCTION_TIMEOUT,
-        max_run: Duration::from_secs(900),
+        // 0.3 s per order and queue kind, at least 15 minutes: moto's receive costs grow with
+        // the queue.
+        max_run: Duration::from_secs((orders as u64 * 3 / 10).max(900)),
     };
     let runs: Vec<_> = queues
         .iter()
@@ -187,6 +206,7 @@ async fn every_valid_order_is_charged_exactly_once_and_only_poison_reaches_the_d
     for run in runs {
         stats.push(run.await.expect("esm task").expect("esm run"));
     }
+    progress.abort();
 
     // Where things stand, printed before any assertion so a failure can be read.
     for ((queue, _), s) in queues.iter().zip(&stats) {
@@ -210,6 +230,43 @@ async fn every_valid_order_is_charged_exactly_once_and_only_poison_reaches_the_d
         "something else was charged"
     );
 
+    // Within each message group of the FIFO queue, valid orders are charged in send order (the
+    // first copy of each order sets its place; a duplicate send is not charged). Asserted with
+    // CHAOS_ORDER_STRICT=1 only, for now: a run at 1,000 orders charged one group out of send
+    // order and the cause (moto or this project) is not found yet (README, "The chaos test").
+    let strict_order = std::env::var("CHAOS_ORDER_STRICT").is_ok_and(|v| v == "1");
+    let charged_in_order = stub.charge_order();
+    for (queue, generated) in queues.iter().filter(|(q, _)| q.fifo) {
+        let mut groups: std::collections::BTreeMap<&str, Vec<&str>> = Default::default();
+        let mut seen = std::collections::BTreeSet::new();
+        for message in &generated.messages {
+            if let Some(order) = &message.order_id
+                && seen.insert(order.as_str())
+            {
+                groups.entry(&message.group).or_default().push(order);
+            }
+        }
+        for (group, sent) in &groups {
+            let members: std::collections::BTreeSet<&str> = sent.iter().copied().collect();
+            let charged: Vec<&str> = charged_in_order
+                .iter()
+                .map(String::as_str)
+                .filter(|o| members.contains(o))
+                .collect();
+            assert_eq!(
+                &charged, sent,
+                "{}: group {group} charged out of send order",
+                queue.name
+            );
+        }
+        eprintln!(
+            "{}: every one of {} groups charged in send order",
+            queue.name,
+            groups.len()
+        );
+    }
+
+    let mut report = Vec::new();
     for ((queue, generated), s) in queues.iter().zip(&stats) {
         // Every source queue empty; every poison message, and nothing else, in its DLQ.
         assert_eq!(
@@ -230,6 +287,23 @@ async fn every_valid_order_is_charged_exactly_once_and_only_poison_reaches_the_d
             "{}: poison messages in the DLQ",
             queue.name
         );
+        let charged = generated
+            .valid_orders
+            .iter()
+            .filter(|o| stub.charges(o) > 0)
+            .count();
+        let per_key: std::collections::BTreeSet<usize> = generated
+            .valid_orders
+            .iter()
+            .map(|o| stub.charges(o))
+            .collect();
+        report.push(format!(
+            "| {} | {} | {charged} | {per_key:?} | {} | {valid_in_dlq} | {} |",
+            if queue.fifo { "FIFO" } else { "standard" },
+            generated.valid_orders.len(),
+            in_dlq.len(),
+            s.invocations
+        ));
         eprintln!(
             "{}: {} messages ({} orders, {} duplicate sends, {} poison), {} invocations, {} records received, {} reported, {} abandoned",
             queue.name,
@@ -265,6 +339,13 @@ async fn every_valid_order_is_charged_exactly_once_and_only_poison_reaches_the_d
         .collect();
     let expected: std::collections::BTreeSet<String> = valid.iter().map(|o| (*o).clone()).collect();
     assert_eq!(completed, expected);
+    eprintln!(
+        "\nchaos, {orders} orders per queue kind, {:.0} s wall time:\n\
+         | queue | valid orders | charged | charges per key | poison in DLQ | valid in DLQ | invocations |\n\
+         |---|---|---|---|---|---|---|\n{}\n",
+        started.elapsed().as_secs_f64(),
+        report.join("\n")
+    );
     eprintln!(
         "chaos: {} valid orders charged once each; {} payment requests ({} answered 503, {} charged then 504, {} in flight 409), {} lookups; {} injected store errors, {} abandoned completions; {:.1} s",
         valid.len(),
