@@ -8,10 +8,23 @@ pending set. For a FIFO queue its message group then stays pending for ever: the
 messages are visible, counted, and never delivered. (`scripts/repro/moto_fifo_stall.py`
 reproduces it; the README's "The chaos test" tells the story.)
 
-Here every public method of the SQS backend runs under one lock, released only while a long
-poll waits for messages, so moto behaves as one consistent queue service. On a FIFO queue a
-delete with a receipt handle of an earlier delivery fails as on SQS (ReceiptHandleIsInvalid)
-instead of deleting a message another consumer now holds.
+A long poll has the same flaw at a larger scale: moto takes the set of pending groups once, when
+the call starts, and keeps it while it waits. A group that another consumer received meanwhile
+is not in it, so the waiting call can deliver the group's next message while the earlier one is
+still in flight.
+
+And moto forgets a received message's "pending" mark only when a receive reaches it in the
+queue's order. When a reported batch of one group becomes visible again, the first messages are
+skipped because the later ones still look pending, and the receive delivers the group's later
+messages first (`scripts/repro/moto_fifo_reorder.py`; the chaos run charged 14 of 16 FIFO groups
+out of order this way).
+
+Here every public method of the SQS backend runs under one lock; every receive first drops the
+pending marks of messages that are visible again or gone; and a long poll is a series of such
+short polls, with the lock released between them. moto then behaves as one consistent queue
+service. On a FIFO queue a delete with a receipt handle of an
+earlier delivery fails as on SQS (ReceiptHandleIsInvalid) instead of deleting a message another
+consumer now holds.
 
 Usage: the same arguments as `moto_server` (`-H 127.0.0.1 -p PORT`).
 """
@@ -19,6 +32,7 @@ Usage: the same arguments as `moto_server` (`-H 127.0.0.1 -p PORT`).
 import functools
 import sys
 import threading
+import time
 
 from moto.server import main
 from moto.sqs import models
@@ -45,21 +59,38 @@ def _serialized(method):
     return run
 
 
-_wait_for_messages = models.Queue.wait_for_messages
+_receive_message = models.SQSBackend.receive_message
 
 
-def _wait_unlocked(self, timeout):
-    # A long poll waits without the lock, so sends (which wake it) and other calls go on.
-    depth = getattr(_held, "depth", 0)
-    if depth:
-        _held.depth = 0
-        _lock.release()
-    try:
-        return _wait_for_messages(self, timeout)
-    finally:
-        if depth:
-            _lock.acquire()
-            _held.depth = depth
+def _receive_fresh(self, queue_name, count, wait_seconds_timeout, *args, **kwargs):
+    # A message is pending only while it is in flight: one visible again, or deleted, no longer
+    # holds its group.
+    queue = self.get_queue(queue_name)
+    present = set(map(id, queue._messages))
+    for message in list(queue.pending_messages):
+        if message.visible or id(message) not in present:
+            queue.pending_messages.discard(message)
+    return _receive_message(self, queue_name, count, wait_seconds_timeout, *args, **kwargs)
+
+
+# How often a waiting receive looks again.
+_POLL_SECONDS = 0.1
+
+
+def _long_poll(receive):
+    # Short polls (wait 0) under the lock, sleeping without it between them, until a message
+    # comes or the wait is over: every look sees the pending groups as they are now.
+    @functools.wraps(receive)
+    def run(self, queue_name, count, wait_seconds_timeout, *args, **kwargs):
+        deadline = time.monotonic() + float(wait_seconds_timeout or 0)
+        while True:
+            result = receive(self, queue_name, count, 0, *args, **kwargs)
+            left = deadline - time.monotonic()
+            if result or left <= 0:
+                return result
+            time.sleep(min(_POLL_SECONDS, left))
+
+    return run
 
 
 _delete_message = models.Queue.delete_message
@@ -81,7 +112,7 @@ def _delete_current_only(self, receipt_handle):
 for name, value in list(vars(models.SQSBackend).items()):
     if callable(value) and not name.startswith("_"):
         setattr(models.SQSBackend, name, _serialized(value))
-models.Queue.wait_for_messages = _wait_unlocked
+models.SQSBackend.receive_message = _long_poll(_serialized(_receive_fresh))
 models.Queue.delete_message = _delete_current_only
 
 if __name__ == "__main__":

@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use aws_lambda_events::sqs::{SqsBatchResponse, SqsEvent};
 use idempotency::DynamoDbStore;
-use lambda_kit::clock::SystemClock;
+use lambda_kit::clock::{Clock, SystemClock};
 use local_esm::esm::{self, EsmSettings, Invoke};
 use local_esm::sdk_config;
 use local_esm::send::{self, SendPlan};
@@ -36,14 +36,67 @@ type ChaosApp = App<FaultyStore<DynamoDbStore>, HttpGateway, SystemClock>;
 struct Lambda {
     app: ChaosApp,
     timeout: Duration,
+    /// Every FIFO invocation: when, its records (order id or `-`, group, receive count) and
+    /// what came back, to explain a group charged out of order.
+    history: std::sync::Mutex<Vec<String>>,
 }
 
 impl Invoke for Lambda {
     async fn invoke(&self, event: &SqsEvent, deadline_ms: u64) -> Result<SqsBatchResponse, String> {
-        match tokio::time::timeout(self.timeout, self.app.handle(event, deadline_ms)).await {
-            Ok(result) => result.map_err(|e| e.to_string()),
-            Err(_) => Err("abandoned: the function timed out".into()),
+        let started = SystemClock.now_ms();
+        let result =
+            match tokio::time::timeout(self.timeout, self.app.handle(event, deadline_ms)).await {
+                Ok(result) => result.map_err(|e| e.to_string()),
+                Err(_) => Err("abandoned: the function timed out".into()),
+            };
+        let fifo = event
+            .records
+            .first()
+            .and_then(|r| r.event_source_arn.as_deref())
+            .is_some_and(|arn| arn.ends_with(".fifo"));
+        if fifo {
+            let records: Vec<String> = event
+                .records
+                .iter()
+                .map(|r| {
+                    let order = r
+                        .body
+                        .as_deref()
+                        .and_then(process_orders::order::order_id_hint)
+                        .unwrap_or_else(|| "-".into());
+                    format!(
+                        "{order}@{}#{}[{}]",
+                        r.attributes
+                            .get("MessageGroupId")
+                            .map_or("?", String::as_str),
+                        r.attributes
+                            .get("ApproximateReceiveCount")
+                            .map_or("?", String::as_str),
+                        r.message_id
+                            .as_deref()
+                            .unwrap_or("?")
+                            .get(..8)
+                            .unwrap_or("?")
+                    )
+                })
+                .collect();
+            let outcome = match &result {
+                Ok(response) => format!(
+                    "reported {:?}",
+                    response
+                        .batch_item_failures
+                        .iter()
+                        .map(|f| f.item_identifier.get(..8).unwrap_or("?"))
+                        .collect::<Vec<_>>()
+                ),
+                Err(e) => format!("error {e}"),
+            };
+            self.history.lock().unwrap().push(format!(
+                "{started}..{}: {records:?} -> {outcome}",
+                SystemClock.now_ms()
+            ));
         }
+        result
     }
 }
 
@@ -125,6 +178,7 @@ async fn every_valid_order_is_charged_exactly_once_and_only_poison_reaches_the_d
     let function = Arc::new(Lambda {
         app,
         timeout: FUNCTION_TIMEOUT,
+        history: std::sync::Mutex::new(Vec::new()),
     });
 
     let settings = QueueSettings {
@@ -260,6 +314,12 @@ async fn every_valid_order_is_charged_exactly_once_and_only_poison_reaches_the_d
                     "{}: group {group} charged out of send order:\n  sent    {sent:?}\n  charged {charged:?}",
                     queue.name
                 );
+                let needle = format!("@{group}#");
+                for line in function.history.lock().unwrap().iter() {
+                    if line.contains(&needle) {
+                        eprintln!("  {line}");
+                    }
+                }
             }
         }
         eprintln!(
