@@ -243,7 +243,7 @@ pub async fn poll_once<I: Invoke>(
         }
     };
     let received = batch.len();
-    for part in split_by_payload(batch, &queue.arn) {
+    for part in split_by_payload(batch) {
         let done = invoke_and_delete(sqs, queue, function, part, settings, counters);
         if let Err(e) = done.await {
             warn!(error = %error_chain(&e), "delete failed; the messages come back");
@@ -261,14 +261,14 @@ fn record_size(message: &Message, queue_arn: &str) -> usize {
 /// The envelope around the records: `{"Records":[...]}`.
 const ENVELOPE: usize = 16;
 
-/// Cuts a received batch into invocations whose events stay within [`PAYLOAD_LIMIT`], keeping
-/// the receive order (a FIFO group's messages stay in order across the parts). A single
-/// message above the limit cannot occur: SQS caps a message far below it.
-fn split_by_payload(batch: Vec<Message>, queue_arn: &str) -> Vec<Vec<Message>> {
+/// Cuts a received batch (each message with its record's size) into invocations whose events
+/// stay within [`PAYLOAD_LIMIT`], keeping the receive order (a FIFO group's messages stay in
+/// order across the parts). A single message above the limit cannot occur: SQS caps a message
+/// far below it.
+fn split_by_payload(batch: Vec<(Message, usize)>) -> Vec<Vec<Message>> {
     let mut parts: Vec<Vec<Message>> = Vec::new();
     let mut size = ENVELOPE;
-    for message in batch {
-        let add = record_size(&message, queue_arn);
+    for (message, add) in batch {
         match parts.last_mut() {
             Some(part) if size + add <= PAYLOAD_LIMIT => {
                 part.push(message);
@@ -285,14 +285,15 @@ fn split_by_payload(batch: Vec<Message>, queue_arn: &str) -> Vec<Vec<Message>> {
 
 /// Up to `batch_size` messages, gathered until the batching window closes or the payload
 /// limit is reached (Lambda's rules). An empty receive does not close the window: Lambda keeps
-/// polling until it ends. Without a window the first non-empty receive is the batch.
+/// polling until it ends. Without a window the first non-empty receive is the batch. Each
+/// message comes with the size of its record, measured once.
 async fn receive_batch(
     sqs: &aws_sdk_sqs::Client,
     queue: &QueuePair,
     settings: &EsmSettings,
-) -> Result<Vec<Message>, LocalError> {
+) -> Result<Vec<(Message, usize)>, LocalError> {
     let window_ends = Instant::now() + settings.batching_window;
-    let mut batch: Vec<Message> = Vec::new();
+    let mut batch: Vec<(Message, usize)> = Vec::new();
     let mut payload = ENVELOPE;
     loop {
         let want = (settings.batch_size - batch.len()).min(10);
@@ -316,11 +317,11 @@ async fn receive_batch(
             .map_err(|e| LocalError::aws("receive messages", e))?;
         let got = output.messages.unwrap_or_default();
         let empty = got.is_empty();
-        payload += got
-            .iter()
-            .map(|m| record_size(m, &queue.arn))
-            .sum::<usize>();
-        batch.extend(got);
+        for message in got {
+            let size = record_size(&message, &queue.arn);
+            payload += size;
+            batch.push((message, size));
+        }
         let window_over = Instant::now() >= window_ends;
         if batch.is_empty() {
             // Nothing yet: the caller decides whether the queue drained.

@@ -61,6 +61,19 @@ fn unique(name: &str) -> String {
     format!("{name}-{}", fastrand::u64(..))
 }
 
+/// A new secret holding `value`; its name.
+async fn create_secret(secrets: &Client, value: &str) -> String {
+    let secret_id = unique("payment-api-key");
+    secrets
+        .create_secret()
+        .name(&secret_id)
+        .secret_string(value)
+        .send()
+        .await
+        .expect("create secret");
+    secret_id
+}
+
 /// The function on `stub`, its key read from `secret_id` on `endpoint`; the reads are counted
 /// and the metrics documents kept.
 fn app(
@@ -140,14 +153,7 @@ fn last_metrics(docs: &Mutex<Vec<String>>) -> serde_json::Value {
 async fn the_first_charge_reads_the_secret_and_a_rotation_heals_after_one_401() {
     let (logs, _guard) = LogCapture::start();
     let secrets = secrets_client();
-    let secret_id = unique("payment-api-key");
-    secrets
-        .create_secret()
-        .name(&secret_id)
-        .secret_string(json!({ "api_key": KEY_1 }).to_string())
-        .send()
-        .await
-        .expect("create secret");
+    let secret_id = create_secret(&secrets, &json!({ "api_key": KEY_1 }).to_string()).await;
     let stub = PaymentStub::start().await;
     stub.require_api_key(Some(KEY_1));
     let (app, reads, docs) = app(&stub, &moto_endpoint(), &secret_id);
@@ -246,14 +252,7 @@ async fn an_unknown_secret_is_retry_with_a_configuration_reason() {
 async fn a_secret_that_holds_no_key_is_a_configuration_error_logged_once() {
     let (logs, _guard) = LogCapture::start();
     let secrets = secrets_client();
-    let secret_id = unique("payment-api-key");
-    secrets
-        .create_secret()
-        .name(&secret_id)
-        .secret_string(json!({ "apiKey": KEY_1 }).to_string())
-        .send()
-        .await
-        .expect("create secret");
+    let secret_id = create_secret(&secrets, &json!({ "apiKey": KEY_1 }).to_string()).await;
     let stub = PaymentStub::start().await;
     stub.require_api_key(Some(KEY_1));
     let (app, _, _) = app(&stub, &moto_endpoint(), &secret_id);
