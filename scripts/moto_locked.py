@@ -19,8 +19,8 @@ skipped because the later ones still look pending, and the receive delivers the 
 messages first (`scripts/repro/moto_fifo_reorder.py`; the chaos run charged 14 of 16 FIFO groups
 out of order this way).
 
-Here every public method of the SQS backend runs under one lock; every receive first drops the
-pending marks of messages that are visible again or gone; and a long poll is a series of such
+Here every public method of the SQS backend runs under one lock; every receive sees one instant
+and first drops the pending marks of messages that are visible by then or gone; and a long poll is a series of such
 short polls, with the lock released between them. moto then behaves as one consistent queue
 service. On a FIFO queue a delete with a receipt handle of an
 earlier delivery fails as on SQS (ReceiptHandleIsInvalid) instead of deleting a message another
@@ -72,13 +72,21 @@ _receive_message = models.SQSBackend.receive_message
 
 def _receive_fresh(self, queue_name, count, wait_seconds_timeout, *args, **kwargs):
     # A message is pending only while it is in flight: one visible again, or deleted, no longer
-    # holds its group.
-    queue = self.get_queue(queue_name)
-    present = set(map(id, queue._messages))
-    for message in list(queue.pending_messages):
-        if message.visible or id(message) not in present:
-            queue.pending_messages.discard(message)
-    return _receive_message(self, queue_name, count, wait_seconds_timeout, *args, **kwargs)
+    # holds its group. And the whole receive sees one instant: moto's loop skips a group's
+    # messages while a later one is still pending, and when it reaches that one and finds it
+    # visible by now, it frees the group and delivers it, ahead of the ones it skipped
+    # (`scripts/repro/moto_fifo_instant.py`).
+    global _frozen_ms
+    _frozen_ms = time.time() * 1000.0
+    try:
+        queue = self.get_queue(queue_name)
+        present = set(map(id, queue._messages))
+        for message in list(queue.pending_messages):
+            if message.visible or id(message) not in present:
+                queue.pending_messages.discard(message)
+        return _receive_message(self, queue_name, count, wait_seconds_timeout, *args, **kwargs)
+    finally:
+        _frozen_ms = None
 
 
 # How often a waiting receive looks again.
@@ -101,8 +109,14 @@ def _long_poll(receive):
     return run
 
 
+# The instant a receive runs at, while it runs (under the lock).
+_frozen_ms = None
+
+
 def _now_ms():
     # moto's unix_time_millis builds two datetimes per call; this is the same instant.
+    if _frozen_ms is not None:
+        return _frozen_ms
     return time.time() * 1000.0
 
 
