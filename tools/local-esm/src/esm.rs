@@ -31,7 +31,6 @@ use tracing::{info, warn};
 use lambda_kit::{Clock, SystemClock, error_chain};
 
 use crate::LocalError;
-use crate::queues::depth;
 use crate::setup::QueuePair;
 
 /// Something that runs the function on one event.
@@ -107,6 +106,12 @@ pub struct EsmSettings {
     pub concurrency: usize,
     /// The function timeout each invocation gets.
     pub function_timeout: Duration,
+    /// The queue has drained once no message has been received, and no invocation has ended,
+    /// for this long. It must be longer than a message can stay invisible: the queue's
+    /// visibility timeout, and the longest visibility the function sets on a record it reports
+    /// (counted from the end of that invocation). A fact from receives, where SQS's
+    /// approximate counts could be read in the middle of another poller's receive.
+    pub drained_after: Duration,
     /// Stop after this long even if the queue has not drained.
     pub max_run: Duration,
 }
@@ -119,6 +124,8 @@ pub struct EsmStats {
     pub reported: u64,
     pub deleted: u64,
     pub errors: u64,
+    /// The run ended because the queue drained (`drained_after`), not at `max_run`.
+    pub drained: bool,
 }
 
 /// Running totals of a mapping, shared by its pollers.
@@ -140,6 +147,7 @@ impl Counters {
             reported: self.reported.load(Ordering::SeqCst),
             deleted: self.deleted.load(Ordering::SeqCst),
             errors: self.errors.load(Ordering::SeqCst),
+            drained: false,
         }
     }
 }
@@ -186,8 +194,8 @@ pub fn lambda_record(message: &Message, queue_arn: &str, region: &str) -> SqsMes
     record
 }
 
-/// Polls `queue` and invokes `function` until the queue drains (nothing visible, in flight or
-/// delayed) or `max_run` passes.
+/// Polls `queue` and invokes `function` until the queue drains (`drained_after`) or `max_run`
+/// passes.
 pub async fn run<I: Invoke + 'static>(
     sqs: aws_sdk_sqs::Client,
     queue: QueuePair,
@@ -196,30 +204,50 @@ pub async fn run<I: Invoke + 'static>(
 ) -> Result<EsmStats, LocalError> {
     let counters = Arc::new(Counters::default());
     let started = Instant::now();
+    // When a poller last received messages, in ms since `started`; stored after the
+    // invocation and its deletes, so a record the function gave a visibility is covered too.
+    let last_active = Arc::new(AtomicU64::new(0));
     let mut pollers = Vec::new();
     for _ in 0..settings.concurrency.max(1) {
-        let (sqs, queue, function, counters) = (
+        let (sqs, queue, function, counters, last_active) = (
             sqs.clone(),
             queue.clone(),
             Arc::clone(&function),
             Arc::clone(&counters),
+            Arc::clone(&last_active),
         );
         pollers.push(tokio::spawn(async move {
+            let since_start = || u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
             while started.elapsed() < settings.max_run {
+                let errors = counters.errors.load(Ordering::SeqCst);
                 let received =
                     poll_once(&sqs, &queue, function.as_ref(), &settings, &counters).await;
-                if received == 0 && depth(&sqs, &queue.url).await.is_ok_and(|d| d.total() == 0) {
-                    return;
+                if received > 0 {
+                    last_active.fetch_max(since_start(), Ordering::SeqCst);
+                    continue;
+                }
+                // A failed receive proves nothing. A poller that stops while another one is
+                // still invoking is safe: that one goes on until it is idle itself.
+                let quiet = since_start().saturating_sub(last_active.load(Ordering::SeqCst));
+                if counters.errors.load(Ordering::SeqCst) == errors
+                    && Duration::from_millis(quiet) >= settings.drained_after
+                {
+                    return true;
                 }
             }
+            false
         }));
     }
+    let mut drained = true;
     for poller in pollers {
-        poller
+        drained &= poller
             .await
             .map_err(|e| LocalError::Other(format!("poller died: {e}")))?;
     }
-    Ok(counters.stats())
+    Ok(EsmStats {
+        drained,
+        ..counters.stats()
+    })
 }
 
 /// One round of a poller: receive a batch (Lambda's rules), invoke the function on it (split

@@ -146,8 +146,9 @@ async fn run_demo(flags: &Demo) -> Result<(), String> {
     let sdk = sdk_config(&endpoint);
     let sqs = aws_sdk_sqs::Client::new(&sdk);
     let dynamodb = aws_sdk_dynamodb::Client::new(&sdk);
+    // At least the function timeout, as Lambda requires of a queue it polls.
     let settings = QueueSettings {
-        visibility_timeout_s: 3,
+        visibility_timeout_s: 6,
         max_receive_count,
     };
     let standard = setup::queue_pair(&sqs, "orders", false, settings)
@@ -189,6 +190,7 @@ async fn run_demo(flags: &Demo) -> Result<(), String> {
 
     let config = Config::from_lookup(|name| match name {
         "FIFO_SCOPE" => Some("group".into()),
+        "IDEMPOTENCY_LEASE_MARGIN_MS" => Some("1000".into()),
         _ => None,
     })
     .map_err(|e| e.to_string())?;
@@ -196,7 +198,11 @@ async fn run_demo(flags: &Demo) -> Result<(), String> {
         batch_size: 10,
         batching_window: Duration::from_millis(500),
         concurrency,
-        function_timeout: Duration::from_secs(30),
+        function_timeout: Duration::from_secs(5),
+        // The longest a message stays invisible: the visibility timeout (6 s), or a BUSY
+        // duplicate's wait for the lease (the function timeout plus the 1 s lease margin, plus
+        // up to 1 s of jitter) after its invocation; then a second more.
+        drained_after: Duration::from_secs(8),
         max_run: Duration::from_secs(600),
     };
     let policy = BackoffPolicy {

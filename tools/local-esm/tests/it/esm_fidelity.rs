@@ -83,6 +83,7 @@ fn settings(batch_size: usize, window: Duration, timeout: Duration) -> EsmSettin
         batching_window: window,
         concurrency: 1,
         function_timeout: timeout,
+        drained_after: Duration::from_secs(2),
         max_run: Duration::from_secs(60),
     }
 }

@@ -118,12 +118,14 @@ async fn a_300_000_byte_order_round_trips_through_s3_and_is_charged_once() {
         batching_window: Duration::from_millis(200),
         concurrency: 1,
         function_timeout: Duration::from_secs(10),
+        drained_after: Duration::from_secs(6),
         max_run: Duration::from_secs(60),
     };
     let stats = esm::run(sqs.clone(), pair.clone(), Arc::clone(&app), settings)
         .await
         .expect("esm");
     assert_eq!(stats.reported, 0, "{stats:?}");
+    assert!(stats.drained, "{stats:?}");
     let gateway = &app.ports().gateway;
     assert!(gateway.charged("big-1") && gateway.charged("small-1"));
     assert_eq!(
