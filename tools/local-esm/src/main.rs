@@ -190,7 +190,8 @@ async fn run_demo(flags: &Demo) -> Result<(), String> {
 
     let config = Config::from_lookup(|name| match name {
         "FIFO_SCOPE" => Some("group".into()),
-        "IDEMPOTENCY_LEASE_MARGIN_MS" => Some("1000".into()),
+        // Margins that fit the 5 s function timeout below.
+        "IDEMPOTENCY_LEASE_MARGIN_MS" | "DEADLINE_MARGIN_MS" => Some("1000".into()),
         _ => None,
     })
     .map_err(|e| e.to_string())?;
