@@ -77,7 +77,8 @@ def _receive_fresh(self, queue_name, count, wait_seconds_timeout, *args, **kwarg
     # visible by now, it frees the group and delivers it, ahead of the ones it skipped
     # (`scripts/repro/moto_fifo_instant.py`).
     global _frozen_ms
-    _frozen_ms = time.time() * 1000.0
+    outer = _frozen_ms
+    _frozen_ms = time.time() * 1000.0 if outer is None else outer
     try:
         queue = self.get_queue(queue_name)
         present = set(map(id, queue._messages))
@@ -86,7 +87,7 @@ def _receive_fresh(self, queue_name, count, wait_seconds_timeout, *args, **kwarg
                 queue.pending_messages.discard(message)
         return _receive_message(self, queue_name, count, wait_seconds_timeout, *args, **kwargs)
     finally:
-        _frozen_ms = None
+        _frozen_ms = outer
 
 
 # How often a waiting receive looks again.
@@ -164,6 +165,8 @@ def _delete_current_only(self, receipt_handle):
     self._messages.remove(message)
     self.pending_messages.discard(message)
     self.deleted_messages.update(message.all_receipt_handles)
+    for handle in message.all_receipt_handles:
+        _by_handle.pop(handle, None)
 
 
 _change_message_visibility = models.SQSBackend.change_message_visibility

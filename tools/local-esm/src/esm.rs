@@ -226,12 +226,15 @@ pub async fn run<I: Invoke + 'static>(
                     last_active.fetch_max(since_start(), Ordering::SeqCst);
                     continue;
                 }
-                // A failed receive proves nothing. A poller that stops while another one is
-                // still invoking is safe: that one goes on until it is idle itself.
+                // A failed call proves nothing and may have left messages invisible: it counts
+                // as activity. A poller that stops while another one is still invoking is safe:
+                // that one goes on until it is idle itself.
+                if counters.errors.load(Ordering::SeqCst) != errors {
+                    last_active.fetch_max(since_start(), Ordering::SeqCst);
+                    continue;
+                }
                 let quiet = since_start().saturating_sub(last_active.load(Ordering::SeqCst));
-                if counters.errors.load(Ordering::SeqCst) == errors
-                    && Duration::from_millis(quiet) >= settings.drained_after
-                {
+                if Duration::from_millis(quiet) >= settings.drained_after {
                     return true;
                 }
             }
@@ -341,8 +344,17 @@ async fn receive_batch(
             .message_system_attribute_names(MessageSystemAttributeName::All)
             .message_attribute_names("All")
             .send()
-            .await
-            .map_err(|e| LocalError::aws("receive messages", e))?;
+            .await;
+        let output = match output {
+            Ok(output) => output,
+            // The messages already received are in flight: invoke with them rather than leave
+            // them to their visibility timeout.
+            Err(e) if !batch.is_empty() => {
+                warn!(error = %error_chain(&e), "a receive within the batching window failed; invoking with the batch so far");
+                return Ok(batch);
+            }
+            Err(e) => return Err(LocalError::aws("receive messages", e)),
+        };
         let got = output.messages.unwrap_or_default();
         let empty = got.is_empty();
         for message in got {

@@ -117,7 +117,8 @@ pub const REDRIVE_HOLD: Duration = Duration::from_secs(10);
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Moved {
     pub moved: usize,
-    /// Sends the source queue refused; those messages stay in the DLQ.
+    /// Sends the source queue refused (those messages stay in the DLQ), and messages sent but
+    /// not deleted from the DLQ (a later redrive sends them again).
     pub failed: usize,
 }
 
@@ -219,14 +220,24 @@ pub async fn redrive_manual(
             })
             .collect::<Vec<_>>();
         if !deletes.is_empty() {
-            let n = deletes.len();
-            sqs.delete_message_batch()
+            let deleted = sqs
+                .delete_message_batch()
                 .queue_url(&dlq.url)
                 .set_entries(Some(deletes))
                 .send()
                 .await
                 .map_err(|e| LocalError::aws("delete from the DLQ", e))?;
-            total.moved += n;
+            for failure in deleted.failed() {
+                tracing::warn!(
+                    id = failure.id(),
+                    code = failure.code(),
+                    "a redriven message could not be deleted from the DLQ: it is in the source \
+                     queue and still in the DLQ, and a later redrive sends it again (a duplicate \
+                     the function absorbs)"
+                );
+            }
+            total.moved += deleted.successful().len();
+            total.failed += deleted.failed().len();
             // A fact an observer can wait on (the tests do): this batch is in the source queue
             // and gone from the DLQ.
             tracing::info!(

@@ -266,13 +266,17 @@ async fn every_valid_order_is_charged_exactly_once_and_only_poison_reaches_the_d
     }
     progress.abort();
 
-    // Where things stand, printed before any assertion so a failure can be read.
+    // Where things stand, printed before any assertion so a failure can be read. The runs have
+    // returned and nothing else receives, so the counts are exact here.
+    let mut left = Vec::new();
     for ((queue, _), s) in queues.iter().zip(&stats) {
+        let source = setup::depth(&sqs, &queue.url).await.unwrap();
         eprintln!(
-            "{}: after {:.1} s: {s:?}",
+            "{}: after {:.1} s: source {source:?}; {s:?}",
             queue.name,
             started.elapsed().as_secs_f64()
         );
+        left.push(source.total());
     }
 
     // Every valid order charged exactly once at the provider; nothing else charged.
@@ -334,10 +338,15 @@ async fn every_valid_order_is_charged_exactly_once_and_only_poison_reaches_the_d
     }
 
     let mut report = Vec::new();
-    for ((queue, generated), s) in queues.iter().zip(&stats) {
+    for (((queue, generated), s), left) in queues.iter().zip(&stats).zip(&left) {
         // Every source queue drained (the mapping received nothing for longer than a message
         // can stay invisible); every poison message, and nothing else, in its DLQ.
         assert!(s.drained, "{} not drained", queue.name);
+        assert_eq!(
+            *left, 0,
+            "{}: messages left in the source queue",
+            queue.name
+        );
         let in_dlq = drain_bodies(&sqs, &queue.dlq_url).await;
         let valid_in_dlq = in_dlq
             .iter()
