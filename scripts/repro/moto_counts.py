@@ -3,23 +3,10 @@
 A queue holds 40 messages; nothing is ever deleted, so visible + not visible + delayed is 40
 at every instant. One thread receives them (10 at a time, 30 s visibility) while the main
 thread reads the three counts in a loop. Any total other than 40 is a count that lies."""
-import collections, subprocess, socket, sys, threading, time
-import boto3
+import collections, sys, threading
+from loopback import sqs_server
 
-def free_port():
-    s = socket.socket(); s.bind(("127.0.0.1", 0)); p = s.getsockname()[1]; s.close(); return p
-
-port = free_port()
-server = subprocess.Popen([sys.argv[1], "-H", "127.0.0.1", "-p", str(port)],
-                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-try:
-    for _ in range(100):
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=0.2).close(); break
-        except OSError:
-            time.sleep(0.1)
-    sqs = boto3.client("sqs", endpoint_url=f"http://127.0.0.1:{port}", region_name="us-east-1",
-                       aws_access_key_id="t", aws_secret_access_key="t")
+with sqs_server([sys.argv[1]]) as sqs:
     totals = collections.Counter()
     for run in range(20):
         url = sqs.create_queue(QueueName=f"q{run}")["QueueUrl"]
@@ -40,5 +27,3 @@ try:
         t.join()
     print("observed totals (value: times):", dict(sorted(totals.items())))
     print("reads that were not 40:", sum(n for v, n in totals.items() if v != 40), "of", sum(totals.values()))
-finally:
-    server.terminate()

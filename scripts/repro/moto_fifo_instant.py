@@ -13,26 +13,11 @@ order this way.
 
 Usage: python moto_fifo_instant.py TRIALS SERVER... (run like moto_server, `-H HOST -p PORT`
 appended). SQS, and the fixed server, print no trial out of order."""
-import socket, subprocess, sys, time
-import boto3
-
-
-def free_port():
-    s = socket.socket(); s.bind(("127.0.0.1", 0)); p = s.getsockname()[1]; s.close(); return p
-
+import sys, time
+from loopback import sqs_server
 
 trials = int(sys.argv[1])
-port = free_port()
-server = subprocess.Popen(sys.argv[2:] + ["-H", "127.0.0.1", "-p", str(port)],
-                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-try:
-    for _ in range(100):
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=0.2).close(); break
-        except OSError:
-            time.sleep(0.1)
-    sqs = boto3.client("sqs", endpoint_url=f"http://127.0.0.1:{port}", region_name="us-east-1",
-                       aws_access_key_id="t", aws_secret_access_key="t")
+with sqs_server(sys.argv[2:]) as sqs:
     out_of_order = 0
     for trial in range(trials):
         url = sqs.create_queue(QueueName=f"instant-{trial}.fifo",
@@ -64,5 +49,3 @@ try:
               + (" (out of order)" if wrong else ""), flush=True)
         sqs.delete_queue(QueueUrl=url)
     print(f"out of order: {out_of_order} of {trials} trials")
-finally:
-    server.terminate()

@@ -7,23 +7,10 @@ behind it: it skips a1 and a2 (a3 still looks pending) and delivers a3 first.
 
 Usage: python moto_fifo_reorder.py SERVER... (run like moto_server: `-H HOST -p PORT` appended).
 moto_server prints ['a3']; `python scripts/moto_locked.py` prints ['a1', 'a2', 'a3']."""
-import socket, subprocess, sys, time, uuid
-import boto3
+import sys, time, uuid
+from loopback import sqs_server
 
-def free_port():
-    s = socket.socket(); s.bind(("127.0.0.1", 0)); p = s.getsockname()[1]; s.close(); return p
-
-port = free_port()
-server = subprocess.Popen(sys.argv[1:] + ["-H", "127.0.0.1", "-p", str(port)],
-                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-try:
-    for _ in range(100):
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=0.2).close(); break
-        except OSError:
-            time.sleep(0.1)
-    sqs = boto3.client("sqs", endpoint_url=f"http://127.0.0.1:{port}", region_name="us-east-1",
-                       aws_access_key_id="t", aws_secret_access_key="t")
+with sqs_server(sys.argv[1:]) as sqs:
     url = sqs.create_queue(QueueName="r.fifo", Attributes={"FifoQueue": "true"})["QueueUrl"]
     for body in ["a1", "a2", "a3"]:
         sqs.send_message(QueueUrl=url, MessageBody=body, MessageGroupId="g",
@@ -33,5 +20,3 @@ try:
     time.sleep(1.5)
     again = sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=10, VisibilityTimeout=30)
     print("redelivery:", [m["Body"] for m in again.get("Messages", [])], "(SQS: a1, a2, a3)")
-finally:
-    server.terminate()

@@ -13,26 +13,12 @@ Usage: python moto_fifo_stall.py SERVER TRIALS N, where SERVER runs like moto_se
 (`-H HOST -p PORT`): moto_server itself stalls (1 of 1 trial at N = 1000 on the development
 machine, with ReceiptHandleIsInvalid on the redelivery's delete, the tell); scripts/moto_locked.py
 does not."""
-import socket, subprocess, sys, threading, time, uuid
-import boto3
+import sys, threading, time, uuid
+from loopback import client, sqs_server
 
-def free_port():
-    s = socket.socket(); s.bind(("127.0.0.1", 0)); p = s.getsockname()[1]; s.close(); return p
-
-port = free_port()
-server = subprocess.Popen([sys.argv[1], "-H", "127.0.0.1", "-p", str(port)],
-                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 trials, others = int(sys.argv[2]), int(sys.argv[3])
-try:
-    for _ in range(100):
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=0.2).close(); break
-        except OSError:
-            time.sleep(0.1)
-    def client():
-        return boto3.client("sqs", endpoint_url=f"http://127.0.0.1:{port}", region_name="us-east-1",
-                            aws_access_key_id="t", aws_secret_access_key="t")
-    sqs, racer = client(), client()
+with sqs_server([sys.argv[1]]) as sqs:
+    racer = client(sqs.meta.endpoint_url)
     stalled = 0
     for trial in range(trials):
         url = sqs.create_queue(QueueName=f"t{trial}.fifo", Attributes={"FifoQueue": "true"})["QueueUrl"]
@@ -80,5 +66,3 @@ try:
             print(f"trial {trial}: group g stalled: 'second' not delivered, visible="
                   f"{a['ApproximateNumberOfMessages']}, redelivered first {len(redelivered)}x", flush=True)
     print(f"stalled groups: {stalled} of {trials} trials ({others} other messages in flight)")
-finally:
-    server.terminate()

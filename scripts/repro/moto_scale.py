@@ -1,18 +1,8 @@
 """How moto's per-call cost grows with queue size: send N in batches of 10, then receive+delete."""
-import subprocess, socket, sys, time
-import boto3
-def free_port():
-    s = socket.socket(); s.bind(("127.0.0.1", 0)); p = s.getsockname()[1]; s.close(); return p
-port = free_port()
-server = subprocess.Popen(sys.argv[1:] + ["-H", "127.0.0.1", "-p", str(port)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-N = int(__import__("os").environ.get("N", "10000"))
-try:
-    for _ in range(100):
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=0.2).close(); break
-        except OSError:
-            time.sleep(0.1)
-    sqs = boto3.client("sqs", endpoint_url=f"http://127.0.0.1:{port}", region_name="us-east-1", aws_access_key_id="t", aws_secret_access_key="t")
+import os, sys, time
+from loopback import sqs_server
+N = int(os.environ.get("N", "10000"))
+with sqs_server(sys.argv[1:]) as sqs:
     for fifo in (False, True):
         name = "q.fifo" if fifo else "q"
         attrs = {"FifoQueue": "true"} if fifo else {}
@@ -38,5 +28,3 @@ try:
             if calls % 100 == 0:
                 now = time.time(); print(f"{name} recv+del {n}: {1000*(now-last)/100:.1f} ms/pair", flush=True); last = now
         print(f"{name} recv total {time.time()-t0:.1f} s for {n}", flush=True)
-finally:
-    server.terminate()
