@@ -31,55 +31,68 @@ use test_support::ports::FaultyStore;
 
 type ChaosApp = App<FaultyStore<DynamoDbStore>, HttpGateway, SystemClock>;
 
-/// Invokes the app like Lambda: an invocation that outlives the function timeout is abandoned
-/// (its future dropped mid-batch) and reported as an error, so nothing of its batch is deleted.
+/// The app as the mapping invokes it (the mapping enforces the function timeout, dropping an
+/// invocation's future mid-batch), keeping a history of the FIFO invocations.
 struct Lambda {
     app: ChaosApp,
-    timeout: Duration,
     /// Every FIFO invocation: when, its records (order id or `-`, group, receive count) and
     /// what came back, to explain a group charged out of order.
     history: std::sync::Mutex<Vec<String>>,
 }
 
+/// A FIFO event's records as the history shows them; `None` for a standard queue.
+fn fifo_records(event: &SqsEvent) -> Option<Vec<String>> {
+    let fifo = event
+        .records
+        .first()
+        .and_then(|r| r.event_source_arn.as_deref())
+        .is_some_and(|arn| arn.ends_with(".fifo"));
+    fifo.then(|| {
+        event
+            .records
+            .iter()
+            .map(|r| {
+                let order = r
+                    .body
+                    .as_deref()
+                    .and_then(process_orders::order::order_id_hint)
+                    .unwrap_or_else(|| "-".into());
+                format!(
+                    "{order}@{}#{}[{}]",
+                    r.attributes
+                        .get("MessageGroupId")
+                        .map_or("?", String::as_str),
+                    r.attributes
+                        .get("ApproximateReceiveCount")
+                        .map_or("?", String::as_str),
+                    r.message_id
+                        .as_deref()
+                        .unwrap_or("?")
+                        .get(..8)
+                        .unwrap_or("?")
+                )
+            })
+            .collect()
+    })
+}
+
 impl Invoke for Lambda {
     async fn invoke(&self, event: &SqsEvent, deadline_ms: u64) -> Result<SqsBatchResponse, String> {
         let started = SystemClock.now_ms();
-        let result =
-            match tokio::time::timeout(self.timeout, self.app.handle(event, deadline_ms)).await {
-                Ok(result) => result.map_err(|e| e.to_string()),
-                Err(_) => Err("abandoned: the function timed out".into()),
-            };
-        let fifo = event
-            .records
-            .first()
-            .and_then(|r| r.event_source_arn.as_deref())
-            .is_some_and(|arn| arn.ends_with(".fifo"));
-        if fifo {
-            let records: Vec<String> = event
-                .records
-                .iter()
-                .map(|r| {
-                    let order = r
-                        .body
-                        .as_deref()
-                        .and_then(process_orders::order::order_id_hint)
-                        .unwrap_or_else(|| "-".into());
-                    format!(
-                        "{order}@{}#{}[{}]",
-                        r.attributes
-                            .get("MessageGroupId")
-                            .map_or("?", String::as_str),
-                        r.attributes
-                            .get("ApproximateReceiveCount")
-                            .map_or("?", String::as_str),
-                        r.message_id
-                            .as_deref()
-                            .unwrap_or("?")
-                            .get(..8)
-                            .unwrap_or("?")
-                    )
-                })
-                .collect();
+        // Written before the call: if the mapping abandons it at the timeout, this line stays.
+        let slot = fifo_records(event).map(|records| {
+            let mut history = self.history.lock().unwrap();
+            history.push(format!(
+                "{started}..: {records:?} -> abandoned at the function timeout"
+            ));
+            (history.len() - 1, records)
+        });
+        let result = self
+            .app
+            .handle(event, deadline_ms)
+            .await
+            .map_err(|e| e.to_string());
+        if let Some((index, records)) = slot {
             let outcome = match &result {
                 Ok(response) => format!(
                     "reported {:?}",
@@ -91,10 +104,10 @@ impl Invoke for Lambda {
                 ),
                 Err(e) => format!("error {e}"),
             };
-            self.history.lock().unwrap().push(format!(
+            self.history.lock().unwrap()[index] = format!(
                 "{started}..{}: {records:?} -> {outcome}",
                 SystemClock.now_ms()
-            ));
+            );
         }
         result
     }
@@ -177,7 +190,6 @@ async fn every_valid_order_is_charged_exactly_once_and_only_poison_reaches_the_d
     }));
     let function = Arc::new(Lambda {
         app,
-        timeout: FUNCTION_TIMEOUT,
         history: std::sync::Mutex::new(Vec::new()),
     });
 
@@ -232,12 +244,12 @@ async fn every_valid_order_is_charged_exactly_once_and_only_poison_reaches_the_d
         batching_window: Duration::from_millis(200),
         concurrency: 4,
         function_timeout: FUNCTION_TIMEOUT,
-        // 0.3 s per order and queue kind, at least 15 minutes: moto's receive costs grow with
-        // the queue.
         // The longest a message stays invisible: the queue's 4 s, the backoff's 2 s, or a BUSY
         // or abandoned record's wait for a lease (at most the function timeout plus the lease
         // margin, 4 s, plus 1 s of jitter, rounded up to whole seconds) after its invocation.
         drained_after: Duration::from_secs(8),
+        // 0.3 s per order and queue kind, at least 15 minutes: a bound far above a run's time
+        // (688 s at 10,000), so a run that stops making progress fails instead of hanging.
         max_run: Duration::from_secs((orders as u64 * 3 / 10).max(900)),
     };
     let runs: Vec<_> = queues
@@ -377,7 +389,7 @@ async fn every_valid_order_is_charged_exactly_once_and_only_poison_reaches_the_d
             s.invocations
         ));
         eprintln!(
-            "{}: {} messages ({} orders, {} duplicate sends, {} poison), {} invocations, {} records received, {} reported, {} abandoned",
+            "{}: {} messages ({} orders, {} duplicate sends, {} poison), {} invocations, {} records received, {} reported, {} errors (failed invocations or SQS calls)",
             queue.name,
             generated.messages.len(),
             generated.valid_orders.len(),

@@ -104,6 +104,12 @@ async fn valid_orders_in_dlq(name: &str, poison: usize, fifo_scope: &str, backof
         .await
         .unwrap();
     assert!(stats.drained, "{name}: not drained: {stats:?}");
+    // The run has returned and nothing else receives: the counts are exact here.
+    assert_eq!(
+        setup::depth(&sqs, &queue.url).await.unwrap().total(),
+        0,
+        "{name}: not drained"
+    );
 
     let mut in_dlq = Vec::new();
     loop {

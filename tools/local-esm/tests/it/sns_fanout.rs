@@ -217,6 +217,13 @@ async fn fan_out(raw: bool, fifo: bool) {
         "raw={raw} fifo={fifo}: {:?} in the DLQ",
         in_dlq.messages()
     );
+    assert_eq!(
+        setup::depth(&sqs, &queue.dlq_url)
+            .await
+            .expect("depth")
+            .total(),
+        0
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -151,7 +151,10 @@ async fn inspect_reads_dlq_messages_without_consuming_them() {
             .any(|p| p.body_len == "not json".len() && p.order_id.is_none())
     );
 
-    // Visible again at once: all of them can be received right away.
+    // Visible again at once: all of them can be received right away. Nothing else receives, so
+    // the counts are exact here.
+    let d = ops::depth(&sqs, &queue.dlq_url).await.expect("depth");
+    assert_eq!((d.visible, d.in_flight), (13, 0));
     let mut back: Vec<_> = drain(&sqs, &queue.dlq_url)
         .await
         .into_iter()
@@ -276,6 +279,14 @@ async fn a_redrive_killed_mid_way_loses_nothing() {
         bodies.len(),
         "nothing but the originals arrived"
     );
-    // Nothing left to receive from the DLQ.
+    // Nothing left to receive from the DLQ, and nothing held in flight there either (the second
+    // run has exited and nothing else receives, so the counts are exact).
     assert!(drain(&sqs, &queue.dlq_url).await.is_empty());
+    assert_eq!(
+        ops::depth(&sqs, &queue.dlq_url)
+            .await
+            .expect("depth")
+            .total(),
+        0
+    );
 }
