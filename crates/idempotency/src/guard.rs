@@ -14,9 +14,16 @@
 //! | STARTED, fresh key | - | failed, may have happened | mark attempted | `ATTEMPTED` | `Failed` |
 //! | STARTED, prior attempt | happened | - | complete | `COMPLETED` | `Reconciled` |
 //! | STARTED, prior attempt | pending | - | mark attempted | `ATTEMPTED` | `Pending` |
-//! | STARTED, prior attempt | not happened | (as a fresh key, but a failure always marks attempted) | | | |
-//! | STARTED, prior attempt | unavailable, inside the key window | (as above: the same key is safe to resend) | | | |
-//! | STARTED, prior attempt | unavailable, past the key window | - | mark attempted | `ATTEMPTED` | `NeedsReconciliation` |
+//! | STARTED, prior attempt | not happened (a definite failure) | (as a fresh key, but a failure always marks attempted) | | | |
+//! | STARTED, prior attempt | unknown or unavailable, inside the key window | (as above: the same key is safe to resend) | | | |
+//! | STARTED, prior attempt | unknown, past the key window, durable look-up | (as above: "unknown" is proof) | | | |
+//! | STARTED, prior attempt | unknown or unavailable, past the key window | - | mark attempted | `ATTEMPTED` | `NeedsReconciliation` |
+//!
+//! "Inside the key window" is judged after the look-up has answered, with a margin
+//! ([`GuardPolicy::key_window_margin_ms`]) for the time the resend takes to reach the other
+//! system and for clocks that disagree: a resend never lands just after the key was forgotten.
+//! Past the window the other system's "unknown" may only mean that it forgot, unless the
+//! deployment declares its look-up durable ([`GuardPolicy::durable_look_up`]).
 //!
 //! Once an effect may exist, only its completion clears the record: a later attempt that fails
 //! marks the key attempted again instead of releasing it, so the first attempt is never
@@ -53,8 +60,12 @@ pub struct Failed<E> {
 pub enum Found {
     /// It took effect.
     Happened,
-    /// It did not, or the key is unknown there: doing the work again is safe.
+    /// It definitely did not (it failed, or was refused): doing the work again is safe at any
+    /// age of the key.
     NotHappened,
+    /// The other system has no record of the key. Inside its key window that means nothing was
+    /// done; past it, the record may simply have been forgotten.
+    Unknown,
     /// It is still being processed.
     Pending,
 }
@@ -82,6 +93,30 @@ pub struct GuardPolicy {
     /// How long the other system remembers a key after its first use. Inside it, resending with
     /// the same key is safe even when the look-up cannot answer; past it, never blindly.
     pub key_window_ms: u64,
+    /// How much of the key window's end is not trusted: the longest a resend takes to reach the
+    /// other system after the look-up, plus an allowance for clocks that disagree.
+    pub key_window_margin_ms: u64,
+    /// Whether the other system's look-up keeps every key for good, so that "unknown" proves
+    /// nothing was done at any age. Off unless the other system guarantees it.
+    pub durable_look_up: bool,
+}
+
+impl GuardPolicy {
+    /// Whether a key first used at `first_attempt_ms` is still safely inside the key window at
+    /// `now_ms`.
+    pub fn inside_key_window(&self, first_attempt_ms: u64, now_ms: u64) -> bool {
+        now_ms.saturating_add(self.key_window_margin_ms)
+            < first_attempt_ms.saturating_add(self.key_window_ms)
+    }
+}
+
+/// Why an earlier attempt could not be settled.
+#[derive(Debug)]
+pub enum Unsettled<E> {
+    /// The look-up failed.
+    LookUpFailed(E),
+    /// The look-up answered that the key is unknown, which past the key window proves nothing.
+    NotFound,
 }
 
 /// One key's work to guard.
@@ -124,10 +159,11 @@ pub enum Guarded<T, E> {
         effect: Effect,
     },
     /// An earlier attempt may have taken effect, the other system has forgotten the key by now,
-    /// and the look-up failed: redoing the work could do it twice, so it was not done.
+    /// and the look-up failed or does not know the key: redoing the work could do it twice, so
+    /// it was not done.
     NeedsReconciliation {
-        /// Why the look-up could not answer.
-        error: E,
+        /// Why the look-up could not settle it.
+        why: Unsettled<E>,
         /// When the first attempt went out, epoch ms (0 when unknown).
         first_attempt_ms: u64,
     },
@@ -196,7 +232,7 @@ where
             };
         }
     };
-    let outcome = attempt(work, prior, now_ms, policy.key_window_ms).await;
+    let outcome = attempt(work, prior, clock, policy).await;
     Run {
         outcome: settle(store, clock, claim.key, &lease, prior, outcome).await,
         lease: Some(lease.token),
@@ -206,26 +242,32 @@ where
 
 /// Finds out what became of an earlier attempt, if there may be one, and performs the work
 /// unless that answers the question.
-async fn attempt<W: GuardedWork>(
+async fn attempt<W: GuardedWork, C: Clock>(
     work: &W,
     prior: Option<PriorAttempt>,
-    now_ms: u64,
-    key_window_ms: u64,
+    clock: &C,
+    policy: &GuardPolicy,
 ) -> Guarded<W::Output, W::Error> {
     if let Some(prior) = prior {
-        match work.look_up().await {
+        let found = work.look_up().await;
+        // Judged after the look-up, which may have taken its whole bound.
+        let inside = policy.inside_key_window(prior.first_attempt_ms, clock.now_ms());
+        let unsettled = match found {
             Ok(Found::Happened) => return Guarded::Reconciled,
             Ok(Found::Pending) => return Guarded::Pending,
-            Ok(Found::NotHappened) => {}
-            Err(error) if now_ms.saturating_sub(prior.first_attempt_ms) >= key_window_ms => {
-                return Guarded::NeedsReconciliation {
-                    error,
-                    first_attempt_ms: prior.first_attempt_ms,
-                };
-            }
+            Ok(Found::NotHappened) => None,
             // Inside the key window the other system still knows the key: resending it returns
             // the earlier attempt's result instead of doing the work twice.
-            Err(_) => {}
+            Ok(Found::Unknown) if inside || policy.durable_look_up => None,
+            Err(_) if inside => None,
+            Ok(Found::Unknown) => Some(Unsettled::NotFound),
+            Err(error) => Some(Unsettled::LookUpFailed(error)),
+        };
+        if let Some(why) = unsettled {
+            return Guarded::NeedsReconciliation {
+                why,
+                first_attempt_ms: prior.first_attempt_ms,
+            };
         }
     }
     match work.perform().await {
@@ -287,6 +329,8 @@ mod tests {
             margin_ms: 1_000,
         },
         key_window_ms: 86_400_000,
+        key_window_margin_ms: 0,
+        durable_look_up: false,
     };
 
     /// Work whose look-up and attempts answer from scripts, counting attempts.
@@ -464,6 +508,94 @@ mod tests {
         );
         assert_eq!(past.performed.load(Ordering::SeqCst), 0);
         assert_eq!(status_of(&store), Some(Status::Attempted));
+    }
+
+    /// Past the key window only a definite "it did not happen" allows the work again; the other
+    /// system's "unknown" may just mean it forgot, unless its look-up is declared durable.
+    #[tokio::test]
+    async fn past_the_key_window_unknown_is_proof_only_from_a_durable_look_up() {
+        for (found, durable, performed) in [
+            (Found::Unknown, false, 0),
+            (Found::Unknown, true, 1),
+            (Found::NotHappened, false, 1),
+        ] {
+            let (store, clock) = (store(), ManualClock::at(T0));
+            let policy = GuardPolicy {
+                durable_look_up: durable,
+                ..POLICY
+            };
+            let first = Scripted::attempts(vec![maybe()]);
+            let _ = run(&store, &clock, &policy, &claim(1), &first).await;
+            clock.advance_ms(2 * POLICY.key_window_ms);
+            let work = Scripted {
+                look_up: Mutex::new(vec![Ok(found)]),
+                attempts: Mutex::new(vec![Ok(())]),
+                ..Scripted::default()
+            };
+            let run = run(&store, &clock, &policy, &claim(1), &work).await;
+            assert_eq!(
+                work.performed.load(Ordering::SeqCst),
+                performed,
+                "{found:?}, durable {durable}: {:?}",
+                run.outcome
+            );
+            if performed == 0 {
+                assert!(matches!(
+                    run.outcome,
+                    Guarded::NeedsReconciliation {
+                        why: Unsettled::NotFound,
+                        first_attempt_ms: T0
+                    }
+                ));
+                assert_eq!(status_of(&store), Some(Status::Attempted));
+            } else {
+                assert!(matches!(run.outcome, Guarded::Performed(())));
+            }
+        }
+    }
+
+    /// A look-up that takes long, near the end of the key window: the window is judged when the
+    /// resend would go out, not when the key was claimed, with the policy's margin.
+    #[tokio::test]
+    async fn the_key_window_is_judged_after_the_look_up_with_a_margin() {
+        struct SlowLookUp<'a>(&'a ManualClock, AtomicUsize);
+        impl GuardedWork for SlowLookUp<'_> {
+            type Output = ();
+            type Error = &'static str;
+            async fn look_up(&self) -> Result<Found, &'static str> {
+                self.0.advance_ms(15_000);
+                Err("timed out")
+            }
+            async fn perform(&self) -> Result<(), Failed<&'static str>> {
+                self.1.fetch_add(1, Ordering::SeqCst);
+                Ok(())
+            }
+        }
+        let policy = GuardPolicy {
+            key_window_margin_ms: 10_000,
+            ..POLICY
+        };
+        let (store, clock) = (store(), ManualClock::at(T0));
+        let _ = run(
+            &store,
+            &clock,
+            &policy,
+            &claim(1),
+            &Scripted::attempts(vec![maybe()]),
+        )
+        .await;
+        // Claimed 20 s before the window ends; the look-up takes 15 s of it.
+        clock.advance_ms(POLICY.key_window_ms - 20_000);
+        let work = SlowLookUp(&clock, AtomicUsize::new(0));
+        let run = run(&store, &clock, &policy, &claim(1), &work).await;
+        assert_eq!(work.1.load(Ordering::SeqCst), 0, "{:?}", run.outcome);
+        assert!(matches!(
+            run.outcome,
+            Guarded::NeedsReconciliation {
+                why: Unsettled::LookUpFailed("timed out"),
+                ..
+            }
+        ));
     }
 
     #[tokio::test]

@@ -54,6 +54,8 @@
 //! let policy = GuardPolicy {
 //!     lease: LeasePolicy { lease_ms: 60_000, margin_ms: 5_000 },
 //!     key_window_ms: 86_400_000,
+//!     key_window_margin_ms: 60_000,
+//!     durable_look_up: false,
 //! };
 //! let claim = Claim {
 //!     key: "u-1",

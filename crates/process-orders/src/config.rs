@@ -13,6 +13,7 @@ use sqs_batch::{BackoffPolicy, BatchOptions};
 
 use crate::aws::SdkSettings;
 use crate::metrics::MetricsSettings;
+use crate::money::Currency;
 use crate::payment::http::HttpSettings;
 use crate::payment::key::secrets_manager::SECRETS_SDK;
 use crate::payment::{KeySetting, Secret};
@@ -30,10 +31,17 @@ const FUNCTION_VARIABLES: &[(&str, Option<&str>)] = &[
     ("PAYMENT_CONNECT_TIMEOUT_MS", Some("1000")),
     ("PAYMENT_TIMEOUT_MS", Some("5000")),
     ("PAYMENT_KEY_WINDOW_SECONDS", Some("86400")),
+    ("PAYMENT_LOOKUP_DURABLE", Some("false")),
+    ("DEFAULT_CURRENCY", Some("EUR")),
     ("METRICS_ENABLED", Some("true")),
     ("METRICS_NAMESPACE", Some("ProcessOrders")),
     ("POWERTOOLS_SERVICE_NAME", Some("process-orders")),
 ];
+
+/// How far apart the clocks of the containers and the provider may be. Lambda's clocks are
+/// NTP-synchronised to milliseconds; a minute is a wide allowance, and it only shortens the part
+/// of the key window in which a charge is resent without proof.
+pub const CLOCK_SKEW_ALLOWANCE: Duration = Duration::from_secs(60);
 
 /// Every variable the function reads, with its default (None: no default, optional): the
 /// components' and its own. The README's configuration table and the template tests use it.
@@ -65,6 +73,13 @@ pub enum ConfigError {
          PAYMENT_API_KEY_SECRET or CLAIM_CHECK_BUCKET is set or VISIBILITY_BACKOFF is on"
     )]
     RegionRequired,
+    /// Inside Lambda a bearer key would cross the network in clear text.
+    #[error(
+        "PAYMENT_API_URL must be an https:// URL inside Lambda (AWS_LAMBDA_FUNCTION_NAME is set): \
+         the API key is sent with every charge (PROCESS_ORDERS_LOCAL=1 allows http:// under a \
+         local emulator)"
+    )]
+    PlainHttpInLambda,
     /// Two sources for one key: which one is meant cannot be guessed.
     #[error(
         "PAYMENT_API_KEY and PAYMENT_API_KEY_SECRET are both set: set one (the secret in AWS, \
@@ -118,6 +133,14 @@ pub struct Config {
     pub payment: Option<HttpSettings>,
     /// How long the payment provider remembers an idempotency key after its first use.
     pub payment_key_window: Duration,
+    /// How much of the key window's end is not trusted: the longest a charge takes to reach the
+    /// provider after its look-up, plus [`CLOCK_SKEW_ALLOWANCE`].
+    pub payment_key_window_margin: Duration,
+    /// `PAYMENT_LOOKUP_DURABLE`: the provider's look-up keeps every charge for good, so its "no
+    /// such charge" is proof at any age (README "Payment contract").
+    pub payment_lookup_durable: bool,
+    /// `DEFAULT_CURRENCY`: the currency of an order whose body names none.
+    pub default_currency: Currency,
     /// CloudWatch EMF metrics, one document per invocation; `None` when off.
     pub metrics: Option<MetricsSettings>,
     /// Running inside Lambda (`AWS_LAMBDA_FUNCTION_NAME` set).
@@ -208,6 +231,25 @@ impl Config {
                 )?),
             }),
         };
+        if in_lambda
+            && !local
+            && payment
+                .as_ref()
+                .is_some_and(|p| p.base_url.scheme() != "https")
+        {
+            return Err(ConfigError::PlainHttpInLambda);
+        }
+        let payment_lookup_durable = env.flag("PAYMENT_LOOKUP_DURABLE", false)?;
+        let currency = env
+            .text("DEFAULT_CURRENCY")
+            .unwrap_or_else(|| Currency::EUR.to_string());
+        let default_currency = Currency::parse(currency.trim()).ok_or_else(|| {
+            EnvError::invalid(
+                "DEFAULT_CURRENCY",
+                &currency,
+                "a three-letter ISO 4217 code",
+            )
+        })?;
         // A provider's key window, in seconds, 30 days at most. Shorter than the provider's is
         // only more careful (the tests use seconds); longer would resend a charge blindly.
         let key_window_s: u64 = env.ranged("PAYMENT_KEY_WINDOW_SECONDS", 86_400, 1, 2_592_000)?;
@@ -252,6 +294,17 @@ impl Config {
                     _ => 2 * call,
                 }
             });
+        // After the look-up, a resend reaches the provider within one call, or with a stored key
+        // two reads of it and the call retried after a refusal.
+        let charge_reach_ms = payment.as_ref().map_or(0, |p| {
+            let call = p.timeout.as_millis() as u64;
+            match p.api_key {
+                KeySetting::SecretsManager { .. } => {
+                    2 * call + 2 * SECRETS_SDK.operation_timeout.as_millis() as u64
+                }
+                _ => call,
+            }
+        });
         if lease.lease_ms <= longest_record_ms {
             return Err(ConfigError::LeaseTooShort {
                 lease_ms: lease.lease_ms,
@@ -267,6 +320,10 @@ impl Config {
             dynamodb,
             payment,
             payment_key_window: Duration::from_secs(key_window_s),
+            payment_key_window_margin: Duration::from_millis(charge_reach_ms)
+                + CLOCK_SKEW_ALLOWANCE,
+            payment_lookup_durable,
+            default_currency,
             metrics,
             in_lambda,
         })

@@ -32,6 +32,7 @@ pub mod aws;
 pub mod cli;
 pub mod config;
 pub mod metrics;
+pub mod money;
 pub mod order;
 pub mod payment;
 pub(crate) mod tls;

@@ -128,7 +128,7 @@ fn reason_metric(reason: &str) -> Option<&'static str> {
         "conflict" | "payment_conflict" => "Conflicts",
         "busy" => "Busy",
         // The provider refuses our credentials or URL: an alarm, since only a deployment fixes it.
-        "payment_config" | "payment_circuit_open" => "PaymentConfigErrors",
+        "payment_config" | "payment_refused" | "payment_circuit_open" => "PaymentConfigErrors",
         // An earlier charge may exist and cannot be looked up: a person may have to check.
         "needs_reconciliation" => "NeedsReconciliation",
         _ => return None,

@@ -11,7 +11,9 @@ use serde::Deserialize;
 use serde_json::value::RawValue;
 use tracing::Instrument;
 
-use idempotency::guard::{self, Claim, Failed, Found, GuardPolicy, Guarded, GuardedWork};
+use idempotency::guard::{
+    self, Claim, Failed, Found, GuardPolicy, Guarded, GuardedWork, Unsettled,
+};
 use idempotency::{
     Begin, ClaimRequest, Fingerprint, IdempotencyStore, Lease, LeaseToken, StoreError,
 };
@@ -19,6 +21,7 @@ use lambda_kit::{Clock, error_chain};
 use sqs_batch::{Message, Outcome, RecordContext, RecordHandler, Verdict};
 
 use crate::metrics::{CallLatency, Latency};
+use crate::money::{AmountError, Currency, Money};
 use crate::payment::{ChargeRequest, ChargeStatus, PaymentError, PaymentGateway};
 
 /// A valid order's body for generated events (`sqs_batch::testkit::generate`): order `o-{i}`,
@@ -36,19 +39,34 @@ pub fn generated_body(i: usize, rng: &mut fastrand::Rng) -> String {
 /// providers cap those (Stripe: 255); DynamoDB caps a partition key at 2048 bytes.
 pub const MAX_ORDER_ID_LEN: usize = 255;
 
-/// A valid order: a non-empty `order_id` and a finite `amount` above zero.
+/// A valid order: an `order_id` that can be carried exactly as the provider's idempotency key,
+/// and an exact amount above zero in its currency.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Order<'a> {
     pub order_id: Cow<'a, str>,
-    pub amount: f64,
+    pub amount: Money,
+    /// The amount as a float's bits, as versions before exact amounts fingerprinted it.
+    legacy_amount_bits: u64,
 }
 
 impl Order<'_> {
-    /// What a duplicate must match to be the same order.
+    /// What a duplicate must match to be the same order: the id, the currency and the amount in
+    /// minor units, however the body spelled them (`10.5`, `10.50`, `1.05e1`).
     pub fn fingerprint(&self) -> Fingerprint {
         Fingerprint::of(&[
             self.order_id.as_bytes(),
-            &self.amount.to_bits().to_le_bytes(),
+            self.amount.currency.as_str().as_bytes(),
+            &self.amount.minor.to_le_bytes(),
+        ])
+    }
+
+    /// The fingerprint versions before exact amounts wrote (the id and the amount's float
+    /// bits): an item they claimed is still this order's, for as long as such items are kept
+    /// (`IDEMPOTENCY_RETENTION_DAYS` after the upgrade).
+    pub fn legacy_fingerprint(&self) -> Fingerprint {
+        Fingerprint::of(&[
+            self.order_id.as_bytes(),
+            &self.legacy_amount_bits.to_le_bytes(),
         ])
     }
 
@@ -56,6 +74,7 @@ impl Order<'_> {
         Order {
             order_id: Cow::Owned(self.order_id.into_owned()),
             amount: self.amount,
+            legacy_amount_bits: self.legacy_amount_bits,
         }
     }
 }
@@ -79,14 +98,23 @@ pub enum DecodeError {
     OrderIdTooLong,
     #[error("order_id contains control characters")]
     OrderIdControl,
+    #[error(
+        "order_id has leading or trailing white space, which an HTTP header drops: the charge \
+         and its look-up would name different keys"
+    )]
+    OrderIdWhiteSpace,
+    #[error(
+        "order_id must be printable ASCII (it is sent as an HTTP header and a URL path segment)"
+    )]
+    OrderIdNotAscii,
     #[error("order_id cannot be \".\" or \"..\"")]
     OrderIdDotSegment,
     #[error("amount is missing")]
     MissingAmount,
-    #[error("amount is not a finite number")]
-    AmountNotNumber,
-    #[error("amount must be greater than zero")]
-    AmountNotPositive,
+    #[error(transparent)]
+    Amount(#[from] AmountError),
+    #[error("currency is not a three-letter ISO 4217 code")]
+    CurrencyInvalid,
     #[error("the SNS envelope's Message is not a string")]
     EnvelopeMessageNotString,
     #[error("inside the SNS envelope: {0}")]
@@ -101,26 +129,29 @@ struct RawBody<'a> {
     order_id: Option<&'a RawValue>,
     #[serde(borrow, default)]
     amount: Option<&'a RawValue>,
+    #[serde(borrow, default)]
+    currency: Option<&'a RawValue>,
     #[serde(rename = "Type", borrow, default)]
     kind: Option<&'a RawValue>,
     #[serde(rename = "Message", borrow, default)]
     message: Option<&'a RawValue>,
 }
 
-/// Decodes a record body into an order. An SNS notification envelope (`"Type": "Notification"`
-/// with the order as a JSON string in `Message`) is unwrapped once; raw delivery works as is.
-pub fn decode_order(body: &str) -> Result<Order<'_>, DecodeError> {
+/// Decodes a record body into an order, in `default_currency` unless it names one. An SNS
+/// notification envelope (`"Type": "Notification"` with the order as a JSON string in
+/// `Message`) is unwrapped once; raw delivery works as is.
+pub fn decode_order(body: &str, default_currency: Currency) -> Result<Order<'_>, DecodeError> {
     let raw = parse_raw(body)?;
     if raw.kind.is_some_and(|k| k.get() == r#""Notification""#)
         && let Some(message) = raw.message
     {
         let inner = json_string(message).ok_or(DecodeError::EnvelopeMessageNotString)?;
         let order = parse_raw(&inner)
-            .and_then(|inner_raw| order_from(&inner_raw))
+            .and_then(|inner_raw| order_from(&inner_raw, default_currency))
             .map_err(|e| DecodeError::InEnvelope(Box::new(e)))?;
         return Ok(order.into_owned());
     }
-    order_from(&raw)
+    order_from(&raw, default_currency)
 }
 
 /// The order id a body names, even when it is not a valid order (a conflicting amount, a bad
@@ -166,7 +197,7 @@ fn json_string(raw: &RawValue) -> Option<Cow<'_, str>> {
     }
 }
 
-fn order_from<'a>(raw: &RawBody<'a>) -> Result<Order<'a>, DecodeError> {
+fn order_from<'a>(raw: &RawBody<'a>, default_currency: Currency) -> Result<Order<'a>, DecodeError> {
     let order_id = raw.order_id.ok_or(DecodeError::MissingOrderId)?;
     let order_id = json_string(order_id).ok_or(DecodeError::OrderIdNotString)?;
     if order_id.is_empty() {
@@ -175,9 +206,18 @@ fn order_from<'a>(raw: &RawBody<'a>) -> Result<Order<'a>, DecodeError> {
     if order_id.len() > MAX_ORDER_ID_LEN {
         return Err(DecodeError::OrderIdTooLong);
     }
-    // It travels as an HTTP header value downstream, where control characters are invalid.
+    // It is the one key of the store, the charge's `Idempotency-Key` header and the look-up's
+    // path segment, so it must read the same in all three. Headers cannot carry control
+    // characters, and servers trim white space around a value; non-ASCII has no one encoding
+    // in both a header and a path. Printable ASCII with no space at either end reads the same.
     if order_id.chars().any(char::is_control) {
         return Err(DecodeError::OrderIdControl);
+    }
+    if order_id.starts_with(char::is_whitespace) || order_id.ends_with(char::is_whitespace) {
+        return Err(DecodeError::OrderIdWhiteSpace);
+    }
+    if !order_id.bytes().all(|b| b.is_ascii_graphic() || b == b' ') {
+        return Err(DecodeError::OrderIdNotAscii);
     }
     // It is also a path segment of the provider's lookup (`/charges/{order_id}`), where these
     // two would name another resource.
@@ -185,16 +225,24 @@ fn order_from<'a>(raw: &RawBody<'a>) -> Result<Order<'a>, DecodeError> {
         return Err(DecodeError::OrderIdDotSegment);
     }
     let amount = raw.amount.ok_or(DecodeError::MissingAmount)?;
-    // serde_json refuses out-of-range numbers (1e400) and every non-number, NaN included.
-    let amount: f64 =
-        serde_json::from_str(amount.get()).map_err(|_| DecodeError::AmountNotNumber)?;
-    if !amount.is_finite() {
-        return Err(DecodeError::AmountNotNumber);
-    }
-    if amount <= 0.0 {
-        return Err(DecodeError::AmountNotPositive);
-    }
-    Ok(Order { order_id, amount })
+    let currency = match raw.currency {
+        None => default_currency,
+        Some(code) => json_string(code)
+            .and_then(|code| Currency::parse(&code))
+            .ok_or(DecodeError::CurrencyInvalid)?,
+    };
+    // The number's own text: exact, never through a float.
+    let amount_text = amount.get();
+    let amount = Money::parse(amount_text, currency)?;
+    // Valid JSON number text that is exact in minor units always parses as a finite float.
+    let legacy_amount_bits = serde_json::from_str::<f64>(amount_text)
+        .map(f64::to_bits)
+        .unwrap_or_default();
+    Ok(Order {
+        order_id,
+        amount,
+        legacy_amount_bits,
+    })
 }
 
 /// The business decision for one order.
@@ -215,9 +263,10 @@ pub enum OrderDecision {
     /// An earlier attempt is still being processed by the provider.
     Pending,
     /// An earlier attempt may have charged, the provider has forgotten the key by now, and the
-    /// lookup failed: charging again could charge twice, so nothing was sent.
+    /// lookup failed or no longer knows the key: charging again could charge twice, so nothing
+    /// was sent.
     NeedsReconciliation {
-        error: PaymentError,
+        why: Unsettled<PaymentError>,
         first_attempt_ms: u64,
     },
     /// The provider refused our configuration several times in a row this invocation: not
@@ -262,6 +311,7 @@ impl OrderDecision {
                 PaymentError::Declined { .. } => "payment_rejected",
                 PaymentError::KeyReused { .. } => "payment_conflict",
                 PaymentError::Misconfigured { .. } => "payment_config",
+                PaymentError::Refused { .. } => "payment_refused",
             },
             Self::Pending => "payment_pending",
             Self::NeedsReconciliation { .. } => "needs_reconciliation",
@@ -271,13 +321,30 @@ impl OrderDecision {
         }
     }
 
-    /// Whether the provider refused our configuration (or we stopped asking because it did).
+    /// Whether the provider refused our configuration or our request (or we stopped asking
+    /// because it did): retried slowly, since a deployment fixes it, not the message.
     pub fn is_configuration_error(&self) -> bool {
         match self {
-            Self::Payment(e) | Self::NeedsReconciliation { error: e, .. } => {
-                matches!(e, PaymentError::Misconfigured { .. })
-            }
+            Self::Payment(e)
+            | Self::NeedsReconciliation {
+                why: Unsettled::LookUpFailed(e),
+                ..
+            } => e.is_configuration(),
             Self::CircuitOpen => true,
+            _ => false,
+        }
+    }
+
+    /// Whether the provider's answer would be the same for every order (a refused key, a
+    /// missing route): what the invocation's breaker counts. A 400 about one order's request
+    /// is not: one malformed order must not stop the others.
+    fn is_endpoint_wide(&self) -> bool {
+        match self {
+            Self::Payment(e)
+            | Self::NeedsReconciliation {
+                why: Unsettled::LookUpFailed(e),
+                ..
+            } => e.is_endpoint_wide(),
             _ => false,
         }
     }
@@ -359,8 +426,10 @@ impl<P: PaymentGateway> GuardedWork for ChargeWork<'_, P> {
         Ok(
             match self.latency.time(self.gateway.lookup(&request)).await? {
                 ChargeStatus::Succeeded => Found::Happened,
-                // Failed, or never seen: the same key may be charged again.
-                ChargeStatus::Failed | ChargeStatus::Unknown => Found::NotHappened,
+                // A definite failure: the same key may be charged again at any age.
+                ChargeStatus::Failed => Found::NotHappened,
+                // Never seen, or forgotten: the guard weighs it against the key window.
+                ChargeStatus::Unknown => Found::Unknown,
                 ChargeStatus::Pending => Found::Pending,
             },
         )
@@ -438,7 +507,24 @@ where
         message_id,
         deadline_ms,
     };
-    let run = guard::run(&store, &ports.clock, &ports.guard, &claim, &work).await;
+    let first = guard::run(&store, &ports.clock, &ports.guard, &claim, &work).await;
+    let run = if matches!(first.outcome, Guarded::Conflict) {
+        // An item written before amounts were exact carries the old fingerprint: the same
+        // order, not a conflict. Only a refused claim pays for this second try, boxed (and the
+        // first run dropped) so that every record's future, moved around the batch's queue,
+        // does not grow for a path only conflicts take.
+        drop(first);
+        Box::pin(async {
+            let legacy = Claim {
+                fingerprint: order.legacy_fingerprint(),
+                ..claim
+            };
+            guard::run(&store, &ports.clock, &ports.guard, &legacy, &work).await
+        })
+        .await
+    } else {
+        first
+    };
     let decision = match run.outcome {
         Guarded::Performed(()) => OrderDecision::Charged,
         Guarded::Reconciled => OrderDecision::Reconciled,
@@ -448,10 +534,10 @@ where
         Guarded::Pending => OrderDecision::Pending,
         Guarded::Failed { error, .. } => OrderDecision::Payment(error),
         Guarded::NeedsReconciliation {
-            error,
+            why,
             first_attempt_ms,
         } => OrderDecision::NeedsReconciliation {
-            error,
+            why,
             first_attempt_ms,
         },
         Guarded::Store(e) => OrderDecision::StoreUnavailable(e),
@@ -467,7 +553,7 @@ where
             | OrderDecision::NeedsReconciliation { .. }
     );
     if provider_answered {
-        ports.breaker.record(decision.is_configuration_error());
+        ports.breaker.record(decision.is_endpoint_wide());
     }
     (decision, run.lease)
 }
@@ -476,11 +562,16 @@ where
 #[derive(Debug)]
 pub struct OrderHandler<S, P, C> {
     ports: Ports<S, P, C>,
+    /// The currency of an order that names none (`DEFAULT_CURRENCY`).
+    default_currency: Currency,
 }
 
 impl<S, P, C> OrderHandler<S, P, C> {
-    pub fn new(ports: Ports<S, P, C>) -> Self {
-        Self { ports }
+    pub fn new(ports: Ports<S, P, C>, default_currency: Currency) -> Self {
+        Self {
+            ports,
+            default_currency,
+        }
     }
 
     pub fn ports(&self) -> &Ports<S, P, C> {
@@ -500,7 +591,7 @@ where
 {
     async fn handle(&self, message: &Message<'_>, context: RecordContext) -> Verdict {
         let body = message.body;
-        let order = match decode_order(body) {
+        let order = match decode_order(body, self.default_currency) {
             Ok(order) => order,
             Err(e) => {
                 let verdict = Verdict::poison("invalid_body")
@@ -571,13 +662,21 @@ fn verdict(
             "an earlier charge under this key is still being processed by the provider",
         ),
         OrderDecision::NeedsReconciliation {
-            error,
+            why,
             first_attempt_ms,
-        } => verdict.with_detail(format!(
-            "an earlier charge may exist (first attempt at {first_attempt_ms}, past the \
-             provider's key window) and the lookup failed, so it was not charged again: {}",
-            error_chain(&error)
-        )),
+        } => verdict.with_detail(match why {
+            Unsettled::LookUpFailed(error) => format!(
+                "an earlier charge may exist (first attempt at {first_attempt_ms}, past the \
+                 provider's key window) and the lookup failed, so it was not charged again: {}",
+                error_chain(&error)
+            ),
+            Unsettled::NotFound => format!(
+                "an earlier charge may exist (first attempt at {first_attempt_ms}, past the \
+                 provider's key window) and the provider's lookup has no charge under the key, \
+                 which past the window may only mean it forgot: not charged again; settle it \
+                 with the provider (PAYMENT_LOOKUP_DURABLE=true if its lookup keeps every charge)"
+            ),
+        }),
         OrderDecision::CircuitOpen => verdict.with_detail(
             "the provider refused our configuration repeatedly this invocation: not called",
         ),
@@ -596,13 +695,18 @@ fn verdict(
 mod tests {
     use super::*;
 
+    fn decode(body: &str) -> Result<Order<'_>, DecodeError> {
+        decode_order(body, Currency::EUR)
+    }
+
     #[test]
     fn decodes_a_plain_order_borrowing_the_id() {
-        let order =
-            decode_order(r#"{"order_id": "o-1", "amount": 10, "note": "x"}"#).expect("order");
+        let order = decode(r#"{"order_id": "o-1", "amount": 10, "note": "x"}"#).expect("order");
         assert_eq!(order.order_id, "o-1");
         assert!(matches!(order.order_id, Cow::Borrowed(_)));
-        assert_eq!(order.amount, 10.0);
+        assert_eq!(order.amount.to_string(), "10.00 EUR");
+        let yen = decode(r#"{"order_id": "o-1", "amount": 10, "currency": "jpy"}"#).expect("yen");
+        assert_eq!(yen.amount.to_string(), "10 JPY");
     }
 
     #[test]
@@ -620,22 +724,17 @@ mod tests {
     #[test]
     fn unwraps_an_sns_envelope() {
         let body = r#"{"Type":"Notification","MessageId":"x","Message":"{\"order_id\":\"o-9\",\"amount\":2.5}"}"#;
-        let order = decode_order(body).expect("order");
-        assert_eq!((order.order_id.as_ref(), order.amount), ("o-9", 2.5));
+        let order = decode(body).expect("order");
+        assert_eq!(order.order_id.as_ref(), "o-9");
+        assert_eq!(order.amount.minor, 250);
     }
 
     #[test]
     fn an_envelope_whose_message_is_not_an_order_is_refused() {
         let body = r#"{"Type":"Notification","Message":"not json"}"#;
-        assert!(matches!(
-            decode_order(body),
-            Err(DecodeError::InEnvelope(_))
-        ));
+        assert!(matches!(decode(body), Err(DecodeError::InEnvelope(_))));
         let body = r#"{"Type":"Notification","Message":42}"#;
-        assert_eq!(
-            decode_order(body),
-            Err(DecodeError::EnvelopeMessageNotString)
-        );
+        assert_eq!(decode(body), Err(DecodeError::EnvelopeMessageNotString));
     }
 
     #[test]
@@ -669,37 +768,69 @@ mod tests {
                 DecodeError::OrderIdDotSegment,
             ),
             (
+                r#"{"order_id":" o-1","amount":1}"#,
+                DecodeError::OrderIdWhiteSpace,
+            ),
+            (
+                r#"{"order_id":"o-1\t","amount":1}"#,
+                DecodeError::OrderIdControl,
+            ),
+            (
+                r#"{"order_id":"o-1\u00a0","amount":1}"#,
+                DecodeError::OrderIdWhiteSpace,
+            ),
+            (
+                r#"{"order_id":"o\u00e9-1","amount":1}"#,
+                DecodeError::OrderIdNotAscii,
+            ),
+            (
                 r#"{"order_id":".","amount":1}"#,
                 DecodeError::OrderIdDotSegment,
             ),
             (r#"{"order_id":"o"}"#, DecodeError::MissingAmount),
             (
                 r#"{"order_id":"o","amount":"10"}"#,
-                DecodeError::AmountNotNumber,
+                DecodeError::Amount(AmountError::NotNumber),
             ),
             (
                 r#"{"order_id":"o","amount":"NaN"}"#,
-                DecodeError::AmountNotNumber,
+                DecodeError::Amount(AmountError::NotNumber),
             ),
             (
                 r#"{"order_id":"o","amount":1e400}"#,
-                DecodeError::AmountNotNumber,
+                DecodeError::Amount(AmountError::TooLarge),
             ),
             (
                 r#"{"order_id":"o","amount":0}"#,
-                DecodeError::AmountNotPositive,
+                DecodeError::Amount(AmountError::NotPositive),
             ),
             (
                 r#"{"order_id":"o","amount":-0.0}"#,
-                DecodeError::AmountNotPositive,
+                DecodeError::Amount(AmountError::NotPositive),
             ),
             (
                 r#"{"order_id":"o","amount":-5}"#,
-                DecodeError::AmountNotPositive,
+                DecodeError::Amount(AmountError::NotPositive),
+            ),
+            (
+                r#"{"order_id":"o","amount":1.005}"#,
+                DecodeError::Amount(AmountError::TooPrecise { allowed: 2 }),
+            ),
+            (
+                r#"{"order_id":"o","amount":1.5,"currency":"JPY"}"#,
+                DecodeError::Amount(AmountError::TooPrecise { allowed: 0 }),
+            ),
+            (
+                r#"{"order_id":"o","amount":1,"currency":"EURO"}"#,
+                DecodeError::CurrencyInvalid,
+            ),
+            (
+                r#"{"order_id":"o","amount":1,"currency":978}"#,
+                DecodeError::CurrencyInvalid,
             ),
         ];
         for (body, expected) in cases {
-            let got = decode_order(body);
+            let got = decode(body);
             match (expected, &got) {
                 // serde's column for a type error is not worth pinning.
                 (DecodeError::NotAnOrder { .. }, Err(DecodeError::NotAnOrder { .. })) => {}
@@ -710,7 +841,7 @@ mod tests {
 
     #[test]
     fn duplicated_keys_are_not_an_order() {
-        let got = decode_order(r#"{"order_id":"a","order_id":"b","amount":1}"#);
+        let got = decode(r#"{"order_id":"a","order_id":"b","amount":1}"#);
         assert!(
             matches!(got, Err(DecodeError::NotAnOrder { .. })),
             "{got:?}"
@@ -724,17 +855,29 @@ mod tests {
             r#"{"order_id":"SECRET-MARKER"}"#,
             r#"{"order_id":1,"amount":"SECRET-MARKER"}"#,
         ] {
-            let err = decode_order(body).expect_err("invalid");
+            let err = decode(body).expect_err("invalid");
             assert!(!err.to_string().contains("SECRET"), "{err}");
         }
     }
 
     #[test]
     fn the_fingerprint_changes_with_the_amount_not_the_spelling() {
-        let a = decode_order(r#"{"order_id":"o","amount":10}"#).expect("a");
-        let b = decode_order(r#"{"amount":10.0,"order_id":"o","extra":1}"#).expect("b");
-        let c = decode_order(r#"{"order_id":"o","amount":11}"#).expect("c");
+        let a = decode(r#"{"order_id":"o","amount":10}"#).expect("a");
+        let b =
+            decode(r#"{"amount":1.000e1,"order_id":"o","extra":1,"currency":"eur"}"#).expect("b");
+        let c = decode(r#"{"order_id":"o","amount":11}"#).expect("c");
+        let d = decode(r#"{"order_id":"o","amount":10,"currency":"USD"}"#).expect("d");
         assert_eq!(a.fingerprint(), b.fingerprint());
         assert_ne!(a.fingerprint(), c.fingerprint());
+        assert_ne!(a.fingerprint(), d.fingerprint());
+    }
+
+    /// Items claimed before amounts were exact hold the id and the amount's float bits.
+    #[test]
+    fn the_legacy_fingerprint_is_what_earlier_versions_wrote() {
+        let order = decode(r#"{"order_id":"o-1","amount":10.1}"#).expect("order");
+        let earlier = Fingerprint::of(&[b"o-1", &10.1f64.to_bits().to_le_bytes()]);
+        assert_eq!(order.legacy_fingerprint(), earlier);
+        assert_ne!(order.fingerprint(), earlier);
     }
 }

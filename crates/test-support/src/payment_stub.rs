@@ -8,7 +8,14 @@
 //! - a key is forgotten once its window has passed (`set_key_window`): the same key then charges
 //!   again, as real providers do after about 24 hours;
 //! - `GET /v1/charges/{key}` answers what became of a key (`succeeded`, `failed`, `pending`, or
-//!   404), for as long as the provider keeps charges, not only for the key window;
+//!   404), for as long as the provider keeps charges, not only for the key window, unless told to
+//!   forget with the window (`set_lookup_retention`), as a look-up by idempotency key does at
+//!   providers whose keys expire;
+//! - a request without the `Idempotency-Key` header (or behind a proxy that strips it,
+//!   `strip_idempotency_key`) gets the draft's own 400 `application/problem+json` answer,
+//!   "Idempotency-Key is missing"; the key is read as HTTP servers read header values, with
+//!   leading and trailing white space trimmed;
+//! - on demand a 401 echoes the request's `Authorization` header back, as some gateways do;
 //! - on demand it is slow, declines, charges and then answers 504 or breaks the connection, or
 //!   answers a status of its own without charging.
 //!
@@ -96,12 +103,22 @@ struct Ledger {
     /// The amount each key was first charged for (the lookup answers it).
     amounts: HashMap<String, serde_json::Value>,
     lookup_unavailable: bool,
+    /// The look-up forgets a key this long after its first request (`None`: never).
+    lookup_retention_ms: Option<u64>,
+    /// When each key's fate was first recorded (for `lookup_retention_ms`).
+    fate_since_ms: HashMap<String, u64>,
+    /// A proxy in front strips the `Idempotency-Key` header.
+    strip_key: bool,
+    /// A 401 echoes the `Authorization` header in its body.
+    echo_authorization: bool,
     requests: HashMap<String, usize>,
     /// Money that moved per key: above 1 is a double charge.
     charges: HashMap<String, usize>,
     /// The keys in the order their money moved.
     charge_log: Vec<String>,
     lookups: HashMap<String, usize>,
+    /// Charge requests that came without an idempotency key.
+    missing_key: usize,
     answers: Vec<(String, u16)>,
     authorization: Vec<Option<String>>,
     bodies: Vec<serde_json::Value>,
@@ -194,6 +211,22 @@ impl PaymentStub {
         self.ledger().key_window_ms = window.map(|w| w.as_millis() as u64);
     }
 
+    /// The look-up forgets a key this long after its first request (`None`: never): a provider
+    /// whose look-up is by idempotency key and forgets with the key window.
+    pub fn set_lookup_retention(&self, retention: Option<Duration>) {
+        self.ledger().lookup_retention_ms = retention.map(|w| w.as_millis() as u64);
+    }
+
+    /// A proxy in front of the provider strips the `Idempotency-Key` header from every request.
+    pub fn strip_idempotency_key(&self, strip: bool) {
+        self.ledger().strip_key = strip;
+    }
+
+    /// A 401 echoes the request's `Authorization` header in its body (some gateways do).
+    pub fn echo_authorization(&self, echo: bool) {
+        self.ledger().echo_authorization = echo;
+    }
+
     /// Waits until `key`'s fate (as the lookup would answer it) satisfies `done`.
     async fn wait_fate(&self, key: &str, done: impl Fn(Option<Fate>) -> bool) {
         loop {
@@ -238,6 +271,11 @@ impl PaymentStub {
     /// Lookups of every key.
     pub fn all_lookups(&self) -> usize {
         self.ledger().lookups.values().sum()
+    }
+
+    /// Charge requests that arrived without an idempotency key.
+    pub fn missing_key_requests(&self) -> usize {
+        self.ledger().missing_key
     }
 
     /// Lookups of `key`.
@@ -298,6 +336,23 @@ fn json_answer(status: u16, body: &str) -> Response {
         .into_response()
 }
 
+/// The IETF Idempotency-Key draft's error answers: `application/problem+json` whose `type`
+/// names the provider's idempotency documentation.
+fn problem(status: u16, title: &str, detail: &str) -> Response {
+    let body = serde_json::json!({
+        "type": "https://developer.example.com/idempotency",
+        "title": title,
+        "detail": detail,
+    });
+    let status = StatusCode::from_u16(status).unwrap();
+    (
+        status,
+        [(axum::http::header::CONTENT_TYPE, "application/problem+json")],
+        body.to_string(),
+    )
+        .into_response()
+}
+
 fn error_body(kind: &str, message: &str) -> String {
     serde_json::json!({ "error": { "type": kind, "message": message } }).to_string()
 }
@@ -313,6 +368,15 @@ fn declined_body() -> String {
         "message": "card declined",
     } })
     .to_string()
+}
+
+/// A 401, echoing the `Authorization` header it refused when `echo` is set.
+fn unauthorized(echo: bool, authorization: Option<&str>) -> Response {
+    let message = match authorization {
+        Some(sent) if echo => format!("invalid API key in header 'Authorization: {sent}'"),
+        _ => "invalid API key".to_owned(),
+    };
+    json_answer(401, &error_body("authentication_error", &message))
 }
 
 fn bearer(headers: &HeaderMap) -> Option<String> {
@@ -390,14 +454,21 @@ async fn first_request(shared: &Shared, key: &str, behaviour: Behaviour) -> Resp
 
 async fn charge(State(shared): State<Shared>, headers: HeaderMap, body: String) -> Response {
     let now_ms = shared.clock.now_ms();
+    let strip = shared.ledger.lock().unwrap().strip_key;
+    // HTTP servers hand a header value over with its surrounding white space trimmed
+    // (RFC 9110 5.5): " o-1" arrives as "o-1".
     let Some(key) = headers
         .get("idempotency-key")
+        .filter(|_| !strip)
         .and_then(|v| v.to_str().ok())
-        .map(str::to_owned)
+        .map(|v| v.trim().to_owned())
+        .filter(|v| !v.is_empty())
     else {
-        return json_answer(
+        shared.ledger.lock().unwrap().missing_key += 1;
+        return problem(
             400,
-            &error_body("invalid_request_error", "Idempotency-Key missing"),
+            "Idempotency-Key is missing",
+            "This operation is idempotent and it requires correct usage of Idempotency Key.",
         );
     };
     let Ok(parsed) = serde_json::from_str::<serde_json::Value>(&body) else {
@@ -419,7 +490,7 @@ async fn charge(State(shared): State<Shared>, headers: HeaderMap, body: String) 
             && authorization.as_deref() != Some(&format!("Bearer {required}"))
         {
             l.answers.push((key.clone(), 401));
-            return json_answer(401, &error_body("authentication_error", "invalid API key"));
+            return unauthorized(l.echo_authorization, authorization.as_deref());
         }
         // The key window: past it, the provider has forgotten the key.
         if let (Some(window), Some(record)) = (l.key_window_ms, l.keys.get(&key))
@@ -430,23 +501,23 @@ async fn charge(State(shared): State<Shared>, headers: HeaderMap, body: String) 
         }
         if let Some(record) = l.keys.get(&key).cloned() {
             let answer = if record.payload != payload {
-                (
+                l.answers.push((key.clone(), 422));
+                return problem(
                     422,
-                    error_body(
-                        "idempotency_error",
-                        "key reused with another request payload",
-                    ),
-                )
+                    "Idempotency-Key is already used",
+                    "This operation is idempotent and it requires correct usage of Idempotency \
+                     Key. Idempotency Key MUST not be reused across different payloads of this \
+                     operation.",
+                );
             } else {
                 match record.answer {
                     None => {
                         l.answers.push((key.clone(), 409));
-                        let mut response = json_answer(
+                        let mut response = problem(
                             409,
-                            &error_body(
-                                "idempotency_error",
-                                "a request with this key is being processed",
-                            ),
+                            "A request is outstanding for this Idempotency-Key",
+                            "A request with the same Idempotency-Key for the same operation is \
+                             being processed or is outstanding.",
                         );
                         response
                             .headers_mut()
@@ -496,6 +567,7 @@ async fn charge(State(shared): State<Shared>, headers: HeaderMap, body: String) 
             },
         );
         l.fates.insert(key.clone(), Fate::Pending);
+        l.fate_since_ms.insert(key.clone(), now_ms);
         l.amounts.insert(key.clone(), amount);
         behaviour
     };
@@ -520,13 +592,18 @@ async fn lookup(
     if let Some(required) = &l.required_key
         && bearer(&headers).as_deref() != Some(&format!("Bearer {required}"))
     {
-        return json_answer(401, &error_body("authentication_error", "invalid API key"));
+        return unauthorized(l.echo_authorization, bearer(&headers).as_deref());
     }
     let rate = l.faults.lookup_unavailable;
     if l.lookup_unavailable || l.rng.as_mut().is_some_and(|rng| rng.f64() < rate) {
         return json_answer(503, &error_body("api_error", "lookup unavailable"));
     }
-    let status = match l.fates.get(&key) {
+    let now_ms = shared.clock.now_ms();
+    let forgotten = match (l.lookup_retention_ms, l.fate_since_ms.get(&key)) {
+        (Some(retention), Some(since)) => now_ms.saturating_sub(*since) >= retention,
+        _ => false,
+    };
+    let status = match l.fates.get(&key).filter(|_| !forgotten) {
         None => {
             let body = serde_json::json!({ "error": {
                 "type": "invalid_request_error",

@@ -66,7 +66,9 @@
 
 use std::future::Future;
 
-use idempotency::guard::{self, Claim, Effect, Failed, Found, GuardPolicy, Guarded, GuardedWork};
+use idempotency::guard::{
+    self, Claim, Effect, Failed, Found, GuardPolicy, Guarded, GuardedWork, Unsettled,
+};
 use idempotency::{Fingerprint, IdempotencyStore, LeasePolicy, StoreSettings};
 use lambda_kit::{Clock, Env, EnvError};
 use sqs_batch::{BatchOptions, Message, RecordContext, RecordHandler, Verdict};
@@ -170,7 +172,9 @@ impl<M: Mailer> GuardedWork for SendWelcome<'_, M> {
     async fn look_up(&self) -> Result<Found, MailError> {
         match self.mailer.was_sent(&self.welcome.user_id).await? {
             true => Ok(Found::Happened),
-            false => Ok(Found::NotHappened),
+            // No record of it: inside the key window nothing went out; past it, the provider
+            // may have forgotten (the guard decides).
+            false => Ok(Found::Unknown),
         }
     }
 
@@ -245,9 +249,11 @@ impl<S: IdempotencyStore, M: Mailer, C: Clock> RecordHandler for WelcomeEmails<S
             Guarded::Failed { error, .. } => {
                 Verdict::retry("send_failed").with_detail(error.to_string())
             }
-            Guarded::NeedsReconciliation { error, .. } => {
-                Verdict::retry("needs_reconciliation").with_detail(error.to_string())
-            }
+            Guarded::NeedsReconciliation { why, .. } => Verdict::retry("needs_reconciliation")
+                .with_detail(match why {
+                    Unsettled::LookUpFailed(error) => error.to_string(),
+                    Unsettled::NotFound => "the provider no longer knows the key".to_owned(),
+                }),
             Guarded::Store(error) => {
                 Verdict::retry("store_unavailable").with_detail(lambda_kit::error_chain(&error))
             }
@@ -290,6 +296,9 @@ impl Settings {
         GuardPolicy {
             lease: self.lease,
             key_window_ms: self.key_window_ms,
+            // A send's time to reach the provider, and clocks that disagree.
+            key_window_margin_ms: 60_000,
+            durable_look_up: false,
         }
     }
 }

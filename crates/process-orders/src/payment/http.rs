@@ -7,12 +7,21 @@
 //!   nothing: ambiguous.
 //! - 409: a request with this key is still being processed (IETF draft): in flight, never
 //!   charged-yet, with `Retry-After` when given.
-//! - 402, or 400/422 with the provider's JSON: declined; 400/422 whose JSON names an idempotency
-//!   error: the key was used with another payload.
+//! - 402, or 400/422 whose JSON names a decline: declined.
+//! - 400/422 whose JSON names idempotency (the draft's `application/problem+json`, Stripe's
+//!   `idempotency_error`): a 422, or a text saying the key was reused with another request, is
+//!   a key reused with another payload; a text saying the key is in use or outstanding is in
+//!   flight; anything else (the draft's "Idempotency-Key is missing", a malformed key, a proxy
+//!   that strips the header) is our configuration.
+//! - any other 400/422 with the provider's JSON: this request was refused (retried slowly; it
+//!   says nothing of other orders).
 //! - 408, 429, 5xx, a timeout after sending, a reset: ambiguous.
 //! - refused connections, DNS, TLS, a connect timeout: not sent.
 //! - anything else (401, 403, 404, 405, 407, 3xx, other 4xx, a 400/422 that is not the
 //!   provider's JSON): our configuration is wrong. Redirects are never followed for a charge.
+//!
+//! Provider text is kept only short and redacted ([`super::redact`]), and the API key itself is
+//! scrubbed from every error a call returns.
 
 use std::future::Future;
 use std::time::Duration;
@@ -21,8 +30,10 @@ use reqwest::StatusCode;
 use reqwest::header::{CONTENT_TYPE, HeaderMap, HeaderValue, RETRY_AFTER};
 use serde::Serialize;
 
-use super::key::{ApiKey, KeySetting, KeySetupError};
+use super::key::{ApiKey, Authorization, KeySetting, KeySetupError};
+use super::redact::redact;
 use super::{ChargeRequest, ChargeStatus, PaymentError, PaymentGateway};
+use crate::money::Money;
 
 /// The longest provider reason kept for the log.
 const REASON_MAX: usize = 200;
@@ -63,10 +74,13 @@ pub struct HttpGateway {
     key: ApiKey,
 }
 
+/// The charge as the provider receives it: the amount in integer minor units (`1050` for
+/// 10.50 EUR) and the ISO 4217 currency code, as card providers take them.
 #[derive(Serialize)]
 struct ChargeBody<'a> {
     order_id: &'a str,
-    amount: f64,
+    amount: u64,
+    currency: &'a str,
 }
 
 impl HttpGateway {
@@ -113,7 +127,10 @@ impl HttpGateway {
         Fut: Future<Output = Result<T, PaymentError>>,
     {
         let used = self.key.current().await?;
-        let first = call(used.as_ref().map(|a| a.header.clone())).await;
+        let first = scrubbed(
+            call(used.as_ref().map(|a| a.header.clone())).await,
+            used.as_deref(),
+        );
         let (
             Some(used),
             Err(PaymentError::Misconfigured {
@@ -131,10 +148,24 @@ impl HttpGateway {
                     status,
                     "retrying the call with the payment API key read again"
                 );
-                call(Some(fresh.header.clone())).await
+                scrubbed(call(Some(fresh.header.clone())).await, Some(&fresh))
             }
             None => first,
         }
+    }
+}
+
+/// `result` with the key of `authorization` scrubbed from its error's text.
+fn scrubbed<T>(
+    result: Result<T, PaymentError>,
+    authorization: Option<&Authorization>,
+) -> Result<T, PaymentError> {
+    let secret = authorization
+        .and_then(|a| a.header.to_str().ok())
+        .map(|h| h.strip_prefix("Bearer ").unwrap_or(h));
+    match (result, secret) {
+        (Err(e), Some(secret)) => Err(e.scrub(secret)),
+        (result, _) => result,
     }
 }
 
@@ -185,7 +216,8 @@ impl PaymentGateway for HttpGateway {
     async fn charge(&self, request: &ChargeRequest<'_>) -> Result<(), PaymentError> {
         let body: bytes::Bytes = serde_json::to_vec(&ChargeBody {
             order_id: request.order_id,
-            amount: request.amount,
+            amount: request.amount.minor,
+            currency: request.amount.currency.as_str(),
         })
         .map_err(|e| PaymentError::NotSent {
             reason: "the charge could not be encoded".into(),
@@ -290,17 +322,21 @@ pub fn classify(
             reason: short_reason(status, body),
         }),
         400 | 422 => match provider_json(body) {
-            Some(json) if names(&json, &["idempotency"]) => Err(PaymentError::KeyReused {
-                status: Some(code),
-                reason: short_reason(status, body),
-            }),
+            Some(json) if names_idempotency(&json) => {
+                Err(idempotency_refusal(status, retry_after, &json, body))
+            }
             Some(json) if is_decline(&json) => Err(PaymentError::Declined {
                 status: Some(code),
                 reason: short_reason(status, body),
             }),
-            // Anything else is not a decline of this order: a missing parameter, a validator or
-            // a WAF in front of the provider, a contract change. Our setup, never POISON.
-            _ => Err(misconfigured(status, body)),
+            // The provider's JSON, but no decline: a missing parameter, a contract change. This
+            // request is wrong, never POISON; other orders may well pass.
+            Some(_) => Err(PaymentError::Refused {
+                status: Some(code),
+                reason: short_reason(status, body),
+            }),
+            // Not the provider's JSON: a validator or a WAF in front of it. Our setup.
+            None => Err(misconfigured(status, body)),
         },
         _ => Err(unanswered(status, body)),
     }
@@ -309,7 +345,7 @@ pub fn classify(
 /// The decision for a provider's answer to a lookup of `amount`'s charge.
 pub fn classify_lookup(
     status: StatusCode,
-    amount: f64,
+    amount: Money,
     body: Option<&str>,
 ) -> Result<ChargeStatus, PaymentError> {
     let json = provider_json(body);
@@ -331,18 +367,26 @@ pub fn classify_lookup(
         }
         _ => return Err(unanswered(status, body)),
     };
-    // A charge under our key for another amount is not this order's charge.
-    let charged = json
-        .as_ref()
-        .and_then(|j| j.get("amount"))
-        .and_then(serde_json::Value::as_f64);
-    match charged {
-        Some(charged) if charged != amount => Err(PaymentError::KeyReused {
+    // A charge under our key for another amount (minor units, as sent) or another currency is
+    // not this order's charge.
+    let field = |name| json.as_ref().and_then(|j| j.get(name));
+    let other_amount = field("amount")
+        .and_then(serde_json::Value::as_u64)
+        .filter(|charged| *charged != amount.minor);
+    let other_currency = field("currency")
+        .and_then(serde_json::Value::as_str)
+        .filter(|code| !code.eq_ignore_ascii_case(amount.currency.as_str()));
+    if other_amount.is_some() || other_currency.is_some() {
+        return Err(PaymentError::KeyReused {
             status: Some(status.as_u16()),
-            reason: format!("the provider's charge under this key is for {charged}"),
-        }),
-        _ => Ok(found),
+            reason: format!(
+                "the provider's charge under this key is for {} {} minor units, not {amount}",
+                redact(other_currency.unwrap_or(amount.currency.as_str())),
+                other_amount.unwrap_or(amount.minor),
+            ),
+        });
     }
+    Ok(found)
 }
 
 /// A status that is neither an answer nor a refusal of the charge itself.
@@ -379,6 +423,85 @@ fn names(json: &serde_json::Map<String, serde_json::Value>, words: &[&str]) -> b
     .filter_map(serde_json::Value::as_str)
     .map(str::to_ascii_lowercase)
     .any(|text| words.iter().any(|word| text.contains(word)))
+}
+
+/// Whether the provider's error is about the idempotency key: its type or code names it (the
+/// draft's problem `type` URI, Stripe's `idempotency_error`), or its title does.
+fn names_idempotency(json: &serde_json::Map<String, serde_json::Value>) -> bool {
+    names(json, &["idempotency"])
+        || json
+            .get("title")
+            .and_then(serde_json::Value::as_str)
+            .is_some_and(|t| t.to_ascii_lowercase().contains("idempotency"))
+}
+
+/// What a 400/422 about the idempotency key means. Only a key reused with another request is a
+/// conflict (POISON): the draft answers it 422, Stripe 400 with a text saying so. A key that is
+/// missing or malformed (the draft's 400 "Idempotency-Key is missing", a proxy that strips the
+/// header) is our setup, and every order would get it: never POISON. When the text cannot tell,
+/// RETRY is the side that loses nothing.
+fn idempotency_refusal(
+    status: StatusCode,
+    retry_after: Option<Duration>,
+    json: &serde_json::Map<String, serde_json::Value>,
+    body: Option<&str>,
+) -> PaymentError {
+    let text = problem_text(json);
+    let says = |words: &[&str]| words.iter().any(|w| text.contains(w));
+    if says(&[
+        "in use",
+        "in_use",
+        "outstanding",
+        "in progress",
+        "being processed",
+    ]) {
+        return PaymentError::InFlight { retry_after };
+    }
+    if says(&[
+        "missing",
+        "required",
+        "malformed",
+        "invalid",
+        "format",
+        "too long",
+    ]) {
+        return misconfigured(status, body);
+    }
+    if status == StatusCode::UNPROCESSABLE_ENTITY
+        || says(&[
+            "reuse",
+            "already used",
+            "different",
+            "same parameters",
+            "does not match",
+        ])
+    {
+        return PaymentError::KeyReused {
+            status: Some(status.as_u16()),
+            reason: short_reason(status, body),
+        };
+    }
+    misconfigured(status, body)
+}
+
+/// The provider's words about an error, lower-cased: the problem's `title` and `detail`, the
+/// `message`, and the codes (`code`, `error.code`, `error.message`). Not the `type`, a URI.
+fn problem_text(json: &serde_json::Map<String, serde_json::Value>) -> String {
+    let error = json.get("error");
+    [
+        json.get("title"),
+        json.get("detail"),
+        json.get("message"),
+        json.get("code"),
+        error.and_then(|e| e.get("message")),
+        error.and_then(|e| e.get("code")),
+    ]
+    .into_iter()
+    .flatten()
+    .filter_map(serde_json::Value::as_str)
+    .map(str::to_ascii_lowercase)
+    .collect::<Vec<_>>()
+    .join(" | ")
 }
 
 /// Whether a 400/422 body is the provider declining the payment (a `card_error`, a code or type
@@ -456,27 +579,40 @@ fn certificate_error(error: &reqwest::Error) -> Option<String> {
     None
 }
 
-/// A short reason from a provider's error body (`message`, `error.message`, `error` or
-/// `reason`), else the status text.
+/// A short reason from a provider's error body (`message`, `error.message`, `error`, `reason`,
+/// or a problem's `title`), else the status text; with the provider's error code when it gives
+/// one, cut to [`REASON_MAX`] characters and redacted ([`redact`]).
 fn short_reason(status: StatusCode, body: Option<&str>) -> String {
-    let from_body = body
-        .and_then(|b| serde_json::from_str::<serde_json::Value>(b).ok())
-        .and_then(|v| {
-            [
-                v.get("message"),
-                v.get("error").and_then(|e| e.get("message")),
-                v.get("error"),
-                v.get("reason"),
-            ]
-            .into_iter()
+    let json = body.and_then(|b| serde_json::from_str::<serde_json::Value>(b).ok());
+    let field = |names: &[Option<&serde_json::Value>]| {
+        names
+            .iter()
             .flatten()
             .find_map(|field| field.as_str().map(str::to_owned))
-        });
+    };
+    let from_body = json.as_ref().and_then(|v| {
+        field(&[
+            v.get("message"),
+            v.get("error").and_then(|e| e.get("message")),
+            v.get("error"),
+            v.get("reason"),
+            v.get("title"),
+        ])
+    });
+    let code = json
+        .as_ref()
+        .and_then(|v| field(&[v.get("error").and_then(|e| e.get("code")), v.get("code")]));
     let reason =
         from_body.unwrap_or_else(|| status.canonical_reason().unwrap_or("rejected").to_owned());
-    match reason.char_indices().nth(REASON_MAX) {
+    let reason = match reason.char_indices().nth(REASON_MAX) {
         Some((cut, _)) => format!("{}...", &reason[..cut]),
         None => reason,
+    };
+    match code {
+        Some(code) if code.len() <= 64 && !reason.contains(&code) => {
+            redact(&format!("{reason} ({code})"))
+        }
+        _ => redact(&reason),
     }
 }
 
@@ -493,6 +629,8 @@ mod tests {
     }
 
     const SUCCEEDED: &str = r#"{"id":"ch_1","status":"succeeded"}"#;
+    const DRAFT_MISSING: &str = r#"{"type":"https://developer.example.com/idempotency","title":"Idempotency-Key is missing","detail":"This operation is idempotent and it requires correct usage of Idempotency Key."}"#;
+    const DRAFT_REUSED: &str = r#"{"type":"https://developer.example.com/idempotency","title":"Idempotency-Key is already used","detail":"This operation is idempotent and it requires correct usage of Idempotency Key. Idempotency Key MUST not be reused across different payloads of this operation."}"#;
 
     #[test]
     fn every_answer_has_its_decision() {
@@ -504,6 +642,7 @@ mod tests {
             Err(PaymentError::Declined { .. }) => "declined",
             Err(PaymentError::KeyReused { .. }) => "key reused",
             Err(PaymentError::Misconfigured { .. }) => "misconfigured",
+            Err(PaymentError::Refused { .. }) => "refused",
         };
         let declined = r#"{"error":{"type":"card_error","message":"card declined"}}"#;
         let reused = r#"{"error":{"type":"idempotency_error","message":"reused"}}"#;
@@ -530,15 +669,31 @@ mod tests {
                 "declined",
             ),
             (400, r#"{"code":"payment_declined"}"#, "declined"),
-            // The provider's JSON, but no decline: our request is wrong, not the payment.
-            (400, invalid, "misconfigured"),
+            // The provider's JSON, but no decline: this request is wrong, not the payment.
+            (400, invalid, "refused"),
+            (400, r#"{"message":"Invalid request body"}"#, "refused"),
+            (422, reused, "key reused"),
+            // Stripe: another request with the key is still running.
+            (400, r#"{"code":"idempotency_key_in_use"}"#, "in flight"),
+            // Stripe's answer to a key reused with other parameters.
             (
                 400,
-                r#"{"message":"Invalid request body"}"#,
+                r#"{"error":{"type":"idempotency_error","message":"Keys for idempotent requests can only be used with the same parameters they were first used with."}}"#,
+                "key reused",
+            ),
+            // The IETF draft's own examples (application/problem+json).
+            (400, DRAFT_MISSING, "misconfigured"),
+            (422, DRAFT_REUSED, "key reused"),
+            (
+                400,
+                r#"{"type":"https://example.com/idempotency","title":"Idempotency-Key is malformed"}"#,
                 "misconfigured",
             ),
-            (422, reused, "key reused"),
-            (400, r#"{"code":"idempotency_key_in_use"}"#, "key reused"),
+            (
+                400,
+                r#"{"type":"https://example.com/idempotency","title":"Idempotency-Key problem"}"#,
+                "misconfigured",
+            ),
             (400, "<html>bad request</html>", "misconfigured"),
             (422, "", "misconfigured"),
             (408, "", "ambiguous"),
@@ -603,9 +758,14 @@ mod tests {
 
     #[test]
     fn a_lookup_answer_has_its_meaning() {
-        let lookup = |code, body: &str| classify_lookup(status(code), 10.0, Some(body));
+        let ten = Money::parse("10", crate::money::Currency::EUR).expect("amount");
+        let lookup = |code, body: &str| classify_lookup(status(code), ten, Some(body));
         assert_eq!(
-            lookup(200, r#"{"status":"succeeded","amount":10}"#).ok(),
+            lookup(
+                200,
+                r#"{"status":"succeeded","amount":1000,"currency":"eur"}"#
+            )
+            .ok(),
             Some(ChargeStatus::Succeeded)
         );
         assert_eq!(
@@ -634,7 +794,14 @@ mod tests {
         }
         // A charge under the key for another amount is not this order's.
         assert!(matches!(
-            lookup(200, r#"{"status":"succeeded","amount":11}"#),
+            lookup(200, r#"{"status":"succeeded","amount":1100}"#),
+            Err(PaymentError::KeyReused { .. })
+        ));
+        assert!(matches!(
+            lookup(
+                200,
+                r#"{"status":"succeeded","amount":1000,"currency":"USD"}"#
+            ),
             Err(PaymentError::KeyReused { .. })
         ));
         assert!(matches!(
@@ -663,7 +830,21 @@ mod tests {
             "x".repeat(1_000)
         );
         match charge(400, &long) {
-            Err(PaymentError::Declined { reason, .. }) => assert_eq!(reason.len(), REASON_MAX + 3),
+            Err(PaymentError::Declined { reason, .. }) => {
+                assert_eq!(
+                    reason,
+                    format!("{}... (card_declined)", "x".repeat(REASON_MAX))
+                )
+            }
+            other => panic!("{other:?}"),
+        }
+        // A gateway that echoes the credential it refused: the reason keeps the words, not it.
+        let echoed = r#"{"error":{"code":"unauthorized","message":"bad header Authorization: Bearer sk_live_abc123"}}"#;
+        match charge(401, echoed) {
+            Err(PaymentError::Misconfigured { reason, .. }) => assert_eq!(
+                reason,
+                "bad header Authorization: Bearer [redacted] (unauthorized)"
+            ),
             other => panic!("{other:?}"),
         }
         match charge(404, "not json") {

@@ -9,6 +9,7 @@
 
 pub mod http;
 pub mod key;
+pub mod redact;
 pub mod simulated;
 
 use std::future::Future;
@@ -20,12 +21,15 @@ pub use simulated::SimulatedGateway;
 
 use idempotency::guard::Effect;
 
+use crate::money::Money;
+
 /// One charge. The provider applies `idempotency_key` once: every retry of the same charge
 /// sends the same key, so a crash between charge and completion cannot charge twice.
-#[derive(Debug, Clone, Copy, PartialEq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ChargeRequest<'a> {
     pub order_id: &'a str,
-    pub amount: f64,
+    /// Exact, in the currency's minor units.
+    pub amount: Money,
     pub idempotency_key: &'a str,
 }
 
@@ -66,10 +70,16 @@ pub enum PaymentError {
     /// The key was used before with another payload (422 or 400 with an idempotency error).
     #[error("the provider refused the idempotency key, used before with another payload{}: {reason}", http_status(*status))]
     KeyReused { status: Option<u16>, reason: String },
-    /// Our side is wrong: credentials, URL or method (401, 403, 404, 405, 407, 3xx, ...). A
-    /// deployment fixes it, not the message, so it is never POISON.
+    /// Our side is wrong: credentials, URL or method (401, 403, 404, 405, 407, 3xx, a missing or
+    /// stripped `Idempotency-Key`, ...). The answer does not depend on the order, so every other
+    /// order would get it too. A deployment fixes it, not the message, so it is never POISON.
     #[error("the payment endpoint refused our configuration{}: {reason}", http_status(*status))]
     Misconfigured { status: Option<u16>, reason: String },
+    /// The provider refused this order's request as invalid (400/422 with its JSON, neither a
+    /// decline nor a key reuse: a missing parameter, a contract change). Our request is wrong,
+    /// so it is retried like a configuration error, but it says nothing of the other orders.
+    #[error("the payment endpoint refused the request{}: {reason}", http_status(*status))]
+    Refused { status: Option<u16>, reason: String },
 }
 
 fn http_status(status: Option<u16>) -> String {
@@ -89,8 +99,41 @@ impl PaymentError {
             Self::NotSent { .. }
             | Self::Declined { .. }
             | Self::KeyReused { .. }
-            | Self::Misconfigured { .. } => Effect::None,
+            | Self::Misconfigured { .. }
+            | Self::Refused { .. } => Effect::None,
         }
+    }
+
+    /// Whether our request or setup is wrong (retried slowly, counted as a configuration error).
+    pub fn is_configuration(&self) -> bool {
+        matches!(self, Self::Misconfigured { .. } | Self::Refused { .. })
+    }
+
+    /// Whether every other order would get the same answer (the invocation's breaker counts it).
+    pub fn is_endpoint_wide(&self) -> bool {
+        matches!(self, Self::Misconfigured { .. })
+    }
+
+    /// The error with every occurrence of `secret` in the provider's text replaced: a gateway
+    /// may echo the credential it refused.
+    pub fn scrub(mut self, secret: &str) -> Self {
+        if secret.is_empty() {
+            return self;
+        }
+        match &mut self {
+            Self::Declined { reason, .. }
+            | Self::KeyReused { reason, .. }
+            | Self::Misconfigured { reason, .. }
+            | Self::Refused { reason, .. }
+            | Self::NotSent { reason, .. }
+            | Self::Ambiguous { reason, .. } => {
+                if reason.contains(secret) {
+                    *reason = reason.replace(secret, redact::REDACTED);
+                }
+            }
+            Self::InFlight { .. } => {}
+        }
+        self
     }
 }
 

@@ -4,14 +4,15 @@
 //! after which the key is forgotten (and would charge again), and a lookup that remembers every
 //! charge. It counts what it was asked, so runs and tests can check "charged once".
 //!
-//! Like a provider's test card numbers, a few amounts pick an outcome, so `make run` shows each:
+//! Like a provider's test card numbers, a few amounts (in minor units, whatever the currency)
+//! pick an outcome, so `make run` shows each:
 //!
-//! | amount | answer |
-//! |---|---|
-//! | above [`DECLINE_ABOVE`] | declined (402) |
-//! | [`MISCONFIGURED_AMOUNT`] | 401: the API key is wrong (a configuration error) |
-//! | [`AMBIGUOUS_AMOUNT`] | charges, then answers 504 (the outcome is unknown to the caller) |
-//! | [`IN_FLIGHT_AMOUNT`] | stays in flight for [`IN_FLIGHT_FOR`] (409 meanwhile), then charges |
+//! | amount (minor units) | in EUR | answer |
+//! |---|---|---|
+//! | above [`DECLINE_ABOVE`] | above 1,000,000.00 | declined (402) |
+//! | [`MISCONFIGURED_AMOUNT`] | 401.01 | 401: the API key is wrong (a configuration error) |
+//! | [`AMBIGUOUS_AMOUNT`] | 504.04 | charges, then answers 504 (the outcome is unknown to the caller) |
+//! | [`IN_FLIGHT_AMOUNT`] | 409.09 | stays in flight for [`IN_FLIGHT_FOR`] (409 meanwhile), then charges |
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -19,23 +20,24 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use super::{ChargeRequest, ChargeStatus, PaymentError, PaymentGateway};
+use crate::money::Money;
 use lambda_kit::{Clock, SystemClock};
 
-/// Amounts above this are declined.
-pub const DECLINE_ABOVE: f64 = 1_000_000.0;
-/// This amount is answered 401.
-pub const MISCONFIGURED_AMOUNT: f64 = 401.01;
-/// This amount is charged and then answered 504.
-pub const AMBIGUOUS_AMOUNT: f64 = 504.04;
-/// This amount stays in flight for [`IN_FLIGHT_FOR`].
-pub const IN_FLIGHT_AMOUNT: f64 = 409.09;
+/// Amounts above this many minor units are declined.
+pub const DECLINE_ABOVE: u64 = 100_000_000;
+/// This amount (minor units) is answered 401.
+pub const MISCONFIGURED_AMOUNT: u64 = 40_101;
+/// This amount (minor units) is charged and then answered 504.
+pub const AMBIGUOUS_AMOUNT: u64 = 50_404;
+/// This amount (minor units) stays in flight for [`IN_FLIGHT_FOR`].
+pub const IN_FLIGHT_AMOUNT: u64 = 40_909;
 pub const IN_FLIGHT_FOR: Duration = Duration::from_secs(5);
 /// How long a key is remembered after its first request, as providers do.
 pub const KEY_WINDOW: Duration = Duration::from_secs(86_400);
 
 #[derive(Debug, Clone, Copy)]
 struct KeyUse {
-    amount: f64,
+    amount: Money,
     first_seen_ms: u64,
     /// The request under this key is in flight until then; then it charges.
     in_flight_until_ms: Option<u64>,
@@ -47,7 +49,7 @@ struct Ledger {
     /// Keys the provider remembers, within their window.
     keys: HashMap<String, KeyUse>,
     /// What became of each key, and for which amount, kept for good (the lookup's source).
-    fates: HashMap<String, (ChargeStatus, f64)>,
+    fates: HashMap<String, (ChargeStatus, Money)>,
     /// Money movements per key: 1 is right, 2 is a double charge.
     charges: HashMap<String, usize>,
 }
@@ -143,7 +145,8 @@ fn declined() -> PaymentError {
 impl PaymentGateway for SimulatedGateway {
     async fn charge(&self, request: &ChargeRequest<'_>) -> Result<(), PaymentError> {
         self.requests.fetch_add(1, Ordering::Relaxed);
-        if request.amount == MISCONFIGURED_AMOUNT {
+        let minor = request.amount.minor;
+        if minor == MISCONFIGURED_AMOUNT {
             return Err(PaymentError::Misconfigured {
                 status: Some(401),
                 reason: "invalid API key (simulated)".into(),
@@ -180,9 +183,9 @@ impl PaymentGateway for SimulatedGateway {
             in_flight_until_ms: None,
             charged: false,
         };
-        let (fate, answer) = if request.amount > DECLINE_ABOVE {
+        let (fate, answer) = if minor > DECLINE_ABOVE {
             (ChargeStatus::Failed, Err(declined()))
-        } else if request.amount == IN_FLIGHT_AMOUNT {
+        } else if minor == IN_FLIGHT_AMOUNT {
             let for_ms = IN_FLIGHT_FOR.as_millis() as u64;
             used.in_flight_until_ms = Some(now_ms.saturating_add(for_ms));
             let answer = Err(PaymentError::InFlight {
@@ -192,7 +195,7 @@ impl PaymentGateway for SimulatedGateway {
         } else {
             used.charged = true;
             *ledger.charges.entry(key.to_owned()).or_default() += 1;
-            let answer = if request.amount == AMBIGUOUS_AMOUNT {
+            let answer = if minor == AMBIGUOUS_AMOUNT {
                 Err(PaymentError::Ambiguous {
                     reason: "HTTP 504 (simulated: charged, then the gateway timed out)".into(),
                     source: None,
@@ -226,10 +229,13 @@ mod tests {
     use super::*;
     use lambda_kit::ManualClock;
 
-    fn req(key: &str, amount: f64) -> ChargeRequest<'_> {
+    fn req(key: &str, minor: u64) -> ChargeRequest<'_> {
         ChargeRequest {
             order_id: key,
-            amount,
+            amount: Money {
+                minor,
+                currency: crate::money::Currency::EUR,
+            },
             idempotency_key: key,
         }
     }
@@ -243,16 +249,16 @@ mod tests {
     #[tokio::test]
     async fn the_same_key_charges_once_and_replays() {
         let (g, _) = gateway();
-        g.charge(&req("o-1", 10.0)).await.expect("first charge");
-        g.charge(&req("o-1", 10.0)).await.expect("replayed charge");
+        g.charge(&req("o-1", 1_000)).await.expect("first charge");
+        g.charge(&req("o-1", 1_000)).await.expect("replayed charge");
         assert_eq!(g.requests(), 2);
         assert_eq!(g.effective_charges(), 1);
         assert_eq!(
-            g.lookup(&req("o-1", 10.0)).await.ok(),
+            g.lookup(&req("o-1", 1_000)).await.ok(),
             Some(ChargeStatus::Succeeded)
         );
         assert_eq!(
-            g.lookup(&req("o-2", 10.0)).await.ok(),
+            g.lookup(&req("o-2", 1_000)).await.ok(),
             Some(ChargeStatus::Unknown)
         );
     }
@@ -260,17 +266,17 @@ mod tests {
     #[tokio::test]
     async fn a_reused_key_with_another_amount_is_refused() {
         let (g, _) = gateway();
-        g.charge(&req("o-1", 10.0)).await.expect("first charge");
-        let err = g.charge(&req("o-1", 11.0)).await.expect_err("reuse");
+        g.charge(&req("o-1", 1_000)).await.expect("first charge");
+        let err = g.charge(&req("o-1", 1_100)).await.expect_err("reuse");
         assert!(matches!(err, PaymentError::KeyReused { .. }));
     }
 
     #[tokio::test]
     async fn past_the_key_window_the_key_is_forgotten_and_charges_again() {
         let (g, clock) = gateway();
-        g.charge(&req("o-1", 10.0)).await.expect("first charge");
+        g.charge(&req("o-1", 1_000)).await.expect("first charge");
         clock.advance_ms(KEY_WINDOW.as_millis() as u64);
-        g.charge(&req("o-1", 10.0)).await.expect("a new charge");
+        g.charge(&req("o-1", 1_000)).await.expect("a new charge");
         assert_eq!(
             g.charges("o-1"),
             2,
@@ -282,12 +288,12 @@ mod tests {
     async fn magic_amounts_pick_their_outcome() {
         let (g, clock) = gateway();
         let err = g
-            .charge(&req("o-1", DECLINE_ABOVE + 1.0))
+            .charge(&req("o-1", DECLINE_ABOVE + 1))
             .await
             .expect_err("declined");
         assert!(matches!(err, PaymentError::Declined { .. }));
         assert_eq!(
-            g.lookup(&req("o-1", DECLINE_ABOVE + 1.0)).await.ok(),
+            g.lookup(&req("o-1", DECLINE_ABOVE + 1)).await.ok(),
             Some(ChargeStatus::Failed)
         );
         let err = g

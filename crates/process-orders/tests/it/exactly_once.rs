@@ -20,18 +20,27 @@ use sqs_batch::processor::{Outcome, RecordStatus};
 use test_support::failed_ids;
 use test_support::payment_stub::{Behaviour, Fate, PaymentStub};
 
-const T0: u64 = 1_767_225_600_000;
-const DAY_MS: u64 = 86_400_000;
+pub(super) const T0: u64 = 1_767_225_600_000;
+pub(super) const DAY_MS: u64 = 86_400_000;
 
-type TestApp = App<MemoryStore, HttpGateway, ManualClock>;
+pub(super) type TestApp = App<MemoryStore, HttpGateway, ManualClock>;
 
 fn config() -> Config {
     Config::from_lookup(|_| None).expect("defaults")
 }
 
 /// The function with the HTTP gateway on `stub`, a client timeout of 300 ms, and `clock`.
-fn app(stub: &PaymentStub, clock: &ManualClock, api_key: Option<&str>) -> TestApp {
-    let config = config();
+pub(super) fn app(stub: &PaymentStub, clock: &ManualClock, api_key: Option<&str>) -> TestApp {
+    app_with(stub, clock, api_key, config())
+}
+
+/// As [`app`], with `config`.
+pub(super) fn app_with(
+    stub: &PaymentStub,
+    clock: &ManualClock,
+    api_key: Option<&str>,
+    config: Config,
+) -> TestApp {
     let gateway = HttpGateway::new(&HttpSettings {
         base_url: stub.url().parse().expect("url"),
         api_key: api_key.map_or(KeySetting::None, |k| KeySetting::Value(Secret::new(k))),
@@ -47,7 +56,7 @@ fn app(stub: &PaymentStub, clock: &ManualClock, api_key: Option<&str>) -> TestAp
     )
 }
 
-fn event(orders: &[(&str, &str, f64)], receive_count: u32) -> String {
+pub(super) fn event(orders: &[(&str, &str, f64)], receive_count: u32) -> String {
     let records: Vec<_> = orders
         .iter()
         .map(|(id, order, amount)| {
@@ -64,7 +73,7 @@ fn event(orders: &[(&str, &str, f64)], receive_count: u32) -> String {
 }
 
 /// One invocation with a minute to run; the failed ids and each record's status.
-async fn invoke(app: &TestApp, json: &str) -> (Vec<String>, Vec<RecordStatus>) {
+pub(super) async fn invoke(app: &TestApp, json: &str) -> (Vec<String>, Vec<RecordStatus>) {
     let event = sqs_batch::edge::parse_event(json).expect("event");
     let deadline = app.ports().clock.now_ms() + 60_000;
     let (response, report) = app
@@ -74,7 +83,7 @@ async fn invoke(app: &TestApp, json: &str) -> (Vec<String>, Vec<RecordStatus>) {
     (failed_ids(&response), report.statuses)
 }
 
-fn outcome(status: &RecordStatus) -> (Outcome, &'static str) {
+pub(super) fn outcome(status: &RecordStatus) -> (Outcome, &'static str) {
     match status {
         RecordStatus::Handled(v) => (v.outcome, v.reason),
         other => panic!("not handled: {other:?}"),

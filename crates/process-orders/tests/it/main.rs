@@ -13,6 +13,7 @@ mod oneshot;
 mod order_handler;
 mod payment_http;
 mod properties;
+mod provider_boundary;
 mod secret_key;
 mod store;
 mod template;

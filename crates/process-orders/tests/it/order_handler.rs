@@ -8,6 +8,7 @@ use idempotency::{Begin, ClaimRequest, Fingerprint, IdempotencyStore, Status};
 use lambda_kit::clock::{Clock, ManualClock};
 use process_orders::app::App;
 use process_orders::config::Config;
+use process_orders::money::Currency;
 use process_orders::payment::simulated;
 use process_orders::payment::{ChargeRequest, ChargeStatus, PaymentError, PaymentGateway};
 use serde_json::json;
@@ -107,7 +108,10 @@ async fn an_ambiguous_charge_keeps_the_key_and_the_redelivery_looks_it_up_first(
 #[tokio::test]
 async fn a_charge_in_flight_is_retry_after_the_providers_wait() {
     let (app, _, _, clock) = app();
-    let json = event(&[("m1", order("o-1", simulated::IN_FLIGHT_AMOUNT))]);
+    let json = event(&[(
+        "m1",
+        order("o-1", simulated::IN_FLIGHT_AMOUNT as f64 / 100.0),
+    )]);
     let (failed, statuses) = run(&app, &json).await;
     assert_eq!(failed, ["m1"]);
     match &statuses[0] {
@@ -186,9 +190,10 @@ async fn a_failed_completion_is_retry_and_the_redelivery_finds_the_charge() {
 #[tokio::test]
 async fn a_key_held_elsewhere_is_busy_with_the_lease_end() {
     let (app, store, gateway, clock) = app();
-    let fingerprint = process_orders::order::decode_order(&order("o-1", 10.0).to_string())
-        .unwrap()
-        .fingerprint();
+    let fingerprint =
+        process_orders::order::decode_order(&order("o-1", 10.0).to_string(), Currency::EUR)
+            .unwrap()
+            .fingerprint();
     let held = store
         .begin(&ClaimRequest {
             key: "o-1",
@@ -270,7 +275,7 @@ async fn a_lease_taken_over_during_the_charge_is_retry_and_fenced() {
     let store = Arc::new(FlakyStore::new());
     let clock = ManualClock::at(T0);
     let body = order("o-1", 10.0);
-    let fingerprint = process_orders::order::decode_order(&body.to_string())
+    let fingerprint = process_orders::order::decode_order(&body.to_string(), Currency::EUR)
         .unwrap()
         .fingerprint();
     let gateway = TakeoverGateway {

@@ -10,6 +10,7 @@ use idempotency::{Begin, ClaimRequest, IdempotencyStore, Lease, MemoryStore, Sto
 use lambda_kit::clock::{Clock, ManualClock};
 use process_orders::app::App;
 use process_orders::config::Config;
+use process_orders::money::{Currency, Money};
 use process_orders::payment::http::{HttpGateway, HttpSettings};
 use process_orders::payment::{ChargeRequest, ChargeStatus, PaymentError, PaymentGateway};
 use process_orders::payment::{KeySetting, Secret};
@@ -28,6 +29,10 @@ fn settings(url: &str, api_key: Option<&str>) -> HttpSettings {
     }
 }
 
+fn eur(amount: &str) -> Money {
+    Money::parse(amount, Currency::EUR).expect("amount")
+}
+
 fn gateway(url: &str) -> HttpGateway {
     HttpGateway::new(&settings(url, None)).expect("gateway")
 }
@@ -36,7 +41,7 @@ async fn charge(gateway: &HttpGateway, order_id: &str) -> Result<(), PaymentErro
     gateway
         .charge(&ChargeRequest {
             order_id,
-            amount: 10.0,
+            amount: eur("10"),
             idempotency_key: order_id,
         })
         .await
@@ -46,7 +51,7 @@ async fn lookup(gateway: &HttpGateway, order_id: &str) -> Result<ChargeStatus, P
     gateway
         .lookup(&ChargeRequest {
             order_id,
-            amount: 10.0,
+            amount: eur("10"),
             idempotency_key: order_id,
         })
         .await
@@ -61,6 +66,7 @@ fn kind(result: &Result<(), PaymentError>) -> &'static str {
         Err(PaymentError::Declined { .. }) => "declined",
         Err(PaymentError::KeyReused { .. }) => "key reused",
         Err(PaymentError::Misconfigured { .. }) => "misconfigured",
+        Err(PaymentError::Refused { .. }) => "refused",
     }
 }
 
@@ -144,7 +150,10 @@ async fn declines_reused_keys_and_configuration_errors_are_told_apart() {
     for _ in 0..2 {
         match charge(&g, "o-402").await {
             Err(PaymentError::Declined { status, reason }) => {
-                assert_eq!((status, reason.as_str()), (Some(402), "card declined"))
+                assert_eq!(
+                    (status, reason.as_str()),
+                    (Some(402), "card declined (card_declined)")
+                )
             }
             other => panic!("{other:?}"),
         }
@@ -153,7 +162,7 @@ async fn declines_reused_keys_and_configuration_errors_are_told_apart() {
     let reused = g
         .charge(&ChargeRequest {
             order_id: "o-1",
-            amount: 11.0,
+            amount: eur("11"),
             idempotency_key: "o-1",
         })
         .await;
@@ -235,7 +244,7 @@ async fn the_lookup_tells_what_became_of_a_key() {
     let other_amount = g
         .lookup(&ChargeRequest {
             order_id: "o/1 ?#",
-            amount: 99.0,
+            amount: eur("99"),
             idempotency_key: "o/1 ?#",
         })
         .await;
@@ -265,7 +274,7 @@ async fn the_request_carries_the_key_the_body_and_the_bearer_token() {
     with_key
         .charge(&ChargeRequest {
             order_id: "o-7",
-            amount: 12.5,
+            amount: eur("12.5"),
             idempotency_key: "o-7",
         })
         .await
@@ -274,7 +283,7 @@ async fn the_request_carries_the_key_the_body_and_the_bearer_token() {
     assert_eq!(stub.requests("o-7"), 1);
     assert_eq!(
         stub.bodies()[0],
-        json!({ "order_id": "o-7", "amount": 12.5 })
+        json!({ "order_id": "o-7", "amount": 1250, "currency": "EUR" })
     );
     assert_eq!(
         stub.authorization(),

@@ -5,10 +5,12 @@
 use std::sync::Arc;
 
 use idempotency::testkit::{RETENTION, claim, t0};
-use idempotency::{DynamoDbStore, IdempotencyStore};
+use idempotency::{ClaimRequest, DynamoDbStore, IdempotencyStore};
 use lambda_kit::clock::{Clock, ManualClock};
 use process_orders::app::App;
 use process_orders::config::Config;
+use process_orders::money::Currency;
+use process_orders::order::decode_order;
 use serde_json::json;
 use test_support::dynamo::{Dynoxide, client, create_table, unique_table};
 use test_support::failed_ids;
@@ -53,9 +55,10 @@ async fn handle(app: &DynamoApp, clock: &ManualClock, json: &str) -> Vec<String>
     failed_ids(&response)
 }
 
-/// DynamoDB requests per record on each path: new 2, duplicate 1, busy 1, payment not sent 2,
-/// payment ambiguous 2, and the redelivery of an ambiguous charge 2 (the lookup is the
-/// provider's, not the table's).
+/// DynamoDB requests per record on each path: new 2, duplicate 1, busy 1, conflict 2 (the
+/// second claim looks for an item written with the fingerprint of versions before exact
+/// amounts), payment not sent 2, payment ambiguous 2, and the redelivery of an ambiguous charge
+/// 2 (the lookup is the provider's, not the table's).
 #[tokio::test]
 async fn each_path_costs_its_budget_of_requests() {
     let server = Dynoxide::start().await;
@@ -74,11 +77,21 @@ async fn each_path_costs_its_budget_of_requests() {
     let new = measure(&event(&[("m1", "new", 1.0)])).await;
     let duplicate = measure(&event(&[("m2", "new", 1.0)])).await;
 
+    // Held elsewhere for the same order, and for another payload.
+    let held = decode_order(r#"{"order_id":"held","amount":1}"#, Currency::EUR).expect("order");
     store
-        .begin(&claim("held", clock.now_ms()))
+        .begin(&ClaimRequest {
+            fingerprint: held.fingerprint(),
+            ..claim("held", clock.now_ms())
+        })
         .await
         .expect("held elsewhere");
     let busy = measure(&event(&[("m3", "held", 1.0)])).await;
+    store
+        .begin(&claim("other", clock.now_ms()))
+        .await
+        .expect("another payload");
+    let conflict = measure(&event(&[("m6", "other", 1.0)])).await;
 
     gateway.script("refused", Script::NotSent);
     let not_sent = measure(&event(&[("m4", "refused", 1.0)])).await;
@@ -93,6 +106,7 @@ async fn each_path_costs_its_budget_of_requests() {
         ("new", &new, 2),
         ("duplicate", &duplicate, 1),
         ("busy", &busy, 1),
+        ("conflict", &conflict, 2),
         ("payment not sent", &not_sent, 2),
         ("payment ambiguous", &ambiguous, 2),
         ("redelivery after an ambiguous charge", &redelivered, 2),
@@ -102,6 +116,7 @@ async fn each_path_costs_its_budget_of_requests() {
     assert_eq!(new, (2, vec![]));
     assert_eq!(duplicate, (1, vec![]));
     assert_eq!(busy, (1, vec!["m3".to_owned()]));
+    assert_eq!(conflict, (2, vec!["m6".to_owned()]));
     assert_eq!(not_sent, (2, vec!["m4".to_owned()]));
     assert_eq!(ambiguous, (2, vec!["m5".to_owned()]));
     assert_eq!(redelivered, (2, vec![]));

@@ -17,6 +17,7 @@ use local_esm::send::Outgoing;
 use local_esm::setup::{self, QueueSettings};
 use process_orders::app::App;
 use process_orders::config::Config;
+use process_orders::money::Currency;
 use process_orders::order::decode_order;
 use process_orders::payment::SimulatedGateway;
 use sqs_batch::Backoff;
@@ -134,7 +135,10 @@ async fn valid_orders_in_dlq(name: &str, poison: usize, fifo_scope: &str, backof
                 .unwrap();
         }
     }
-    let valid = in_dlq.iter().filter(|b| decode_order(b).is_ok()).count();
+    let valid = in_dlq
+        .iter()
+        .filter(|b| decode_order(b, Currency::EUR).is_ok())
+        .count();
     let in_dlq_poison = in_dlq.len() - valid;
     let charged = app.ports().gateway.effective_charges();
     eprintln!(

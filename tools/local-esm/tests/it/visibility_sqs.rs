@@ -12,6 +12,7 @@ use idempotency::{Begin, ClaimRequest, IdempotencyStore, MemoryStore};
 use lambda_kit::clock::{Clock, SystemClock};
 use process_orders::app::App;
 use process_orders::config::Config;
+use process_orders::money::Currency;
 use process_orders::order::decode_order;
 use serde_json::json;
 use sqs_batch::Backoff;
@@ -75,7 +76,7 @@ fn order_ids(bodies: &[String]) -> Vec<String> {
     let mut ids: Vec<String> = bodies
         .iter()
         .map(|b| {
-            decode_order(b)
+            decode_order(b, Currency::EUR)
                 .map(|o| o.order_id.into_owned())
                 .unwrap_or_else(|_| "poison".into())
         })
@@ -119,7 +120,7 @@ async fn reported_records_come_back_on_their_own_schedule() {
     gateway.script("o-flaky", Script::NotSent);
     // Another consumer holds o-busy for 4 more seconds.
     let now = SystemClock.now_ms();
-    let fingerprint = decode_order(r#"{"order_id":"o-busy","amount":1}"#)
+    let fingerprint = decode_order(r#"{"order_id":"o-busy","amount":1}"#, Currency::EUR)
         .unwrap()
         .fingerprint();
     let held = store
