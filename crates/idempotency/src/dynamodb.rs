@@ -24,8 +24,8 @@ use aws_sdk_dynamodb::operation::update_item::UpdateItemError;
 use aws_sdk_dynamodb::types::{AttributeValue, ReturnValue, ReturnValuesOnConditionCheckFailure};
 
 use super::{
-    Begin, ClaimRequest, ClaimState, Fingerprint, IdempotencyStore, Lease, LeaseToken, Status,
-    StoreError, decide, prior_attempt,
+    Begin, ClaimRequest, ClaimState, Fingerprint, IdempotencyStore, Lease, LeaseToken,
+    PriorAttempt, Status, StoreError, decide, prior_attempt,
 };
 
 /// The item schema. The table's key schema (`template.yaml`) is [`KEY`](attr::KEY) as a string hash key,
@@ -274,6 +274,20 @@ fn claim_state(item: &HashMap<String, AttributeValue>) -> Result<ClaimState, Sto
     })
 }
 
+/// What our own claim took over, read back from the item it wrote (its first answer, which
+/// said so, was lost): a claim count above one means an earlier attempt, whose first time the
+/// item kept. A first time equal to this claim's own `now` with earlier attempts can only come
+/// from an item that had none recorded: unknown, so the oldest possible.
+fn own_claim_prior(state: &ClaimState, now_ms: u64) -> Option<PriorAttempt> {
+    (state.attempts > 1).then(|| PriorAttempt {
+        first_attempt_ms: state
+            .first_attempt_ms
+            .filter(|first| *first != now_ms)
+            .unwrap_or(0),
+        attempts: state.attempts - 1,
+    })
+}
+
 impl IdempotencyStore for DynamoDbStore {
     async fn begin(&self, request: &ClaimRequest<'_>) -> Result<Begin, StoreError> {
         let lease = Lease {
@@ -367,11 +381,19 @@ impl IdempotencyStore for DynamoDbStore {
                         until_ms: request.now_ms,
                     });
                 }
-                Ok(decide(
-                    &claim_state(old)?,
-                    request.fingerprint,
-                    request.now_ms,
-                ))
+                let state = claim_state(old)?;
+                let ours = matches!(old.get(attr::LEASE_TOKEN), Some(AttributeValue::S(token))
+                    if *token == lease.token.to_string());
+                if ours && state.status == Status::InProgress {
+                    // The SDK retried a claim that DynamoDB had applied but whose answer was
+                    // lost (a timeout, a reset): the item holds this very claim's token, so the
+                    // key is ours, not BUSY until our own lease ends.
+                    return Ok(Begin::Started {
+                        lease,
+                        prior: own_claim_prior(&state, request.now_ms),
+                    });
+                }
+                Ok(decide(&state, request.fingerprint, request.now_ms))
             }
             Err(e) => Err(unavailable(e)),
         }

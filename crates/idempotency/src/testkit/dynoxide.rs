@@ -82,14 +82,102 @@ impl Dynoxide {
 
     /// A DynamoDB client for this server: static test credentials, plain HTTP.
     pub fn client(&self) -> Client {
-        let config = aws_sdk_dynamodb::Config::builder()
-            .behavior_version(BehaviorVersion::latest())
-            .region(Region::new("us-east-1"))
-            .credentials_provider(Credentials::new("test", "test", None, None, "testkit"))
-            .endpoint_url(self.endpoint())
-            .http_client(aws_smithy_http_client::Builder::new().build_http())
-            .build();
-        Client::from_conf(config)
+        client_for(&self.endpoint())
+    }
+}
+
+/// A DynamoDB client for `endpoint` (a server, or a proxy in front of one): static test
+/// credentials, plain HTTP, the SDK's standard retries.
+pub fn client_for(endpoint: &str) -> Client {
+    let config = aws_sdk_dynamodb::Config::builder()
+        .behavior_version(BehaviorVersion::latest())
+        .region(Region::new("us-east-1"))
+        .credentials_provider(Credentials::new("test", "test", None, None, "testkit"))
+        .endpoint_url(endpoint)
+        .http_client(aws_smithy_http_client::Builder::new().build_http())
+        .build();
+    Client::from_conf(config)
+}
+
+/// A TCP proxy in front of a server that can lose answers: for each of the next `n`
+/// connections ([`LossyProxy::lose_next_answers`]) it forwards the request, waits until the
+/// server has begun to answer (so the server has applied it), then resets the connection
+/// without passing the answer on. The client sees a write whose outcome it cannot know, and the
+/// SDK retries it: the ambiguous outcome of a real network.
+pub struct LossyProxy {
+    /// Where it listens.
+    pub addr: SocketAddr,
+    to_lose: std::sync::Arc<AtomicUsize>,
+    lost: std::sync::Arc<AtomicUsize>,
+}
+
+impl LossyProxy {
+    /// A proxy to `upstream` on a free loopback port, losing nothing until told to.
+    ///
+    /// # Panics
+    ///
+    /// When no port can be bound: a test set-up failure.
+    pub async fn start(upstream: SocketAddr) -> Self {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind a loopback port");
+        let addr = listener.local_addr().expect("the bound address");
+        let to_lose = std::sync::Arc::new(AtomicUsize::new(0));
+        let lost = std::sync::Arc::new(AtomicUsize::new(0));
+        let (lose, count) = (to_lose.clone(), lost.clone());
+        tokio::spawn(async move {
+            while let Ok((mut client, _)) = listener.accept().await {
+                let Ok(mut server) = tokio::net::TcpStream::connect(upstream).await else {
+                    continue;
+                };
+                let losing = lose
+                    .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+                    .is_ok();
+                let count = count.clone();
+                tokio::spawn(async move {
+                    if !losing {
+                        let _ = tokio::io::copy_bidirectional(&mut client, &mut server).await;
+                        return;
+                    }
+                    let (mut client_read, _client_write) = client.split();
+                    let (mut server_read, mut server_write) = server.split();
+                    let forward = tokio::io::copy(&mut client_read, &mut server_write);
+                    let mut first = [0u8; 1];
+                    tokio::select! {
+                        _ = forward => {}
+                        answered = server_read.read(&mut first) => {
+                            if matches!(answered, Ok(n) if n > 0) {
+                                count.fetch_add(1, Ordering::SeqCst);
+                            }
+                        }
+                    }
+                    let _ = server_write.shutdown().await;
+                    // Closed with RST, the answer never passed on.
+                    let _ = client.set_zero_linger();
+                });
+            }
+        });
+        Self {
+            addr,
+            to_lose,
+            lost,
+        }
+    }
+
+    /// The endpoint URL for an SDK client.
+    pub fn endpoint(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    /// Loses the answers on the next `n` connections.
+    pub fn lose_next_answers(&self, n: usize) {
+        self.to_lose.store(n, Ordering::SeqCst);
+    }
+
+    /// Answers the server gave and the proxy lost so far.
+    pub fn lost(&self) -> usize {
+        self.lost.load(Ordering::SeqCst)
     }
 }
 

@@ -8,7 +8,9 @@ use idempotency::dynamodb::create_table;
 use idempotency::store_contract_tests;
 use idempotency::testkit::RETENTION;
 use idempotency::testkit::dynamodb as cases;
-use idempotency::testkit::dynoxide::{Dynoxide, unique_table};
+use idempotency::testkit::dynoxide::{Dynoxide, LossyProxy, client_for, unique_table};
+use idempotency::testkit::{claim, t0};
+use idempotency::{Begin, IdempotencyStore};
 
 /// A fresh table on a fresh embedded server; the server lives as long as the test process.
 async fn table() -> (Client, String) {
@@ -40,4 +42,32 @@ async fn a_claim_left_by_the_earlier_version_is_taken_over_with_an_unknown_first
 async fn key_prefixes_keep_users_of_a_shared_table_apart() {
     let (client, table) = table().await;
     cases::key_prefixes_keep_users_of_a_shared_table_apart(&client, &table).await;
+}
+
+/// DynamoDB applied a claim, and its answer was lost on the way back (the connection reset
+/// after the write). The SDK retries the same request, which DynamoDB now refuses: the item is
+/// already claimed, by this very claim. A refusal by an item holding the claim's own lease
+/// token is ours: STARTED, never BUSY until our own lease ends.
+#[tokio::test]
+async fn a_claim_applied_whose_answer_was_lost_is_ours_on_the_sdk_retry() {
+    let server = Dynoxide::start().await;
+    let table = unique_table();
+    create_table(&server.client(), &table).await.expect("table");
+    let proxy = LossyProxy::start(server.addr).await;
+    let store = DynamoDbStore::new(client_for(&proxy.endpoint()), table, RETENTION);
+    proxy.lose_next_answers(1);
+    let begun = store.begin(&claim("k-1", t0())).await.expect("claimed");
+    assert_eq!(proxy.lost(), 1, "the first answer was lost");
+    let Begin::Started { lease, prior } = begun else {
+        panic!("our own applied claim read as {begun:?}");
+    };
+    assert_eq!(prior, None, "a fresh key");
+    store
+        .complete("k-1", &lease, t0())
+        .await
+        .expect("the lease is ours");
+    assert_eq!(
+        store.begin(&claim("k-1", t0())).await.expect("claim"),
+        Begin::Done
+    );
 }
