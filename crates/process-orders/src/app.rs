@@ -8,9 +8,11 @@ use idempotency::{
     Begin, ClaimRequest, DynamoDbStore, IdempotencyStore, Lease, MemoryStore, StoreError,
 };
 use lambda_kit::{Clock, SystemClock};
+use sqs_batch::dead_letter::SqsDeadLetters;
 use sqs_batch::visibility::SqsVisibility;
 use sqs_batch::{
-    Backoff, Batch, BatchProcessor, BatchReport, EventError, EventView, SqsBatchResponse, SqsEvent,
+    Backoff, Batch, BatchProcessor, BatchReport, DeadLetters, EventError, EventView,
+    SqsBatchResponse, SqsEvent,
 };
 
 use crate::aws::{self, SdkSettings};
@@ -84,6 +86,8 @@ pub struct App<S = AnyStore, P = AnyGateway, C = SystemClock> {
     processor: BatchProcessor<Handler<S, P, C>, C>,
     /// Visibility backoff for reported records, when on.
     backoff: Option<Backoff<SqsVisibility>>,
+    /// POISON records moved to their queue's DLQ by the function, when on.
+    dead_letters: Option<DeadLetters<SqsDeadLetters>>,
     /// EMF metrics, when on, and where they are written.
     metrics: Option<(MetricsSettings, MetricsSink)>,
     /// Set once the container has served its first invocation (the `ColdStart` metric).
@@ -104,6 +108,19 @@ pub fn sqs_visibility(sdk: aws_config::SdkConfig) -> SqsVisibility {
     SqsVisibility::on_first_use(move || aws::sqs(&sdk, &SQS_SDK))
 }
 
+/// The dead-letter moves as the function wires them: the SQS client built at the first move,
+/// with [`SQS_SDK`]'s bounds, and the copies naming this function and its version (Lambda's
+/// `AWS_LAMBDA_FUNCTION_NAME` and `AWS_LAMBDA_FUNCTION_VERSION`).
+pub fn sqs_dead_letters(
+    sdk: aws_config::SdkConfig,
+    moved_by: String,
+) -> DeadLetters<SqsDeadLetters> {
+    DeadLetters {
+        port: SqsDeadLetters::on_first_use(move || aws::sqs(&sdk, &SQS_SDK)),
+        moved_by,
+    }
+}
+
 impl App {
     /// Builds the ports the configuration names, each client once. No network call happens
     /// here: the first request of the first invocation opens the first connection.
@@ -115,6 +132,7 @@ impl App {
             .is_some_and(|p| matches!(p.api_key, KeySetting::SecretsManager { .. }));
         let sdk = if config.store.table.is_some()
             || config.backoff.is_some()
+            || config.move_poison
             || config.claim_check.is_some()
             || key_in_aws
         {
@@ -141,6 +159,10 @@ impl App {
             }),
             _ => None,
         };
+        let dead_letters = match (&sdk, config.move_poison) {
+            (Some(sdk), true) => Some(sqs_dead_letters(sdk.clone(), config.function.clone())),
+            _ => None,
+        };
         let gateway = match &config.payment {
             None => AnyGateway::Simulated(SimulatedGateway::with_clock(
                 std::sync::Arc::new(SystemClock),
@@ -164,6 +186,7 @@ impl App {
         };
         Ok(Self::with_ports(config, store, gateway, SystemClock)
             .with_backoff(backoff)
+            .with_dead_letters(dead_letters)
             .with_payloads(payloads))
     }
 }
@@ -198,6 +221,7 @@ where
         Self {
             processor: BatchProcessor::new(handler, clock, config.batch),
             backoff: None,
+            dead_letters: None,
             metrics: config
                 .metrics
                 .clone()
@@ -223,6 +247,12 @@ where
     /// Turns the visibility backoff on (`Some`) or off.
     pub fn with_backoff(mut self, backoff: Option<Backoff<SqsVisibility>>) -> Self {
         self.backoff = backoff;
+        self
+    }
+
+    /// Moves POISON records to their queue's DLQ (`Some`), or leaves them to SQS's redrive.
+    pub fn with_dead_letters(mut self, dead_letters: Option<DeadLetters<SqsDeadLetters>>) -> Self {
+        self.dead_letters = dead_letters;
         self
     }
 
@@ -277,9 +307,14 @@ where
         // the one re-read of a refused key.
         self.ports().breaker.reset();
         self.ports().gateway.new_invocation();
-        let processed =
-            sqs_batch::process_batch(&self.processor, batch, deadline_ms, self.backoff.as_ref())
-                .await?;
+        let processed = sqs_batch::process_batch(
+            &self.processor,
+            batch,
+            deadline_ms,
+            self.backoff.as_ref(),
+            self.dead_letters.as_ref(),
+        )
+        .await?;
         if let Some((settings, sink)) = &self.metrics {
             let calls = &self.ports().calls;
             let invocation = metrics::Invocation {

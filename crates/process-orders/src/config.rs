@@ -32,15 +32,18 @@ const FUNCTION_VARIABLES: &[(&str, Option<&str>)] = &[
     ("PAYMENT_TIMEOUT_MS", Some("5000")),
     ("PAYMENT_KEY_WINDOW_SECONDS", Some("86400")),
     ("PAYMENT_LOOKUP_DURABLE", Some("false")),
+    ("PAYMENT_CLOCK_SKEW_MS", Some("60000")),
     ("DEFAULT_CURRENCY", Some("EUR")),
+    ("MOVE_POISON_TO_DLQ", Some("false")),
     ("METRICS_ENABLED", Some("true")),
     ("METRICS_NAMESPACE", Some("ProcessOrders")),
     ("POWERTOOLS_SERVICE_NAME", Some("process-orders")),
 ];
 
-/// How far apart the clocks of the containers and the provider may be. Lambda's clocks are
-/// NTP-synchronised to milliseconds; a minute is a wide allowance, and it only shortens the part
-/// of the key window in which a charge is resent without proof.
+/// How far apart the clocks of the containers and the provider may be, by default
+/// (`PAYMENT_CLOCK_SKEW_MS`). Lambda's clocks are NTP-synchronised to milliseconds; a minute is a
+/// wide allowance, and it only shortens the part of the key window in which a charge is resent
+/// without proof.
 pub const CLOCK_SKEW_ALLOWANCE: Duration = Duration::from_secs(60);
 
 /// Every variable the function reads, with its default (None: no default, optional): the
@@ -70,7 +73,8 @@ pub enum ConfigError {
     /// An AWS client is needed and no region is set.
     #[error(
         "AWS_REGION (or AWS_DEFAULT_REGION) must be set when IDEMPOTENCY_TABLE, \
-         PAYMENT_API_KEY_SECRET or CLAIM_CHECK_BUCKET is set or VISIBILITY_BACKOFF is on"
+         PAYMENT_API_KEY_SECRET or CLAIM_CHECK_BUCKET is set or VISIBILITY_BACKOFF or \
+         MOVE_POISON_TO_DLQ is on"
     )]
     RegionRequired,
     /// Inside Lambda a bearer key would cross the network in clear text.
@@ -134,13 +138,20 @@ pub struct Config {
     /// How long the payment provider remembers an idempotency key after its first use.
     pub payment_key_window: Duration,
     /// How much of the key window's end is not trusted: the longest a charge takes to reach the
-    /// provider after its look-up, plus [`CLOCK_SKEW_ALLOWANCE`].
+    /// provider after its look-up, plus the clock-skew allowance (`PAYMENT_CLOCK_SKEW_MS`,
+    /// [`CLOCK_SKEW_ALLOWANCE`] by default).
     pub payment_key_window_margin: Duration,
     /// `PAYMENT_LOOKUP_DURABLE`: the provider's look-up keeps every charge for good, so its "no
     /// such charge" is proof at any age (README "Payment contract").
     pub payment_lookup_durable: bool,
     /// `DEFAULT_CURRENCY`: the currency of an order whose body names none.
     pub default_currency: Currency,
+    /// `MOVE_POISON_TO_DLQ`: a POISON record is sent to its queue's DLQ by the function at its
+    /// first receive, with its reason, and acknowledged (README "Retry timing").
+    pub move_poison: bool,
+    /// This function as a moved message names it:
+    /// `AWS_LAMBDA_FUNCTION_NAME:AWS_LAMBDA_FUNCTION_VERSION`.
+    pub function: String,
     /// CloudWatch EMF metrics, one document per invocation; `None` when off.
     pub metrics: Option<MetricsSettings>,
     /// Running inside Lambda (`AWS_LAMBDA_FUNCTION_NAME` set).
@@ -191,7 +202,12 @@ impl Config {
             .text("AWS_REGION")
             .or_else(|| env.text("AWS_DEFAULT_REGION"));
         let key_in_aws = matches!(api_key, KeySetting::SecretsManager { .. });
-        if (store.table.is_some() || backoff.is_some() || claim_check.is_some() || key_in_aws)
+        let move_poison = env.flag("MOVE_POISON_TO_DLQ", false)?;
+        if (store.table.is_some()
+            || backoff.is_some()
+            || move_poison
+            || claim_check.is_some()
+            || key_in_aws)
             && region.is_none()
         {
             return Err(ConfigError::RegionRequired);
@@ -240,6 +256,12 @@ impl Config {
             return Err(ConfigError::PlainHttpInLambda);
         }
         let payment_lookup_durable = env.flag("PAYMENT_LOOKUP_DURABLE", false)?;
+        let clock_skew_ms: u64 = env.ranged(
+            "PAYMENT_CLOCK_SKEW_MS",
+            CLOCK_SKEW_ALLOWANCE.as_millis() as u64,
+            0,
+            3_600_000,
+        )?;
         let currency = env
             .text("DEFAULT_CURRENCY")
             .unwrap_or_else(|| Currency::EUR.to_string());
@@ -320,10 +342,17 @@ impl Config {
             dynamodb,
             payment,
             payment_key_window: Duration::from_secs(key_window_s),
-            payment_key_window_margin: Duration::from_millis(charge_reach_ms)
-                + CLOCK_SKEW_ALLOWANCE,
+            payment_key_window_margin: Duration::from_millis(charge_reach_ms + clock_skew_ms),
             payment_lookup_durable,
             default_currency,
+            move_poison,
+            function: format!(
+                "{}:{}",
+                env.text("AWS_LAMBDA_FUNCTION_NAME")
+                    .unwrap_or_else(|| "process-orders".to_owned()),
+                env.text("AWS_LAMBDA_FUNCTION_VERSION")
+                    .unwrap_or_else(|| "$LATEST".to_owned())
+            ),
             metrics,
             in_lambda,
         })

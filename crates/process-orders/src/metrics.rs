@@ -146,7 +146,7 @@ fn counts(report: &BatchReport) -> [(&'static str, f64); COUNT_METRICS.len()] {
     for status in &report.statuses {
         add("Records");
         match status {
-            RecordStatus::Handled(v) => {
+            RecordStatus::Handled(v) | RecordStatus::Moved(v) => {
                 if let Some(name) = reason_metric(v.reason) {
                     add(name);
                 }

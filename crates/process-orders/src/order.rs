@@ -282,10 +282,14 @@ impl OrderDecision {
     pub fn outcome(&self) -> Outcome {
         match self {
             Self::Charged | Self::Reconciled | Self::Duplicate => Outcome::Ack,
+            // Past the key window a provider that no longer knows the key leaves only a person
+            // to settle it: to the DLQ with its reason, at once (a FIFO group goes on).
             Self::Conflict
-            | Self::Payment(PaymentError::Declined { .. } | PaymentError::KeyReused { .. }) => {
-                Outcome::Poison
-            }
+            | Self::Payment(PaymentError::Declined { .. } | PaymentError::KeyReused { .. })
+            | Self::NeedsReconciliation {
+                why: Unsettled::NotFound,
+                ..
+            } => Outcome::Poison,
             Self::Busy { .. }
             | Self::Payment(_)
             | Self::Pending

@@ -1,11 +1,16 @@
 //! Retry timing: how long a reported record stays invisible before SQS delivers it again.
 //!
-//! - RETRY: exponential backoff with full jitter from `ApproximateReceiveCount`: a uniform
-//!   delay in [0, min(cap, base x 2^(n-1))] seconds, always under SQS's 12-hour limit.
+//! - RETRY: exponential backoff with equal jitter from `ApproximateReceiveCount`: with the
+//!   bound b(n) = min(cap, base x 2^(n-1)) seconds, a uniform delay in [b(n)/2, b(n)], always
+//!   under SQS's 12-hour limit. The floor makes the time a failing record survives known in
+//!   advance: after receive n it has been away at least the sum of b(k)/2 for k <= n
+//!   ([`BackoffPolicy::guaranteed_survival_s`]), so `maxReceiveCount` buys a known stretch of
+//!   outage before SQS's redrive moves it.
 //! - RETRY with a known time (a BUSY key's lease end, an abandoned record's claim, a provider's
 //!   `Retry-After`): until then, plus up to `base` of jitter, so the retry finds the key DONE or
-//!   claimable instead of BUSY again.
-//! - POISON: 0, so it reaches `maxReceiveCount` and the DLQ without waiting.
+//!   claimable instead of BUSY again; never under the floor, so the guarantee holds for them too.
+//! - POISON: 0, so it reaches `maxReceiveCount` and the DLQ without waiting (when the function
+//!   does not move it to the DLQ itself, see [`crate::dead_letter`]).
 //! - ACK and records skipped behind a failure or at the deadline: untouched (the queue's
 //!   visibility timeout applies).
 
@@ -41,7 +46,26 @@ impl BackoffPolicy {
                 format!("at most BACKOFF_CAP_SECONDS ({cap_s})"),
             ));
         }
-        Ok(Some(Self { base_s, cap_s }))
+        let policy = Self { base_s, cap_s };
+        // The source queue's maxReceiveCount, when the deployment states it (0: unknown): the
+        // schedule must then keep a transiently failing record for RETRY_SURVIVAL_HOURS before
+        // SQS's redrive can move it.
+        let max_receive_count: u32 = env.ranged("MAX_RECEIVE_COUNT", 0, 0, 1_000)?;
+        let survival_hours: u64 = env.ranged("RETRY_SURVIVAL_HOURS", 24, 0, 336)?;
+        let survival_s = policy.guaranteed_survival_s(max_receive_count);
+        if max_receive_count > 0 && survival_s < survival_hours * 3_600 {
+            return Err(EnvError::invalid(
+                "MAX_RECEIVE_COUNT",
+                &max_receive_count.to_string(),
+                format!(
+                    "a count whose retries last RETRY_SURVIVAL_HOURS ({survival_hours} h): with \
+                     BACKOFF_BASE_SECONDS={base_s} and BACKOFF_CAP_SECONDS={cap_s} a record \
+                     failing at every receive is guaranteed only {survival_s} s; raise \
+                     maxReceiveCount or the cap"
+                ),
+            ));
+        }
+        Ok(Some(policy))
     }
 
     /// The largest delay for the n-th receive: min(cap, base x 2^(n-1)), under 12 hours.
@@ -54,9 +78,24 @@ impl BackoffPolicy {
         grown.min(self.cap_s).min(MAX_VISIBILITY_S)
     }
 
-    /// Full jitter: `random` mapped uniformly enough onto [0, bound].
+    /// The shortest delay for the n-th receive: half its bound (the equal jitter's floor).
+    pub fn least_delay(&self, receive_count: u32) -> u64 {
+        self.bound(receive_count) / 2
+    }
+
+    /// Equal jitter: `random` mapped uniformly enough onto [bound/2, bound].
     pub fn delay(&self, receive_count: u32, random: u64) -> u64 {
-        random % (self.bound(receive_count) + 1)
+        let bound = self.bound(receive_count);
+        let floor = bound / 2;
+        floor + random % (bound - floor + 1)
+    }
+
+    /// The least time, in seconds, a record that fails at every one of `max_receive_count`
+    /// receives stays in its queue before SQS's redrive moves it: the sum of the floors.
+    pub fn guaranteed_survival_s(&self, max_receive_count: u32) -> u64 {
+        (1..=max_receive_count)
+            .map(|n| self.least_delay(n))
+            .fold(0u64, u64::saturating_add)
     }
 
     /// The visibility, in seconds, a record should get; `None` leaves it alone.
@@ -76,7 +115,12 @@ impl BackoffPolicy {
             (Outcome::Retry, Some(at_ms)) => {
                 let wait_s = at_ms.saturating_sub(now_ms).div_ceil(1_000);
                 let jitter = random % (self.base_s + 1);
-                Some(wait_s.saturating_add(jitter).min(MAX_VISIBILITY_S))
+                Some(
+                    wait_s
+                        .saturating_add(jitter)
+                        .max(self.least_delay(receive_count))
+                        .min(MAX_VISIBILITY_S),
+                )
             }
             (Outcome::Retry, None) => Some(self.delay(receive_count, random)),
         }
@@ -108,7 +152,8 @@ mod tests {
     #[test]
     fn each_outcome_gets_its_visibility() {
         let retry = RecordStatus::Handled(Verdict::retry("payment_ambiguous"));
-        assert_eq!(POLICY.visibility(&retry, 3, 0, 30), Some(30 % 21));
+        // Receive 3: bound 20, so a delay in [10, 20].
+        assert_eq!(POLICY.visibility(&retry, 3, 0, 30), Some(10 + 30 % 11));
         let poison = RecordStatus::Handled(Verdict::poison("invalid_body"));
         assert_eq!(POLICY.visibility(&poison, 3, 0, 7), Some(0));
         let ack = RecordStatus::Handled(Verdict::ack("charged"));
@@ -121,6 +166,63 @@ mod tests {
             POLICY.visibility(&RecordStatus::SkippedAfter { culprit: 0 }, 3, 0, 7),
             None
         );
+    }
+
+    /// Whatever the random source draws, every delay lies in [bound/2, bound], so the time a
+    /// record survives is known in advance.
+    #[test]
+    fn every_delay_has_its_floor_and_its_bound() {
+        let mut rng = fastrand::Rng::with_seed(7);
+        for n in 1..=40 {
+            for random in [0, 1, u64::MAX, u64::MAX - 1, rng.u64(..), rng.u64(..)] {
+                let delay = POLICY.delay(n, random);
+                assert!(
+                    (POLICY.least_delay(n)..=POLICY.bound(n)).contains(&delay),
+                    "receive {n}: {delay}"
+                );
+            }
+        }
+        assert_eq!(POLICY.least_delay(1), 2);
+        assert_eq!(POLICY.least_delay(9), 450);
+        // 2 + 5 + 10 + 20 + 40 + 80 + 160 + 320, then 450 a receive.
+        assert_eq!(POLICY.guaranteed_survival_s(8), 637);
+        assert_eq!(POLICY.guaranteed_survival_s(10), 637 + 2 * 450);
+        assert_eq!(POLICY.guaranteed_survival_s(0), 0);
+    }
+
+    /// A deployment whose receives cannot last the survival floor does not start.
+    #[test]
+    fn start_up_refuses_a_schedule_shorter_than_the_survival_floor() {
+        let read = |vars: &[(&str, &str)]| {
+            let vars: Vec<(String, String)> = vars
+                .iter()
+                .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+                .collect();
+            BackoffPolicy::from_env(&Env::new(move |name| {
+                vars.iter().find(|(k, _)| k == name).map(|(_, v)| v.clone())
+            }))
+        };
+        let on = ("VISIBILITY_BACKOFF", "true");
+        assert_eq!(read(&[on, ("MAX_RECEIVE_COUNT", "200")]), Ok(Some(POLICY)));
+        let short = read(&[on, ("MAX_RECEIVE_COUNT", "5")]).expect_err("five receives");
+        assert!(short.to_string().contains("MAX_RECEIVE_COUNT"), "{short}");
+        assert!(
+            short.to_string().contains("RETRY_SURVIVAL_HOURS"),
+            "{short}"
+        );
+        // 199 receives last 86,587 s; 198 only 86,137 s, under a day.
+        assert!(read(&[on, ("MAX_RECEIVE_COUNT", "199")]).is_ok());
+        assert!(read(&[on, ("MAX_RECEIVE_COUNT", "198")]).is_err());
+        assert!(
+            read(&[
+                on,
+                ("MAX_RECEIVE_COUNT", "5"),
+                ("RETRY_SURVIVAL_HOURS", "0")
+            ])
+            .is_ok()
+        );
+        // Unknown count: nothing to check.
+        assert_eq!(read(&[on]), Ok(Some(POLICY)));
     }
 
     #[test]

@@ -153,8 +153,8 @@ impl<'a> MessageAttributes<'a> {
         }
     }
 
-    /// Every attribute, parsed (for comparisons, not the hot path).
-    fn to_map(self) -> HashMap<String, SqsMessageAttribute> {
+    /// Every attribute, parsed (for comparisons and dead-letter copies, not the hot path).
+    pub(crate) fn to_map(self) -> HashMap<String, SqsMessageAttribute> {
         match self {
             Self::None => HashMap::new(),
             Self::Raw(raw) => serde_json::from_str(raw.get()).unwrap_or_default(),

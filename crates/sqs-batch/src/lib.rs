@@ -25,6 +25,7 @@
 //! | [`processor`] | [`BatchProcessor`], [`RecordHandler`], [`Verdict`], [`Outcome`], [`BatchReport`] |
 //! | [`backoff`] | [`BackoffPolicy`] |
 //! | [`visibility`] | the visibility port and [`visibility::apply`]; its SQS adapter with feature `visibility` |
+//! | [`dead_letter`] | POISON moved to the dead-letter queue by the function; its SQS adapter with feature `dead-letter` |
 //! | `testkit` | generated events (feature `testkit`) |
 //!
 //! ## Example
@@ -68,6 +69,7 @@
 #![warn(missing_docs)]
 
 pub mod backoff;
+pub mod dead_letter;
 pub mod edge;
 pub mod processor;
 #[cfg(feature = "testkit")]
@@ -76,6 +78,7 @@ pub mod visibility;
 
 pub use aws_lambda_events::sqs::{SqsBatchResponse, SqsEvent};
 pub use backoff::BackoffPolicy;
+pub use dead_letter::DeadLetters;
 pub use edge::{
     Batch, EventError, EventView, Message, MessageAttributes, QueueKind, ResponseError,
     SqsMessageExt, check_response, parse_event, response,
@@ -98,6 +101,8 @@ pub const VARIABLES: &[(&str, Option<&str>)] = &[
     ("VISIBILITY_BACKOFF", Some("false")),
     ("BACKOFF_BASE_SECONDS", Some("5")),
     ("BACKOFF_CAP_SECONDS", Some("900")),
+    ("MAX_RECEIVE_COUNT", Some("0")),
+    ("RETRY_SURVIVAL_HOURS", Some("24")),
 ];
 
 /// The visibility backoff a batch gets after processing: the port and the policy.
@@ -130,41 +135,66 @@ pub async fn process_event<H: RecordHandler, C: Clock>(
 ) -> Result<Processed, EventError> {
     let view = EventView::parse(json)?;
     let no_backoff: Option<&Backoff<visibility::NoVisibility>> = None;
+    let no_moves: Option<&DeadLetters<dead_letter::NoDeadLetters>> = None;
     process_batch(
         processor,
         &Batch::from_view(&view)?,
         deadline_ms,
         no_backoff,
+        no_moves,
     )
     .await
 }
 
 /// As [`process_event`], for a [`Batch`] already built (from [`EventView`] or from
-/// `aws_lambda_events`' types), and with the visibility changes for the reported records when
-/// `backoff` is given: they get the time left before `deadline_ms` minus a quarter of the
-/// deadline margin.
-pub async fn process_batch<H, C, V>(
+/// `aws_lambda_events`' types), with the POISON records moved to their queue's dead-letter queue
+/// when `dead_letters` is given (a moved record is acknowledged; one that could not be moved
+/// becomes RETRY), then the visibility changes for the reported records when `backoff` is given.
+/// Both get the time left before `deadline_ms` minus a quarter of the deadline margin.
+pub async fn process_batch<H, C, V, D>(
     processor: &BatchProcessor<H, C>,
     batch: &Batch<'_>,
     deadline_ms: u64,
     backoff: Option<&Backoff<V>>,
+    dead_letters: Option<&DeadLetters<D>>,
 ) -> Result<Processed, EventError>
 where
     H: RecordHandler,
     C: Clock,
     V: visibility::VisibilityPort,
+    D: dead_letter::DeadLetterPort,
 {
     let records = &batch.messages;
-    let report = processor.process(records, batch.kind, deadline_ms).await;
+    let mut report = processor.process(records, batch.kind, deadline_ms).await;
+    // A quarter of the margin stays free for the response itself.
+    let reserve_ms = processor.options().deadline_margin_ms / 4;
+    let budget = |now_ms: u64| {
+        Duration::from_millis(
+            deadline_ms
+                .saturating_sub(now_ms)
+                .saturating_sub(reserve_ms),
+        )
+    };
+    if let Some(dead_letters) = dead_letters {
+        let now_ms = processor.clock().now_ms();
+        let moved = dead_letter::apply(
+            dead_letters,
+            batch.queue_arn,
+            records,
+            &report,
+            now_ms,
+            budget(now_ms),
+        )
+        .await;
+        for (status, moved) in report.statuses.iter_mut().zip(moved) {
+            settle_move(status, moved);
+        }
+    }
     let response = response(report.failed_ids(records));
     check_response(&response, records)?;
     if let Some(backoff) = backoff {
         let now_ms = processor.clock().now_ms();
-        // A quarter of the margin stays free for the response itself.
-        let reserve_ms = processor.options().deadline_margin_ms / 4;
-        let budget = deadline_ms
-            .saturating_sub(now_ms)
-            .saturating_sub(reserve_ms);
+        let budget = budget(now_ms);
         visibility::apply(
             &backoff.port,
             &backoff.policy,
@@ -172,9 +202,25 @@ where
             records,
             &report,
             now_ms,
-            Duration::from_millis(budget),
+            budget,
         )
         .await;
     }
     Ok(Processed { response, report })
+}
+
+/// A POISON record after its move: moved (acknowledged), or RETRY when its copy could not be
+/// sent, so it is never acknowledged without one and comes back after its backoff.
+fn settle_move(status: &mut RecordStatus, moved: bool) {
+    let RecordStatus::Handled(verdict) = status else {
+        return;
+    };
+    if verdict.outcome != Outcome::Poison {
+        return;
+    }
+    if moved {
+        *status = RecordStatus::Moved(verdict.clone());
+    } else {
+        verdict.outcome = Outcome::Retry;
+    }
 }

@@ -214,20 +214,24 @@ pub enum RecordStatus {
         /// The index of the record that failed first.
         culprit: usize,
     },
+    /// POISON, and moved to the dead-letter queue by the function ([`crate::dead_letter`]):
+    /// acknowledged, so Lambda deletes it from its queue.
+    Moved(Verdict),
 }
 
 impl RecordStatus {
-    /// What it comes to (skipped records are RETRY).
+    /// What it comes to (skipped records are RETRY; a moved one stays POISON).
     pub fn outcome(&self) -> Outcome {
         match self {
             Self::Handled(v) => v.outcome,
+            Self::Moved(_) => Outcome::Poison,
             Self::SkippedDeadline | Self::SkippedAfter { .. } => Outcome::Retry,
         }
     }
 
-    /// Deleted by Lambda.
+    /// Deleted by Lambda: acknowledged, or moved to the dead-letter queue.
     pub fn is_ack(&self) -> bool {
-        self.outcome() == Outcome::Ack
+        matches!(self, Self::Moved(_)) || self.outcome() == Outcome::Ack
     }
 }
 
@@ -260,6 +264,10 @@ impl BatchReport {
                     Outcome::Retry => counts.retry += 1,
                     Outcome::Poison => counts.poison += 1,
                 },
+                RecordStatus::Moved(_) => {
+                    counts.poison += 1;
+                    counts.moved += 1;
+                }
                 RecordStatus::SkippedDeadline | RecordStatus::SkippedAfter { .. } => {
                     counts.skipped += 1
                 }
@@ -276,7 +284,7 @@ impl BatchReport {
         let mut reasons: Vec<(&'static str, usize)> = Vec::new();
         for status in &self.statuses {
             let reason = match status {
-                RecordStatus::Handled(v) => v.reason,
+                RecordStatus::Handled(v) | RecordStatus::Moved(v) => v.reason,
                 RecordStatus::SkippedDeadline => "deadline",
                 RecordStatus::SkippedAfter { .. } => "after_failure",
             };
@@ -306,8 +314,10 @@ pub struct Counts {
     pub ack: usize,
     /// Handled, RETRY.
     pub retry: usize,
-    /// Handled, POISON.
+    /// Handled, POISON (moved ones included).
     pub poison: usize,
+    /// POISON moved to the dead-letter queue by the function.
+    pub moved: usize,
     /// Not started (deadline or FIFO hold).
     pub skipped: usize,
 }
@@ -555,7 +565,9 @@ fn log_report<H: RecordHandler>(
         let _span = handler.record_span(message).entered();
         let receive_count = message.receive_count.unwrap_or(0);
         match status {
+            // Moves happen after this log (the record was logged as POISON).
             RecordStatus::Handled(v) if v.outcome == Outcome::Ack => {}
+            RecordStatus::Moved(_) => {}
             RecordStatus::Handled(v) => warn!(
                 message_id = message.message_id,
                 key = v.key.as_deref(),

@@ -16,8 +16,9 @@ use local_esm::{LocalError, progress_bar, sdk_config};
 use process_orders::app::App;
 use process_orders::config::Config;
 use process_orders::payment::SimulatedGateway;
+use sqs_batch::dead_letter::SqsDeadLetters;
 use sqs_batch::visibility::SqsVisibility;
-use sqs_batch::{Backoff, BackoffPolicy};
+use sqs_batch::{Backoff, BackoffPolicy, DeadLetters};
 
 /// Local tools for the order function: the whole system on moto, and generated events.
 #[derive(Debug, Parser)]
@@ -222,12 +223,17 @@ async fn run_demo(flags: &Demo) -> Result<(), String> {
         run_both(&sqs, [&standard, &fifo], function, esm_settings).await?
     } else {
         let store = DynamoDbStore::new(dynamodb.clone(), table, config.store.retention);
-        let app = App::with_ports(&config, store, Arc::clone(&gateway), SystemClock).with_backoff(
-            Some(Backoff {
+        let moves = sqs.clone();
+        let app = App::with_ports(&config, store, Arc::clone(&gateway), SystemClock)
+            .with_backoff(Some(Backoff {
                 port: SqsVisibility::new(sqs.clone()),
                 policy,
-            }),
-        );
+            }))
+            // POISON leaves at its first receive, as deployed (MOVE_POISON_TO_DLQ).
+            .with_dead_letters(Some(DeadLetters {
+                port: SqsDeadLetters::on_first_use(move || moves.clone()),
+                moved_by: "local-esm demo".to_owned(),
+            }));
         run_both(&sqs, [&standard, &fifo], Arc::new(app), esm_settings).await?
     };
     drain.abort();

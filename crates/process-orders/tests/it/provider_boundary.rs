@@ -125,7 +125,8 @@ async fn an_id_the_header_would_trim_is_poison_before_any_call() {
 
 /// Defect 3. The provider's look-up forgets a key with its window. Charged, answered 504, and
 /// redelivered two days later: the look-up answers "no such charge", which past the window
-/// proves nothing. The order is `needs_reconciliation`, never charged again.
+/// proves nothing. The order is `needs_reconciliation`, never charged again: only a person can
+/// settle it, so it goes to the DLQ with that reason (POISON) rather than retrying for a day.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn not_found_past_the_key_window_is_not_a_licence_to_charge_again() {
     let clock = ManualClock::at(T0);
@@ -145,7 +146,7 @@ async fn not_found_past_the_key_window_is_not_a_licence_to_charge_again() {
         assert_eq!(failed, ["m1"]);
         assert_eq!(
             outcome(&statuses[0]),
-            (Outcome::Retry, "needs_reconciliation")
+            (Outcome::Poison, "needs_reconciliation")
         );
         assert!(
             detail(&statuses[0]).contains("no charge"),

@@ -164,6 +164,98 @@ fn max_receive_count_is_at_least_five() {
     }
 }
 
+/// The shipped retry schedule: at the template's defaults, every visibility the function asks
+/// for lies in [bound/2, bound] with no delay over 15 minutes (an order is charged at most 15
+/// minutes after its dependency is back), and a record failing at every one of
+/// `MaxReceiveCount` receives stays in its queue for at least `RetrySurvivalHours` (24 h), which
+/// the function checks at start-up too. `--nocapture` prints the schedule the README quotes.
+#[test]
+fn the_retry_schedule_survives_a_day_of_outage_with_no_delay_over_15_minutes() {
+    let t = template();
+    let default = |name: &str| number(&t, &t["Parameters"][name]["Default"]) as u64;
+    let max_receive_count = default("MaxReceiveCount") as u32;
+    let hours = default("RetrySurvivalHours");
+    let policy = sqs_batch::BackoffPolicy {
+        base_s: default("BackoffBaseSeconds"),
+        cap_s: default("BackoffCapSeconds"),
+    };
+    let retry = sqs_batch::RecordStatus::Handled(sqs_batch::Verdict::retry("store_error"));
+    let mut rng = fastrand::Rng::with_seed(25);
+    let (mut least_total, mut most_total) = (0u64, 0u64);
+    eprintln!("| receive n | smallest delay (s) | largest delay (s) | survived so far, at least |");
+    eprintln!("|---|---|---|---|");
+    for n in 1..=max_receive_count {
+        let draws: Vec<u64> = [0, u64::MAX]
+            .into_iter()
+            .chain((0..200).map(|_| rng.u64(..)))
+            .map(|random| policy.visibility(&retry, n, 0, random).expect("a delay"))
+            .collect();
+        let (least, most) = (draws.iter().min().unwrap(), draws.iter().max().unwrap());
+        assert_eq!(*least, policy.least_delay(n), "receive {n}");
+        assert!(*most <= 900, "receive {n}: a delay of {most} s");
+        least_total += least;
+        most_total += most;
+        if n <= 10 || n % 50 == 0 || n == max_receive_count {
+            eprintln!(
+                "| {n} | {least} | {most} | {least_total} s ({:.1} h) |",
+                least_total as f64 / 3_600.0
+            );
+        }
+    }
+    assert_eq!(least_total, policy.guaranteed_survival_s(max_receive_count));
+    assert!(
+        least_total >= hours * 3_600,
+        "{max_receive_count} receives survive only {least_total} s"
+    );
+    eprintln!(
+        "at most {most_total} s ({:.1} h) in all",
+        most_total as f64 / 3_600.0
+    );
+    // The function starts with these settings, and refuses one receive fewer than a day needs.
+    let env = |count: u32| {
+        move |name: &str| match name {
+            "VISIBILITY_BACKOFF" => Some("true".to_owned()),
+            "AWS_REGION" => Some("us-east-1".to_owned()),
+            "MAX_RECEIVE_COUNT" => Some(count.to_string()),
+            _ => None,
+        }
+    };
+    process_orders::config::Config::from_lookup(env(max_receive_count)).expect("starts");
+    let short = (1..max_receive_count)
+        .rev()
+        .find(|m| policy.guaranteed_survival_s(*m) < hours * 3_600)
+        .expect("a count too short");
+    assert!(process_orders::config::Config::from_lookup(env(short)).is_err());
+}
+
+/// POISON is sent to the DLQs by the function: `sqs:SendMessage` on exactly the two DLQs, and
+/// nothing else on them.
+#[test]
+fn the_function_may_only_send_to_the_dlqs() {
+    let t = template();
+    let dlqs: BTreeSet<String> = ["OrdersDlq", "OrdersFifoDlq"]
+        .iter()
+        .map(|n| (*n).to_owned())
+        .collect();
+    let on_dlqs: BTreeSet<String> = statements(&t)
+        .into_iter()
+        .filter(|s| {
+            s["Resource"]
+                .as_sequence()
+                .is_some_and(|r| r.iter().any(|r| dlqs.contains(&target(r))))
+        })
+        .flat_map(actions)
+        .collect();
+    assert_eq!(on_dlqs, BTreeSet::from(["sqs:SendMessage".to_owned()]));
+    let env = &function(&t)["Environment"]["Variables"];
+    assert_eq!(env["MOVE_POISON_TO_DLQ"].as_str(), Some("true"));
+    // And what the adapter calls is granted: GetQueueAttributes on the sources, SendMessage here.
+    let granted: BTreeSet<String> = statements(&t).into_iter().flat_map(actions).collect();
+    for action in sqs_batch::dead_letter::sqs::ACTIONS {
+        assert!(granted.contains(*action), "{action}");
+    }
+}
+
 #[test]
 fn each_queue_has_its_own_dlq_of_the_same_kind_kept_14_days_and_longer_than_the_source() {
     let t = template();

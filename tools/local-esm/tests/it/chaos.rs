@@ -160,6 +160,10 @@ async fn every_valid_order_is_charged_exactly_once_and_only_poison_reaches_the_d
         ("METRICS_ENABLED", "false"),
         ("IDEMPOTENCY_LEASE_MARGIN_MS", "1000"),
         ("PAYMENT_KEY_WINDOW_SECONDS", "1"),
+        // The stub's look-up keeps every charge for good (a durable look-up): its "no such
+        // charge" is proof at any age. The clock allowance is scaled down with the window.
+        ("PAYMENT_LOOKUP_DURABLE", "true"),
+        ("PAYMENT_CLOCK_SKEW_MS", "50"),
     ];
     env.push(("DEADLINE_MARGIN_MS", "1000"));
     let config = Config::from_lookup(|k| {

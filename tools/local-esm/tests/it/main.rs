@@ -7,6 +7,7 @@
 
 mod chaos;
 mod cli;
+mod dead_letter_sqs;
 mod esm_fidelity;
 mod fifo_poison;
 mod sns_fanout;

@@ -1,0 +1,381 @@
+//! Dead-letter moves: a POISON record leaves at its first receive. The function sends it to its
+//! queue's dead-letter queue itself, saying why, and acknowledges it; SQS's own redrive
+//! (`maxReceiveCount`) stays as the safety net for what the function could not move. This keeps
+//! "how fast poison leaves" apart from "how many receives a transient failure may use", so a
+//! queue can allow a day of retries without poison costing a day of receives.
+//!
+//! A move that fails leaves the record reported, as RETRY with its backoff: it is never
+//! acknowledged without its copy. A move that succeeded, followed by a crash before the
+//! response, leaves a copy in the DLQ and the message in its queue: the next receive is POISON
+//! again and moved again (on a FIFO DLQ with the same deduplication id, so within five minutes
+//! SQS keeps one copy). A second copy is harmless: a redrive of either is POISON again, or a
+//! duplicate that is acknowledged.
+
+#[cfg(feature = "dead-letter")]
+pub mod sqs;
+
+use std::future::Future;
+use std::time::Duration;
+
+use futures_util::StreamExt;
+use futures_util::stream::FuturesUnordered;
+use serde::Serialize;
+use tracing::warn;
+
+use crate::edge::Message;
+use crate::processor::{BatchReport, Outcome, RecordStatus};
+
+#[cfg(feature = "dead-letter")]
+pub use sqs::SqsDeadLetters;
+
+/// SQS takes at most 10 entries per `SendMessageBatch`.
+pub const BATCH_LIMIT: usize = 10;
+
+/// The message attribute a moved message gains: its [`Failure`], as JSON. One attribute, since
+/// SQS allows a message ten.
+pub const FAILURE_ATTRIBUTE: &str = "dead-letter-failure";
+
+/// Why a record was moved, as its copy in the DLQ carries it ([`FAILURE_ATTRIBUTE`]).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]
+pub struct Failure {
+    /// The verdict's reason code (`invalid_body`, `payment_rejected`, ...).
+    pub reason: String,
+    /// The verdict's detail line, if any.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub detail: Option<String>,
+    /// The business key the record is about (an order id), when the handler named one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub key: Option<String>,
+    /// The queue the record came from.
+    pub source_queue_arn: String,
+    /// `ApproximateReceiveCount` of the receive that moved it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub receive_count: Option<u32>,
+    /// When it was first received (`ApproximateFirstReceiveTimestamp`), epoch ms: its first
+    /// failure at the latest.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub first_failure_ms: Option<u64>,
+    /// When it was moved, epoch ms.
+    pub last_failure_ms: u64,
+    /// What moved it (a function's name and version).
+    pub moved_by: String,
+}
+
+/// One record to move.
+#[derive(Debug, Clone)]
+pub struct Move<'a> {
+    /// The record as received: body, attributes, group.
+    pub message: &'a Message<'a>,
+    /// Why.
+    pub failure: Failure,
+}
+
+/// A record the port could not move.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MoveFailure {
+    /// The record's message id.
+    pub message_id: String,
+    /// What SQS or the call said.
+    pub reason: String,
+}
+
+/// The port: send up to [`BATCH_LIMIT`] records of one queue to that queue's dead-letter queue.
+pub trait DeadLetterPort: Send + Sync {
+    /// Sends `moves`, records of the queue `source_arn`, to its dead-letter queue; returns the
+    /// ones that were not sent (all of them when the queue has no dead-letter queue or it cannot
+    /// be learned now).
+    fn send(
+        &self,
+        source_arn: &str,
+        moves: &[Move<'_>],
+    ) -> impl Future<Output = Vec<MoveFailure>> + Send;
+}
+
+/// No dead-letter port: the type to name when a function runs without moves.
+#[derive(Debug, Clone, Copy)]
+pub enum NoDeadLetters {}
+
+impl DeadLetterPort for NoDeadLetters {
+    async fn send(&self, _source_arn: &str, _moves: &[Move<'_>]) -> Vec<MoveFailure> {
+        match *self {}
+    }
+}
+
+/// The dead-letter moves a batch gets after processing: the port, and what the copies name as
+/// their mover.
+#[derive(Debug, Clone)]
+pub struct DeadLetters<D> {
+    /// Where the copies go.
+    pub port: D,
+    /// Put in each copy's [`Failure::moved_by`] (a function's name and version).
+    pub moved_by: String,
+}
+
+/// The most `SendMessageBatch` calls in flight at once.
+const MAX_CALLS_IN_FLIGHT: usize = 8;
+
+/// Moves the report's POISON records to the dead-letter queue of `source_arn`, in calls of up to
+/// ten run concurrently within `budget`; returns, per record of `batch`, whether it was moved.
+/// A record not moved (no ARN, a failed or unfinished call) stays reported.
+pub async fn apply<D: DeadLetterPort>(
+    dead_letters: &DeadLetters<D>,
+    source_arn: Option<&str>,
+    batch: &[Message<'_>],
+    report: &BatchReport,
+    now_ms: u64,
+    budget: Duration,
+) -> Vec<bool> {
+    let mut moved = vec![false; batch.len()];
+    let indexes: Vec<usize> = report
+        .statuses
+        .iter()
+        .enumerate()
+        .filter(|(_, status)| {
+            matches!(status, RecordStatus::Handled(v) if v.outcome == Outcome::Poison)
+        })
+        .map(|(index, _)| index)
+        .collect();
+    if indexes.is_empty() {
+        return moved;
+    }
+    let Some(source_arn) = source_arn else {
+        warn!("no queue ARN on the event: POISON records are left to the queue's redrive policy");
+        return moved;
+    };
+    let moves: Vec<Move<'_>> = indexes
+        .iter()
+        .filter_map(|&index| {
+            let RecordStatus::Handled(verdict) = &report.statuses[index] else {
+                return None;
+            };
+            let message = &batch[index];
+            Some(Move {
+                message,
+                failure: Failure {
+                    reason: verdict.reason.to_owned(),
+                    detail: verdict.detail.as_deref().map(str::to_owned),
+                    key: verdict.key.clone(),
+                    source_queue_arn: source_arn.to_owned(),
+                    receive_count: message.receive_count,
+                    first_failure_ms: message.first_receive_ms,
+                    last_failure_ms: now_ms,
+                    moved_by: dead_letters.moved_by.clone(),
+                },
+            })
+        })
+        .collect();
+    let chunks: Vec<(&[usize], &[Move<'_>])> = indexes
+        .chunks(BATCH_LIMIT)
+        .zip(moves.chunks(BATCH_LIMIT))
+        .collect();
+    let mut pending = 0..chunks.len();
+    let mut in_flight = FuturesUnordered::new();
+    let send = |chunk: usize| {
+        let port = &dead_letters.port;
+        let moves = chunks[chunk].1;
+        async move { (chunk, port.send(source_arn, moves).await) }
+    };
+    let calls = async {
+        for chunk in pending.by_ref().take(MAX_CALLS_IN_FLIGHT) {
+            in_flight.push(send(chunk));
+        }
+        while let Some((chunk, failures)) = in_flight.next().await {
+            let (chunk_indexes, chunk_moves) = chunks[chunk];
+            for (index, one) in chunk_indexes.iter().zip(chunk_moves) {
+                match failures
+                    .iter()
+                    .find(|f| f.message_id == one.message.message_id)
+                {
+                    None => moved[*index] = true,
+                    Some(failure) => warn!(
+                        message_id = one.message.message_id,
+                        reason = failure.reason,
+                        "dead-letter move failed; the record stays reported and is retried"
+                    ),
+                }
+            }
+            if let Some(chunk) = pending.next() {
+                in_flight.push(send(chunk));
+            }
+        }
+    };
+    if tokio::time::timeout(budget, calls).await.is_err() {
+        warn!(
+            budget_ms = budget.as_millis() as u64,
+            "dead-letter moves not finished in the time left before the deadline; the records \
+             not moved stay reported"
+        );
+    }
+    moved
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::backoff::BackoffPolicy;
+    use crate::visibility::{Change, ChangeFailure, VisibilityPort};
+    use crate::{
+        Backoff, Batch, BatchOptions, BatchProcessor, QueueKind, RecordContext, RecordHandler,
+        Verdict, process_batch,
+    };
+    use lambda_kit::ManualClock;
+    use std::sync::Mutex;
+
+    /// ACK for "ok", RETRY for "later", POISON for anything else.
+    struct Bodies;
+
+    impl RecordHandler for Bodies {
+        async fn handle(&self, message: &Message<'_>, _context: RecordContext) -> Verdict {
+            match message.body {
+                "ok" => Verdict::ack("ok"),
+                "later" => Verdict::retry("later"),
+                _ => Verdict::poison("bad").with_key("k-1".to_owned()),
+            }
+        }
+    }
+
+    /// Records what it was asked to send; refuses the ids in `refuse`.
+    #[derive(Default)]
+    struct Recorder {
+        sent: Mutex<Vec<(String, Failure)>>,
+        refuse: Vec<&'static str>,
+    }
+
+    impl DeadLetterPort for Recorder {
+        async fn send(&self, _source_arn: &str, moves: &[Move<'_>]) -> Vec<MoveFailure> {
+            let mut failures = Vec::new();
+            for one in moves {
+                if self.refuse.contains(&one.message.message_id) {
+                    failures.push(MoveFailure {
+                        message_id: one.message.message_id.to_owned(),
+                        reason: "refused".into(),
+                    });
+                } else {
+                    self.sent
+                        .lock()
+                        .unwrap()
+                        .push((one.message.message_id.to_owned(), one.failure.clone()));
+                }
+            }
+            failures
+        }
+    }
+
+    /// The visibility each record is given.
+    #[derive(Default)]
+    struct Visibility(Mutex<Vec<(String, u64)>>);
+
+    impl VisibilityPort for Visibility {
+        async fn change(&self, _url: &str, changes: &[Change<'_>]) -> Vec<ChangeFailure> {
+            let mut seen = self.0.lock().unwrap();
+            seen.extend(changes.iter().map(|c| (c.message_id.to_owned(), c.seconds)));
+            Vec::new()
+        }
+    }
+
+    async fn run(
+        bodies: &[(&'static str, &'static str)],
+        port: Recorder,
+    ) -> (Vec<String>, crate::BatchReport, Recorder, Visibility) {
+        let clock = ManualClock::at(1_000_000);
+        let processor = BatchProcessor::new(Bodies, clock, BatchOptions::default());
+        let batch = Batch {
+            messages: bodies
+                .iter()
+                .map(|(id, body)| Message {
+                    receipt_handle: Some("rh"),
+                    receive_count: Some(1),
+                    first_receive_ms: Some(999_000),
+                    ..Message::new(id, body)
+                })
+                .collect(),
+            kind: QueueKind::Standard,
+            queue_arn: Some("arn:aws:sqs:us-east-1:1:q"),
+        };
+        let dead_letters = DeadLetters {
+            port,
+            moved_by: "fn:3".to_owned(),
+        };
+        let backoff = Backoff {
+            port: Visibility::default(),
+            policy: BackoffPolicy {
+                base_s: 5,
+                cap_s: 900,
+            },
+        };
+        let processed = process_batch(
+            &processor,
+            &batch,
+            1_000_000 + 60_000,
+            Some(&backoff),
+            Some(&dead_letters),
+        )
+        .await
+        .expect("processed");
+        let failed = processed
+            .response
+            .batch_item_failures
+            .iter()
+            .map(|f| f.item_identifier.clone())
+            .collect();
+        (failed, processed.report, dead_letters.port, backoff.port)
+    }
+
+    /// A POISON record is moved with why and acknowledged; the others keep their outcome.
+    #[tokio::test]
+    async fn poison_is_moved_with_its_reason_and_acknowledged() {
+        let (failed, report, port, visibility) = run(
+            &[("m1", "ok"), ("m2", "bad"), ("m3", "later")],
+            Recorder::default(),
+        )
+        .await;
+        assert_eq!(failed, ["m3"]);
+        assert!(matches!(report.statuses[1], RecordStatus::Moved(_)));
+        assert_eq!(report.counts().moved, 1);
+        assert_eq!(report.counts().poison, 1);
+        let sent = port.sent.lock().unwrap();
+        assert_eq!(
+            *sent,
+            [(
+                "m2".to_owned(),
+                Failure {
+                    reason: "bad".into(),
+                    detail: None,
+                    key: Some("k-1".into()),
+                    source_queue_arn: "arn:aws:sqs:us-east-1:1:q".into(),
+                    receive_count: Some(1),
+                    first_failure_ms: Some(999_000),
+                    last_failure_ms: 1_000_000,
+                    moved_by: "fn:3".into(),
+                }
+            )]
+        );
+        // The moved record's visibility is left alone: Lambda deletes it.
+        let changed: Vec<String> = visibility
+            .0
+            .lock()
+            .unwrap()
+            .iter()
+            .map(|c| c.0.clone())
+            .collect();
+        assert_eq!(changed, ["m3"]);
+    }
+
+    /// A move that fails is never acknowledged: the record is RETRY, reported, and backs off
+    /// (not visibility 0, which would spend receives).
+    #[tokio::test]
+    async fn a_failed_move_is_retry_with_its_backoff() {
+        let refusing = Recorder {
+            refuse: vec!["m2"],
+            ..Recorder::default()
+        };
+        let (failed, report, port, visibility) =
+            run(&[("m1", "ok"), ("m2", "bad")], refusing).await;
+        assert_eq!(failed, ["m2"]);
+        assert_eq!(report.statuses[1].outcome(), Outcome::Retry);
+        assert!(port.sent.lock().unwrap().is_empty());
+        let changes = visibility.0.lock().unwrap();
+        assert_eq!(changes.len(), 1);
+        assert!(changes[0].1 >= 2, "backed off: {:?}", changes[0]);
+    }
+}

@@ -1,0 +1,204 @@
+//! POISON moved by the function against moto's SQS: an invalid body leaves its queue at its
+//! first receive, in one invocation, into the DLQ the queue's redrive policy names, keeping its
+//! body and attributes and carrying why; a queue whose DLQ cannot be learned leaves the record
+//! RETRY, never acknowledged without its copy.
+
+use std::collections::HashMap;
+
+use aws_sdk_sqs::Client;
+use aws_sdk_sqs::types::{MessageAttributeValue, MessageSystemAttributeName};
+use idempotency::MemoryStore;
+use lambda_kit::clock::SystemClock;
+use local_esm::setup::{QueueSettings, queue_pair};
+use process_orders::app::{App, SQS_SDK, sqs_dead_letters};
+use process_orders::config::Config;
+use process_orders::payment::SimulatedGateway;
+use serde_json::json;
+use sqs_batch::dead_letter::{FAILURE_ATTRIBUTE, Failure};
+use test_support::dynamo::moto_endpoint;
+use test_support::failed_ids;
+
+const SETTINGS: QueueSettings = QueueSettings {
+    visibility_timeout_s: 30,
+    max_receive_count: 200,
+};
+
+/// The function with dead-letter moves on moto's SQS.
+fn app(endpoint: &str) -> App<MemoryStore, SimulatedGateway, SystemClock> {
+    let config =
+        Config::from_lookup(|k| (k == "METRICS_ENABLED").then(|| "false".into())).expect("config");
+    App::with_ports(
+        &config,
+        MemoryStore::new(config.store.retention),
+        SimulatedGateway::new(),
+        SystemClock,
+    )
+    .with_dead_letters(Some(sqs_dead_letters(
+        local_esm::sdk_config(endpoint),
+        "orders-fn:7".to_owned(),
+    )))
+}
+
+/// Receives everything visible, with every attribute, as Lambda's poller would, and builds the
+/// event Lambda delivers.
+async fn receive_event(client: &Client, url: &str, arn: &str) -> String {
+    let out = client
+        .receive_message()
+        .queue_url(url)
+        .max_number_of_messages(10)
+        .message_system_attribute_names(MessageSystemAttributeName::All)
+        .message_attribute_names("All")
+        .send()
+        .await
+        .expect("receive");
+    let records: Vec<_> = out
+        .messages()
+        .iter()
+        .map(|m| {
+            let attributes: serde_json::Map<String, serde_json::Value> = m
+                .attributes()
+                .into_iter()
+                .flatten()
+                .map(|(k, v)| (k.as_str().to_owned(), json!(v)))
+                .collect();
+            let message_attributes: serde_json::Map<String, serde_json::Value> = m
+                .message_attributes()
+                .into_iter()
+                .flatten()
+                .map(|(k, v)| {
+                    (
+                        k.clone(),
+                        json!({ "stringValue": v.string_value(), "dataType": v.data_type(),
+                                "stringListValues": [], "binaryListValues": [] }),
+                    )
+                })
+                .collect();
+            json!({
+                "messageId": m.message_id(), "receiptHandle": m.receipt_handle(), "body": m.body(),
+                "attributes": attributes, "messageAttributes": message_attributes,
+                "eventSource": "aws:sqs", "eventSourceARN": arn, "awsRegion": "us-east-1"
+            })
+        })
+        .collect();
+    json!({ "Records": records }).to_string()
+}
+
+/// An invalid body and a valid order, received once: one invocation acknowledges both, the
+/// invalid one because its copy is in the DLQ, with its body, its own attribute and the failure
+/// (reason, detail, source queue, receive count, times, mover).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn poison_reaches_the_dlq_at_its_first_receive_with_its_reason() {
+    let endpoint = moto_endpoint();
+    let client = process_orders::aws::sqs(&local_esm::sdk_config(&endpoint), &SQS_SDK);
+    let queues = queue_pair(&client, "dl-moved", false, SETTINGS)
+        .await
+        .expect("queues");
+    client
+        .send_message()
+        .queue_url(&queues.url)
+        .message_body(r#"{"order_id":"p-1","amount":-5}"#)
+        .message_attributes(
+            "trace",
+            MessageAttributeValue::builder()
+                .data_type("String")
+                .string_value("t-1")
+                .build()
+                .expect("attribute"),
+        )
+        .send()
+        .await
+        .expect("send");
+    client
+        .send_message()
+        .queue_url(&queues.url)
+        .message_body(r#"{"order_id":"v-1","amount":10}"#)
+        .send()
+        .await
+        .expect("send");
+    let json = receive_event(&client, &queues.url, &queues.arn).await;
+    let event = sqs_batch::edge::parse_event(&json).expect("event");
+    assert_eq!(event.records.len(), 2, "both received: {json}");
+
+    let app = app(&endpoint);
+    let deadline_ms = lambda_kit::Clock::now_ms(&SystemClock) + 30_000;
+    let (response, report) = app
+        .handle_with_report(&event, deadline_ms)
+        .await
+        .expect("handled");
+    assert!(failed_ids(&response).is_empty(), "{report:?}");
+    assert_eq!(report.counts().moved, 1);
+
+    let out = client
+        .receive_message()
+        .queue_url(&queues.dlq_url)
+        .max_number_of_messages(10)
+        .message_attribute_names("All")
+        .send()
+        .await
+        .expect("receive the DLQ");
+    let moved = out.messages();
+    assert_eq!(moved.len(), 1, "one copy in the DLQ");
+    assert_eq!(moved[0].body(), Some(r#"{"order_id":"p-1","amount":-5}"#));
+    let attributes: HashMap<_, _> = moved[0]
+        .message_attributes()
+        .into_iter()
+        .flatten()
+        .map(|(k, v)| (k.clone(), v.string_value().unwrap_or_default().to_owned()))
+        .collect();
+    assert_eq!(attributes.get("trace").map(String::as_str), Some("t-1"));
+    let failure: Failure =
+        serde_json::from_str(attributes.get(FAILURE_ATTRIBUTE).expect("the failure"))
+            .expect("failure JSON");
+    assert_eq!(failure.reason, "invalid_body");
+    assert!(
+        failure
+            .detail
+            .as_deref()
+            .is_some_and(|d| d.contains("greater than zero")),
+        "{failure:?}"
+    );
+    assert_eq!(failure.key.as_deref(), Some("p-1"));
+    assert_eq!(failure.source_queue_arn, queues.arn);
+    assert_eq!(failure.receive_count, Some(1));
+    assert!(
+        failure
+            .first_failure_ms
+            .is_some_and(|first| first <= failure.last_failure_ms)
+    );
+    assert_eq!(failure.moved_by, "orders-fn:7");
+}
+
+/// A queue without a redrive policy has no DLQ to learn: the move fails, and the record stays
+/// reported as RETRY (its copy was never made, so it must not be acknowledged).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_move_that_fails_leaves_the_record_retry() {
+    let endpoint = moto_endpoint();
+    let client = process_orders::aws::sqs(&local_esm::sdk_config(&endpoint), &SQS_SDK);
+    let url = client
+        .create_queue()
+        .queue_name("dl-no-dlq")
+        .send()
+        .await
+        .expect("queue")
+        .queue_url
+        .expect("url");
+    client
+        .send_message()
+        .queue_url(&url)
+        .message_body("not json")
+        .send()
+        .await
+        .expect("send");
+    let arn = "arn:aws:sqs:us-east-1:123456789012:dl-no-dlq";
+    let json = receive_event(&client, &url, arn).await;
+    let event = sqs_batch::edge::parse_event(&json).expect("event");
+    assert_eq!(event.records.len(), 1, "{json}");
+    let deadline_ms = lambda_kit::Clock::now_ms(&SystemClock) + 30_000;
+    let (response, report) = app(&endpoint)
+        .handle_with_report(&event, deadline_ms)
+        .await
+        .expect("handled");
+    assert_eq!(failed_ids(&response).len(), 1, "{report:?}");
+    assert_eq!(report.counts().moved, 0);
+    assert_eq!(report.statuses[0].outcome(), sqs_batch::Outcome::Retry);
+}
