@@ -33,7 +33,7 @@ use super::{
 pub mod attr {
     /// Partition key (S): the business key.
     pub const KEY: &str = "pk";
-    /// `IN_PROGRESS`, `ATTEMPTED` or `COMPLETED` (S).
+    /// `IN_PROGRESS`, `ATTEMPTED`, `COMPLETED` or `REJECTED` (S).
     pub const STATUS: &str = "status";
     /// The holder's lease token (S); removed when the lease ends.
     pub const LEASE_TOKEN: &str = "lease_token";
@@ -56,6 +56,10 @@ pub mod attr {
     pub const ATTEMPTED_AT: &str = "attempted_at";
     /// When the work completed, epoch ms (N).
     pub const COMPLETED_AT: &str = "completed_at";
+    /// When the work was refused for good, epoch ms (N).
+    pub const REJECTED_AT: &str = "rejected_at";
+    /// Why it was refused (S), for the person who may clear it.
+    pub const REJECTED_REASON: &str = "rejected_reason";
 }
 
 pub use attr::{EXPIRES_AT as TTL_ATTRIBUTE, KEY as KEY_ATTRIBUTE};
@@ -122,13 +126,15 @@ const CLAIM_UPDATE: &str = "SET #status = :in_progress, #lease_token = :token, \
     #lease_until = :lease_until, #fingerprint = :fingerprint, #exp = :exp, \
     #message_id = :message_id, #claimed_at = :now_ms, \
     #first_attempt_at = if_not_exists(#first_attempt_at, :now_ms) \
-    REMOVE #completed_at ADD #attempts :one";
+    REMOVE #completed_at, #rejected_at, #rejected_reason ADD #attempts :one";
 const CLAIM_CONDITION: &str = "attribute_not_exists(#pk) \
-    OR (#status = :completed AND #exp <= :now_s) \
+    OR ((#status = :completed OR #status = :rejected) AND #exp <= :now_s) \
     OR (#fingerprint = :fingerprint AND (#status = :attempted \
         OR (#status = :in_progress AND #lease_until <= :now_ms)))";
 const COMPLETE_UPDATE: &str = "SET #status = :completed, #exp = :exp, #completed_at = :now_ms \
     REMOVE #lease_token, #lease_until, #first_attempt_at, #attempts";
+const REJECT_UPDATE: &str = "SET #status = :rejected, #exp = :exp, #rejected_at = :now_ms, \
+    #rejected_reason = :reason REMOVE #lease_token, #lease_until, #first_attempt_at, #attempts";
 const MARK_ATTEMPTED_UPDATE: &str = "SET #status = :attempted, #attempted_at = :now_ms, \
     #exp = :exp REMOVE #lease_token, #lease_until";
 /// Items claimed before attempts were recorded: their first attempt is unknown, so the oldest
@@ -170,6 +176,38 @@ impl DynamoDbStore {
 
     fn expires_at(&self, now_ms: u64) -> u64 {
         (now_ms / 1_000).saturating_add(self.retention_s)
+    }
+
+    /// Clears a refusal ([`Status::Rejected`]) on `key`, so the next delivery does the work
+    /// again: for a person who knows the refusal no longer holds (a card that was updated).
+    /// Returns the recorded reason, or `None` when the key is not rejected (nothing changed).
+    pub async fn clear_rejected(&self, key: &str) -> Result<Option<String>, StoreError> {
+        let result = self
+            .client
+            .delete_item()
+            .table_name(&self.table)
+            .key(attr::KEY, self.pk(key))
+            .condition_expression("#status = :rejected")
+            .expression_attribute_names("#status", attr::STATUS)
+            .expression_attribute_values(":rejected", s(Status::Rejected.as_str()))
+            .return_values(ReturnValue::AllOld)
+            .send()
+            .await;
+        match result {
+            Ok(output) => Ok(Some(
+                match output
+                    .attributes()
+                    .and_then(|a| a.get(attr::REJECTED_REASON))
+                {
+                    Some(AttributeValue::S(reason)) => reason.clone(),
+                    _ => String::new(),
+                },
+            )),
+            Err(SdkError::ServiceError(e)) if e.err().is_conditional_check_failed_exception() => {
+                Ok(None)
+            }
+            Err(e) => Err(unavailable(e)),
+        }
     }
 }
 
@@ -311,10 +349,13 @@ impl IdempotencyStore for DynamoDbStore {
             .expression_attribute_names("#claimed_at", attr::CLAIMED_AT)
             .expression_attribute_names("#first_attempt_at", attr::FIRST_ATTEMPT_AT)
             .expression_attribute_names("#completed_at", attr::COMPLETED_AT)
+            .expression_attribute_names("#rejected_at", attr::REJECTED_AT)
+            .expression_attribute_names("#rejected_reason", attr::REJECTED_REASON)
             .expression_attribute_names("#attempts", attr::ATTEMPTS)
             .expression_attribute_values(":in_progress", s(Status::InProgress.as_str()))
             .expression_attribute_values(":attempted", s(Status::Attempted.as_str()))
             .expression_attribute_values(":completed", s(Status::Completed.as_str()))
+            .expression_attribute_values(":rejected", s(Status::Rejected.as_str()))
             .expression_attribute_values(":token", s(lease.token.to_string()))
             .expression_attribute_values(":lease_until", n(lease.until_ms))
             .expression_attribute_values(":fingerprint", s(request.fingerprint.to_string()))
@@ -436,6 +477,36 @@ impl IdempotencyStore for DynamoDbStore {
                 (":attempted", s(Status::Attempted.as_str())),
                 (":now_ms", n(at_ms)),
                 (":exp", n(self.expires_at(at_ms))),
+            ],
+        )
+        .await
+    }
+
+    async fn reject(
+        &self,
+        key: &str,
+        lease: &Lease,
+        now_ms: u64,
+        reason: &str,
+    ) -> Result<(), StoreError> {
+        self.holder_update(
+            key,
+            lease,
+            REJECT_UPDATE,
+            &[
+                ("#status", attr::STATUS),
+                ("#exp", attr::EXPIRES_AT),
+                ("#rejected_at", attr::REJECTED_AT),
+                ("#rejected_reason", attr::REJECTED_REASON),
+                ("#lease_until", attr::LEASE_UNTIL),
+                ("#first_attempt_at", attr::FIRST_ATTEMPT_AT),
+                ("#attempts", attr::ATTEMPTS),
+            ],
+            [
+                (":rejected", s(Status::Rejected.as_str())),
+                (":exp", n(self.expires_at(now_ms))),
+                (":now_ms", n(now_ms)),
+                (":reason", s(reason)),
             ],
         )
         .await

@@ -8,9 +8,10 @@
 //!
 //! | claim answer | look-up | work | store request | next state | decision |
 //! |---|---|---|---|---|---|
-//! | DONE / BUSY / CONFLICT | - | - | - | unchanged | `Duplicate` / `Busy` / `Conflict` |
+//! | DONE / BUSY / CONFLICT / REJECTED | - | - | - | unchanged | `Duplicate` / `Busy` / `Conflict` / `Rejected` |
 //! | STARTED, fresh key | - | done | complete | `COMPLETED` | `Performed` |
 //! | STARTED, fresh key | - | failed, nothing happened | release | absent | `Failed` |
+//! | STARTED | - | failed for good ([`GuardedWork::refusal`]: a decline) | reject | `REJECTED` | `Failed` |
 //! | STARTED, fresh key | - | failed, may have happened | mark attempted | `ATTEMPTED` | `Failed` |
 //! | STARTED, prior attempt | happened | - | complete | `COMPLETED` | `Reconciled` |
 //! | STARTED, prior attempt | pending | - | mark attempted | `ATTEMPTED` | `Pending` |
@@ -83,6 +84,15 @@ pub trait GuardedWork: Send + Sync {
 
     /// Does the work once.
     fn perform(&self) -> impl Future<Output = Result<Self::Output, Failed<Self::Error>>> + Send;
+
+    /// Why a failed attempt that did nothing is final (a definite refusal that must never be
+    /// retried, such as a declined payment), or `None` (the default) when it is not. A final
+    /// refusal is recorded ([`IdempotencyStore::reject`]), so no later delivery of the same
+    /// payload attempts the work again.
+    fn refusal(&self, error: &Self::Error) -> Option<String> {
+        let _ = error;
+        None
+    }
 }
 
 /// How the guard claims keys and trusts the other system.
@@ -148,6 +158,8 @@ pub enum Guarded<T, E> {
     },
     /// The key belongs to another payload.
     Conflict,
+    /// Refused for good before with the same payload ([`GuardedWork::refusal`]): not attempted.
+    Rejected,
     /// An earlier attempt is still being processed by the other system.
     Pending,
     /// This attempt failed; the key is released (`Effect::None` on a fresh key) or kept
@@ -221,6 +233,7 @@ where
         unclaimed => {
             let outcome = match unclaimed {
                 Ok(Begin::Done) => Guarded::Duplicate,
+                Ok(Begin::Rejected) => Guarded::Rejected,
                 Ok(Begin::Busy { until_ms }) => Guarded::Busy { until_ms },
                 Err(e) => Guarded::Store(e),
                 Ok(Begin::Conflict | Begin::Started { .. }) => Guarded::Conflict,
@@ -234,7 +247,7 @@ where
     };
     let outcome = attempt(work, prior, clock, policy).await;
     Run {
-        outcome: settle(store, clock, claim.key, &lease, prior, outcome).await,
+        outcome: settle(store, clock, claim.key, &lease, prior, work, outcome).await,
         lease: Some(lease.token),
         prior,
     }
@@ -279,22 +292,31 @@ async fn attempt<W: GuardedWork, C: Clock>(
 /// Records what the attempt came to: complete, release (a fresh key whose attempt provably did
 /// nothing), or keep the key attempted (anything that may have taken effect, or did not happen
 /// and proves nothing about an earlier attempt).
-async fn settle<S: IdempotencyStore, C: Clock, T, E>(
+async fn settle<S: IdempotencyStore, C: Clock, W: GuardedWork>(
     store: &S,
     clock: &C,
     key: &str,
     lease: &Lease,
     prior: Option<PriorAttempt>,
-    outcome: Guarded<T, E>,
-) -> Guarded<T, E> {
+    work: &W,
+    outcome: Guarded<W::Output, W::Error>,
+) -> Guarded<W::Output, W::Error> {
     let result = match &outcome {
         Guarded::Performed(_) | Guarded::Reconciled => {
             store.complete(key, lease, clock.now_ms()).await
         }
         Guarded::Failed {
+            error,
             effect: Effect::None,
-            ..
-        } if prior.is_none() => store.release(key, lease).await,
+        } => match work.refusal(error) {
+            // Boxed: only a refusal pays for its reason's room in the run's future.
+            Some(reason) => {
+                Box::pin(async move { store.reject(key, lease, clock.now_ms(), &reason).await })
+                    .await
+            }
+            None if prior.is_none() => store.release(key, lease).await,
+            None => store.mark_attempted(key, lease, clock.now_ms()).await,
+        },
         _ => store.mark_attempted(key, lease, clock.now_ms()).await,
     };
     match (outcome, result) {

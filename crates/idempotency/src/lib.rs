@@ -186,6 +186,9 @@ pub enum Begin {
     },
     /// The key belongs to another payload.
     Conflict,
+    /// Refused for good before with the same payload (see [`Status::Rejected`]): refuse the
+    /// duplicate without doing the work.
+    Rejected,
 }
 
 /// A claim request.
@@ -213,6 +216,9 @@ pub enum Status {
     Attempted,
     /// Done: duplicates are acknowledged.
     Completed,
+    /// Refused for good (a declined payment): the work is never attempted again for this key
+    /// until the item expires or a person clears it; a duplicate is refused without a call.
+    Rejected,
 }
 
 impl Status {
@@ -222,7 +228,14 @@ impl Status {
             Self::InProgress => "IN_PROGRESS",
             Self::Attempted => "ATTEMPTED",
             Self::Completed => "COMPLETED",
+            Self::Rejected => "REJECTED",
         }
+    }
+
+    /// Whether the key's work is over (done or refused for good): past its TTL such an item is
+    /// a fresh start, never an earlier attempt whose effect may exist.
+    pub fn is_final(self) -> bool {
+        matches!(self, Self::Completed | Self::Rejected)
     }
 
     /// A stored status.
@@ -231,6 +244,7 @@ impl Status {
             "IN_PROGRESS" => Some(Self::InProgress),
             "ATTEMPTED" => Some(Self::Attempted),
             "COMPLETED" => Some(Self::Completed),
+            "REJECTED" => Some(Self::Rejected),
             _ => None,
         }
     }
@@ -254,7 +268,7 @@ pub struct ClaimState {
 }
 
 /// The claim condition, for a claim of `fingerprint` at `now_ms`:
-/// - absent, or completed and past its TTL: a fresh key;
+/// - absent, or completed or rejected and past its TTL: a fresh key;
 /// - with the same fingerprint, `ATTEMPTED`, or `IN_PROGRESS` with a lease that has run out: a
 ///   takeover, which keeps the first attempt's time and reports it ([`Begin::Started`]'s prior).
 ///
@@ -264,7 +278,7 @@ pub fn claimable(existing: Option<&ClaimState>, fingerprint: Fingerprint, now_ms
     match existing {
         None => true,
         Some(s) => match s.status {
-            Status::Completed => s.expires_at_s.saturating_mul(1_000) <= now_ms,
+            Status::Completed | Status::Rejected => s.expires_at_s.saturating_mul(1_000) <= now_ms,
             _ if s.fingerprint != fingerprint => false,
             Status::Attempted => true,
             Status::InProgress => s.lease_until_ms <= now_ms,
@@ -282,6 +296,7 @@ pub fn decide(existing: &ClaimState, fingerprint: Fingerprint, now_ms: u64) -> B
     match existing.status {
         _ if existing.fingerprint != fingerprint => Begin::Conflict,
         Status::Completed => Begin::Done,
+        Status::Rejected => Begin::Rejected,
         Status::InProgress => Begin::Busy {
             until_ms: existing.lease_until_ms,
         },
@@ -293,7 +308,7 @@ pub fn decide(existing: &ClaimState, fingerprint: Fingerprint, now_ms: u64) -> B
 /// What a successful claim took over: the item that was there before it, if any. A completed
 /// item (past its TTL) is a fresh start; anything else may carry an earlier attempt's effect.
 pub fn prior_attempt(replaced: Option<&ClaimState>) -> Option<PriorAttempt> {
-    let old = replaced.filter(|s| s.status != Status::Completed)?;
+    let old = replaced.filter(|s| !s.status.is_final())?;
     Some(PriorAttempt {
         // Unknown (an item from before attempts were recorded): the oldest possible, so a key
         // window can never be assumed to still hold.
@@ -312,7 +327,7 @@ pub fn claimed_state(
     expires_at_s: u64,
 ) -> ClaimState {
     let first_attempt_ms = match replaced {
-        Some(old) if old.status != Status::Completed => old.first_attempt_ms.unwrap_or(0),
+        Some(old) if !old.status.is_final() => old.first_attempt_ms.unwrap_or(0),
         _ => request.now_ms,
     };
     ClaimState {
@@ -466,6 +481,17 @@ pub trait IdempotencyStore: Send + Sync {
         key: &str,
         lease: &Lease,
     ) -> impl Future<Output = Result<(), StoreError>> + Send;
+
+    /// Records that the work was refused for good (a declined payment), with `reason`: a later
+    /// claim with the same payload gets [`Begin::Rejected`] until the retention ends or a person
+    /// removes the item. Only the holder may.
+    fn reject(
+        &self,
+        key: &str,
+        lease: &Lease,
+        now_ms: u64,
+        reason: &str,
+    ) -> impl Future<Output = Result<(), StoreError>> + Send;
 }
 
 impl<S: IdempotencyStore + ?Sized> IdempotencyStore for std::sync::Arc<S> {
@@ -500,6 +526,16 @@ impl<S: IdempotencyStore + ?Sized> IdempotencyStore for std::sync::Arc<S> {
         lease: &Lease,
     ) -> impl Future<Output = Result<(), StoreError>> + Send {
         (**self).release(key, lease)
+    }
+
+    fn reject(
+        &self,
+        key: &str,
+        lease: &Lease,
+        now_ms: u64,
+        reason: &str,
+    ) -> impl Future<Output = Result<(), StoreError>> + Send {
+        (**self).reject(key, lease, now_ms, reason)
     }
 }
 

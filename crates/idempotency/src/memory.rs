@@ -41,6 +41,18 @@ impl MemoryStore {
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
+    /// Clears a refusal on `key` (see `DynamoDbStore::clear_rejected`); whether there was one.
+    pub fn clear_rejected(&self, key: &str) -> bool {
+        let mut items = self.items();
+        let rejected = items
+            .get(key)
+            .is_some_and(|item| item.state.status == Status::Rejected);
+        if rejected {
+            items.remove(key);
+        }
+        rejected
+    }
+
     /// The state of `key`, as stored (for tests and local tools).
     pub fn state(&self, key: &str) -> Option<ClaimState> {
         self.items().get(key).map(|item| item.state)
@@ -114,6 +126,27 @@ impl IdempotencyStore for MemoryStore {
             item.state.status = Status::Attempted;
             item.state.lease_until_ms = 0;
             item.state.expires_at_s = expires_at_s;
+            item.token = None;
+        })
+    }
+
+    async fn reject(
+        &self,
+        key: &str,
+        lease: &Lease,
+        now_ms: u64,
+        _reason: &str,
+    ) -> Result<(), StoreError> {
+        let expires_at_s = self.expires_at(now_ms);
+        self.fenced(key, lease, |item| {
+            item.state = ClaimState {
+                status: Status::Rejected,
+                expires_at_s,
+                lease_until_ms: 0,
+                first_attempt_ms: None,
+                attempts: 0,
+                ..item.state
+            };
             item.token = None;
         })
     }

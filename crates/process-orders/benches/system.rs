@@ -387,6 +387,17 @@ impl IdempotencyStore for SlowStore {
         tokio::time::sleep(STORE_DELAY).await;
         self.0.release(key, lease).await
     }
+
+    async fn reject(
+        &self,
+        key: &str,
+        lease: &Lease,
+        now_ms: u64,
+        reason: &str,
+    ) -> Result<(), StoreError> {
+        tokio::time::sleep(STORE_DELAY).await;
+        self.0.reject(key, lease, now_ms, reason).await
+    }
 }
 
 async fn run_once(json: &str, settings: &[(&str, String)]) -> Duration {

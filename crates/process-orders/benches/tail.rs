@@ -167,6 +167,17 @@ impl IdempotencyStore for SlowStore {
     async fn release(&self, key: &str, lease: &Lease) -> Result<(), StoreError> {
         self.delayed(key, self.inner.release(key, lease)).await
     }
+
+    async fn reject(
+        &self,
+        key: &str,
+        lease: &Lease,
+        now_ms: u64,
+        reason: &str,
+    ) -> Result<(), StoreError> {
+        self.delayed(key, self.inner.reject(key, lease, now_ms, reason))
+            .await
+    }
 }
 
 /// The HTTP gateway, timed per order.

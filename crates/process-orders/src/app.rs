@@ -75,6 +75,19 @@ impl IdempotencyStore for AnyStore {
             Self::DynamoDb(s) => Box::pin(s.release(key, lease)).await,
         }
     }
+
+    async fn reject(
+        &self,
+        key: &str,
+        lease: &Lease,
+        now_ms: u64,
+        reason: &str,
+    ) -> Result<(), StoreError> {
+        match self {
+            Self::Memory(s) => s.reject(key, lease, now_ms, reason).await,
+            Self::DynamoDb(s) => Box::pin(s.reject(key, lease, now_ms, reason)).await,
+        }
+    }
 }
 
 /// The record handler: the order handler, behind the claim check.
@@ -358,7 +371,8 @@ mod tests {
         let size = std::mem::size_of_val(&future);
         eprintln!("a record's future: {size} bytes");
         // 1,024 bytes before amounts became exact decimals (an order carries its currency and
-        // the legacy fingerprint's bits now: 1,040). The bound catches kilobytes, not words.
+        // the legacy fingerprint's bits: 1,040) and declines were recorded (1,072). The bound
+        // catches kilobytes, not words.
         assert!(size <= 1_088, "a record's future is {size} bytes");
     }
 }

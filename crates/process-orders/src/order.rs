@@ -258,6 +258,8 @@ pub enum OrderDecision {
     Busy { until_ms: u64 },
     /// The order id belongs to a different payload.
     Conflict,
+    /// Declined before, and recorded so: not sent to the provider again.
+    DeclinedBefore,
     /// The charge attempt failed; what it proves decides the outcome (see [`PaymentError`]).
     Payment(PaymentError),
     /// An earlier attempt is still being processed by the provider.
@@ -285,6 +287,7 @@ impl OrderDecision {
             // Past the key window a provider that no longer knows the key leaves only a person
             // to settle it: to the DLQ with its reason, at once (a FIFO group goes on).
             Self::Conflict
+            | Self::DeclinedBefore
             | Self::Payment(PaymentError::Declined { .. } | PaymentError::KeyReused { .. })
             | Self::NeedsReconciliation {
                 why: Unsettled::NotFound,
@@ -308,6 +311,7 @@ impl OrderDecision {
             Self::Duplicate => "duplicate",
             Self::Busy { .. } => "busy",
             Self::Conflict => "conflict",
+            Self::DeclinedBefore => "payment_rejected",
             Self::Payment(e) => match e {
                 PaymentError::NotSent { .. } => "payment_not_sent",
                 PaymentError::Ambiguous { .. } => "payment_ambiguous",
@@ -439,6 +443,13 @@ impl<P: PaymentGateway> GuardedWork for ChargeWork<'_, P> {
         )
     }
 
+    /// A decline is final: recorded in the item, so no redelivery or redrive of the order is
+    /// sent to the provider again (card networks penalise retried declines) until a person
+    /// clears it (`orders-ops clear-decline`).
+    fn refusal(&self, error: &PaymentError) -> Option<String> {
+        matches!(error, PaymentError::Declined { .. }).then(|| error.to_string())
+    }
+
     async fn perform(&self) -> Result<(), Failed<PaymentError>> {
         let request = self.request();
         self.latency
@@ -476,6 +487,18 @@ impl<S: IdempotencyStore> IdempotencyStore for Timed<'_, S> {
 
     async fn release(&self, key: &str, lease: &Lease) -> Result<(), StoreError> {
         self.latency.time(self.store.release(key, lease)).await
+    }
+
+    async fn reject(
+        &self,
+        key: &str,
+        lease: &Lease,
+        now_ms: u64,
+        reason: &str,
+    ) -> Result<(), StoreError> {
+        self.latency
+            .time(self.store.reject(key, lease, now_ms, reason))
+            .await
     }
 }
 
@@ -535,6 +558,7 @@ where
         Guarded::Duplicate => OrderDecision::Duplicate,
         Guarded::Busy { until_ms } => OrderDecision::Busy { until_ms },
         Guarded::Conflict => OrderDecision::Conflict,
+        Guarded::Rejected => OrderDecision::DeclinedBefore,
         Guarded::Pending => OrderDecision::Pending,
         Guarded::Failed { error, .. } => OrderDecision::Payment(error),
         Guarded::NeedsReconciliation {
@@ -688,6 +712,10 @@ fn verdict(
         OrderDecision::Conflict => {
             verdict.with_detail("order_id belongs to a different payload (another amount)")
         }
+        OrderDecision::DeclinedBefore => verdict.with_detail(
+            "declined before (recorded in the idempotency item): not sent to the provider again; \
+             orders-ops clear-decline lets it be charged",
+        ),
         OrderDecision::LeaseLost => verdict.with_detail(
             "charged, but the lease was taken over before completion; the new holder completes it",
         ),

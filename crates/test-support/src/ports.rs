@@ -122,6 +122,17 @@ impl IdempotencyStore for FlakyStore {
         self.calls.fetch_add(1, Ordering::SeqCst);
         self.inner.release(key, lease).await
     }
+
+    async fn reject(
+        &self,
+        key: &str,
+        lease: &Lease,
+        now_ms: u64,
+        reason: &str,
+    ) -> Result<(), StoreError> {
+        self.calls.fetch_add(1, Ordering::SeqCst);
+        self.inner.reject(key, lease, now_ms, reason).await
+    }
 }
 
 /// Any store, with random faults: store errors on `begin` and `complete`, and a `complete` that
@@ -182,5 +193,15 @@ impl<S: IdempotencyStore> IdempotencyStore for FaultyStore<S> {
 
     async fn release(&self, key: &str, lease: &Lease) -> Result<(), StoreError> {
         self.inner.release(key, lease).await
+    }
+
+    async fn reject(
+        &self,
+        key: &str,
+        lease: &Lease,
+        now_ms: u64,
+        reason: &str,
+    ) -> Result<(), StoreError> {
+        self.inner.reject(key, lease, now_ms, reason).await
     }
 }

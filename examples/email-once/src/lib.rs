@@ -242,6 +242,8 @@ impl<S: IdempotencyStore, M: Mailer, C: Clock> RecordHandler for WelcomeEmails<S
             Guarded::Busy { until_ms } => Verdict::retry("busy").with_retry_after_ms(until_ms),
             Guarded::Pending => Verdict::retry("pending"),
             Guarded::Conflict => Verdict::poison("key_conflict"),
+            // The mailer's refusals are not recorded as final ([`GuardedWork::refusal`]).
+            Guarded::Rejected => Verdict::poison("rejected"),
             Guarded::Failed {
                 error: error @ MailError::Rejected(_),
                 ..

@@ -19,6 +19,7 @@ use aws_sdk_sqs::types::{
 use local_esm::LocalError;
 pub use local_esm::queues::{Depth, Queue, dead_letter_queue, depth, resolve};
 use process_orders::order::order_id_hint;
+use sqs_batch::dead_letter::{FAILURE_ATTRIBUTE, Failure};
 
 /// One DLQ message, looked at without being consumed.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -31,6 +32,9 @@ pub struct Peeked {
     /// The order id when the body names one (even if the order itself is invalid).
     pub order_id: Option<String>,
     pub group_id: Option<String>,
+    /// Why the function moved it, when it did (its `dead-letter-failure` attribute); `None`
+    /// for a message SQS's redrive moved after `maxReceiveCount`.
+    pub failure: Option<Failure>,
 }
 
 /// Reads up to `max` messages of `url` and makes them visible again at once. Each look counts
@@ -48,6 +52,7 @@ pub async fn inspect(sqs: &Client, url: &str, max: usize) -> Result<Vec<Peeked>,
             .visibility_timeout(30)
             .wait_time_seconds(1)
             .message_system_attribute_names(MessageSystemAttributeName::All)
+            .message_attribute_names(FAILURE_ATTRIBUTE)
             .send()
             .await
             .map_err(|e| LocalError::aws("receive from the DLQ", e))?;
@@ -71,6 +76,11 @@ pub async fn inspect(sqs: &Client, url: &str, max: usize) -> Result<Vec<Peeked>,
                 body_len: body.len(),
                 order_id: order_id_hint(body),
                 group_id: attribute(MessageSystemAttributeName::MessageGroupId),
+                failure: m
+                    .message_attributes()
+                    .and_then(|a| a.get(FAILURE_ATTRIBUTE))
+                    .and_then(|v| v.string_value())
+                    .and_then(|json| serde_json::from_str(json).ok()),
             });
             if let Some(handle) = m.receipt_handle() {
                 handles.push(handle.to_owned());

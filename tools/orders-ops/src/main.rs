@@ -29,6 +29,7 @@ const EXAMPLES: &str = "Examples:
   orders-ops depth --queue orders --profile prod --region eu-west-1
   orders-ops inspect --queue orders.fifo --max 20 --json
   orders-ops redrive --queue orders --rate 5
+  orders-ops clear-decline --table orders-idempotency --order-id o-123
   orders-ops depth --queue orders --endpoint http://127.0.0.1:5000   (moto)";
 
 /// Which account the commands touch. Every one of these is checked: a misspelled flag stops the
@@ -88,6 +89,26 @@ enum Command {
         /// Messages a second (SQS's move task takes at most 500).
         #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u16).range(1..=500))]
         rate: u16,
+        /// Do not ask for confirmation.
+        #[arg(long)]
+        yes: bool,
+    },
+    /// Lets a declined order be charged again: removes the decline its idempotency item records,
+    /// after a confirmation. Only for a decline a person knows no longer holds (the card was
+    /// updated); then redrive or resend the order.
+    #[command(after_help = "Examples:
+  orders-ops clear-decline --table orders-idempotency --order-id o-123
+  orders-ops clear-decline --table orders-idempotency --order-id o-123 --key-prefix 'orders#' --yes")]
+    ClearDecline {
+        /// The idempotency table (the stack's IdempotencyTableName output).
+        #[arg(long)]
+        table: String,
+        /// The declined order's id.
+        #[arg(long)]
+        order_id: String,
+        /// IDEMPOTENCY_KEY_PREFIX, if the function sets one.
+        #[arg(long, default_value = "")]
+        key_prefix: String,
         /// Do not ask for confirmation.
         #[arg(long)]
         yes: bool,
@@ -213,6 +234,46 @@ async fn run(cli: Cli) -> Result<(), String> {
                 move_task(&sqs, &dlq, &source, i32::from(rate)).await
             }
         }
+        Command::ClearDecline {
+            table,
+            order_id,
+            key_prefix,
+            yes,
+        } => {
+            // Say where before anything changes: the table, the account's region, the endpoint.
+            println!(
+                "Table {table} (region {}), endpoint {}{}: clear the recorded decline of order \
+                 {order_id}, so its next delivery is charged.",
+                sdk.region().map_or("unknown", |r| r.as_ref()),
+                sdk.endpoint_url()
+                    .unwrap_or("the AWS SDK's default for the region"),
+                cli.target
+                    .profile
+                    .as_deref()
+                    .map(|p| format!(", profile {p}"))
+                    .unwrap_or_default()
+            );
+            if !yes && !confirm()? {
+                return Err("not confirmed; nothing changed".into());
+            }
+            let store = idempotency::DynamoDbStore::new(
+                aws_sdk_dynamodb::Client::new(&sdk),
+                table,
+                std::time::Duration::ZERO,
+            )
+            .with_key_prefix(key_prefix);
+            match store.clear_rejected(&order_id).await {
+                Ok(Some(reason)) => {
+                    println!("cleared the decline of {order_id} ({reason}); redrive or resend it");
+                    Ok(())
+                }
+                Ok(None) => Err(format!(
+                    "order {order_id} has no recorded decline (absent, charged, or in progress): \
+                     nothing changed"
+                )),
+                Err(e) => Err(lambda_kit::error_chain(&e)),
+            }
+        }
         Command::Send {
             queue,
             file,
@@ -326,6 +387,11 @@ async fn inspect(sqs: &Client, source: &Queue, max: usize, json: bool) -> Result
                     "first_received": p.first_receive_ms.map(utc),
                     "sent_ms": p.sent_ms, "sent": p.sent_ms.map(utc),
                     "body_bytes": p.body_len, "group_id": p.group_id, "order_id": p.order_id,
+                    "reason": p.failure.as_ref().map(|f| f.reason.as_str()),
+                    "detail": p.failure.as_ref().and_then(|f| f.detail.as_deref()),
+                    "moved_ms": p.failure.as_ref().map(|f| f.last_failure_ms),
+                    "moved": p.failure.as_ref().map(|f| utc(f.last_failure_ms)),
+                    "moved_by": p.failure.as_ref().map(|f| f.moved_by.as_str()),
                 })
             );
         }
@@ -337,19 +403,22 @@ async fn inspect(sqs: &Client, source: &Queue, max: usize, json: bool) -> Result
         dlq.name()
     );
     println!(
-        "| message id | receives | first received (UTC) | sent (UTC) | body bytes | group | order id |\n|---|---|---|---|---|---|---|"
+        "| message id | receives | first received (UTC) | sent (UTC) | body bytes | group | order id | reason | moved (UTC) |\n|---|---|---|---|---|---|---|---|---|"
     );
     let show = |v: Option<String>| v.unwrap_or_else(|| "-".into());
     for p in peeked {
+        // A message SQS's redrive moved has no reason: it kept failing past the retry schedule.
         println!(
-            "| {} | {} | {} | {} | {} | {} | {} |",
+            "| {} | {} | {} | {} | {} | {} | {} | {} | {} |",
             p.message_id,
             show(p.receive_count.map(|n| n.to_string())),
             show(p.first_receive_ms.map(utc)),
             show(p.sent_ms.map(utc)),
             p.body_len,
             show(p.group_id),
-            show(p.order_id)
+            show(p.order_id),
+            show(p.failure.as_ref().map(|f| f.reason.clone())),
+            show(p.failure.as_ref().map(|f| utc(f.last_failure_ms)))
         );
     }
     Ok(())

@@ -137,6 +137,41 @@ pub async fn done_is_remembered_for_the_retention_then_forgotten<S: IdempotencyS
     assert_eq!(prior, None);
 }
 
+/// Contract: a rejected key refuses its payload for the retention (another payload is a
+/// conflict), only the holder may reject, and past its TTL the key is fresh.
+pub async fn a_rejected_key_is_refused_until_it_expires<S: IdempotencyStore>(store: S) {
+    let lease = started(&store, &claim("k", t0())).await;
+    let intruder = Lease {
+        token: crate::LeaseToken::new(),
+        until_ms: lease.until_ms,
+    };
+    assert!(matches!(
+        store.reject("k", &intruder, t0(), "declined").await,
+        Err(StoreError::LeaseLost)
+    ));
+    store
+        .reject("k", &lease, t0() + 10, "card declined")
+        .await
+        .expect("reject");
+    let retention_ms = RETENTION.as_millis() as u64;
+    let again = store
+        .begin(&claim("k", t0() + retention_ms - 1_000))
+        .await
+        .expect("begin");
+    assert_eq!(again, Begin::Rejected);
+    let other = ClaimRequest {
+        fingerprint: Fingerprint(9),
+        ..claim("k", t0() + 20)
+    };
+    assert_eq!(store.begin(&other).await.expect("begin"), Begin::Conflict);
+    let fresh = claim("k", t0() + retention_ms + 1_000);
+    let (_, prior) = started_after(&store, &fresh).await;
+    assert_eq!(
+        prior, None,
+        "a refusal is no earlier attempt whose effect may exist"
+    );
+}
+
 /// Contract: expired lease is taken over and fences the old holder.
 pub async fn expired_lease_is_taken_over_and_fences_the_old_holder<S: IdempotencyStore>(store: S) {
     let old = started(&store, &claim("k", t0())).await;
@@ -405,6 +440,7 @@ macro_rules! store_contract_tests {
             only_the_holder_may_release_or_complete,
             completing_a_released_key_fails,
             a_done_key_cannot_be_released,
+            a_rejected_key_is_refused_until_it_expires,
             keys_are_independent,
         );
     };

@@ -333,6 +333,16 @@ impl IdempotencyStore for CrashOnComplete {
     ) -> impl Future<Output = Result<(), StoreError>> + Send {
         self.0.release(key, lease)
     }
+
+    fn reject(
+        &self,
+        key: &str,
+        lease: &Lease,
+        now_ms: u64,
+        reason: &str,
+    ) -> impl Future<Output = Result<(), StoreError>> + Send {
+        self.0.reject(key, lease, now_ms, reason)
+    }
 }
 
 /// Charge succeeds, `complete` never happens, the lease runs out: the retry looks the key up,

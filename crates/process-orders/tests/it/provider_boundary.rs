@@ -362,3 +362,37 @@ async fn items_written_before_exact_amounts_still_match_their_order() {
     assert_eq!(outcome(&statuses[1]), (Outcome::Poison, "conflict"));
     assert_eq!(stub.all_requests(), 0);
 }
+
+/// A decline is final: the provider is asked once, and neither a redelivery nor a redrive days
+/// later sends the declined card again (card networks penalise retried declines). Each delivery
+/// is POISON `payment_rejected`. Once a person clears the decline (the card was updated), the
+/// next delivery charges.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_declined_order_is_sent_to_the_provider_once() {
+    let clock = ManualClock::at(T0);
+    let stub = PaymentStub::start_with_clock(Arc::new(clock.clone())).await;
+    stub.set_key_window(Some(std::time::Duration::from_millis(DAY_MS)));
+    stub.set("o-1", Behaviour::Decline);
+    let app = app(&stub, &clock, None);
+    let json = event(&[("m1", "o-1", 10.0)], 1);
+    for _ in 0..2 {
+        let (failed, statuses) = invoke(&app, &json).await;
+        assert_eq!(failed, ["m1"]);
+        assert_eq!(outcome(&statuses[0]), (Outcome::Poison, "payment_rejected"));
+    }
+    // A redrive three days later, past the provider's key window.
+    clock.advance_ms(3 * DAY_MS);
+    let (_, statuses) = invoke(&app, &json).await;
+    assert_eq!(outcome(&statuses[0]), (Outcome::Poison, "payment_rejected"));
+    assert_eq!(stub.requests("o-1"), 1, "the declined card was sent again");
+
+    stub.set("o-1", Behaviour::Normal);
+    assert!(
+        app.ports().store.clear_rejected("o-1"),
+        "the decline was recorded"
+    );
+    let (failed, statuses) = invoke(&app, &json).await;
+    assert!(failed.is_empty(), "{statuses:?}");
+    assert_eq!(outcome(&statuses[0]), (Outcome::Ack, "charged"));
+    assert_eq!(stub.charges("o-1"), 1);
+}

@@ -76,18 +76,18 @@ fn every_command_has_help_with_examples() {
     let top = ops(&["--help"], "");
     assert!(top.status.success());
     let text = String::from_utf8_lossy(&top.stdout);
-    for command in ["depth", "inspect", "redrive", "send"] {
+    for command in ["depth", "inspect", "redrive", "clear-decline", "send"] {
         assert!(text.contains(command), "{command} missing in:\n{text}");
         let help = ops(&[command, "--help"], "");
         assert!(help.status.success(), "{command}");
         let text = String::from_utf8_lossy(&help.stdout);
-        for needle in [
-            "Examples:",
-            "--queue",
-            "--endpoint",
-            "--region",
-            "--profile",
-        ] {
+        // Each command names what it acts on: a queue, or the idempotency table.
+        let subject = if command == "clear-decline" {
+            "--table"
+        } else {
+            "--queue"
+        };
+        for needle in ["Examples:", subject, "--endpoint", "--region", "--profile"] {
             assert!(
                 text.contains(needle),
                 "{command} --help lacks {needle}:\n{text}"
@@ -156,4 +156,100 @@ async fn a_redrive_names_the_account_and_endpoint_before_it_asks() {
     assert!(stdout.find("Account").expect("named") < asked, "{stdout}");
     assert!(!output.status.success());
     assert!(stderr(&output).contains("not confirmed; nothing moved"));
+}
+
+/// A decline recorded in the idempotency table is cleared only after the tool has named the
+/// table and endpoint and a person typed yes; then the order's next claim is fresh. An order
+/// without a recorded decline is left alone, with an error.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn clear_decline_asks_first_and_then_lets_the_order_be_charged() {
+    use idempotency::testkit::{RETENTION, claim, t0};
+    use idempotency::{Begin, DynamoDbStore, IdempotencyStore};
+    let endpoint = moto_endpoint();
+    let dynamodb = aws_sdk_dynamodb::Client::new(&sdk_config(&endpoint));
+    let table = format!("clear-decline-{}", std::process::id());
+    idempotency::dynamodb::create_table(&dynamodb, &table)
+        .await
+        .expect("table");
+    let store = DynamoDbStore::new(dynamodb, &table, RETENTION);
+    let Ok(Begin::Started { lease, .. }) = store.begin(&claim("o-1", t0())).await else {
+        panic!("claimed");
+    };
+    store
+        .reject(
+            "o-1",
+            &lease,
+            t0(),
+            "payment declined (HTTP 402): card declined",
+        )
+        .await
+        .expect("rejected");
+    let args = [
+        "clear-decline",
+        "--table",
+        &table,
+        "--order-id",
+        "o-1",
+        "--endpoint",
+        &endpoint,
+    ];
+
+    let refused = tokio::task::spawn_blocking({
+        let args: Vec<String> = args.iter().map(|a| (*a).to_owned()).collect();
+        move || ops(&args.iter().map(String::as_str).collect::<Vec<_>>(), "no\n")
+    })
+    .await
+    .expect("run");
+    assert!(!refused.status.success());
+    let stdout = String::from_utf8_lossy(&refused.stdout);
+    assert!(
+        stdout.contains(&table) && stdout.contains(&endpoint),
+        "{stdout}"
+    );
+    assert!(
+        stderr(&refused).contains("not confirmed"),
+        "{}",
+        stderr(&refused)
+    );
+    assert_eq!(
+        store.begin(&claim("o-1", t0() + 1)).await.expect("begin"),
+        Begin::Rejected
+    );
+
+    let cleared = tokio::task::spawn_blocking({
+        let args: Vec<String> = args.iter().map(|a| (*a).to_owned()).collect();
+        move || {
+            ops(
+                &args.iter().map(String::as_str).collect::<Vec<_>>(),
+                "yes\n",
+            )
+        }
+    })
+    .await
+    .expect("run");
+    let stdout = String::from_utf8_lossy(&cleared.stdout);
+    assert!(cleared.status.success(), "{stdout} {}", stderr(&cleared));
+    assert!(stdout.contains("card declined"), "{stdout}");
+    assert!(matches!(
+        store.begin(&claim("o-1", t0() + 2)).await.expect("begin"),
+        Begin::Started { prior: None, .. }
+    ));
+
+    let nothing = tokio::task::spawn_blocking({
+        let args: Vec<String> = args.iter().map(|a| (*a).to_owned()).collect();
+        move || {
+            ops(
+                &args.iter().map(String::as_str).collect::<Vec<_>>(),
+                "yes\n",
+            )
+        }
+    })
+    .await
+    .expect("run");
+    assert!(!nothing.status.success());
+    assert!(
+        stderr(&nothing).contains("no recorded decline"),
+        "{}",
+        stderr(&nothing)
+    );
 }

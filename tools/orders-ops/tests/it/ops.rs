@@ -120,9 +120,28 @@ async fn depth_counts_visible_in_flight_and_delayed_messages_of_queue_and_dlq() 
 async fn inspect_reads_dlq_messages_without_consuming_them() {
     let (sqs, queue, _) = pair("inspect", false).await;
     let mut bodies = fill_dlq(&sqs, &queue, 12).await;
+    // A poison message as the function moves it: with why, in its failure attribute.
+    let failure = sqs_batch::dead_letter::Failure {
+        reason: "invalid_body".into(),
+        detail: Some("the body is not valid JSON (line 1, column 2)".into()),
+        key: None,
+        source_queue_arn: queue.arn.clone(),
+        receive_count: Some(1),
+        first_failure_ms: Some(1_767_225_600_000),
+        last_failure_ms: 1_767_225_600_500,
+        moved_by: "process-orders:3".into(),
+    };
     sqs.send_message()
         .queue_url(&queue.dlq_url)
         .message_body("not json")
+        .message_attributes(
+            sqs_batch::dead_letter::FAILURE_ATTRIBUTE,
+            aws_sdk_sqs::types::MessageAttributeValue::builder()
+                .data_type("String")
+                .string_value(serde_json::to_string(&failure).expect("JSON"))
+                .build()
+                .expect("attribute"),
+        )
         .send()
         .await
         .expect("send");
@@ -150,6 +169,9 @@ async fn inspect_reads_dlq_messages_without_consuming_them() {
             .iter()
             .any(|p| p.body_len == "not json".len() && p.order_id.is_none())
     );
+    // The moved one says why; the others (moved by SQS's redrive) have no reason.
+    let moved: Vec<_> = peeked.iter().filter_map(|p| p.failure.as_ref()).collect();
+    assert_eq!(moved, [&failure]);
 
     // Visible again at once: all of them can be received right away. Nothing else receives, so
     // the counts are exact here.
