@@ -1,0 +1,197 @@
+//! An outage is not an incident, on the local loop (moto's SQS with a redrive policy, the local
+//! event source mapping, the function with its visibility backoff), time scaled down: a
+//! dependency is down for 80% of the time the retry schedule guarantees a failing record stays
+//! in its queue, then comes back. Every valid order is charged exactly once and none reaches the
+//! DLQ: first with the payment provider down, then with DynamoDB down.
+//!
+//! The scale: the template ships base 5 s, cap 900 s and 200 receives (at least 24.2 h). SQS
+//! counts visibility in whole seconds, so the test cannot divide those evenly; it keeps the
+//! shape instead: base 1 s and cap 2 s give floors of 0, 1, 1, 1, ... seconds, so
+//! `MAX_RECEIVE_COUNT` receives guarantee `MAX_RECEIVE_COUNT - 1` seconds, and the outage lasts
+//! 80% of that.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use idempotency::{DynamoDbStore, IdempotencyStore, MemoryStore};
+use lambda_kit::clock::SystemClock;
+use local_esm::esm::{self, EsmSettings};
+use local_esm::sdk_config;
+use local_esm::send::Outgoing;
+use local_esm::setup::{self, QueuePair, QueueSettings};
+use process_orders::app::App;
+use process_orders::config::Config;
+use process_orders::payment::HttpGateway;
+use process_orders::payment::http::HttpSettings;
+use sqs_batch::Backoff;
+use sqs_batch::backoff::BackoffPolicy;
+use sqs_batch::visibility::SqsVisibility;
+use test_support::dynamo::{Dynoxide, moto_endpoint, unique_table};
+use test_support::payment_stub::{Behaviour, PaymentStub};
+
+const ORDERS: usize = 20;
+const MAX_RECEIVE_COUNT: u32 = 16;
+const POLICY: BackoffPolicy = BackoffPolicy {
+    base_s: 1,
+    cap_s: 2,
+};
+
+/// 80% of what the schedule guarantees.
+fn outage() -> Duration {
+    let survival_ms = POLICY.guaranteed_survival_s(MAX_RECEIVE_COUNT) * 1_000;
+    assert_eq!(survival_ms, 15_000, "MAX_RECEIVE_COUNT - 1 seconds");
+    Duration::from_millis(survival_ms * 4 / 5)
+}
+
+async fn queue(name: &str) -> (aws_sdk_sqs::Client, QueuePair) {
+    let sqs = aws_sdk_sqs::Client::new(&sdk_config(&moto_endpoint()));
+    let settings = QueueSettings {
+        visibility_timeout_s: 6,
+        max_receive_count: MAX_RECEIVE_COUNT,
+    };
+    let queue = setup::queue_pair(
+        &sqs,
+        &format!("{name}-{}", std::process::id()),
+        false,
+        settings,
+    )
+    .await
+    .expect("queues");
+    let orders: Vec<Outgoing> = (0..ORDERS)
+        .map(|n| Outgoing {
+            body: serde_json::json!({ "order_id": format!("{name}-{n}"), "amount": 10 })
+                .to_string(),
+            order_id: Some(format!("{name}-{n}")),
+            group: String::new(),
+        })
+        .collect();
+    local_esm::send::send(&sqs, &queue, &orders)
+        .await
+        .expect("send");
+    (sqs, queue)
+}
+
+/// The function with the provider stub and `store`, its schedule as [`POLICY`], the start-up
+/// check of the survival on.
+fn app<S: IdempotencyStore>(
+    sqs: &aws_sdk_sqs::Client,
+    stub: &PaymentStub,
+    store: S,
+) -> App<S, HttpGateway, SystemClock> {
+    let config = Config::from_lookup(|k| {
+        Some(
+            match k {
+                "METRICS_ENABLED" => "false",
+                "DEADLINE_MARGIN_MS" => "1000",
+                "IDEMPOTENCY_LEASE_MARGIN_MS" => "1000",
+                "VISIBILITY_BACKOFF" => "true",
+                "AWS_REGION" => "us-east-1",
+                "BACKOFF_BASE_SECONDS" => "1",
+                "BACKOFF_CAP_SECONDS" => "2",
+                "MAX_RECEIVE_COUNT" => "16",
+                // 15 s of the 16 receives, scaled from the template's 24 hours.
+                "RETRY_SURVIVAL_HOURS" => "0",
+                _ => return None,
+            }
+            .to_owned(),
+        )
+    })
+    .expect("config");
+    assert_eq!(config.backoff, Some(POLICY));
+    let gateway = HttpGateway::new(&HttpSettings {
+        base_url: stub.url().parse().expect("url"),
+        api_key: process_orders::payment::KeySetting::None,
+        connect_timeout: Duration::from_millis(500),
+        timeout: Duration::from_secs(1),
+    })
+    .expect("gateway");
+    App::with_ports(&config, store, gateway, SystemClock).with_backoff(Some(Backoff {
+        port: SqsVisibility::new(sqs.clone()),
+        policy: POLICY,
+    }))
+}
+
+const ESM: EsmSettings = EsmSettings {
+    batch_size: 10,
+    batching_window: Duration::from_millis(100),
+    concurrency: 2,
+    function_timeout: Duration::from_secs(5),
+    // The longest a message stays away: the queue's 6 s visibility (a failed visibility change),
+    // then a second more.
+    drained_after: Duration::from_secs(8),
+    max_run: Duration::from_secs(120),
+};
+
+/// Every order charged once, the queue drained, the DLQ empty.
+async fn assert_survived(
+    name: &str,
+    sqs: &aws_sdk_sqs::Client,
+    queue: &QueuePair,
+    stub: &PaymentStub,
+    stats: &esm::EsmStats,
+) {
+    assert!(stats.drained, "{name}: not drained: {stats:?}");
+    for n in 0..ORDERS {
+        assert_eq!(
+            stub.charges(&format!("{name}-{n}")),
+            1,
+            "{name}-{n}: {stats:?}"
+        );
+    }
+    let dlq = sqs
+        .receive_message()
+        .queue_url(&queue.dlq_url)
+        .max_number_of_messages(10)
+        .send()
+        .await
+        .expect("receive the DLQ");
+    assert!(
+        dlq.messages().is_empty(),
+        "{name}: valid orders in the DLQ after an outage shorter than the schedule"
+    );
+    eprintln!("{name}: {stats:?}");
+}
+
+/// The provider answers 503 and its look-up is down for 12 s (80% of the 15 s guaranteed),
+/// then comes back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_provider_outage_shorter_than_the_schedule_loses_no_order() {
+    let (sqs, queue) = queue("down-pay").await;
+    let stub = PaymentStub::start().await;
+    stub.set_default(Behaviour::Status(503));
+    stub.set_lookup_available(false);
+    let app = Arc::new(app(
+        &sqs,
+        &stub,
+        MemoryStore::new(Duration::from_secs(86_400)),
+    ));
+    let run = tokio::spawn(esm::run(sqs.clone(), queue.clone(), app, ESM));
+    tokio::time::sleep(outage()).await;
+    assert!(stub.answered(503) >= ORDERS, "the outage was felt");
+    stub.set_default(Behaviour::Normal);
+    stub.set_lookup_available(true);
+    let stats = run.await.expect("run").expect("mapping");
+    assert_survived("down-pay", &sqs, &queue, &stub, &stats).await;
+}
+
+/// DynamoDB refuses connections for 12 s, then comes back with its data.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dynamodb_outage_shorter_than_the_schedule_loses_no_order() {
+    let (sqs, queue) = queue("down-ddb").await;
+    let stub = PaymentStub::start().await;
+    let mut server = Dynoxide::start().await;
+    let table = unique_table();
+    let client = server.client();
+    idempotency::dynamodb::create_table(&client, &table)
+        .await
+        .expect("table");
+    let store = DynamoDbStore::new(client, &table, Duration::from_secs(86_400));
+    server.stop().await;
+    let app = Arc::new(app(&sqs, &stub, store));
+    let run = tokio::spawn(esm::run(sqs.clone(), queue.clone(), app, ESM));
+    tokio::time::sleep(outage()).await;
+    assert_eq!(stub.all_requests(), 0, "nothing charged without the store");
+    server.restart().await;
+    let stats = run.await.expect("run").expect("mapping");
+    assert_survived("down-ddb", &sqs, &queue, &stub, &stats).await;
+}
