@@ -163,6 +163,11 @@ pub struct BatchOptions {
     /// How long past the deadline a record abandoned mid-work may still hold what it took (an
     /// idempotency lease margin): its retry is not due before then.
     pub abandoned_hold_ms: u64,
+    /// The receive from which a RETRY gives up and becomes POISON `retries_exhausted` (with its
+    /// reason in the detail): one before the queue's `maxReceiveCount`, so the record leaves
+    /// alone, with its reason, instead of SQS's redrive moving it at the next receive together
+    /// with the FIFO records behind it, which ride the same receive counts. `None`: never.
+    pub give_up_at_receive: Option<u32>,
 }
 
 /// The least `DEADLINE_MARGIN_MS` may be: below it a record can run into the deadline.
@@ -182,11 +187,14 @@ impl BatchOptions {
         };
         let deadline_margin_ms: u64 =
             env.ranged("DEADLINE_MARGIN_MS", 5_000, MIN_DEADLINE_MARGIN_MS, 900_000)?;
+        // The queue's maxReceiveCount, when the deployment states it (0: unknown).
+        let max_receive_count: u32 = env.ranged("MAX_RECEIVE_COUNT", 0, 0, 1_000)?;
         Ok(Self {
             max_concurrency: NonZeroUsize::new(max_concurrency).unwrap_or(NonZeroUsize::MIN),
             fifo_scope,
             deadline_margin_ms,
             abandoned_hold_ms: deadline_margin_ms,
+            give_up_at_receive: (max_receive_count >= 2).then(|| max_receive_count - 1),
         })
     }
 }
@@ -198,6 +206,7 @@ impl Default for BatchOptions {
             fifo_scope: FifoScope::Batch,
             deadline_margin_ms: 5_000,
             abandoned_hold_ms: 5_000,
+            give_up_at_receive: None,
         }
     }
 }
@@ -424,7 +433,33 @@ impl<H: RecordHandler, C: Clock> BatchProcessor<H, C> {
                     "still running when the invocation's time was nearly up: abandoned and reported",
                 ),
         };
-        RecordStatus::Handled(verdict)
+        RecordStatus::Handled(self.give_up_if_exhausted(verdict, message.receive_count))
+    }
+
+    /// A RETRY at or past [`BatchOptions::give_up_at_receive`] becomes POISON
+    /// `retries_exhausted`: it has outlived its retry schedule, and only a person can settle it.
+    fn give_up_if_exhausted(&self, verdict: Verdict, receive_count: Option<u32>) -> Verdict {
+        match (self.options.give_up_at_receive, receive_count) {
+            (Some(last), Some(n)) if n >= last && verdict.outcome == Outcome::Retry => {
+                let detail = format!(
+                    "{} at receive {n}, the last before the queue's redrive{}",
+                    verdict.reason,
+                    verdict
+                        .detail
+                        .as_deref()
+                        .map(|d| format!(": {d}"))
+                        .unwrap_or_default()
+                );
+                Verdict {
+                    outcome: Outcome::Poison,
+                    reason: "retries_exhausted",
+                    detail: Some(detail.into()),
+                    retry_after_ms: None,
+                    ..verdict
+                }
+            }
+            _ => verdict,
+        }
     }
 
     // The two concurrent modes below feed `FuturesUnordered` from plain loops,
@@ -765,6 +800,57 @@ mod tests {
         let (failed, started) = run(FifoScope::Group, QueueKind::Fifo, &specs).await;
         assert_eq!(failed, ["a", "c", "d"]);
         assert_eq!(started, ["a", "b", "c"]);
+    }
+
+    /// A RETRY at the last receive before the queue's redrive gives up: POISON
+    /// `retries_exhausted` with its reason, so in group scope it no longer holds its group and
+    /// the records behind it (which ride the same receive counts) run now; a RETRY before that
+    /// receive is still RETRY and holds its group.
+    #[tokio::test]
+    async fn a_retry_at_its_last_receive_gives_up_alone_and_its_group_goes_on() {
+        let clock = ManualClock::at(0);
+        let mut p = processor(FifoScope::Group, &clock);
+        p.options.give_up_at_receive = Some(199);
+        let specs = [
+            ("a", Some("g1"), "retry", 199),
+            ("b", Some("g1"), "ack", 199),
+            ("c", Some("g2"), "retry", 198),
+            ("d", Some("g2"), "ack", 198),
+        ];
+        let messages: Vec<Message<'_>> = specs
+            .iter()
+            .map(|(id, group, body, receives)| Message {
+                group_id: *group,
+                receive_count: Some(*receives),
+                ..Message::new(id, body)
+            })
+            .collect();
+        let report = p.process(&messages, QueueKind::Fifo, 60_000).await;
+        let failed: Vec<_> = report.failed_ids(&messages).collect();
+        assert_eq!(failed, ["a", "c", "d"]);
+        match &report.statuses[0] {
+            RecordStatus::Handled(v) => {
+                assert_eq!(
+                    (v.outcome, v.reason),
+                    (Outcome::Poison, "retries_exhausted")
+                );
+                assert!(
+                    v.detail
+                        .as_deref()
+                        .is_some_and(|d| d.starts_with("transient at receive 199"))
+                );
+            }
+            other => panic!("{other:?}"),
+        }
+        assert!(
+            report.statuses[1].is_ack(),
+            "b ran behind the given-up record"
+        );
+        assert_eq!(report.statuses[2].outcome(), Outcome::Retry);
+        assert!(matches!(
+            report.statuses[3],
+            RecordStatus::SkippedAfter { culprit: 2 }
+        ));
     }
 
     #[tokio::test]

@@ -69,6 +69,7 @@ fn run(specs: &[Spec], kind: QueueKind, scope: FifoScope, concurrency: usize) ->
         fifo_scope: scope,
         deadline_margin_ms: 0,
         abandoned_hold_ms: 0,
+        give_up_at_receive: None,
     };
     let processor = BatchProcessor::new(Scripted::default(), ManualClock::at(0), options);
     let runtime = tokio::runtime::Builder::new_current_thread()

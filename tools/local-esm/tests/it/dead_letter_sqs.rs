@@ -202,3 +202,129 @@ async fn a_move_that_fails_leaves_the_record_retry() {
     assert_eq!(report.counts().moved, 0);
     assert_eq!(report.statuses[0].outcome(), sqs_batch::Outcome::Retry);
 }
+
+/// FIFO: a record that only a person can settle does not drag its group. The group's head is
+/// an order whose earlier charge may exist from two days ago, which the provider's look-up no
+/// longer knows (`needs_reconciliation`); behind it in the same group, two valid orders. On the
+/// local event source mapping the head goes to the DLQ alone, with its reason, and both
+/// followers are charged.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fifo_record_only_a_person_can_settle_leaves_alone_and_its_group_goes_on() {
+    use idempotency::{Begin, ClaimRequest, IdempotencyStore};
+    use local_esm::esm::{self, EsmSettings};
+    use local_esm::send::Outgoing;
+    use process_orders::money::Currency;
+    use process_orders::order::decode_order;
+    use process_orders::payment::HttpGateway;
+    use process_orders::payment::http::HttpSettings;
+    use std::sync::Arc;
+    use std::time::Duration;
+    use test_support::payment_stub::PaymentStub;
+
+    let endpoint = moto_endpoint();
+    // The mapping's client: its receives long-poll, past the function's SQS bounds.
+    let client = Client::new(&local_esm::sdk_config(&endpoint));
+    let settings = QueueSettings {
+        visibility_timeout_s: 6,
+        max_receive_count: 5,
+    };
+    let queues = queue_pair(
+        &client,
+        &format!("dl-group-{}", std::process::id()),
+        true,
+        settings,
+    )
+    .await
+    .expect("queues");
+    let body = |id: &str| json!({ "order_id": id, "amount": 10 }).to_string();
+    let sent: Vec<Outgoing> = ["c-1", "f-1", "f-2"]
+        .iter()
+        .map(|id| Outgoing {
+            body: body(id),
+            order_id: Some((*id).to_owned()),
+            group: "g1".to_owned(),
+        })
+        .collect();
+    local_esm::send::send(&client, &queues, &sent)
+        .await
+        .expect("send");
+
+    // Two days ago an attempt at c-1 ended without an answer; the provider has forgotten it.
+    let config = Config::from_lookup(|k| match k {
+        "METRICS_ENABLED" => Some("false".into()),
+        "FIFO_SCOPE" => Some("group".into()),
+        "DEADLINE_MARGIN_MS" => Some("1000".into()),
+        _ => None,
+    })
+    .expect("config");
+    let store = MemoryStore::new(config.store.retention);
+    let two_days_ago = lambda_kit::Clock::now_ms(&SystemClock) - 2 * 86_400_000;
+    let culprit = body("c-1");
+    let Ok(Begin::Started { lease, .. }) = store
+        .begin(&ClaimRequest {
+            key: "c-1",
+            fingerprint: decode_order(&culprit, Currency::EUR)
+                .expect("order")
+                .fingerprint(),
+            now_ms: two_days_ago,
+            lease_until_ms: two_days_ago + 1_000,
+            message_id: "m-earlier",
+        })
+        .await
+    else {
+        panic!("claimed");
+    };
+    store
+        .mark_attempted("c-1", &lease, two_days_ago)
+        .await
+        .expect("attempted");
+    let stub = PaymentStub::start().await;
+    let gateway = HttpGateway::new(&HttpSettings {
+        base_url: stub.url().parse().expect("url"),
+        api_key: process_orders::payment::KeySetting::None,
+        connect_timeout: Duration::from_millis(500),
+        timeout: Duration::from_secs(1),
+    })
+    .expect("gateway");
+    let app = App::with_ports(&config, store, gateway, SystemClock).with_dead_letters(Some(
+        sqs_dead_letters(local_esm::sdk_config(&endpoint), "orders-fn:7".to_owned()),
+    ));
+    let esm_settings = EsmSettings {
+        batch_size: 10,
+        batching_window: Duration::from_millis(100),
+        concurrency: 1,
+        function_timeout: Duration::from_secs(5),
+        drained_after: Duration::from_secs(8),
+        max_run: Duration::from_secs(60),
+    };
+    let stats = esm::run(client.clone(), queues.clone(), Arc::new(app), esm_settings)
+        .await
+        .expect("mapping");
+    assert!(stats.drained, "{stats:?}");
+    assert_eq!(stub.charges("f-1"), 1, "{stats:?}");
+    assert_eq!(stub.charges("f-2"), 1, "{stats:?}");
+    assert_eq!(stub.requests("c-1"), 0, "never charged blindly");
+    assert_eq!(stub.charge_order(), ["f-1", "f-2"]);
+
+    let out = client
+        .receive_message()
+        .queue_url(&queues.dlq_url)
+        .max_number_of_messages(10)
+        .message_attribute_names("All")
+        .send()
+        .await
+        .expect("receive the DLQ");
+    let moved = out.messages();
+    assert_eq!(moved.len(), 1, "the culprit alone");
+    assert_eq!(moved[0].body(), Some(culprit.as_str()));
+    let failure: Failure = serde_json::from_str(
+        moved[0]
+            .message_attributes()
+            .and_then(|a| a.get(FAILURE_ATTRIBUTE))
+            .and_then(|v| v.string_value())
+            .expect("the failure"),
+    )
+    .expect("failure JSON");
+    assert_eq!(failure.reason, "needs_reconciliation");
+    assert_eq!(failure.receive_count, Some(1));
+}
