@@ -14,6 +14,7 @@ mod order_handler;
 mod payment_http;
 mod properties;
 mod provider_boundary;
+mod schedule;
 mod secret_key;
 mod store;
 mod template;
