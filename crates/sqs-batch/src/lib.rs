@@ -72,6 +72,8 @@ pub mod backoff;
 pub mod dead_letter;
 pub mod edge;
 pub mod processor;
+#[cfg(any(feature = "visibility", feature = "dead-letter"))]
+mod sqs_entries;
 #[cfg(feature = "testkit")]
 pub mod testkit;
 pub mod visibility;

@@ -185,22 +185,12 @@ impl super::DeadLetterPort for SqsDeadLetters {
             .send()
             .await;
         match result {
-            Ok(output) => output
-                .failed()
-                .iter()
-                .map(|failed| MoveFailure {
-                    message_id: failed
-                        .id()
-                        .parse::<usize>()
-                        .ok()
-                        .and_then(|i| moves.get(i))
-                        .map_or_else(
-                            || failed.id().to_owned(),
-                            |one| one.message.message_id.to_owned(),
-                        ),
-                    reason: format!("{}: {}", failed.code(), failed.message().unwrap_or("")),
-                })
-                .collect(),
+            Ok(output) => crate::sqs_entries::failed_entries(output.failed(), |i| {
+                moves.get(i).map(|one| one.message.message_id)
+            })
+            .into_iter()
+            .map(|(message_id, reason)| MoveFailure { message_id, reason })
+            .collect(),
             Err(error) => fail_all(lambda_kit::error_chain(&error)),
         }
     }

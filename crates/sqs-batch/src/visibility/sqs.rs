@@ -85,19 +85,12 @@ impl VisibilityPort for SqsVisibility {
             .send()
             .await;
         match result {
-            Ok(output) => output
-                .failed()
-                .iter()
-                .map(|failed| ChangeFailure {
-                    message_id: failed
-                        .id()
-                        .parse::<usize>()
-                        .ok()
-                        .and_then(|i| changes.get(i))
-                        .map_or_else(|| failed.id().to_owned(), |c| c.message_id.to_owned()),
-                    reason: format!("{}: {}", failed.code(), failed.message().unwrap_or("")),
-                })
-                .collect(),
+            Ok(output) => crate::sqs_entries::failed_entries(output.failed(), |i| {
+                changes.get(i).map(|c| c.message_id)
+            })
+            .into_iter()
+            .map(|(message_id, reason)| ChangeFailure { message_id, reason })
+            .collect(),
             Err(error) => {
                 let reason = lambda_kit::error_chain(&error);
                 changes
