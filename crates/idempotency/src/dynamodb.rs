@@ -25,7 +25,7 @@ use aws_sdk_dynamodb::types::{AttributeValue, ReturnValue, ReturnValuesOnConditi
 
 use super::{
     Begin, ClaimRequest, ClaimState, Fingerprint, IdempotencyStore, Lease, LeaseToken,
-    PriorAttempt, Status, StoreError, decide, prior_attempt,
+    PriorAttempt, Status, StoreError, claimable, decide, prior_attempt,
 };
 
 /// The item schema. The table's key schema (`template.yaml`) is [`KEY`](attr::KEY) as a string hash key,
@@ -119,8 +119,13 @@ pub async fn create_table(client: &Client, name: &str) -> Result<(), CreateTable
     Ok(())
 }
 
-/// The DynamoDB actions this store calls; IAM grants exactly these on the table.
-pub const ACTIONS: &[&str] = &["dynamodb:UpdateItem", "dynamodb:DeleteItem"];
+/// The DynamoDB actions this store calls; IAM grants exactly these on the table. `GetItem` only
+/// looks up a fresh key's item written without a prefix ([`DynamoDbStore::with_unprefixed_lookup`]).
+pub const ACTIONS: &[&str] = &[
+    "dynamodb:UpdateItem",
+    "dynamodb:DeleteItem",
+    "dynamodb:GetItem",
+];
 
 const CLAIM_UPDATE: &str = "SET #status = :in_progress, #lease_token = :token, \
     #lease_until = :lease_until, #fingerprint = :fingerprint, #exp = :exp, \
@@ -149,6 +154,7 @@ pub struct DynamoDbStore {
     table: String,
     retention_s: u64,
     key_prefix: String,
+    find_unprefixed: bool,
 }
 
 impl DynamoDbStore {
@@ -159,7 +165,65 @@ impl DynamoDbStore {
             table: table.into(),
             retention_s: retention.as_secs(),
             key_prefix: String::new(),
+            find_unprefixed: false,
         }
+    }
+
+    /// With a key prefix, a claim that finds its key fresh also looks up the same key without
+    /// the prefix (`GetItem`, strongly consistent): the item a version before prefixes wrote.
+    /// Done, rejected, busy or another payload there answer the claim as they would have (the
+    /// new claim is given back); an attempt whose effect may exist there becomes this claim's
+    /// prior attempt, to be looked up before the work is done again. One read per fresh key,
+    /// for as long as such items may be kept (the retention after the upgrade).
+    pub fn with_unprefixed_lookup(mut self, on: bool) -> Self {
+        self.find_unprefixed = on;
+        self
+    }
+
+    /// What an item written without the prefix says of a claim that found its prefixed key
+    /// fresh; `None` when there is none (or it is fresh too).
+    async fn unprefixed(
+        &self,
+        request: &ClaimRequest<'_>,
+        lease: &Lease,
+    ) -> Result<Option<Begin>, StoreError> {
+        let output = self
+            .client
+            .get_item()
+            .table_name(&self.table)
+            .key(attr::KEY, s(request.key))
+            .consistent_read(true)
+            .send()
+            .await
+            .map_err(unavailable)?;
+        let Some(old) = output.item().filter(|item| item.contains_key(attr::STATUS)) else {
+            return Ok(None);
+        };
+        let old = claim_state(old)?;
+        if claimable(Some(&old), request.fingerprint, request.now_ms) {
+            return Ok(prior_attempt(Some(&old)).map(|prior| Begin::Started {
+                lease: *lease,
+                prior: Some(prior),
+            }));
+        }
+        // Answered there: the new claim is given back, so the key stays as it was.
+        self.release(request.key, lease).await?;
+        Ok(Some(decide(&old, request.fingerprint, request.now_ms)))
+    }
+
+    /// A claim that found its key fresh, unless the unprefixed item says otherwise.
+    async fn started_fresh(
+        &self,
+        request: &ClaimRequest<'_>,
+        lease: Lease,
+    ) -> Result<Begin, StoreError> {
+        if self.find_unprefixed
+            && !self.key_prefix.is_empty()
+            && let Some(begin) = self.unprefixed(request, &lease).await?
+        {
+            return Ok(begin);
+        }
+        Ok(Begin::Started { lease, prior: None })
     }
 
     /// Puts `prefix` before every key in the table, so users of a shared table never see each
@@ -403,10 +467,10 @@ impl IdempotencyStore for DynamoDbStore {
                     )
                     .await?;
                 }
-                Ok(Begin::Started {
-                    lease,
-                    prior: prior_attempt(replaced.as_ref()),
-                })
+                match prior_attempt(replaced.as_ref()) {
+                    None if replaced.is_none() => self.started_fresh(request, lease).await,
+                    prior => Ok(Begin::Started { lease, prior }),
+                }
             }
             Err(SdkError::ServiceError(e)) if e.err().is_conditional_check_failed_exception() => {
                 let UpdateItemError::ConditionalCheckFailedException(failed) = e.into_err() else {
@@ -429,10 +493,10 @@ impl IdempotencyStore for DynamoDbStore {
                     // The SDK retried a claim that DynamoDB had applied but whose answer was
                     // lost (a timeout, a reset): the item holds this very claim's token, so the
                     // key is ours, not BUSY until our own lease ends.
-                    return Ok(Begin::Started {
-                        lease,
-                        prior: own_claim_prior(&state, request.now_ms),
-                    });
+                    return match own_claim_prior(&state, request.now_ms) {
+                        None => self.started_fresh(request, lease).await,
+                        prior => Ok(Begin::Started { lease, prior }),
+                    };
                 }
                 Ok(decide(&state, request.fingerprint, request.now_ms))
             }

@@ -160,7 +160,8 @@ impl App {
                     table,
                     config.store.retention,
                 )
-                .with_key_prefix(&config.store.key_prefix),
+                .with_key_prefix(&config.store.key_prefix)
+                .with_unprefixed_lookup(config.find_unprefixed),
             ),
             _ => AnyStore::Memory(MemoryStore::new(config.store.retention)),
         };

@@ -35,10 +35,14 @@ const FUNCTION_VARIABLES: &[(&str, Option<&str>)] = &[
     ("PAYMENT_CLOCK_SKEW_MS", Some("60000")),
     ("DEFAULT_CURRENCY", Some("EUR")),
     ("MOVE_POISON_TO_DLQ", Some("false")),
+    ("IDEMPOTENCY_FIND_UNPREFIXED", Some("true")),
     ("METRICS_ENABLED", Some("true")),
     ("METRICS_NAMESPACE", Some("ProcessOrders")),
     ("POWERTOOLS_SERVICE_NAME", Some("process-orders")),
 ];
+
+/// The default `IDEMPOTENCY_KEY_PREFIX`: orders' keys apart from other users of a shared table.
+pub const ORDER_KEY_PREFIX: &str = "orders#";
 
 /// How far apart the clocks of the containers and the provider may be, by default
 /// (`PAYMENT_CLOCK_SKEW_MS`). Lambda's clocks are NTP-synchronised to milliseconds; a minute is a
@@ -146,6 +150,10 @@ pub struct Config {
     pub payment_lookup_durable: bool,
     /// `DEFAULT_CURRENCY`: the currency of an order whose body names none.
     pub default_currency: Currency,
+    /// `IDEMPOTENCY_FIND_UNPREFIXED`: a fresh prefixed key also looks up the item a version
+    /// before prefixes wrote for it (one read per new order; turn it off once the retention has
+    /// passed since the upgrade, or at once on a new table).
+    pub find_unprefixed: bool,
     /// `MOVE_POISON_TO_DLQ`: a POISON record is sent to its queue's DLQ by the function at its
     /// first receive, with its reason, and acknowledged (README "Retry timing").
     pub move_poison: bool,
@@ -176,9 +184,12 @@ impl Config {
         // `sam local invoke` declares itself: it sets AWS_SAM_LOCAL=true in the container, and an
         // --env-vars file can only override the template's own variables.
         let local = env.flag("PROCESS_ORDERS_LOCAL", false)? || env.flag("AWS_SAM_LOCAL", false)?;
-        // Orders were stored without a prefix before prefixes existed: keep it so, and the
-        // deployed table's items stay found (IDEMPOTENCY_KEY_PREFIX sets one).
-        let store = StoreSettings::from_env_with_prefix(env, "")?;
+        // Orders get a prefix of their own, so a table shared with other functions never mixes
+        // their keys (an order id `email-once#u-1` is not the email example's user `u-1`).
+        // Orders stored before prefixes had none: a fresh key also looks its unprefixed item up
+        // (IDEMPOTENCY_FIND_UNPREFIXED, on by default) until they have all expired.
+        let store = StoreSettings::from_env_with_prefix(env, ORDER_KEY_PREFIX)?;
+        let find_unprefixed = env.flag("IDEMPOTENCY_FIND_UNPREFIXED", true)?;
         if in_lambda && !local && store.table.is_none() {
             return Err(ConfigError::TableRequiredInLambda);
         }
@@ -346,6 +357,7 @@ impl Config {
             payment_lookup_durable,
             default_currency,
             move_poison,
+            find_unprefixed,
             function: format!(
                 "{}:{}",
                 env.text("AWS_LAMBDA_FUNCTION_NAME")
@@ -398,7 +410,11 @@ mod tests {
     fn defaults_match_the_documented_table() {
         let c = config(&[]).expect("defaults");
         assert_eq!(c.store.table, None);
-        assert_eq!(c.store.key_prefix, "", "orders keep their unprefixed keys");
+        assert_eq!(
+            c.store.key_prefix, "orders#",
+            "orders' keys apart in a shared table"
+        );
+        assert!(c.find_unprefixed, "items from before prefixes stay found");
         assert_eq!(
             c.lease,
             LeasePolicy {

@@ -98,7 +98,7 @@ enum Command {
     /// updated); then redrive or resend the order.
     #[command(after_help = "Examples:
   orders-ops clear-decline --table orders-idempotency --order-id o-123
-  orders-ops clear-decline --table orders-idempotency --order-id o-123 --key-prefix 'orders#' --yes")]
+  orders-ops clear-decline --table orders-idempotency --order-id o-123 --key-prefix '' --yes")]
     ClearDecline {
         /// The idempotency table (the stack's IdempotencyTableName output).
         #[arg(long)]
@@ -106,8 +106,9 @@ enum Command {
         /// The declined order's id.
         #[arg(long)]
         order_id: String,
-        /// IDEMPOTENCY_KEY_PREFIX, if the function sets one.
-        #[arg(long, default_value = "")]
+        /// IDEMPOTENCY_KEY_PREFIX as the function sets it (`''` for a table from before
+        /// prefixes).
+        #[arg(long, default_value = process_orders::config::ORDER_KEY_PREFIX)]
         key_prefix: String,
         /// Do not ask for confirmation.
         #[arg(long)]

@@ -96,3 +96,73 @@ pub async fn key_prefixes_keep_users_of_a_shared_table_apart(client: &Client, ta
     keys.sort();
     assert_eq!(keys, ["email#u-1", "u-1"]);
 }
+
+/// A function that gains a key prefix keeps finding the items it wrote without one: a fresh
+/// prefixed key looks its unprefixed item up. Done there is a duplicate, refused for good is
+/// rejected, a live lease is busy, another payload a conflict (and the new claim is given
+/// back each time, so the answer repeats); an attempt whose effect may exist becomes the new
+/// claim's prior attempt; a key never seen is fresh.
+pub async fn unprefixed_items_are_still_found_under_a_prefix(client: &Client, table: &str) {
+    use crate::{ClaimRequest, Fingerprint};
+    let before = DynamoDbStore::new(client.clone(), table, RETENTION);
+    let done = super::started(&before, &claim("done", t0())).await;
+    before
+        .complete("done", &done, t0())
+        .await
+        .expect("complete");
+    let tried = super::started(&before, &claim("tried", t0())).await;
+    before
+        .mark_attempted("tried", &tried, t0())
+        .await
+        .expect("mark");
+    let declined = super::started(&before, &claim("declined", t0())).await;
+    before
+        .reject("declined", &declined, t0(), "card declined")
+        .await
+        .expect("reject");
+    super::started(&before, &claim("held", t0())).await;
+
+    let after = DynamoDbStore::new(client.clone(), table, RETENTION)
+        .with_key_prefix("orders#")
+        .with_unprefixed_lookup(true);
+    let now = t0() + 1_000;
+    for _ in 0..2 {
+        assert_eq!(
+            after.begin(&claim("done", now)).await.expect("begin"),
+            Begin::Done
+        );
+        assert_eq!(
+            after.begin(&claim("declined", now)).await.expect("begin"),
+            Begin::Rejected
+        );
+        assert!(matches!(
+            after.begin(&claim("held", now)).await.expect("begin"),
+            Begin::Busy { .. }
+        ));
+        let other = ClaimRequest {
+            fingerprint: Fingerprint(9),
+            ..claim("done", now)
+        };
+        assert_eq!(after.begin(&other).await.expect("begin"), Begin::Conflict);
+    }
+    match after.begin(&claim("tried", now)).await.expect("begin") {
+        Begin::Started { prior, .. } => assert_eq!(
+            prior,
+            Some(PriorAttempt {
+                first_attempt_ms: t0(),
+                attempts: 1
+            })
+        ),
+        other => panic!("{other:?}"),
+    }
+    assert!(matches!(
+        after.begin(&claim("new", now)).await.expect("begin"),
+        Begin::Started { prior: None, .. }
+    ));
+    // Without the look-up the prefixed key knows nothing of them.
+    let blind = DynamoDbStore::new(client.clone(), table, RETENTION).with_key_prefix("other#");
+    assert!(matches!(
+        blind.begin(&claim("done", now)).await.expect("begin"),
+        Begin::Started { prior: None, .. }
+    ));
+}

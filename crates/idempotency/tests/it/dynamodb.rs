@@ -39,6 +39,12 @@ async fn a_claim_left_by_the_earlier_version_is_taken_over_with_an_unknown_first
 }
 
 #[tokio::test]
+async fn unprefixed_items_are_still_found_under_a_prefix() {
+    let (client, table) = table().await;
+    cases::unprefixed_items_are_still_found_under_a_prefix(&client, &table).await;
+}
+
+#[tokio::test]
 async fn key_prefixes_keep_users_of_a_shared_table_apart() {
     let (client, table) = table().await;
     cases::key_prefixes_keep_users_of_a_shared_table_apart(&client, &table).await;

@@ -223,3 +223,38 @@ async fn concurrent_deliveries_of_one_order_charge_once() {
             .is_empty()
     );
 }
+
+/// A table shared with the email example: the order id `email-once#u-1` and the email
+/// function's user `u-1` (stored as `email-once#u-1` under its default prefix) are two items,
+/// because orders get a prefix of their own by default. Without one they were the same item,
+/// and the second claim was refused as another payload.
+#[tokio::test]
+async fn an_order_id_never_meets_another_functions_key_in_a_shared_table() {
+    let server = Dynoxide::start().await;
+    let (client, _) = client(&server.endpoint());
+    let table = unique_table();
+    create_table(&client, &table).await;
+    let config = Config::from_lookup(|_| None).expect("defaults");
+    let orders = DynamoDbStore::new(client.clone(), &table, RETENTION)
+        .with_key_prefix(&config.store.key_prefix);
+    let emails = DynamoDbStore::new(client, &table, RETENTION).with_key_prefix("email-once#");
+    let order = ClaimRequest {
+        fingerprint: idempotency::Fingerprint(1),
+        ..claim("email-once#u-1", t0())
+    };
+    let email = ClaimRequest {
+        fingerprint: idempotency::Fingerprint(2),
+        ..claim("u-1", t0())
+    };
+    assert!(matches!(
+        orders.begin(&order).await,
+        Ok(idempotency::Begin::Started { .. })
+    ));
+    assert!(
+        matches!(
+            emails.begin(&email).await,
+            Ok(idempotency::Begin::Started { .. })
+        ),
+        "the email function's key was taken by an order"
+    );
+}

@@ -41,3 +41,9 @@ async fn key_prefixes_keep_users_of_a_shared_table_apart() {
     let (client, table) = table().await;
     cases::key_prefixes_keep_users_of_a_shared_table_apart(&client, &table).await;
 }
+
+#[tokio::test]
+async fn unprefixed_items_are_still_found_under_a_prefix() {
+    let (client, table) = table().await;
+    cases::unprefixed_items_are_still_found_under_a_prefix(&client, &table).await;
+}

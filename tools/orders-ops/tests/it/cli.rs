@@ -171,7 +171,9 @@ async fn clear_decline_asks_first_and_then_lets_the_order_be_charged() {
     idempotency::dynamodb::create_table(&dynamodb, &table)
         .await
         .expect("table");
-    let store = DynamoDbStore::new(dynamodb, &table, RETENTION);
+    // Keyed as the function keys orders by default.
+    let store = DynamoDbStore::new(dynamodb, &table, RETENTION)
+        .with_key_prefix(process_orders::config::ORDER_KEY_PREFIX);
     let Ok(Begin::Started { lease, .. }) = store.begin(&claim("o-1", t0())).await else {
         panic!("claimed");
     };
