@@ -258,3 +258,54 @@ async fn an_order_id_never_meets_another_functions_key_in_a_shared_table() {
         "the email function's key was taken by an order"
     );
 }
+
+/// An upgrade from the version before key prefixes and exact amounts, whose items are keyed by
+/// the bare order id and fingerprinted with the amount's float bits: an order it completed is
+/// still a duplicate, and one it left `ATTEMPTED` is looked up and charged once, through the
+/// unprefixed look-up and the legacy fingerprint together.
+#[tokio::test]
+async fn items_of_the_version_before_prefixes_and_exact_amounts_keep_their_orders() {
+    let server = Dynoxide::start().await;
+    let (client, _) = client(&server.endpoint());
+    let table = unique_table();
+    create_table(&client, &table).await;
+    let clock = ManualClock::at(t0());
+    let earlier = DynamoDbStore::new(client.clone(), &table, RETENTION);
+    let legacy =
+        |id: &str| idempotency::Fingerprint::of(&[id.as_bytes(), &10.0f64.to_bits().to_le_bytes()]);
+    for (id, finished) in [("o-1", true), ("o-2", false)] {
+        let Ok(idempotency::Begin::Started { lease, .. }) = earlier
+            .begin(&ClaimRequest {
+                fingerprint: legacy(id),
+                ..claim(id, t0())
+            })
+            .await
+        else {
+            panic!("seeded {id}");
+        };
+        if finished {
+            earlier.complete(id, &lease, t0()).await.expect("complete");
+        } else {
+            earlier
+                .mark_attempted(id, &lease, t0())
+                .await
+                .expect("mark");
+        }
+    }
+    let config = Config::from_lookup(|_| None).expect("defaults");
+    let store = DynamoDbStore::new(client, &table, RETENTION)
+        .with_key_prefix(&config.store.key_prefix)
+        .with_unprefixed_lookup(config.find_unprefixed);
+    let (app, gateway) = app(store, &clock);
+    let json = event(&[("m1", "o-1", 10.0), ("m2", "o-2", 10.0)]);
+    for _ in 0..2 {
+        assert!(handle(&app, &clock, &json).await.is_empty());
+    }
+    assert_eq!(
+        gateway.inner.charges("o-1"),
+        0,
+        "a finished order charged again"
+    );
+    assert_eq!(gateway.inner.charges("o-2"), 1);
+    assert_eq!(gateway.inner.requests(), 1);
+}

@@ -186,7 +186,14 @@ pub async fn apply<D: DeadLetterPort>(
                     .iter()
                     .find(|f| f.message_id == one.message.message_id)
                 {
-                    None => moved[*index] = true,
+                    None => {
+                        moved[*index] = true;
+                        tracing::info!(
+                            message_id = one.message.message_id,
+                            reason = one.failure.reason,
+                            "moved to the dead-letter queue"
+                        );
+                    }
                     Some(failure) => warn!(
                         message_id = one.message.message_id,
                         reason = failure.reason,
