@@ -83,6 +83,36 @@ async fn receive_event(client: &Client, url: &str, arn: &str) -> String {
     json!({ "Records": records }).to_string()
 }
 
+/// What the DLQ holds: each copy's body and its attributes' string values.
+async fn dlq_copies(client: &Client, dlq_url: &str) -> Vec<(String, HashMap<String, String>)> {
+    let out = client
+        .receive_message()
+        .queue_url(dlq_url)
+        .max_number_of_messages(10)
+        .message_attribute_names("All")
+        .send()
+        .await
+        .expect("receive the DLQ");
+    out.messages()
+        .iter()
+        .map(|m| {
+            let attributes = m
+                .message_attributes()
+                .into_iter()
+                .flatten()
+                .map(|(k, v)| (k.clone(), v.string_value().unwrap_or_default().to_owned()))
+                .collect();
+            (m.body().unwrap_or_default().to_owned(), attributes)
+        })
+        .collect()
+}
+
+/// The failure a moved copy carries.
+fn failure_of(attributes: &HashMap<String, String>) -> Failure {
+    serde_json::from_str(attributes.get(FAILURE_ATTRIBUTE).expect("the failure"))
+        .expect("failure JSON")
+}
+
 /// An invalid body and a valid order, received once: one invocation acknowledges both, the
 /// invalid one because its copy is in the DLQ, with its body, its own attribute and the failure
 /// (reason, detail, source queue, receive count, times, mover).
@@ -128,27 +158,12 @@ async fn poison_reaches_the_dlq_at_its_first_receive_with_its_reason() {
     assert!(failed_ids(&response).is_empty(), "{report:?}");
     assert_eq!(report.counts().moved, 1);
 
-    let out = client
-        .receive_message()
-        .queue_url(&queues.dlq_url)
-        .max_number_of_messages(10)
-        .message_attribute_names("All")
-        .send()
-        .await
-        .expect("receive the DLQ");
-    let moved = out.messages();
+    let moved = dlq_copies(&client, &queues.dlq_url).await;
     assert_eq!(moved.len(), 1, "one copy in the DLQ");
-    assert_eq!(moved[0].body(), Some(r#"{"order_id":"p-1","amount":-5}"#));
-    let attributes: HashMap<_, _> = moved[0]
-        .message_attributes()
-        .into_iter()
-        .flatten()
-        .map(|(k, v)| (k.clone(), v.string_value().unwrap_or_default().to_owned()))
-        .collect();
+    let (body, attributes) = &moved[0];
+    assert_eq!(body, r#"{"order_id":"p-1","amount":-5}"#);
     assert_eq!(attributes.get("trace").map(String::as_str), Some("t-1"));
-    let failure: Failure =
-        serde_json::from_str(attributes.get(FAILURE_ATTRIBUTE).expect("the failure"))
-            .expect("failure JSON");
+    let failure = failure_of(attributes);
     assert_eq!(failure.reason, "invalid_body");
     assert!(
         failure
@@ -306,25 +321,10 @@ async fn a_fifo_record_only_a_person_can_settle_leaves_alone_and_its_group_goes_
     assert_eq!(stub.requests("c-1"), 0, "never charged blindly");
     assert_eq!(stub.charge_order(), ["f-1", "f-2"]);
 
-    let out = client
-        .receive_message()
-        .queue_url(&queues.dlq_url)
-        .max_number_of_messages(10)
-        .message_attribute_names("All")
-        .send()
-        .await
-        .expect("receive the DLQ");
-    let moved = out.messages();
+    let moved = dlq_copies(&client, &queues.dlq_url).await;
     assert_eq!(moved.len(), 1, "the culprit alone");
-    assert_eq!(moved[0].body(), Some(culprit.as_str()));
-    let failure: Failure = serde_json::from_str(
-        moved[0]
-            .message_attributes()
-            .and_then(|a| a.get(FAILURE_ATTRIBUTE))
-            .and_then(|v| v.string_value())
-            .expect("the failure"),
-    )
-    .expect("failure JSON");
+    assert_eq!(moved[0].0, culprit);
+    let failure = failure_of(&moved[0].1);
     assert_eq!(failure.reason, "needs_reconciliation");
     assert_eq!(failure.receive_count, Some(1));
 }
