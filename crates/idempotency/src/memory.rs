@@ -82,6 +82,31 @@ impl MemoryStore {
     }
 }
 
+impl MemoryStore {
+    /// Ends the holder's work for good (`COMPLETED` or `REJECTED`): the lease and the attempt
+    /// record go, and the retention starts over.
+    fn finish(
+        &self,
+        key: &str,
+        lease: &Lease,
+        status: Status,
+        now_ms: u64,
+    ) -> Result<(), StoreError> {
+        let expires_at_s = self.expires_at(now_ms);
+        self.fenced(key, lease, |item| {
+            item.state = ClaimState {
+                status,
+                expires_at_s,
+                lease_until_ms: 0,
+                first_attempt_ms: None,
+                attempts: 0,
+                ..item.state
+            };
+            item.token = None;
+        })
+    }
+}
+
 impl IdempotencyStore for MemoryStore {
     async fn begin(&self, request: &ClaimRequest<'_>) -> Result<Begin, StoreError> {
         let mut items = self.items();
@@ -106,18 +131,7 @@ impl IdempotencyStore for MemoryStore {
     }
 
     async fn complete(&self, key: &str, lease: &Lease, now_ms: u64) -> Result<(), StoreError> {
-        let expires_at_s = self.expires_at(now_ms);
-        self.fenced(key, lease, |item| {
-            item.state = ClaimState {
-                status: Status::Completed,
-                expires_at_s,
-                lease_until_ms: 0,
-                first_attempt_ms: None,
-                attempts: 0,
-                ..item.state
-            };
-            item.token = None;
-        })
+        self.finish(key, lease, Status::Completed, now_ms)
     }
 
     async fn mark_attempted(&self, key: &str, lease: &Lease, at_ms: u64) -> Result<(), StoreError> {
@@ -137,18 +151,7 @@ impl IdempotencyStore for MemoryStore {
         now_ms: u64,
         _reason: &str,
     ) -> Result<(), StoreError> {
-        let expires_at_s = self.expires_at(now_ms);
-        self.fenced(key, lease, |item| {
-            item.state = ClaimState {
-                status: Status::Rejected,
-                expires_at_s,
-                lease_until_ms: 0,
-                first_attempt_ms: None,
-                attempts: 0,
-                ..item.state
-            };
-            item.token = None;
-        })
+        self.finish(key, lease, Status::Rejected, now_ms)
     }
 
     async fn release(&self, key: &str, lease: &Lease) -> Result<(), StoreError> {
