@@ -360,7 +360,7 @@ impl OrderDecision {
 
 /// How long a record refused for our configuration (or not sent because of it) stays away: a key
 /// rotation or a URL fix takes a person minutes to hours, and every receive counts towards
-/// `maxReceiveCount`; at this pace the template's five receives last over an hour.
+/// `maxReceiveCount`; at this pace even a queue of five receives lasts over an hour.
 pub const CONFIGURATION_RETRY_AFTER_MS: u64 = 15 * 60 * 1_000;
 
 /// Stops calling the provider for the rest of an invocation once it has refused our
