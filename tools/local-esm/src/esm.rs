@@ -30,7 +30,7 @@ use tracing::{info, warn};
 
 use lambda_kit::{Clock, SystemClock, error_chain};
 
-use crate::LocalError;
+use crate::ToolError;
 use crate::setup::QueuePair;
 
 /// Something that runs the function on one event.
@@ -201,7 +201,7 @@ pub async fn run<I: Invoke + 'static>(
     queue: QueuePair,
     function: Arc<I>,
     settings: EsmSettings,
-) -> Result<EsmStats, LocalError> {
+) -> Result<EsmStats, ToolError> {
     let counters = Arc::new(Counters::default());
     let started = Instant::now();
     // When a poller last received messages, in ms since `started`; stored after the
@@ -245,7 +245,7 @@ pub async fn run<I: Invoke + 'static>(
     for poller in pollers {
         drained &= poller
             .await
-            .map_err(|e| LocalError::Other(format!("poller died: {e}")))?;
+            .map_err(|e| ToolError::Other(format!("poller died: {e}")))?;
     }
     Ok(EsmStats {
         drained,
@@ -322,7 +322,7 @@ async fn receive_batch(
     sqs: &aws_sdk_sqs::Client,
     queue: &QueuePair,
     settings: &EsmSettings,
-) -> Result<Vec<(Message, usize)>, LocalError> {
+) -> Result<Vec<(Message, usize)>, ToolError> {
     let window_ends = Instant::now() + settings.batching_window;
     let mut batch: Vec<(Message, usize)> = Vec::new();
     let mut payload = ENVELOPE;
@@ -353,7 +353,7 @@ async fn receive_batch(
                 warn!(error = %error_chain(&e), "a receive within the batching window failed; invoking with the batch so far");
                 return Ok(batch);
             }
-            Err(e) => return Err(LocalError::aws("receive messages", e)),
+            Err(e) => return Err(ToolError::aws("receive messages", e)),
         };
         let got = output.messages.unwrap_or_default();
         let empty = got.is_empty();
@@ -404,7 +404,7 @@ async fn invoke_and_delete<I: Invoke>(
     batch: Vec<Message>,
     settings: &EsmSettings,
     counters: &Counters,
-) -> Result<(), LocalError> {
+) -> Result<(), ToolError> {
     let mut event = SqsEvent::default();
     event.records = batch
         .iter()
@@ -467,7 +467,7 @@ async fn invoke_and_delete<I: Invoke>(
             .set_entries(Some(entries))
             .send()
             .await
-            .map_err(|e| LocalError::aws("delete messages", e))?;
+            .map_err(|e| ToolError::aws("delete messages", e))?;
         for failed in output.failed() {
             warn!(
                 id = failed.id(),

@@ -12,7 +12,7 @@ use lambda_kit::SystemClock;
 use local_esm::esm::{self, EsmSettings, EsmStats, Invoke, RuntimeApi};
 use local_esm::send::{self, SendPlan};
 use local_esm::setup::{self, QueuePair, QueueSettings};
-use local_esm::{LocalError, progress_bar, sdk_config};
+use local_esm::{ToolError, progress_bar, sdk_config};
 use process_orders::app::App;
 use process_orders::config::Config;
 use process_orders::payment::SimulatedGateway;
@@ -132,7 +132,7 @@ async fn run_both<I: Invoke + 'static>(
     Ok([a, b])
 }
 
-fn local(e: LocalError) -> String {
+fn local(e: ToolError) -> String {
     lambda_kit::error_chain(&e)
 }
 
@@ -293,7 +293,7 @@ fn gen_event(records: u32, fifo_groups: u32, seed: u64) -> Result<(), String> {
         fifo_groups: fifo_groups as usize,
         seed,
     };
-    let event = sqs_batch::testkit::generate(shape, process_orders::order::generated_body);
+    let event = sqs_batch::testkit::generate(shape, process_orders::testkit::generated_body);
     let json = serde_json::to_string(&event).map_err(|e| e.to_string())?;
     println!("{json}");
     Ok(())

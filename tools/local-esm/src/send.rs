@@ -4,7 +4,7 @@ use std::collections::BTreeSet;
 
 use aws_sdk_sqs::types::SendMessageBatchRequestEntry;
 
-use crate::LocalError;
+use crate::ToolError;
 use crate::setup::QueuePair;
 
 /// What to send.
@@ -92,7 +92,7 @@ pub async fn send(
     sqs: &aws_sdk_sqs::Client,
     queue: &QueuePair,
     messages: &[Outgoing],
-) -> Result<(), LocalError> {
+) -> Result<(), ToolError> {
     for chunk in messages.chunks(10) {
         let mut entries = Vec::with_capacity(chunk.len());
         for (i, message) in chunk.iter().enumerate() {
@@ -104,11 +104,7 @@ pub async fn send(
                     .message_group_id(&message.group)
                     .message_deduplication_id(uuid::Uuid::new_v4().to_string());
             }
-            entries.push(
-                entry
-                    .build()
-                    .map_err(|e| LocalError::Other(e.to_string()))?,
-            );
+            entries.push(entry.build().map_err(|e| ToolError::Other(e.to_string()))?);
         }
         let output = sqs
             .send_message_batch()
@@ -116,9 +112,9 @@ pub async fn send(
             .set_entries(Some(entries))
             .send()
             .await
-            .map_err(|e| LocalError::aws("send messages", e))?;
+            .map_err(|e| ToolError::aws("send messages", e))?;
         if let Some(failed) = output.failed().first() {
-            return Err(LocalError::Other(format!(
+            return Err(ToolError::Other(format!(
                 "send failed: {} {}",
                 failed.code(),
                 failed.message().unwrap_or("")

@@ -3,7 +3,7 @@
 
 use aws_sdk_sqs::types::QueueAttributeName;
 
-use crate::LocalError;
+use crate::ToolError;
 
 /// A source queue and its DLQ.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -27,7 +27,7 @@ async fn create(
     sqs: &aws_sdk_sqs::Client,
     name: &str,
     attributes: &[(QueueAttributeName, String)],
-) -> Result<(String, String), LocalError> {
+) -> Result<(String, String), ToolError> {
     let mut request = sqs.create_queue().queue_name(name);
     for (key, value) in attributes {
         request = request.attributes(key.clone(), value);
@@ -35,19 +35,19 @@ async fn create(
     let url = request
         .send()
         .await
-        .map_err(|e| LocalError::aws(format!("create queue {name}"), e))?
+        .map_err(|e| ToolError::aws(format!("create queue {name}"), e))?
         .queue_url
-        .ok_or_else(|| LocalError::Other(format!("no URL for queue {name}")))?;
+        .ok_or_else(|| ToolError::Other(format!("no URL for queue {name}")))?;
     let arn = sqs
         .get_queue_attributes()
         .queue_url(&url)
         .attribute_names(QueueAttributeName::QueueArn)
         .send()
         .await
-        .map_err(|e| LocalError::aws(format!("queue ARN of {name}"), e))?
+        .map_err(|e| ToolError::aws(format!("queue ARN of {name}"), e))?
         .attributes
         .and_then(|a| a.get(&QueueAttributeName::QueueArn).cloned())
-        .ok_or_else(|| LocalError::Other(format!("no ARN for queue {name}")))?;
+        .ok_or_else(|| ToolError::Other(format!("no ARN for queue {name}")))?;
     Ok((url, arn))
 }
 
@@ -57,7 +57,7 @@ pub async fn queue_pair(
     base: &str,
     fifo: bool,
     settings: QueueSettings,
-) -> Result<QueuePair, LocalError> {
+) -> Result<QueuePair, ToolError> {
     let suffix = if fifo { ".fifo" } else { "" };
     let name = format!("{base}{suffix}");
     let dlq_name = format!("{base}-dlq{suffix}");
@@ -92,10 +92,10 @@ pub async fn queue_pair(
 }
 
 /// Creates the idempotency table with the key schema and TTL attribute the store writes.
-pub async fn table(dynamodb: &aws_sdk_dynamodb::Client, name: &str) -> Result<(), LocalError> {
+pub async fn table(dynamodb: &aws_sdk_dynamodb::Client, name: &str) -> Result<(), ToolError> {
     idempotency::dynamodb::create_table(dynamodb, name)
         .await
-        .map_err(|e| LocalError::aws(format!("create table {name}"), e))
+        .map_err(|e| ToolError::aws(format!("create table {name}"), e))
 }
 
 pub use crate::queues::{Depth, depth};

@@ -16,9 +16,9 @@ use aws_sdk_sqs::types::{
     MessageAttributeValue, MessageSystemAttributeName, SendMessageBatchRequestEntry,
 };
 
-use local_esm::LocalError;
-pub use local_esm::queues::{Depth, Queue, dead_letter_queue, depth, resolve};
 use process_orders::order::order_id_hint;
+use sqs_admin::ToolError;
+pub use sqs_admin::queues::{Depth, Queue, dead_letter_queue, depth, resolve};
 use sqs_batch::dead_letter::{FAILURE_ATTRIBUTE, Failure};
 
 /// One DLQ message, looked at without being consumed.
@@ -40,7 +40,7 @@ pub struct Peeked {
 /// Reads up to `max` messages of `url` and makes them visible again at once. Each look counts
 /// as a receive (`ApproximateReceiveCount` rises), which a DLQ without its own redrive policy
 /// ignores.
-pub async fn inspect(sqs: &Client, url: &str, max: usize) -> Result<Vec<Peeked>, LocalError> {
+pub async fn inspect(sqs: &Client, url: &str, max: usize) -> Result<Vec<Peeked>, ToolError> {
     let mut peeked = Vec::new();
     let mut handles = Vec::new();
     // Held invisible while we look, so one pass sees each message once.
@@ -55,7 +55,7 @@ pub async fn inspect(sqs: &Client, url: &str, max: usize) -> Result<Vec<Peeked>,
             .message_attribute_names(FAILURE_ATTRIBUTE)
             .send()
             .await
-            .map_err(|e| LocalError::aws("receive from the DLQ", e))?;
+            .map_err(|e| ToolError::aws("receive from the DLQ", e))?;
         let messages = out.messages.unwrap_or_default();
         if messages.is_empty() {
             break;
@@ -92,7 +92,7 @@ pub async fn inspect(sqs: &Client, url: &str, max: usize) -> Result<Vec<Peeked>,
 }
 
 /// Makes received messages visible again now.
-async fn release(sqs: &Client, url: &str, handles: &[String]) -> Result<(), LocalError> {
+async fn release(sqs: &Client, url: &str, handles: &[String]) -> Result<(), ToolError> {
     for chunk in handles.chunks(10) {
         let entries = chunk.iter().enumerate().map(|(i, handle)| {
             ChangeMessageVisibilityBatchRequestEntry::builder()
@@ -103,13 +103,13 @@ async fn release(sqs: &Client, url: &str, handles: &[String]) -> Result<(), Loca
         });
         let entries = entries
             .collect::<Result<Vec<_>, _>>()
-            .map_err(|e| LocalError::aws("build visibility entries", e))?;
+            .map_err(|e| ToolError::aws("build visibility entries", e))?;
         sqs.change_message_visibility_batch()
             .queue_url(url)
             .set_entries(Some(entries))
             .send()
             .await
-            .map_err(|e| LocalError::aws("make peeked messages visible again", e))?;
+            .map_err(|e| ToolError::aws("make peeked messages visible again", e))?;
     }
     Ok(())
 }
@@ -148,7 +148,7 @@ pub async fn redrive_manual(
     source: &Queue,
     rate: u32,
     mut progress: impl FnMut(Moved),
-) -> Result<Moved, LocalError> {
+) -> Result<Moved, ToolError> {
     let rate = rate.max(1);
     let mut total = Moved::default();
     let started = Instant::now();
@@ -164,7 +164,7 @@ pub async fn redrive_manual(
             .message_attribute_names("All")
             .send()
             .await
-            .map_err(|e| LocalError::aws("receive from the DLQ", e))?;
+            .map_err(|e| ToolError::aws("receive from the DLQ", e))?;
         let messages = out.messages.unwrap_or_default();
         if messages.is_empty() {
             empty_polls += 1;
@@ -190,7 +190,7 @@ pub async fn redrive_manual(
             entries.push(
                 entry
                     .build()
-                    .map_err(|e| LocalError::aws("build send entries", e))?,
+                    .map_err(|e| ToolError::aws("build send entries", e))?,
             );
         }
         let sent = sqs
@@ -199,7 +199,7 @@ pub async fn redrive_manual(
             .set_entries(Some(entries))
             .send()
             .await
-            .map_err(|e| LocalError::aws("send to the source queue", e))?;
+            .map_err(|e| ToolError::aws("send to the source queue", e))?;
         for failure in sent.failed() {
             tracing::warn!(
                 id = failure.id(),
@@ -210,7 +210,7 @@ pub async fn redrive_manual(
         total.failed += sent.failed().len();
         if sent.successful().is_empty() {
             // Nothing this round was accepted: stop rather than spin on the same messages.
-            return Err(LocalError::Other(format!(
+            return Err(ToolError::Other(format!(
                 "the source queue refused every message of a batch ({} moved before); see the warnings",
                 total.moved
             )));
@@ -236,7 +236,7 @@ pub async fn redrive_manual(
                 .set_entries(Some(deletes))
                 .send()
                 .await
-                .map_err(|e| LocalError::aws("delete from the DLQ", e))?;
+                .map_err(|e| ToolError::aws("delete from the DLQ", e))?;
             for failure in deleted.failed() {
                 tracing::warn!(
                     id = failure.id(),
@@ -291,13 +291,13 @@ pub async fn send_order(
     body: &str,
     group: Option<&str>,
     offload: Option<Offload<'_>>,
-) -> Result<bool, LocalError> {
+) -> Result<bool, ToolError> {
     let (text, pointer_attribute): Outgoing<'_> = match offload {
         Some(o) if body.len() > o.threshold.min(INLINE_LIMIT) => offload_body(o, body).await?,
         _ => (Cow::Borrowed(body), None),
     };
     if text.len() > INLINE_LIMIT {
-        return Err(LocalError::Other(format!(
+        return Err(ToolError::Other(format!(
             "the body is {} bytes, above SQS's {INLINE_LIMIT}: it needs the claim check (--bucket)",
             text.len()
         )));
@@ -317,27 +317,27 @@ pub async fn send_order(
     }
     send.send()
         .await
-        .map_err(|e| LocalError::aws("send the order", e))?;
+        .map_err(|e| ToolError::aws("send the order", e))?;
     Ok(offloaded)
 }
 
 #[cfg(feature = "s3-claim-check")]
-async fn offload_body<'b>(o: Offload<'_>, body: &'b str) -> Result<Outgoing<'b>, LocalError> {
+async fn offload_body<'b>(o: Offload<'_>, body: &'b str) -> Result<Outgoing<'b>, ToolError> {
     let pointer = claim_check::s3::offload(o.s3, o.bucket, PAYLOAD_PREFIX, body)
         .await
-        .map_err(|e| LocalError::aws("write the payload to S3", e))?;
-    let text = serde_json::to_string(&pointer).map_err(|e| LocalError::Other(e.to_string()))?;
+        .map_err(|e| ToolError::aws("write the payload to S3", e))?;
+    let text = serde_json::to_string(&pointer).map_err(|e| ToolError::Other(e.to_string()))?;
     let attribute = MessageAttributeValue::builder()
         .data_type("String")
         .string_value(claim_check::POINTER_S3)
         .build()
-        .map_err(|e| LocalError::aws("build the pointer attribute", e))?;
+        .map_err(|e| ToolError::aws("build the pointer attribute", e))?;
     Ok((Cow::Owned(text), Some(attribute)))
 }
 
 #[cfg(not(feature = "s3-claim-check"))]
-async fn offload_body<'b>(o: Offload<'_>, body: &'b str) -> Result<Outgoing<'b>, LocalError> {
-    Err(LocalError::Other(format!(
+async fn offload_body<'b>(o: Offload<'_>, body: &'b str) -> Result<Outgoing<'b>, ToolError> {
+    Err(ToolError::Other(format!(
         "the body is {} bytes, above the {}-byte threshold for bucket {}, and this build has no \
          claim check: build with --features s3-claim-check",
         body.len(),

@@ -12,8 +12,8 @@ use std::time::{Duration, SystemTime};
 
 use aws_sdk_sqs::Client;
 use clap::{Args, Parser, Subcommand};
-use local_esm::{LocalError, progress_bar, sdk_config};
 use orders_ops::{self as ops, Queue};
+use sqs_admin::{ToolError, progress_bar, sdk_config};
 
 /// On-call tool for the order queues: depth, DLQ inspection, redrive, and sending an order.
 #[derive(Debug, Parser)]
@@ -148,7 +148,7 @@ struct QueueArg {
 
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> ExitCode {
-    local_esm::init_tool_logging();
+    sqs_admin::init_tool_logging();
     let cli = Cli::parse();
     match run(cli).await {
         Ok(()) => ExitCode::SUCCESS,
@@ -315,7 +315,7 @@ async fn run(cli: Cli) -> Result<(), String> {
     }
 }
 
-fn text(e: LocalError) -> String {
+fn text(e: ToolError) -> String {
     lambda_kit::error_chain(&e)
 }
 

@@ -22,12 +22,12 @@ use local_esm::setup::{self, QueueSettings};
 use process_orders::app::App;
 use process_orders::config::Config;
 use process_orders::payment::http::{HttpGateway, HttpSettings};
+use process_orders::testkit::dynamo::{Dynoxide, moto_endpoint};
+use process_orders::testkit::payment_stub::{Faults, PaymentStub};
+use process_orders::testkit::ports::FaultyStore;
 use sqs_batch::Backoff;
 use sqs_batch::backoff::BackoffPolicy;
 use sqs_batch::visibility::SqsVisibility;
-use test_support::dynamo::{Dynoxide, moto_endpoint};
-use test_support::payment_stub::{Faults, PaymentStub};
-use test_support::ports::FaultyStore;
 
 type ChaosApp = App<FaultyStore<DynamoDbStore>, HttpGateway, SystemClock>;
 
@@ -132,7 +132,7 @@ async fn every_valid_order_is_charged_exactly_once_and_only_poison_reaches_the_d
     let sqs = aws_sdk_sqs::Client::new(&sdk);
 
     let dynamo = Dynoxide::start().await;
-    let (dynamodb, _) = test_support::dynamo::client(&dynamo.endpoint());
+    let (dynamodb, _) = process_orders::testkit::dynamo::client(&dynamo.endpoint());
     let table = "chaos";
     setup::table(&dynamodb, table).await.expect("table");
 

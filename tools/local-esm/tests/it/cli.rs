@@ -73,7 +73,7 @@ fn gen_event_prints_the_event_it_was_asked_for() {
 /// charged 262 of 566 and sent the rest to the DLQs; nothing else ran it.)
 #[test]
 fn the_demo_charges_every_valid_order() {
-    let endpoint = test_support::dynamo::moto_endpoint();
+    let endpoint = process_orders::testkit::dynamo::moto_endpoint();
     let output = esm(&["demo", "--endpoint", &endpoint, "--orders", "60"]);
     let stdout = String::from_utf8_lossy(&output.stdout);
     assert!(

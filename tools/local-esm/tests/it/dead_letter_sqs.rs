@@ -13,10 +13,10 @@ use local_esm::setup::{QueueSettings, queue_pair};
 use process_orders::app::{App, SQS_SDK, sqs_dead_letters};
 use process_orders::config::Config;
 use process_orders::payment::SimulatedGateway;
+use process_orders::testkit::dynamo::moto_endpoint;
+use process_orders::testkit::failed_ids;
 use serde_json::json;
 use sqs_batch::dead_letter::{FAILURE_ATTRIBUTE, Failure};
-use test_support::dynamo::moto_endpoint;
-use test_support::failed_ids;
 
 const SETTINGS: QueueSettings = QueueSettings {
     visibility_timeout_s: 30,
@@ -232,9 +232,9 @@ async fn a_fifo_record_only_a_person_can_settle_leaves_alone_and_its_group_goes_
     use process_orders::order::decode_order;
     use process_orders::payment::HttpGateway;
     use process_orders::payment::http::HttpSettings;
+    use process_orders::testkit::payment_stub::PaymentStub;
     use std::sync::Arc;
     use std::time::Duration;
-    use test_support::payment_stub::PaymentStub;
 
     let endpoint = moto_endpoint();
     // The mapping's client: its receives long-poll, past the function's SQS bounds.

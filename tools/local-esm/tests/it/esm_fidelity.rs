@@ -14,7 +14,7 @@ use aws_sdk_sqs::types::QueueAttributeName;
 use local_esm::esm::{self, Counters, EsmSettings, Invoke, PAYLOAD_LIMIT};
 use local_esm::sdk_config;
 use local_esm::setup::{self, QueuePair, QueueSettings};
-use test_support::dynamo::moto_endpoint;
+use process_orders::testkit::dynamo::moto_endpoint;
 
 /// What the function does with every event; it keeps what it was given.
 enum Behaviour {

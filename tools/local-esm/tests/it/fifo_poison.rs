@@ -20,10 +20,10 @@ use process_orders::config::Config;
 use process_orders::money::Currency;
 use process_orders::order::decode_order;
 use process_orders::payment::SimulatedGateway;
+use process_orders::testkit::dynamo::moto_endpoint;
 use sqs_batch::Backoff;
 use sqs_batch::backoff::BackoffPolicy;
 use sqs_batch::visibility::SqsVisibility;
-use test_support::dynamo::moto_endpoint;
 
 /// Orders sent round-robin over [`GROUPS`] message groups, so every receive of ten holds one
 /// message per group; the first message of groups 0, 1 and 2 is poison. The innocents that share

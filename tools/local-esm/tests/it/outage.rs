@@ -23,11 +23,11 @@ use process_orders::app::App;
 use process_orders::config::Config;
 use process_orders::payment::HttpGateway;
 use process_orders::payment::http::HttpSettings;
+use process_orders::testkit::dynamo::{Dynoxide, moto_endpoint, unique_table};
+use process_orders::testkit::payment_stub::{Behaviour, PaymentStub};
 use sqs_batch::Backoff;
 use sqs_batch::backoff::BackoffPolicy;
 use sqs_batch::visibility::SqsVisibility;
-use test_support::dynamo::{Dynoxide, moto_endpoint, unique_table};
-use test_support::payment_stub::{Behaviour, PaymentStub};
 
 const ORDERS: usize = 20;
 const MAX_RECEIVE_COUNT: u32 = 16;

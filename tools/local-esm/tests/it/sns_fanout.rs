@@ -17,7 +17,7 @@ use local_esm::setup::{self, QueueSettings};
 use process_orders::app::App;
 use process_orders::config::Config;
 use process_orders::payment::SimulatedGateway;
-use test_support::dynamo::moto_endpoint;
+use process_orders::testkit::dynamo::moto_endpoint;
 
 fn encode(text: &str) -> String {
     text.bytes()

@@ -1,6 +1,6 @@
 //! The DynamoDB store against moto's server, the cross-check: the contract that the in-memory
 //! store and dynoxide pass, and the DynamoDB store's own cases. moto is started once for this
-//! test binary (`test_support::dynamo::moto_endpoint`).
+//! test binary (`process_orders::testkit::dynamo::moto_endpoint`).
 //!
 //! All but the race: moto checks a condition and writes without holding a lock, so with the
 //! rest of this binary loading the same server, 64 racing claims had two winners in 2 of 6 runs
@@ -11,7 +11,7 @@ use aws_sdk_dynamodb::Client;
 use idempotency::DynamoDbStore;
 use idempotency::testkit::RETENTION;
 use idempotency::testkit::dynamodb as cases;
-use test_support::dynamo::{create_table, moto_client, unique_table};
+use process_orders::testkit::dynamo::{create_table, moto_client, unique_table};
 
 async fn table() -> (Client, String) {
     let client = moto_client();

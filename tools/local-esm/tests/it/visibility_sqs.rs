@@ -14,12 +14,12 @@ use process_orders::app::App;
 use process_orders::config::Config;
 use process_orders::money::Currency;
 use process_orders::order::decode_order;
+use process_orders::testkit::dynamo::moto_endpoint;
+use process_orders::testkit::ports::{Script, ScriptedGateway};
 use serde_json::json;
 use sqs_batch::Backoff;
 use sqs_batch::backoff::BackoffPolicy;
 use sqs_batch::visibility::SqsVisibility;
-use test_support::dynamo::moto_endpoint;
-use test_support::ports::{Script, ScriptedGateway};
 
 fn sqs_client(endpoint: &str) -> Client {
     let config = aws_sdk_sqs::Config::builder()

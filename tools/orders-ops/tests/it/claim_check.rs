@@ -17,9 +17,9 @@ use orders_ops::{self as ops, Offload};
 use process_orders::app::App;
 use process_orders::config::Config;
 use process_orders::payment::SimulatedGateway;
+use process_orders::testkit::dynamo::moto_endpoint;
 use sqs_batch::edge::Message;
 use sqs_batch::processor::Outcome;
-use test_support::dynamo::moto_endpoint;
 
 const LIMIT: u64 = 1_000_000;
 

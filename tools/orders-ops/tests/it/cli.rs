@@ -8,7 +8,7 @@ use std::process::{Command, Output, Stdio};
 use aws_sdk_sqs::Client;
 use local_esm::sdk_config;
 use local_esm::setup::{self, QueueSettings};
-use test_support::dynamo::moto_endpoint;
+use process_orders::testkit::dynamo::moto_endpoint;
 
 fn ops(args: &[&str], stdin: &str) -> Output {
     let mut child = Command::new(env!("CARGO_BIN_EXE_orders-ops"))

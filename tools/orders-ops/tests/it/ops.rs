@@ -8,7 +8,7 @@ use aws_sdk_sqs::Client;
 use local_esm::sdk_config;
 use local_esm::setup::{self, QueuePair, QueueSettings};
 use orders_ops as ops;
-use test_support::dynamo::moto_endpoint;
+use process_orders::testkit::dynamo::moto_endpoint;
 
 async fn pair(name: &str, fifo: bool) -> (Client, QueuePair, String) {
     let endpoint = moto_endpoint();

@@ -1,0 +1,480 @@
+//! The system benchmarks, each printing a table (`make bench`; numbers quoted in the README):
+//!
+//! - (b) init and first response: process spawn to the first event served (an empty batch, then
+//!   one order charged against dynoxide and the provider stub), over a local Lambda Runtime
+//!   API, with every variable `template.yaml` sets, against a hello-world `lambda_runtime`
+//!   binary built with the same profile;
+//! - (c) peak RSS with the largest generated event that fits Lambda's 6 MB payload;
+//! - (d) concurrency speedup with a store that adds 10 ms to every call.
+//!
+//! (b) and (c) run the release binaries found in `BENCH_BIN_DIR` (`make bench` builds them).
+//! Under `cargo test --all-targets` (no `--bench` argument) this runs a small smoke version.
+//! Benchmarks, not tests: nothing here passes or fails on time.
+
+use std::process::Stdio;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use axum::Router;
+use axum::extract::State;
+use axum::http::HeaderMap;
+use axum::response::IntoResponse;
+use axum::routing::{get, post};
+use idempotency::{Begin, ClaimRequest, IdempotencyStore, Lease, MemoryStore, StoreError};
+use lambda_kit::clock::{Clock, SystemClock};
+use process_orders::app::App;
+use process_orders::config::Config;
+use process_orders::payment::SimulatedGateway;
+use process_orders::testkit::generated_body;
+use sqs_batch::testkit::{self as event, EventShape};
+use tokio::sync::mpsc;
+
+/// Lambda's invocation payload limit for a synchronous invoke (the ESM's batch limit).
+const PAYLOAD_LIMIT: usize = 6 * 1024 * 1024;
+const STORE_DELAY: Duration = Duration::from_millis(10);
+
+fn main() {
+    let full = std::env::args().any(|a| a == "--bench");
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("runtime");
+    runtime.block_on(async {
+        match std::env::var("BENCH_BIN_DIR") {
+            Ok(dir) => {
+                let api = RuntimeApi::start().await;
+                init(&api, &dir, if full { 21 } else { 3 }).await;
+                peak_rss(&api, &dir, if full { PAYLOAD_LIMIT } else { 200_000 }).await;
+            }
+            Err(_) => eprintln!(
+                "(b) and (c) skipped: BENCH_BIN_DIR is not set (make bench builds the release binaries and sets it)"
+            ),
+        }
+        concurrency(full).await;
+    });
+}
+
+// ---------------------------------------------------------------------------------------------
+// A local Lambda Runtime API: hands out one queued event, then reports the function's answer.
+
+#[derive(Clone)]
+struct RuntimeApi {
+    addr: String,
+    next: Arc<Mutex<Option<String>>>,
+    answers: Arc<tokio::sync::Mutex<mpsc::UnboundedReceiver<Result<String, String>>>>,
+}
+
+#[derive(Clone)]
+struct ApiState {
+    next: Arc<Mutex<Option<String>>>,
+    answers: mpsc::UnboundedSender<Result<String, String>>,
+}
+
+impl RuntimeApi {
+    async fn start() -> Self {
+        let next = Arc::new(Mutex::new(None));
+        let (tx, rx) = mpsc::unbounded_channel();
+        let state = ApiState {
+            next: Arc::clone(&next),
+            answers: tx,
+        };
+        let app = Router::new()
+            .route("/2018-06-01/runtime/invocation/next", get(next_event))
+            .route(
+                "/2018-06-01/runtime/invocation/{id}/response",
+                post(|State(s): State<ApiState>, body: String| async move {
+                    let _ = s.answers.send(Ok(body));
+                    "{}"
+                }),
+            )
+            .route(
+                "/2018-06-01/runtime/invocation/{id}/error",
+                post(|State(s): State<ApiState>, body: String| async move {
+                    let _ = s.answers.send(Err(body));
+                    "{}"
+                }),
+            )
+            .route(
+                "/2018-06-01/runtime/init/error",
+                post(|State(s): State<ApiState>, body: String| async move {
+                    let _ = s.answers.send(Err(format!("init error: {body}")));
+                    "{}"
+                }),
+            )
+            .with_state(state);
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let addr = listener.local_addr().expect("addr").to_string();
+        tokio::spawn(async move { axum::serve(listener, app).await });
+        Self {
+            addr,
+            next,
+            answers: Arc::new(tokio::sync::Mutex::new(rx)),
+        }
+    }
+
+    /// Spawns `bin` against this API with `event` queued; returns the time from spawn to the
+    /// answer, and the child's peak RSS (VmHWM, KiB) read before it is killed.
+    async fn serve_one(&self, bin: &str, env: &[(&str, &str)], event: &str) -> (Duration, u64) {
+        *self.next.lock().expect("lock") = Some(event.to_owned());
+        let mut answers = self.answers.lock().await;
+        let started = Instant::now();
+        let mut child = tokio::process::Command::new(bin)
+            .env_clear()
+            .env("AWS_LAMBDA_RUNTIME_API", &self.addr)
+            .env("AWS_LAMBDA_FUNCTION_NAME", "bench")
+            .env("AWS_LAMBDA_FUNCTION_MEMORY_SIZE", "1024")
+            .env("AWS_LAMBDA_FUNCTION_VERSION", "$LATEST")
+            .env("AWS_LAMBDA_LOG_STREAM_NAME", "bench")
+            .env("AWS_LAMBDA_LOG_GROUP_NAME", "/aws/lambda/bench")
+            .env("AWS_REGION", "us-east-1")
+            .env("AWS_ACCESS_KEY_ID", "bench")
+            .env("AWS_SECRET_ACCESS_KEY", "bench")
+            .envs(env.iter().copied())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .kill_on_drop(true)
+            .spawn()
+            .unwrap_or_else(|e| panic!("spawn {bin}: {e}"));
+        let answer = tokio::time::timeout(Duration::from_secs(60), answers.recv())
+            .await
+            .unwrap_or_else(|_| panic!("{bin} did not answer within 60 s"))
+            .expect("channel open");
+        let took = started.elapsed();
+        if let Err(e) = answer {
+            panic!("{bin} failed: {e}");
+        }
+        let rss = child.id().map_or(0, vm_hwm_kib);
+        let _ = child.kill().await;
+        (took, rss)
+    }
+}
+
+async fn next_event(State(s): State<ApiState>) -> impl IntoResponse {
+    let event = s.next.lock().expect("lock").take();
+    match event {
+        Some(body) => {
+            let deadline = SystemClock.now_ms() + 60_000;
+            let mut headers = HeaderMap::new();
+            let mut put = |k: &'static str, v: String| {
+                headers.insert(k, v.parse().expect("header value"));
+            };
+            put("lambda-runtime-aws-request-id", "req-1".into());
+            put("lambda-runtime-deadline-ms", deadline.to_string());
+            put(
+                "lambda-runtime-invoked-function-arn",
+                "arn:aws:lambda:us-east-1:123456789012:function:bench".into(),
+            );
+            put(
+                "lambda-runtime-trace-id",
+                "Root=1-00000000-000000000000000000000000".into(),
+            );
+            (headers, body)
+        }
+        // One event per process: later polls wait until the process is killed.
+        None => std::future::pending().await,
+    }
+}
+
+fn vm_hwm_kib(pid: u32) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("VmHWM:"))
+                .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        })
+        .unwrap_or(0)
+}
+
+fn median(mut values: Vec<Duration>) -> Duration {
+    values.sort();
+    values[values.len() / 2]
+}
+
+fn ms(d: Duration) -> String {
+    format!("{:.2}", d.as_secs_f64() * 1000.0)
+}
+
+/// The function's environment as `template.yaml` sets it: every variable, with each
+/// parameter's default, the table on `table`, the provider at `payment_url`, DynamoDB at
+/// `dynamodb` (the SDK's own endpoint variable), and credentials in the environment as Lambda
+/// gives them.
+fn template_environment(table: &str, payment_url: &str, dynamodb: &str) -> Vec<(String, String)> {
+    let text = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/template.yaml"))
+        .expect("template.yaml");
+    let template: serde_yaml_ng::Value = serde_yaml_ng::from_str(&text).expect("template");
+    let function =
+        template["Resources"]["OrdersFunction"]["Properties"]["Environment"]["Variables"]
+            .as_mapping()
+            .expect("the function's variables");
+    let mut env = Vec::new();
+    for (name, value) in function {
+        let name = name.as_str().expect("a name").to_owned();
+        let value = match value {
+            serde_yaml_ng::Value::Tagged(tagged) if tagged.tag == "!Ref" => {
+                let parameter = tagged.value.as_str().expect("a parameter");
+                match &template["Parameters"][parameter]["Default"] {
+                    serde_yaml_ng::Value::String(s) => s.clone(),
+                    serde_yaml_ng::Value::Number(n) => n.to_string(),
+                    _ => continue,
+                }
+            }
+            // !If (the claim check, off by default) and other conditionals: not set.
+            serde_yaml_ng::Value::Tagged(_) => continue,
+            other => other.as_str().map(str::to_owned).expect("a string"),
+        };
+        env.push((name, value));
+    }
+    for (name, value) in [
+        ("IDEMPOTENCY_TABLE", table),
+        ("PAYMENT_API_URL", payment_url),
+        ("AWS_ENDPOINT_URL_DYNAMODB", dynamodb),
+    ] {
+        env.retain(|(n, _)| n != name);
+        env.push((name.to_owned(), value.to_owned()));
+    }
+    env
+}
+
+async fn init(api: &RuntimeApi, dir: &str, runs: usize) {
+    let hello = format!("{dir}/examples/hello");
+    // The function as deployed (non-PIE, see .cargo/config.toml) when make bench built it so.
+    let function =
+        std::env::var("BENCH_FUNCTION").unwrap_or_else(|_| format!("{dir}/process-orders"));
+    let dynoxide = process_orders::testkit::dynamo::Dynoxide::start().await;
+    let (dynamodb, _) = process_orders::testkit::dynamo::client(&dynoxide.endpoint());
+    process_orders::testkit::dynamo::create_table(&dynamodb, "orders").await;
+    let stub = process_orders::testkit::payment_stub::PaymentStub::start().await;
+    let env = template_environment("orders", &stub.url(), &dynoxide.endpoint());
+    // The same, with the API key in Secrets Manager (moto's): start-up must not read it, and the
+    // first response pays for one read.
+    let moto = process_orders::testkit::dynamo::moto_endpoint();
+    let secret = payment_key_secret(&moto).await;
+    let mut env_secret = env.clone();
+    env_secret.extend([
+        ("PAYMENT_API_KEY_SECRET".to_owned(), secret),
+        ("AWS_ENDPOINT_URL_SECRETS_MANAGER".to_owned(), moto),
+    ]);
+    let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+    let env_secret: Vec<(&str, &str)> = env_secret
+        .iter()
+        .map(|(k, v)| (k.as_str(), v.as_str()))
+        .collect();
+    let empty = r#"{"Records":[]}"#;
+    let (mut h, mut f, mut hf, mut ff) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    let (mut fs, mut ffs) = (Vec::new(), Vec::new());
+    for run in 0..runs {
+        // A new order each run, so each first response claims, charges and completes.
+        let order = serde_json::json!({ "Records": [{
+            "messageId": format!("m-{run}"),
+            "receiptHandle": "rh",
+            "body": format!(r#"{{"order_id":"first-{run}","amount":10}}"#),
+            "attributes": { "ApproximateReceiveCount": "1" },
+            "eventSourceARN": "arn:aws:sqs:us-east-1:123456789012:orders",
+        }]})
+        .to_string();
+        let order_secret = order.replace("first-", "secret-");
+        // Alternate, so drift on the machine touches every variant alike.
+        h.push(api.serve_one(&hello, &[], empty).await.0);
+        f.push(api.serve_one(&function, &env, empty).await.0);
+        fs.push(api.serve_one(&function, &env_secret, empty).await.0);
+        hf.push(api.serve_one(&hello, &[], &order).await.0);
+        ff.push(api.serve_one(&function, &env, &order).await.0);
+        ffs.push(api.serve_one(&function, &env_secret, &order_secret).await.0);
+    }
+    assert_eq!(
+        stub.total_charges(),
+        2 * runs,
+        "every first response charged its order"
+    );
+    let (h, f, hf, ff) = (median(h), median(f), median(hf), median(ff));
+    let (fs, ffs) = (median(fs), median(ffs));
+    println!(
+        "\n(b) init and first response: spawn to the answer, median of {runs}, every variable \
+         template.yaml sets ({} of them)",
+        env.len()
+    );
+    println!("| event | hello-world ms | process-orders ms | ratio |\n|---|---|---|---|");
+    println!(
+        "| empty batch (init) | {} | {} | {:.2} |",
+        ms(h),
+        ms(f),
+        f.as_secs_f64() / h.as_secs_f64()
+    );
+    println!(
+        "| empty batch, API key in Secrets Manager (init) | {} | {} | {:.2} |",
+        ms(h),
+        ms(fs),
+        fs.as_secs_f64() / h.as_secs_f64()
+    );
+    println!(
+        "| one order: claim, charge, complete (first response) | {} | {} | {:.2} |",
+        ms(hf),
+        ms(ff),
+        ff.as_secs_f64() / hf.as_secs_f64()
+    );
+    println!(
+        "| one order, API key in Secrets Manager: read, claim, charge, complete | {} | {} | {:.2} |",
+        ms(hf),
+        ms(ffs),
+        ffs.as_secs_f64() / hf.as_secs_f64()
+    );
+}
+
+/// A secret holding a payment API key, on the Secrets Manager at `endpoint`; its ARN.
+async fn payment_key_secret(endpoint: &str) -> String {
+    let client = aws_sdk_secretsmanager::Client::new(&process_orders::aws::local_config(endpoint));
+    let created = client
+        .create_secret()
+        .name(format!("bench-payment-key-{}", fastrand::u64(..)))
+        .secret_string(r#"{"api_key":"sk_bench"}"#)
+        .send()
+        .await
+        .expect("create the secret");
+    created.arn().expect("an ARN").to_owned()
+}
+
+async fn peak_rss(api: &RuntimeApi, dir: &str, limit: usize) {
+    let (records, json) = event::largest_within(limit, 0, generated_body);
+    let hello = format!("{dir}/examples/hello");
+    let function = format!("{dir}/process-orders");
+    // In-memory store and simulated payments: the whole event is processed without network.
+    let local = &[("PROCESS_ORDERS_LOCAL", "1")];
+    let (ht, hr) = api.serve_one(&hello, &[], &json).await;
+    let (ft, fr) = api.serve_one(&function, local, &json).await;
+    println!(
+        "\n(c) peak RSS (VmHWM), one event of {records} records, {} bytes",
+        json.len()
+    );
+    println!("| binary | peak RSS MiB | spawn to answer ms |\n|---|---|---|");
+    println!(
+        "| hello-world (parses into serde_json::Value) | {:.1} | {} |",
+        hr as f64 / 1024.0,
+        ms(ht)
+    );
+    println!(
+        "| process-orders (in-memory store) | {:.1} | {} |",
+        fr as f64 / 1024.0,
+        ms(ft)
+    );
+}
+
+// ---------------------------------------------------------------------------------------------
+// (d) Concurrency: every store call takes 10 ms more, as a DynamoDB round trip would.
+
+struct SlowStore(MemoryStore);
+
+impl IdempotencyStore for SlowStore {
+    async fn begin(&self, request: &ClaimRequest<'_>) -> Result<Begin, StoreError> {
+        tokio::time::sleep(STORE_DELAY).await;
+        self.0.begin(request).await
+    }
+
+    async fn complete(&self, key: &str, lease: &Lease, now_ms: u64) -> Result<(), StoreError> {
+        tokio::time::sleep(STORE_DELAY).await;
+        self.0.complete(key, lease, now_ms).await
+    }
+
+    async fn mark_attempted(&self, key: &str, lease: &Lease, at_ms: u64) -> Result<(), StoreError> {
+        tokio::time::sleep(STORE_DELAY).await;
+        self.0.mark_attempted(key, lease, at_ms).await
+    }
+
+    async fn release(&self, key: &str, lease: &Lease) -> Result<(), StoreError> {
+        tokio::time::sleep(STORE_DELAY).await;
+        self.0.release(key, lease).await
+    }
+
+    async fn reject(
+        &self,
+        key: &str,
+        lease: &Lease,
+        now_ms: u64,
+        reason: &str,
+    ) -> Result<(), StoreError> {
+        tokio::time::sleep(STORE_DELAY).await;
+        self.0.reject(key, lease, now_ms, reason).await
+    }
+}
+
+async fn run_once(json: &str, settings: &[(&str, String)]) -> Duration {
+    // Metrics off, so the tables are not interleaved with EMF lines.
+    let config = Config::from_lookup(|k| {
+        settings
+            .iter()
+            .find(|(name, _)| *name == k)
+            .map(|(_, v)| v.clone())
+            .or_else(|| (k == "METRICS_ENABLED").then(|| "false".to_owned()))
+    })
+    .expect("configuration");
+    let app = App::with_ports(
+        &config,
+        SlowStore(MemoryStore::new(config.store.retention)),
+        SimulatedGateway::new(),
+        SystemClock,
+    );
+    let started = Instant::now();
+    let response = app
+        .handle_json(json, SystemClock.now_ms() + 3_600_000)
+        .await
+        .expect("handled");
+    assert!(response.batch_item_failures.is_empty());
+    started.elapsed()
+}
+
+async fn concurrency(full: bool) {
+    let records = if full { 1_000 } else { 50 };
+    let levels: &[usize] = if full { &[1, 8, 16, 32, 64] } else { &[1, 8] };
+    let json = |fifo_groups| {
+        serde_json::to_string(&event::generate(
+            EventShape {
+                records,
+                fifo_groups,
+                seed: 7,
+            },
+            generated_body,
+        ))
+        .expect("event")
+    };
+    let standard = json(0);
+    println!(
+        "\n(d) concurrency: {records}-record standard batch, store +{} ms per call (2 calls per record)",
+        STORE_DELAY.as_millis()
+    );
+    println!("| MAX_CONCURRENCY | ms | speedup | speedup / C |\n|---|---|---|---|");
+    let mut base = None;
+    for &c in levels {
+        let took = run_once(&standard, &[("MAX_CONCURRENCY", c.to_string())]).await;
+        let base = *base.get_or_insert(took);
+        let speedup = base.as_secs_f64() / took.as_secs_f64();
+        println!(
+            "| {c} | {} | {speedup:.2} | {:.2} |",
+            ms(took),
+            speedup / c as f64
+        );
+    }
+
+    let groups = 8;
+    let fifo = json(groups);
+    let sequential = run_once(&fifo, &[("FIFO_SCOPE", "batch".into())]).await;
+    let grouped = run_once(
+        &fifo,
+        &[
+            ("FIFO_SCOPE", "group".into()),
+            ("MAX_CONCURRENCY", groups.to_string()),
+        ],
+    )
+    .await;
+    let speedup = sequential.as_secs_f64() / grouped.as_secs_f64();
+    println!("\n(d) FIFO: {records} records in {groups} groups, same store");
+    println!("| scope | ms | speedup | speedup / G |\n|---|---|---|---|");
+    println!("| batch (sequential) | {} | 1.00 | |", ms(sequential));
+    println!(
+        "| group, MAX_CONCURRENCY {groups} | {} | {speedup:.2} | {:.2} |",
+        ms(grouped),
+        speedup / groups as f64
+    );
+}

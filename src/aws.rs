@@ -1,0 +1,220 @@
+//! The AWS SDK configuration, loaded once per container and shared by every client.
+//!
+//! Loading does no network I/O: the region comes from the environment (never instance
+//! metadata), credentials resolve lazily on the first request, and the endpoint override is the
+//! SDK's own `AWS_ENDPOINT_URL` / `AWS_ENDPOINT_URL_<SERVICE>`.
+//!
+//! The SDK's HTTP client is [`http_client`]: reqwest on the compiled-in roots of
+//! `tls`, the same stack as the payment gateway. The SDK's default client would read
+//! the system trust store, and parse it again for every connector it builds (one per timeout
+//! setting, and one for the STS client of the default credentials chain): about 2 to 4 ms of
+//! each cold start.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::time::Duration;
+
+use aws_config::environment::credentials::EnvironmentVariableCredentialsProvider;
+use aws_config::environment::region::EnvironmentVariableRegionProvider;
+use aws_config::retry::RetryConfig;
+use aws_config::timeout::TimeoutConfig;
+use aws_config::{BehaviorVersion, SdkConfig};
+use aws_smithy_runtime_api::client::http::{
+    HttpClient, HttpConnector, HttpConnectorFuture, HttpConnectorSettings, SharedHttpClient,
+    SharedHttpConnector,
+};
+use aws_smithy_runtime_api::client::orchestrator::{HttpRequest, HttpResponse};
+use aws_smithy_runtime_api::client::result::ConnectorError;
+use aws_smithy_runtime_api::client::runtime_components::RuntimeComponents;
+use aws_smithy_types::body::SdkBody;
+
+/// Retry and timeout bounds for AWS calls.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SdkSettings {
+    /// Attempts per call, the first included (throttling and 5xx are retried with backoff).
+    pub max_attempts: u32,
+    /// One attempt, connect included.
+    pub attempt_timeout: Duration,
+    /// A whole call, retries included.
+    pub operation_timeout: Duration,
+}
+
+impl SdkSettings {
+    /// The DynamoDB client's bounds: `DYNAMODB_MAX_ATTEMPTS` (3), `DYNAMODB_ATTEMPT_TIMEOUT_MS`
+    /// (1000) and `DYNAMODB_OPERATION_TIMEOUT_MS` (3000).
+    pub fn dynamodb_from_env(env: &lambda_kit::Env<'_>) -> Result<Self, lambda_kit::EnvError> {
+        Ok(Self {
+            max_attempts: env.ranged("DYNAMODB_MAX_ATTEMPTS", 3, 1, 10)?,
+            attempt_timeout: Duration::from_millis(env.ranged(
+                "DYNAMODB_ATTEMPT_TIMEOUT_MS",
+                1_000,
+                50,
+                60_000,
+            )?),
+            operation_timeout: Duration::from_millis(env.ranged(
+                "DYNAMODB_OPERATION_TIMEOUT_MS",
+                3_000,
+                50,
+                300_000,
+            )?),
+        })
+    }
+
+    /// The SDK's retry configuration for these bounds (standard mode).
+    pub fn retry_config(&self) -> RetryConfig {
+        RetryConfig::standard().with_max_attempts(self.max_attempts)
+    }
+
+    /// The SDK's timeout configuration for these bounds.
+    pub fn timeout_config(&self) -> TimeoutConfig {
+        TimeoutConfig::builder()
+            .connect_timeout(self.attempt_timeout)
+            .operation_attempt_timeout(self.attempt_timeout)
+            .operation_timeout(self.operation_timeout)
+            .build()
+    }
+}
+
+/// Loads the SDK configuration every client of the container shares: one HTTP client
+/// ([`http_client`]). Credentials come from the environment when it has them (Lambda always
+/// sets them): the default chain would also build an STS client, for web identity, at start-up.
+pub async fn load() -> SdkConfig {
+    let loader = aws_config::defaults(BehaviorVersion::latest())
+        .region(EnvironmentVariableRegionProvider::new())
+        .http_client(http_client());
+    let loader = match std::env::var_os("AWS_ACCESS_KEY_ID") {
+        Some(_) => loader.credentials_provider(EnvironmentVariableCredentialsProvider::new()),
+        None => loader,
+    };
+    loader.load().await
+}
+
+/// The SDK's HTTP client: reqwest, with the container's rustls configuration. One reqwest
+/// client per connect timeout the SDK asks for, built when a service client is built (at
+/// start-up, without network I/O) and kept for the container.
+pub fn http_client() -> SharedHttpClient {
+    SharedHttpClient::new(ReqwestHttpClient::default())
+}
+
+/// The connect and read timeouts a connector was built for.
+type Timeouts = (Option<Duration>, Option<Duration>);
+
+#[derive(Debug, Default)]
+struct ReqwestHttpClient {
+    // A std Mutex: held only to find or insert a client, never across an await.
+    connectors: Mutex<HashMap<Timeouts, SharedHttpConnector>>,
+}
+
+impl HttpClient for ReqwestHttpClient {
+    fn http_connector(
+        &self,
+        settings: &HttpConnectorSettings,
+        _components: &RuntimeComponents,
+    ) -> SharedHttpConnector {
+        let key = (settings.connect_timeout(), settings.read_timeout());
+        let mut connectors = self
+            .connectors
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        connectors
+            .entry(key)
+            .or_insert_with(|| SharedHttpConnector::new(ReqwestConnector::new(key.0, key.1)))
+            .clone()
+    }
+}
+
+#[derive(Debug, Clone)]
+struct ReqwestConnector {
+    /// `Err` when the client could not be built: every call then fails with the reason, as a
+    /// connector error the SDK reports (the store error makes the record RETRY).
+    client: Result<reqwest::Client, String>,
+}
+
+impl ReqwestConnector {
+    fn new(connect_timeout: Option<Duration>, read_timeout: Option<Duration>) -> Self {
+        let client = crate::tls::client_config()
+            .map_err(|e| e.to_string())
+            .and_then(|tls| {
+                let mut builder = reqwest::Client::builder()
+                    .tls_backend_preconfigured(tls)
+                    // The SDK signs and sends exactly its requests: no redirects followed.
+                    .redirect(reqwest::redirect::Policy::none());
+                if let Some(timeout) = connect_timeout {
+                    builder = builder.connect_timeout(timeout);
+                }
+                if let Some(timeout) = read_timeout {
+                    builder = builder.read_timeout(timeout);
+                }
+                builder.build().map_err(|e| e.to_string())
+            });
+        Self { client }
+    }
+}
+
+impl HttpConnector for ReqwestConnector {
+    fn call(&self, request: HttpRequest) -> HttpConnectorFuture {
+        let client = self.client.clone();
+        HttpConnectorFuture::new(async move {
+            let client = client.map_err(|e| ConnectorError::other(e.into(), None))?;
+            let request = request
+                .try_into_http1x()
+                .map_err(|e| ConnectorError::user(e.into()))?;
+            let (parts, body) = request.into_parts();
+            // In-memory bodies (every DynamoDB and SQS request) go as bytes, so their length is
+            // known up front; a streaming body is wrapped.
+            let body = match body.bytes() {
+                Some(bytes) => reqwest::Body::from(bytes.to_vec()),
+                None => reqwest::Body::wrap(body),
+            };
+            let request = reqwest::Request::try_from(http::Request::from_parts(parts, body))
+                .map_err(|e| ConnectorError::user(e.into()))?;
+            let response = client.execute(request).await.map_err(connector_error)?;
+            let response: http::Response<reqwest::Body> = response.into();
+            HttpResponse::try_from(response.map(SdkBody::from_body_1_x))
+                .map_err(|e| ConnectorError::other(e.into(), None))
+        })
+    }
+}
+
+/// The SDK retries timeouts and I/O errors as transient; anything else is not retried.
+fn connector_error(error: reqwest::Error) -> ConnectorError {
+    if error.is_timeout() {
+        ConnectorError::timeout(error.into())
+    } else if error.is_connect() || error.is_request() || error.is_body() {
+        ConnectorError::io(error.into())
+    } else {
+        ConnectorError::other(error.into(), None)
+    }
+}
+
+/// A DynamoDB client on the shared configuration, with its own retry and timeout bounds.
+pub fn dynamodb(sdk: &SdkConfig, settings: &SdkSettings) -> aws_sdk_dynamodb::Client {
+    let config = aws_sdk_dynamodb::config::Builder::from(sdk)
+        .retry_config(settings.retry_config())
+        .timeout_config(settings.timeout_config())
+        .build();
+    aws_sdk_dynamodb::Client::from_conf(config)
+}
+
+/// An SQS client on the shared configuration, with its own retry and timeout bounds.
+pub fn sqs(sdk: &SdkConfig, settings: &SdkSettings) -> aws_sdk_sqs::Client {
+    let config = aws_sdk_sqs::config::Builder::from(sdk)
+        .retry_config(settings.retry_config())
+        .timeout_config(settings.timeout_config())
+        .build();
+    aws_sdk_sqs::Client::from_conf(config)
+}
+
+/// An SDK configuration for a local server (moto, dynoxide): its endpoint, a fixed region and
+/// static test credentials, over the function's HTTP client. For the local tools and the tests.
+pub fn local_config(endpoint: &str) -> SdkConfig {
+    SdkConfig::builder()
+        .behavior_version(BehaviorVersion::latest())
+        .region(aws_config::Region::new("us-east-1"))
+        .credentials_provider(aws_sdk_sqs::config::SharedCredentialsProvider::new(
+            aws_sdk_sqs::config::Credentials::new("test", "test", None, None, "local"),
+        ))
+        .endpoint_url(endpoint)
+        .http_client(http_client())
+        .build()
+}

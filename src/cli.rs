@@ -1,0 +1,113 @@
+//! The command line: Lambda mode (no arguments) or one-shot mode (`--event FILE`, `-` for stdin).
+
+use std::io::Read;
+
+use crate::app::App;
+use lambda_kit::{Clock, SystemClock};
+use sqs_batch::EventError;
+
+/// The time a one-shot run gets, as if it were an invocation with Lambda's longest timeout.
+pub const ONE_SHOT_BUDGET_MS: u64 = 900_000;
+
+/// The command line's usage, printed with `--help` and after a usage error.
+pub const USAGE: &str = "usage: process-orders [--event FILE|-]
+  no arguments   serve as an AWS Lambda function (Runtime API)
+  --event FILE   process one SQS event from FILE ('-' for stdin) and print the response JSON";
+
+/// How the binary runs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Mode {
+    /// Under Lambda's Runtime API (no arguments).
+    Lambda,
+    /// One event from a file (`-`: stdin), the response on stdout.
+    OneShot {
+        /// The event file, or `-`.
+        source: String,
+    },
+    /// `--help`.
+    Help,
+}
+
+/// Why the one-shot mode or the command line failed.
+#[derive(Debug, thiserror::Error)]
+pub enum CliError {
+    /// The arguments are wrong.
+    #[error("{0}\n{USAGE}")]
+    Usage(String),
+    /// The event could not be read.
+    #[error("cannot read the event from {source_name}")]
+    Read {
+        /// The file name, or `stdin`.
+        source_name: String,
+        /// The read's error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The event is not an SQS event.
+    #[error(transparent)]
+    Event(#[from] EventError),
+    /// The response could not be written as JSON.
+    #[error("cannot write the response")]
+    Encode(#[source] serde_json::Error),
+}
+
+/// Reads the arguments after the program name.
+pub fn parse_args(args: impl IntoIterator<Item = String>) -> Result<Mode, CliError> {
+    let mut args = args.into_iter();
+    match (args.next().as_deref(), args.next(), args.next()) {
+        (None, _, _) => Ok(Mode::Lambda),
+        (Some("-h" | "--help"), None, _) => Ok(Mode::Help),
+        (Some("--event"), Some(source), None) => Ok(Mode::OneShot { source }),
+        (Some("--event"), None, _) => Err(CliError::Usage("--event needs a file or '-'".into())),
+        (Some(other), _, _) => Err(CliError::Usage(format!("unexpected argument {other:?}"))),
+    }
+}
+
+/// Processes the event in `source` once and returns the response JSON.
+pub async fn run_once(app: &App, source: &str) -> Result<String, CliError> {
+    let text = read_source(source)?;
+    let deadline_ms = SystemClock.now_ms().saturating_add(ONE_SHOT_BUDGET_MS);
+    let response = app.handle_json(&text, deadline_ms).await?;
+    serde_json::to_string(&response).map_err(CliError::Encode)
+}
+
+fn read_source(source: &str) -> Result<String, CliError> {
+    let read = |source_name: &str, result: std::io::Result<String>| {
+        result.map_err(|e| CliError::Read {
+            source_name: source_name.to_owned(),
+            source: e,
+        })
+    };
+    if source == "-" {
+        let mut text = String::new();
+        let result = std::io::stdin().read_to_string(&mut text).map(|_| text);
+        read("stdin", result)
+    } else {
+        read(source, std::fs::read_to_string(source))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args(list: &[&str]) -> Result<Mode, CliError> {
+        parse_args(list.iter().map(|s| (*s).to_owned()))
+    }
+
+    #[test]
+    fn modes() {
+        assert_eq!(args(&[]).expect("lambda"), Mode::Lambda);
+        assert_eq!(args(&["--help"]).expect("help"), Mode::Help);
+        assert_eq!(
+            args(&["--event", "-"]).expect("stdin"),
+            Mode::OneShot { source: "-".into() }
+        );
+        assert!(matches!(args(&["--event"]), Err(CliError::Usage(_))));
+        assert!(matches!(args(&["--evnt", "x"]), Err(CliError::Usage(_))));
+        assert!(matches!(
+            args(&["--event", "a", "b"]),
+            Err(CliError::Usage(_))
+        ));
+    }
+}

@@ -1,0 +1,476 @@
+//! The order handler: what happens to one record, from the event to its decision.
+//!
+//! Read top to bottom, this module is one record's whole story. The steps before and after the
+//! handler live in the libraries; they are told here so that nothing needs looking up elsewhere.
+//!
+//! 1. **Started, or not.** `sqs_batch`'s processor starts the record unless the invocation's
+//!    remaining time is below `DEADLINE_MARGIN_MS` (then RETRY `deadline`, not started). Standard
+//!    queues run records concurrently (`MAX_CONCURRENCY`); FIFO records run in order, and a record
+//!    behind a failure in its group (or batch) is RETRY `after_failure`, not started. A started
+//!    record that panics is RETRY `panic`; one still running when half the margin is left is
+//!    dropped and RETRY `abandoned` (its claim stays STARTED until the lease ends, and a charge
+//!    that did go out carries the key the redelivery sends again).
+//! 2. **The claim check** (`claim_check::ClaimCheck`, which wraps this handler): a body that is
+//!    a pointer to S3 is replaced by the object it names. A pointer that can never load is
+//!    POISON, a store outage RETRY; every other decision is this handler's.
+//! 3. **Decoding** ([`crate::order::decode_order`]): an SNS envelope is unwrapped once; a body
+//!    that is not an order is POISON `invalid_body`, keyed by the id it names if it names one.
+//!    From here on every log line carries the order id.
+//! 4. **The breaker** ([`ConfigBreaker`]): after the provider refused our configuration three
+//!    times in a row this invocation, the rest are RETRY `payment_circuit_open`, not claimed.
+//! 5. **The guard** (`idempotency::guard::run`, with `ChargeWork`): the order id is claimed in
+//!    the store with a fenced lease (a duplicate of finished work is ACK `duplicate`, a live
+//!    lease elsewhere RETRY `busy`, another payload under the id POISON `conflict`, a recorded
+//!    decline POISON `payment_rejected`). When an earlier attempt may have charged, the
+//!    provider's look-up decides before any second charge (`reconciled`, `payment_pending`,
+//!    `needs_reconciliation`). Then the charge, with the order id as the provider's
+//!    idempotency key, and the outcome recorded: ACK `charged`; a failure per what it proves
+//!    ([`PaymentError`]). An item written before amounts were exact is tried again under its
+//!    old fingerprint before a conflict is final.
+//! 6. **The verdict** (`OrderDecision::outcome`, `OrderDecision::reason`, `verdict`): ACK,
+//!    RETRY or POISON with a stable reason, the order id as the key, the lease token as the
+//!    correlation id, a detail for people, and when to retry (a configuration error waits
+//!    [`CONFIGURATION_RETRY_AFTER_MS`], a busy key until its lease ends, an in-flight charge as
+//!    the provider asked).
+//! 7. **After the batch** (`sqs_batch::process_batch`): a RETRY at the receive before the
+//!    queue's redrive becomes POISON `retries_exhausted`; POISON records are moved to the DLQ
+//!    with their reason when `MOVE_POISON_TO_DLQ` is on; reported records get the visibility
+//!    backoff; the response lists exactly the records to retry (FIFO: from the first failure on)
+//!    and is checked before it is returned.
+
+use std::sync::atomic::{AtomicU32, Ordering};
+
+use tracing::Instrument;
+
+use idempotency::guard::{
+    self, Claim, Failed, Found, GuardPolicy, Guarded, GuardedWork, Unsettled,
+};
+use idempotency::{IdempotencyStore, LeaseToken};
+use lambda_kit::{Clock, error_chain};
+use sqs_batch::{Message, Outcome, RecordContext, RecordHandler, Verdict};
+
+use crate::metrics::{CallLatency, Latency};
+use crate::money::Currency;
+use crate::order::{Order, decode_order, order_id_hint};
+use crate::payment::{ChargeRequest, ChargeStatus, PaymentError, PaymentGateway};
+use crate::store::Timed;
+
+/// The order handler as the batch processor drives it (steps 3 to 6).
+#[derive(Debug)]
+pub struct OrderHandler<S, P, C> {
+    ports: Ports<S, P, C>,
+    /// The currency of an order that names none (`DEFAULT_CURRENCY`).
+    default_currency: Currency,
+}
+
+/// What an order needs from the outside world.
+#[derive(Debug)]
+pub struct Ports<S, P, C> {
+    /// The idempotency store.
+    pub store: S,
+    /// The payment provider.
+    pub gateway: P,
+    /// Now, for leases and the key window.
+    pub clock: C,
+    /// Leases, and how long the provider remembers a key.
+    pub guard: GuardPolicy,
+    /// Latency of the store and payment calls, for the metrics.
+    pub calls: CallLatency,
+    /// Stops calling a provider that refuses our configuration, per invocation.
+    pub breaker: ConfigBreaker,
+}
+
+impl<S, P, C> OrderHandler<S, P, C> {
+    /// The handler over its ports; orders without a currency are in `default_currency`.
+    pub fn new(ports: Ports<S, P, C>, default_currency: Currency) -> Self {
+        Self {
+            ports,
+            default_currency,
+        }
+    }
+
+    /// Its ports.
+    pub fn ports(&self) -> &Ports<S, P, C> {
+        &self.ports
+    }
+}
+
+impl<S, P, C> RecordHandler for OrderHandler<S, P, C>
+where
+    S: IdempotencyStore,
+    P: PaymentGateway,
+    C: Clock,
+{
+    async fn handle(&self, message: &Message<'_>, context: RecordContext) -> Verdict {
+        // Step 3: decoding.
+        let body = message.body;
+        let order = match decode_order(body, self.default_currency) {
+            Ok(order) => order,
+            Err(e) => {
+                let verdict = Verdict::poison("invalid_body")
+                    .with_detail(format!("{e} (body length {})", body.len()));
+                // An invalid order that names its id can still be found by it.
+                return match order_id_hint(body) {
+                    Some(order_id) => verdict.with_key(order_id),
+                    None => verdict,
+                };
+            }
+        };
+        // Every line written while the order is handled (the store's, the gateway's) carries
+        // its id.
+        let span = order_span(&order.order_id);
+        // Steps 4 and 5: the breaker, then the guard.
+        let (decision, lease) =
+            handle_order(&order, &self.ports, context.deadline_ms, message.message_id)
+                .instrument(span)
+                .await;
+        // Step 6: the verdict.
+        verdict(decision, order, lease, self.ports.clock.now_ms())
+    }
+
+    fn record_span(&self, message: &Message<'_>) -> tracing::Span {
+        match order_id_hint(message.body) {
+            Some(order_id) => order_span(&order_id),
+            None => tracing::Span::none(),
+        }
+    }
+}
+
+/// The span of one order's lines: `order_id` on each of them (in JSON logs under `span`).
+fn order_span(order_id: &str) -> tracing::Span {
+    tracing::info_span!("order", order_id)
+}
+
+/// Steps 4 and 5: unless the breaker is open, claims the order, reconciles an earlier attempt if
+/// one may have charged, charges with the order id as the idempotency key, and records the
+/// outcome (see `idempotency::guard`).
+pub(crate) async fn handle_order<S, P, C>(
+    order: &Order<'_>,
+    ports: &Ports<S, P, C>,
+    deadline_ms: u64,
+    message_id: &str,
+) -> (OrderDecision, Option<LeaseToken>)
+where
+    S: IdempotencyStore,
+    P: PaymentGateway,
+    C: Clock,
+{
+    if ports.breaker.is_open() {
+        return (OrderDecision::CircuitOpen, None);
+    }
+    let key: &str = &order.order_id;
+    let store = Timed::new(&ports.store, &ports.calls.store);
+    let work = ChargeWork {
+        gateway: &ports.gateway,
+        order,
+        latency: &ports.calls.payment,
+    };
+    let claim = Claim {
+        key,
+        fingerprint: order.fingerprint(),
+        message_id,
+        deadline_ms,
+    };
+    let first = guard::run(&store, &ports.clock, &ports.guard, &claim, &work).await;
+    let run = if matches!(first.outcome, Guarded::Conflict) {
+        // An item written before amounts were exact carries the old fingerprint: the same
+        // order, not a conflict. Only a refused claim pays for this second try, boxed (and the
+        // first run dropped) so that every record's future, moved around the batch's queue,
+        // does not grow for a path only conflicts take.
+        drop(first);
+        Box::pin(async {
+            let legacy = Claim {
+                fingerprint: order.legacy_fingerprint(),
+                ..claim
+            };
+            guard::run(&store, &ports.clock, &ports.guard, &legacy, &work).await
+        })
+        .await
+    } else {
+        first
+    };
+    // Only answers from the provider move the breaker; store-only outcomes say nothing of it.
+    let provider_answered = matches!(
+        run.outcome,
+        Guarded::Performed(())
+            | Guarded::Reconciled
+            | Guarded::Pending
+            | Guarded::Failed { .. }
+            | Guarded::NeedsReconciliation { .. }
+    );
+    let decision = OrderDecision::Guarded(run.outcome);
+    if provider_answered {
+        ports.breaker.record(decision.is_endpoint_wide());
+    }
+    (decision, run.lease)
+}
+
+/// The charge, as the idempotency guard drives it: the order id is the provider's
+/// idempotency key, and its lookup tells whether an earlier attempt charged.
+struct ChargeWork<'a, P> {
+    gateway: &'a P,
+    order: &'a Order<'a>,
+    latency: &'a Latency,
+}
+
+impl<P> ChargeWork<'_, P> {
+    fn request(&self) -> ChargeRequest<'_> {
+        let key: &str = &self.order.order_id;
+        ChargeRequest {
+            order_id: key,
+            amount: self.order.amount,
+            idempotency_key: key,
+        }
+    }
+}
+
+impl<P: PaymentGateway> GuardedWork for ChargeWork<'_, P> {
+    type Output = ();
+    type Error = PaymentError;
+
+    async fn look_up(&self) -> Result<Found, PaymentError> {
+        let request = self.request();
+        Ok(
+            match self.latency.time(self.gateway.lookup(&request)).await? {
+                ChargeStatus::Succeeded => Found::Happened,
+                // A definite failure: the same key may be charged again at any age.
+                ChargeStatus::Failed => Found::NotHappened,
+                // Never seen, or forgotten: the guard weighs it against the key window.
+                ChargeStatus::Unknown => Found::Unknown,
+                ChargeStatus::Pending => Found::Pending,
+            },
+        )
+    }
+
+    /// A decline is final: recorded in the item, so no redelivery or redrive of the order is
+    /// sent to the provider again (card networks penalise retried declines) until a person
+    /// clears it (`orders-ops clear-decline`).
+    fn refusal(&self, error: &PaymentError) -> Option<String> {
+        matches!(error, PaymentError::Declined { .. }).then(|| error.to_string())
+    }
+
+    async fn perform(&self) -> Result<(), Failed<PaymentError>> {
+        let request = self.request();
+        self.latency
+            .time(self.gateway.charge(&request))
+            .await
+            .map_err(|error| Failed {
+                effect: error.effect(),
+                error,
+            })
+    }
+}
+
+/// The business decision for one order: the guard's outcome, or not asked at all.
+#[derive(Debug)]
+pub(crate) enum OrderDecision {
+    /// The provider refused our configuration several times in a row this invocation: not
+    /// called, not claimed.
+    CircuitOpen,
+    /// What the idempotency guard decided (claim, look-up, charge, settle).
+    Guarded(Guarded<(), PaymentError>),
+}
+
+impl OrderDecision {
+    /// ACK, RETRY or POISON.
+    pub(crate) fn outcome(&self) -> Outcome {
+        let Self::Guarded(outcome) = self else {
+            return Outcome::Retry;
+        };
+        match outcome {
+            Guarded::Performed(()) | Guarded::Reconciled | Guarded::Duplicate => Outcome::Ack,
+            // Past the key window a provider that no longer knows the key leaves only a person
+            // to settle it: to the DLQ with its reason, at once (a FIFO group goes on).
+            Guarded::Conflict
+            | Guarded::Rejected
+            | Guarded::Failed {
+                error: PaymentError::Declined { .. } | PaymentError::KeyReused { .. },
+                ..
+            }
+            | Guarded::NeedsReconciliation {
+                why: Unsettled::NotFound,
+                ..
+            } => Outcome::Poison,
+            Guarded::Busy { .. }
+            | Guarded::Failed { .. }
+            | Guarded::Pending
+            | Guarded::NeedsReconciliation { .. }
+            | Guarded::Store(_)
+            | Guarded::LeaseLost => Outcome::Retry,
+        }
+    }
+
+    /// A short, stable code for logs and metrics.
+    pub(crate) fn reason(&self) -> &'static str {
+        let Self::Guarded(outcome) = self else {
+            return "payment_circuit_open";
+        };
+        match outcome {
+            Guarded::Performed(()) => "charged",
+            Guarded::Reconciled => "reconciled",
+            Guarded::Duplicate => "duplicate",
+            Guarded::Busy { .. } => "busy",
+            Guarded::Conflict => "conflict",
+            Guarded::Rejected => "payment_rejected",
+            Guarded::Failed { error, .. } => match error {
+                PaymentError::NotSent { .. } => "payment_not_sent",
+                PaymentError::Ambiguous { .. } => "payment_ambiguous",
+                PaymentError::InFlight { .. } => "payment_in_flight",
+                PaymentError::Declined { .. } => "payment_rejected",
+                PaymentError::KeyReused { .. } => "payment_conflict",
+                PaymentError::Misconfigured { .. } => "payment_config",
+                PaymentError::Refused { .. } => "payment_refused",
+            },
+            Guarded::Pending => "payment_pending",
+            Guarded::NeedsReconciliation { .. } => "needs_reconciliation",
+            Guarded::Store(_) => "store_error",
+            Guarded::LeaseLost => "lease_lost",
+        }
+    }
+
+    /// The provider's error behind this decision, if any (a failed charge, or a look-up that
+    /// failed past the key window).
+    fn payment_error(&self) -> Option<&PaymentError> {
+        match self {
+            Self::Guarded(
+                Guarded::Failed { error, .. }
+                | Guarded::NeedsReconciliation {
+                    why: Unsettled::LookUpFailed(error),
+                    ..
+                },
+            ) => Some(error),
+            _ => None,
+        }
+    }
+
+    /// Whether the provider refused our configuration or our request (or we stopped asking
+    /// because it did): retried slowly, since a deployment fixes it, not the message.
+    pub(crate) fn is_configuration_error(&self) -> bool {
+        matches!(self, Self::CircuitOpen)
+            || self
+                .payment_error()
+                .is_some_and(PaymentError::is_configuration)
+    }
+
+    /// Whether the provider's answer would be the same for every order (a refused key, a
+    /// missing route): what the invocation's breaker counts. A 400 about one order's request
+    /// is not: one malformed order must not stop the others.
+    fn is_endpoint_wide(&self) -> bool {
+        self.payment_error()
+            .is_some_and(PaymentError::is_endpoint_wide)
+    }
+}
+
+/// How long a record refused for our configuration (or not sent because of it) stays away: a key
+/// rotation or a URL fix takes a person minutes to hours, and every receive counts towards
+/// `maxReceiveCount`; at this pace even a queue of five receives lasts over an hour.
+pub const CONFIGURATION_RETRY_AFTER_MS: u64 = 15 * 60 * 1_000;
+
+/// Step 6: the decision as the batch processor reports it, with its key, correlation id, detail
+/// and retry time.
+fn verdict(
+    decision: OrderDecision,
+    order: Order<'_>,
+    lease: Option<LeaseToken>,
+    now_ms: u64,
+) -> Verdict {
+    let verdict = match decision.outcome() {
+        Outcome::Ack => return Verdict::ack(decision.reason()),
+        Outcome::Retry => Verdict::retry(decision.reason()),
+        Outcome::Poison => Verdict::poison(decision.reason()),
+    };
+    let mut verdict = verdict.with_key(order.order_id.into_owned());
+    // The claim's lease token joins the log line to the table's item (`lease_token`).
+    verdict.correlation_id = lease.map(|token| token.to_string());
+    if decision.is_configuration_error() {
+        verdict = verdict.with_retry_after_ms(now_ms.saturating_add(CONFIGURATION_RETRY_AFTER_MS));
+    }
+    let outcome = match decision {
+        OrderDecision::CircuitOpen => {
+            return verdict.with_detail(
+                "the provider refused our configuration repeatedly this invocation: not called",
+            );
+        }
+        OrderDecision::Guarded(outcome) => outcome,
+    };
+    match outcome {
+        Guarded::Busy { until_ms } => verdict
+            .with_retry_after_ms(until_ms)
+            .with_detail(format!("another consumer holds the lease until {until_ms}")),
+        Guarded::Failed { error, .. } => {
+            let verdict = match error {
+                PaymentError::InFlight {
+                    retry_after: Some(wait),
+                } => verdict.with_retry_after_ms(
+                    now_ms.saturating_add(u64::try_from(wait.as_millis()).unwrap_or(u64::MAX)),
+                ),
+                _ => verdict,
+            };
+            verdict.with_detail(error_chain(&error))
+        }
+        Guarded::Pending => verdict.with_detail(
+            "an earlier charge under this key is still being processed by the provider",
+        ),
+        Guarded::NeedsReconciliation {
+            why,
+            first_attempt_ms,
+        } => verdict.with_detail(match why {
+            Unsettled::LookUpFailed(error) => format!(
+                "an earlier charge may exist (first attempt at {first_attempt_ms}, past the \
+                 provider's key window) and the lookup failed, so it was not charged again: {}",
+                error_chain(&error)
+            ),
+            Unsettled::NotFound => format!(
+                "an earlier charge may exist (first attempt at {first_attempt_ms}, past the \
+                 provider's key window) and the provider's lookup has no charge under the key, \
+                 which past the window may only mean it forgot: not charged again; settle it \
+                 with the provider (PAYMENT_LOOKUP_DURABLE=true if its lookup keeps every charge)"
+            ),
+        }),
+        Guarded::Store(e) => verdict.with_detail(error_chain(&e)),
+        Guarded::Conflict => {
+            verdict.with_detail("order_id belongs to a different payload (another amount)")
+        }
+        Guarded::Rejected => verdict.with_detail(
+            "declined before (recorded in the idempotency item): not sent to the provider again; \
+             orders-ops clear-decline lets it be charged",
+        ),
+        Guarded::LeaseLost => verdict.with_detail(
+            "charged, but the lease was taken over before completion; the new holder completes it",
+        ),
+        Guarded::Performed(()) | Guarded::Reconciled | Guarded::Duplicate => verdict,
+    }
+}
+
+/// Step 4: stops calling the provider for the rest of an invocation once it has refused our
+/// configuration (401, 403, 404, ...) [`ConfigBreaker::TRIP_AFTER`] times in a row: the other
+/// records would only get the same answer. Reset at the start of every invocation, so a fixed
+/// key is tried again at the next one.
+#[derive(Debug, Default)]
+pub struct ConfigBreaker {
+    consecutive: AtomicU32,
+}
+
+impl ConfigBreaker {
+    /// Refusals in a row that open the breaker.
+    pub const TRIP_AFTER: u32 = 3;
+
+    /// Whether the provider is no longer called this invocation.
+    pub fn is_open(&self) -> bool {
+        self.consecutive.load(Ordering::Relaxed) >= Self::TRIP_AFTER
+    }
+
+    /// Counts a provider answer: a configuration error adds one, any other answer starts over.
+    fn record(&self, configuration_error: bool) {
+        if configuration_error {
+            self.consecutive.fetch_add(1, Ordering::Relaxed);
+        } else {
+            self.consecutive.store(0, Ordering::Relaxed);
+        }
+    }
+
+    /// Closes it: at the start of every invocation.
+    pub fn reset(&self) {
+        self.consecutive.store(0, Ordering::Relaxed);
+    }
+}

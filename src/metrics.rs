@@ -1,0 +1,281 @@
+//! CloudWatch metrics in the Embedded Metric Format (EMF): one JSON document per invocation,
+//! written as a single line to the function's log. CloudWatch Logs turns it into metrics
+//! without any API call from the function (no `PutMetricData`, no added latency, no IAM).
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use serde_json::{Map, Value, json};
+
+use sqs_batch::{BatchReport, Outcome, QueueKind, RecordStatus};
+
+/// The dimensions of every metric, in this order (alarms must name all four). `Service` is
+/// Powertools' dimension (`POWERTOOLS_SERVICE_NAME`), so dashboards built for Powertools
+/// functions find these metrics too.
+pub const DIMENSIONS: [&str; 4] = ["Service", "FunctionName", "QueueName", "QueueKind"];
+
+/// The most metrics one EMF directive may define.
+pub const MAX_METRICS: usize = 100;
+
+/// Where and under which names the metrics go (`METRICS_*` variables).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MetricsSettings {
+    /// The CloudWatch namespace (`METRICS_NAMESPACE`).
+    pub namespace: String,
+    /// The `Service` dimension: `POWERTOOLS_SERVICE_NAME`, or `process-orders`.
+    pub service: String,
+    /// The `FunctionName` dimension: `AWS_LAMBDA_FUNCTION_NAME`, or `process-orders` locally.
+    pub function_name: String,
+}
+
+impl MetricsSettings {
+    /// `METRICS_ENABLED` (on by default), `METRICS_NAMESPACE`, `POWERTOOLS_SERVICE_NAME` and
+    /// Lambda's `AWS_LAMBDA_FUNCTION_NAME`; `None` when metrics are off.
+    pub fn from_env(env: &lambda_kit::Env<'_>) -> Result<Option<Self>, lambda_kit::EnvError> {
+        if !env.flag("METRICS_ENABLED", true)? {
+            return Ok(None);
+        }
+        let namespace = env
+            .text("METRICS_NAMESPACE")
+            .unwrap_or_else(|| "ProcessOrders".to_owned());
+        if namespace.len() > 255 || namespace.contains(':') {
+            return Err(lambda_kit::EnvError::invalid(
+                "METRICS_NAMESPACE",
+                &namespace,
+                "at most 255 characters, without ':'",
+            ));
+        }
+        Ok(Some(Self {
+            namespace,
+            service: env
+                .text("POWERTOOLS_SERVICE_NAME")
+                .unwrap_or_else(|| "process-orders".to_owned()),
+            function_name: env
+                .text("AWS_LAMBDA_FUNCTION_NAME")
+                .unwrap_or_else(|| "process-orders".to_owned()),
+        }))
+    }
+}
+
+/// Latency of one kind of outbound call, accumulated over an invocation.
+#[derive(Debug, Default)]
+pub struct Latency {
+    calls: AtomicU64,
+    sum_us: AtomicU64,
+    max_us: AtomicU64,
+}
+
+/// What a [`Latency`] held when it was taken.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct LatencySnapshot {
+    /// Calls timed.
+    pub calls: u64,
+    /// Their total time, ms.
+    pub sum_ms: f64,
+    /// The longest, ms.
+    pub max_ms: f64,
+}
+
+impl Latency {
+    /// Adds one call's time.
+    pub fn record(&self, elapsed: Duration) {
+        let us = u64::try_from(elapsed.as_micros()).unwrap_or(u64::MAX);
+        self.calls.fetch_add(1, Ordering::Relaxed);
+        self.sum_us.fetch_add(us, Ordering::Relaxed);
+        self.max_us.fetch_max(us, Ordering::Relaxed);
+    }
+
+    /// Times `call` and records it, whatever it returns.
+    pub async fn time<F: Future>(&self, call: F) -> F::Output {
+        // A duration measurement, not a decision: the monotonic clock, not the injected one.
+        let started = Instant::now();
+        let out = call.await;
+        self.record(started.elapsed());
+        out
+    }
+
+    /// Returns what was accumulated and starts again from zero (one container runs one
+    /// invocation at a time, so this is the invocation's share).
+    pub fn take(&self) -> LatencySnapshot {
+        let ms = |us: u64| us as f64 / 1_000.0;
+        LatencySnapshot {
+            calls: self.calls.swap(0, Ordering::Relaxed),
+            sum_ms: ms(self.sum_us.swap(0, Ordering::Relaxed)),
+            max_ms: ms(self.max_us.swap(0, Ordering::Relaxed)),
+        }
+    }
+}
+
+/// Latencies of the outbound calls an order makes.
+#[derive(Debug, Default)]
+pub struct CallLatency {
+    /// The idempotency store's calls.
+    pub store: Latency,
+    /// The payment provider's calls.
+    pub payment: Latency,
+}
+
+/// One invocation, as the metrics see it.
+#[derive(Debug, Clone, Copy)]
+pub struct Invocation<'a> {
+    /// Each record's status.
+    pub report: &'a BatchReport,
+    /// The source queue's ARN, if the event named it.
+    pub queue_arn: Option<&'a str>,
+    /// Standard or FIFO.
+    pub kind: QueueKind,
+    /// When the document is written, epoch ms.
+    pub timestamp_ms: u64,
+    /// The invocation's processing time, ms.
+    pub duration_ms: f64,
+    /// The store calls' latency.
+    pub store: LatencySnapshot,
+    /// The payment calls' latency.
+    pub payment: LatencySnapshot,
+    /// Reads of the payment API key after the provider refused it (a rotation seen).
+    pub key_refreshes: u64,
+    /// The container's first invocation.
+    pub cold_start: bool,
+}
+
+/// The queue's name: the last field of its ARN.
+pub fn queue_name(arn: Option<&str>) -> &str {
+    arn.and_then(|a| a.rsplit(':').next())
+        .filter(|n| !n.is_empty())
+        .unwrap_or("unknown")
+}
+
+/// The count metrics, in document order.
+pub const COUNT_METRICS: [&str; 12] = [
+    "Records",
+    "Charged",
+    "Reconciled",
+    "Duplicates",
+    "Retried",
+    "Poisoned",
+    "Conflicts",
+    "Busy",
+    "PaymentConfigErrors",
+    "NeedsReconciliation",
+    "SkippedDeadline",
+    "SkippedAfterFailure",
+];
+
+/// The count metric a reason code feeds, besides `Retried` / `Poisoned`.
+fn reason_metric(reason: &str) -> Option<&'static str> {
+    Some(match reason {
+        "charged" => "Charged",
+        "reconciled" => "Reconciled",
+        "duplicate" => "Duplicates",
+        "conflict" | "payment_conflict" => "Conflicts",
+        "busy" => "Busy",
+        // The provider refuses our credentials or URL: an alarm, since only a deployment fixes it.
+        "payment_config" | "payment_refused" | "payment_circuit_open" => "PaymentConfigErrors",
+        // An earlier charge may exist and cannot be looked up: a person may have to check.
+        "needs_reconciliation" => "NeedsReconciliation",
+        _ => return None,
+    })
+}
+
+/// Records per metric: the ones every dashboard and alarm needs.
+fn counts(report: &BatchReport) -> [(&'static str, f64); COUNT_METRICS.len()] {
+    let mut c = [0usize; COUNT_METRICS.len()];
+    let mut add = |name: &str| {
+        if let Some(i) = COUNT_METRICS.iter().position(|m| *m == name) {
+            c[i] += 1;
+        }
+    };
+    for status in &report.statuses {
+        add("Records");
+        match status {
+            RecordStatus::Handled(v) | RecordStatus::Moved(v) => {
+                if let Some(name) = reason_metric(v.reason) {
+                    add(name);
+                }
+                match v.outcome {
+                    Outcome::Ack => {}
+                    Outcome::Retry => add("Retried"),
+                    Outcome::Poison => add("Poisoned"),
+                }
+            }
+            RecordStatus::SkippedDeadline => add("SkippedDeadline"),
+            RecordStatus::SkippedAfter { .. } => add("SkippedAfterFailure"),
+        }
+    }
+    std::array::from_fn(|i| (COUNT_METRICS[i], c[i] as f64))
+}
+
+/// The EMF document for one invocation, as one line of JSON.
+pub fn document(settings: &MetricsSettings, inv: &Invocation<'_>) -> String {
+    let mut metrics: Vec<(&str, &str, f64)> = counts(inv.report)
+        .into_iter()
+        .map(|(name, value)| (name, "Count", value))
+        .collect();
+    metrics.extend([
+        ("InvocationDuration", "Milliseconds", inv.duration_ms),
+        ("StoreCalls", "Count", inv.store.calls as f64),
+        ("StoreLatencySum", "Milliseconds", inv.store.sum_ms),
+        ("StoreLatencyMax", "Milliseconds", inv.store.max_ms),
+        ("PaymentCalls", "Count", inv.payment.calls as f64),
+        ("PaymentLatencySum", "Milliseconds", inv.payment.sum_ms),
+        ("PaymentLatencyMax", "Milliseconds", inv.payment.max_ms),
+        ("PaymentKeyRefreshes", "Count", inv.key_refreshes as f64),
+        // 1 on the container's first invocation, else 0: its sum counts cold starts, as
+        // Powertools' `ColdStart` does.
+        ("ColdStart", "Count", f64::from(u8::from(inv.cold_start))),
+    ]);
+    debug_assert!(metrics.len() <= MAX_METRICS);
+    let definitions: Vec<Value> = metrics
+        .iter()
+        .map(|(name, unit, _)| json!({ "Name": name, "Unit": unit }))
+        .collect();
+    let mut doc = Map::new();
+    doc.insert(
+        "_aws".into(),
+        json!({
+            "Timestamp": inv.timestamp_ms,
+            "CloudWatchMetrics": [{
+                "Namespace": settings.namespace,
+                "Dimensions": [DIMENSIONS],
+                "Metrics": definitions,
+            }],
+        }),
+    );
+    doc.insert("Service".into(), settings.service.clone().into());
+    doc.insert("FunctionName".into(), settings.function_name.clone().into());
+    doc.insert("QueueName".into(), queue_name(inv.queue_arn).into());
+    doc.insert("QueueKind".into(), inv.kind.as_str().into());
+    for (name, _, value) in metrics {
+        doc.insert(name.into(), value.into());
+    }
+    Value::Object(doc).to_string()
+}
+
+/// Where the documents are written.
+#[derive(Debug, Clone)]
+pub enum MetricsSink {
+    /// Lambda: stdout goes to CloudWatch Logs, which extracts the metrics.
+    Stdout,
+    /// One-shot mode, where stdout carries the response.
+    Stderr,
+    /// Tests: kept in memory.
+    Memory(std::sync::Arc<std::sync::Mutex<Vec<String>>>),
+}
+
+impl MetricsSink {
+    /// Writes one document as one line (one write, so concurrent logs cannot split it).
+    pub fn write(&self, document: &str) {
+        use std::io::Write;
+        let line = format!("{document}\n");
+        // Metrics are best effort: a closed stream must not fail the batch.
+        match self {
+            Self::Stdout => drop(std::io::stdout().lock().write_all(line.as_bytes())),
+            Self::Stderr => drop(std::io::stderr().lock().write_all(line.as_bytes())),
+            Self::Memory(docs) => {
+                if let Ok(mut docs) = docs.lock() {
+                    docs.push(document.to_owned());
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,951 @@
+//! The HTTP payment gateway: `POST {PAYMENT_API_URL}/charges` with the order id as the
+//! `Idempotency-Key`, and `GET {PAYMENT_API_URL}/charges/{key}` to look a key up.
+//!
+//! How each answer to a charge is read (what it proves decides what the store keeps):
+//! - 2xx whose JSON says `"status": "succeeded"`: charged. `"pending"`/`"processing"`: in flight;
+//!   `"failed"`: declined. Any other 2xx (no body, not JSON, a proxy's page, cut off) proves
+//!   nothing: ambiguous.
+//! - 409: a request with this key is still being processed (IETF draft): in flight, never
+//!   charged-yet, with `Retry-After` when given.
+//! - 402, or 400/422 whose JSON names a decline: declined.
+//! - 400/422 whose JSON names idempotency (the draft's `application/problem+json`, Stripe's
+//!   `idempotency_error`): a 422, or a text saying the key was reused with another request, is
+//!   a key reused with another payload; a text saying the key is in use or outstanding is in
+//!   flight; anything else (the draft's "Idempotency-Key is missing", a malformed key, a proxy
+//!   that strips the header) is our configuration.
+//! - any other 400/422 with the provider's JSON: this request was refused (retried slowly; it
+//!   says nothing of other orders).
+//! - 408, 429, 5xx, a timeout after sending, a reset: ambiguous.
+//! - refused connections, DNS, TLS, a connect timeout: not sent.
+//! - anything else (401, 403, 404, 405, 407, 3xx, other 4xx, a 400/422 that is not the
+//!   provider's JSON): our configuration is wrong. Redirects are never followed for a charge.
+//!
+//! Provider text is kept only short and redacted ([`super::redact`]), and the API key itself is
+//! scrubbed from every error a call returns.
+
+use std::future::Future;
+use std::time::Duration;
+
+use reqwest::StatusCode;
+use reqwest::header::{CONTENT_TYPE, HeaderMap, HeaderValue, RETRY_AFTER};
+use serde::Serialize;
+
+use super::key::secrets_manager::SECRETS_SDK;
+use super::key::{ApiKey, Authorization, KeySetting, KeySetupError};
+use super::redact::redact;
+use super::{ChargeRequest, ChargeStatus, PaymentError, PaymentGateway};
+use crate::config::ConfigError;
+use crate::money::Money;
+use lambda_kit::{Env, EnvError};
+
+/// The longest provider reason kept for the log.
+const REASON_MAX: usize = 200;
+/// The most of an answer's body that is read. A provider's JSON is small; anything larger is
+/// not it (a proxy's page, a misrouted download) and is not worth the memory.
+pub const MAX_BODY_BYTES: usize = 64 * 1024;
+
+/// How to reach the provider.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HttpSettings {
+    /// The API base; charges go to `{base}/charges`.
+    pub base_url: reqwest::Url,
+    /// Sent as `Authorization: Bearer <key>`: none, a fixed value, or a secret read on first
+    /// use (see [`super::key`]).
+    pub api_key: KeySetting,
+    /// How long a connection may take to open.
+    pub connect_timeout: Duration,
+    /// The whole request, response body included.
+    pub timeout: Duration,
+}
+
+impl HttpSettings {
+    /// `PAYMENT_API_URL`, its key (`PAYMENT_API_KEY` or `PAYMENT_API_KEY_SECRET`) and timeouts
+    /// (`PAYMENT_CONNECT_TIMEOUT_MS`, `PAYMENT_TIMEOUT_MS`). `None` without a URL: the simulated
+    /// gateway, for local runs.
+    pub fn from_env(env: &Env<'_>) -> Result<Option<Self>, ConfigError> {
+        // Read first, so two keys are refused even before a URL is set.
+        let api_key = KeySetting::from_env(env)?;
+        let Some(raw) = env.text("PAYMENT_API_URL") else {
+            return Ok(None);
+        };
+        Ok(Some(Self {
+            base_url: parse_http_url(&raw)?,
+            api_key,
+            connect_timeout: Duration::from_millis(env.ranged(
+                "PAYMENT_CONNECT_TIMEOUT_MS",
+                1_000,
+                10,
+                60_000,
+            )?),
+            timeout: Duration::from_millis(env.ranged("PAYMENT_TIMEOUT_MS", 5_000, 10, 300_000)?),
+        }))
+    }
+
+    /// The longest one record spends calling the provider: the look-up and the charge at their
+    /// bound, and with a key in Secrets Manager its first read, a read after a refusal and the
+    /// call retried.
+    pub fn longest_calls_ms(&self) -> u64 {
+        let call = self.timeout.as_millis() as u64;
+        match self.api_key {
+            KeySetting::SecretsManager { .. } => {
+                3 * call + 2 * SECRETS_SDK.operation_timeout.as_millis() as u64
+            }
+            _ => 2 * call,
+        }
+    }
+
+    /// How long after its look-up a resent charge can still reach the provider: one call, or
+    /// with a stored key two reads of it and the call retried after a refusal.
+    pub fn charge_reach_ms(&self) -> u64 {
+        let call = self.timeout.as_millis() as u64;
+        match self.api_key {
+            KeySetting::SecretsManager { .. } => {
+                2 * call + 2 * SECRETS_SDK.operation_timeout.as_millis() as u64
+            }
+            _ => call,
+        }
+    }
+}
+
+/// An absolute http(s) URL with a host, without credentials, query or fragment.
+fn parse_http_url(raw: &str) -> Result<reqwest::Url, EnvError> {
+    // The message never repeats the value: a URL may carry a token.
+    let bad = |expected: &str| EnvError::invalid("PAYMENT_API_URL", "(not shown)", expected);
+    let url = reqwest::Url::parse(raw.trim())
+        .map_err(|e| bad(&format!("an absolute http(s) URL ({e})")))?;
+    if !matches!(url.scheme(), "http" | "https") || url.host_str().is_none() {
+        return Err(bad("an http:// or https:// URL with a host"));
+    }
+    if !url.username().is_empty()
+        || url.password().is_some()
+        || url.query().is_some()
+        || url.fragment().is_some()
+    {
+        return Err(bad(
+            "a URL without credentials, query or fragment (use PAYMENT_API_KEY)",
+        ));
+    }
+    Ok(url)
+}
+
+/// Why the HTTP client could not be built.
+#[derive(Debug, thiserror::Error)]
+pub enum HttpSetupError {
+    /// `PAYMENT_API_URL` cannot carry the charge paths.
+    #[error("PAYMENT_API_URL cannot take a /charges path")]
+    Url(#[source] url::ParseError),
+    /// The API key's source cannot be used.
+    #[error(transparent)]
+    ApiKey(#[from] KeySetupError),
+    /// reqwest refused to build the client.
+    #[error("the HTTP client could not be built")]
+    Client(#[source] reqwest::Error),
+    /// The TLS configuration could not be built.
+    #[error("the TLS configuration could not be built")]
+    Tls(#[source] rustls::Error),
+}
+
+/// A payment provider that follows the IETF Idempotency-Key draft, over HTTP(S).
+#[derive(Debug)]
+pub struct HttpGateway {
+    client: reqwest::Client,
+    charges_url: reqwest::Url,
+    key: ApiKey,
+}
+
+/// The charge as the provider receives it: the amount in integer minor units (`1050` for
+/// 10.50 EUR) and the ISO 4217 currency code, as card providers take them.
+#[derive(Serialize)]
+struct ChargeBody<'a> {
+    order_id: &'a str,
+    amount: u64,
+    currency: &'a str,
+}
+
+impl HttpGateway {
+    /// Builds the client once per container, with the key the settings name (none or a fixed
+    /// value; a stored key needs [`HttpGateway::with_key`]). No connection is opened here.
+    pub fn new(settings: &HttpSettings) -> Result<Self, HttpSetupError> {
+        Self::with_key(settings, ApiKey::from_setting(&settings.api_key, None)?)
+    }
+
+    /// Builds the client once per container, sending `key`. No connection is opened here.
+    pub fn with_key(settings: &HttpSettings, key: ApiKey) -> Result<Self, HttpSetupError> {
+        let mut base = settings.base_url.clone();
+        if !base.path().ends_with('/') {
+            base.set_path(&format!("{}/", base.path()));
+        }
+        let charges_url = base.join("charges").map_err(HttpSetupError::Url)?;
+        let tls = crate::tls::client_config().map_err(HttpSetupError::Tls)?;
+        let client = reqwest::Client::builder()
+            .tls_backend_preconfigured(tls)
+            .connect_timeout(settings.connect_timeout)
+            .timeout(settings.timeout)
+            // A charge is never replayed to another URL behind our back.
+            .redirect(reqwest::redirect::Policy::none())
+            .build()
+            .map_err(HttpSetupError::Client)?;
+        Ok(Self {
+            client,
+            charges_url,
+            key,
+        })
+    }
+
+    /// The key, for the invocation's bookkeeping (see [`PaymentGateway::new_invocation`]).
+    pub fn key(&self) -> &ApiKey {
+        &self.key
+    }
+
+    /// Runs `call` with the current key. When the provider refuses the key (401, 403) and its
+    /// store has a newer one, `call` runs once more with it: the refused request was not
+    /// processed, and the idempotency key makes even a processed one safe to repeat.
+    async fn keyed<T, F, Fut>(&self, order_id: &str, call: F) -> Result<T, PaymentError>
+    where
+        F: Fn(Option<HeaderValue>) -> Fut,
+        Fut: Future<Output = Result<T, PaymentError>>,
+    {
+        let used = self.key.current().await?;
+        let first = scrubbed(
+            call(used.as_ref().map(|a| a.header.clone())).await,
+            used.as_deref(),
+        );
+        let (
+            Some(used),
+            Err(PaymentError::Misconfigured {
+                status: Some(status @ (401 | 403)),
+                ..
+            }),
+        ) = (&used, &first)
+        else {
+            return first;
+        };
+        match self.key.refresh(used, *status).await? {
+            Some(fresh) => {
+                tracing::info!(
+                    order_id,
+                    status,
+                    "retrying the call with the payment API key read again"
+                );
+                scrubbed(call(Some(fresh.header.clone())).await, Some(&fresh))
+            }
+            None => first,
+        }
+    }
+}
+
+/// `result` with the key of `authorization` scrubbed from its error's text.
+fn scrubbed<T>(
+    result: Result<T, PaymentError>,
+    authorization: Option<&Authorization>,
+) -> Result<T, PaymentError> {
+    let secret = authorization
+        .and_then(|a| a.header.to_str().ok())
+        .map(|h| h.strip_prefix("Bearer ").unwrap_or(h));
+    match (result, secret) {
+        (Err(e), Some(secret)) => Err(e.scrub(secret)),
+        (result, _) => result,
+    }
+}
+
+fn authorized(
+    call: reqwest::RequestBuilder,
+    authorization: Option<HeaderValue>,
+) -> reqwest::RequestBuilder {
+    match authorization {
+        Some(value) => call.header(reqwest::header::AUTHORIZATION, value),
+        None => call,
+    }
+}
+
+/// An answer: its status, `Retry-After`, and its body unless it could not be read whole (cut
+/// off, over [`MAX_BODY_BYTES`], not UTF-8).
+async fn read_answer(
+    response: reqwest::Response,
+) -> (StatusCode, Option<Duration>, Option<String>) {
+    let status = response.status();
+    let retry_after = retry_after(response.headers());
+    (status, retry_after, read_bounded(response).await)
+}
+
+async fn read_bounded(mut response: reqwest::Response) -> Option<String> {
+    let mut bytes = Vec::new();
+    while let Some(chunk) = response.chunk().await.ok()? {
+        if bytes.len() + chunk.len() > MAX_BODY_BYTES {
+            return None;
+        }
+        bytes.extend_from_slice(&chunk);
+    }
+    String::from_utf8(bytes).ok()
+}
+
+/// `Retry-After` in delta-seconds (the HTTP-date form is ignored: the backoff applies).
+fn retry_after(headers: &HeaderMap) -> Option<Duration> {
+    let seconds: u64 = headers
+        .get(RETRY_AFTER)?
+        .to_str()
+        .ok()?
+        .trim()
+        .parse()
+        .ok()?;
+    Some(Duration::from_secs(seconds))
+}
+
+impl PaymentGateway for HttpGateway {
+    async fn charge(&self, request: &ChargeRequest<'_>) -> Result<(), PaymentError> {
+        let body: bytes::Bytes = serde_json::to_vec(&ChargeBody {
+            order_id: request.order_id,
+            amount: request.amount.minor,
+            currency: request.amount.currency.as_str(),
+        })
+        .map_err(|e| PaymentError::NotSent {
+            reason: "the charge could not be encoded".into(),
+            source: Some(Box::new(e)),
+        })?
+        .into();
+        self.keyed(request.order_id, |authorization| {
+            let call = self
+                .client
+                .post(self.charges_url.clone())
+                .header("Idempotency-Key", request.idempotency_key)
+                .header(CONTENT_TYPE, "application/json")
+                .body(body.clone());
+            async move {
+                let response = authorized(call, authorization)
+                    .send()
+                    .await
+                    .map_err(transport_error)?;
+                let (status, retry_after, body) = read_answer(response).await;
+                classify(status, retry_after, body.as_deref())
+            }
+        })
+        .await
+    }
+
+    async fn lookup(&self, request: &ChargeRequest<'_>) -> Result<ChargeStatus, PaymentError> {
+        let mut url = self.charges_url.clone();
+        url.path_segments_mut()
+            .map_err(|()| PaymentError::NotSent {
+                reason: "PAYMENT_API_URL cannot take a path".into(),
+                source: None,
+            })?
+            .push(request.idempotency_key);
+        self.keyed(request.order_id, |authorization| {
+            let call = self.client.get(url.clone());
+            async move {
+                let response = authorized(call, authorization)
+                    .send()
+                    .await
+                    .map_err(transport_error)?;
+                let (status, _, body) = read_answer(response).await;
+                classify_lookup(status, request.amount, body.as_deref())
+            }
+        })
+        .await
+    }
+
+    fn new_invocation(&self) {
+        self.key.new_invocation();
+    }
+
+    fn take_key_refreshes(&self) -> u64 {
+        self.key.take_refreshes()
+    }
+}
+
+/// The provider's JSON: an object.
+fn provider_json(body: Option<&str>) -> Option<serde_json::Map<String, serde_json::Value>> {
+    match serde_json::from_str(body?) {
+        Ok(serde_json::Value::Object(map)) => Some(map),
+        _ => None,
+    }
+}
+
+/// The `status` field of the provider's JSON.
+fn status_field(json: &serde_json::Map<String, serde_json::Value>) -> Option<&str> {
+    json.get("status").and_then(serde_json::Value::as_str)
+}
+
+/// The decision for a provider's answer to a charge.
+pub fn classify(
+    status: StatusCode,
+    retry_after: Option<Duration>,
+    body: Option<&str>,
+) -> Result<(), PaymentError> {
+    let code = status.as_u16();
+    if status.is_success() {
+        let json = provider_json(body);
+        return match json.as_ref().and_then(status_field) {
+            Some("succeeded") => Ok(()),
+            Some("pending" | "processing") => Err(PaymentError::InFlight { retry_after }),
+            Some("failed") => Err(PaymentError::Declined {
+                status: Some(code),
+                reason: short_reason(status, body),
+            }),
+            _ => Err(PaymentError::Ambiguous {
+                reason: format!(
+                    "HTTP {code} without the provider's JSON (body {})",
+                    match body {
+                        None => "unreadable".to_owned(),
+                        Some(text) => format!("of {} bytes", text.len()),
+                    }
+                ),
+                source: None,
+            }),
+        };
+    }
+    match code {
+        409 => Err(PaymentError::InFlight { retry_after }),
+        402 => Err(PaymentError::Declined {
+            status: Some(code),
+            reason: short_reason(status, body),
+        }),
+        400 | 422 => match provider_json(body) {
+            Some(json) if names_idempotency(&json) => {
+                Err(idempotency_refusal(status, retry_after, &json, body))
+            }
+            Some(json) if is_decline(&json) => Err(PaymentError::Declined {
+                status: Some(code),
+                reason: short_reason(status, body),
+            }),
+            // The provider's JSON, but no decline: a missing parameter, a contract change. This
+            // request is wrong, never POISON; other orders may well pass.
+            Some(_) => Err(PaymentError::Refused {
+                status: Some(code),
+                reason: short_reason(status, body),
+            }),
+            // Not the provider's JSON: a validator or a WAF in front of it. Our setup.
+            None => Err(misconfigured(status, body)),
+        },
+        _ => Err(unanswered(status, body)),
+    }
+}
+
+/// The decision for a provider's answer to a lookup of `amount`'s charge.
+pub fn classify_lookup(
+    status: StatusCode,
+    amount: Money,
+    body: Option<&str>,
+) -> Result<ChargeStatus, PaymentError> {
+    let json = provider_json(body);
+    let found = match (status.as_u16(), json.as_ref().map(status_field)) {
+        (200, Some(Some("succeeded"))) => ChargeStatus::Succeeded,
+        (200, Some(Some("failed"))) => ChargeStatus::Failed,
+        (200, Some(Some("pending" | "processing"))) | (409, _) => ChargeStatus::Pending,
+        // Only the provider's own "no such charge" counts. A 404 may just as well be a missing
+        // route (an API gateway answers those in JSON too), and reading that as "never charged"
+        // would charge again.
+        (404, _) if json.as_ref().is_some_and(names_missing_charge) => {
+            return Ok(ChargeStatus::Unknown);
+        }
+        (200..=299 | 404, _) => {
+            return Err(PaymentError::Ambiguous {
+                reason: format!("lookup answered HTTP {status} without a known status"),
+                source: None,
+            });
+        }
+        _ => return Err(unanswered(status, body)),
+    };
+    // A charge under our key for another amount (minor units, as sent) or another currency is
+    // not this order's charge.
+    let field = |name| json.as_ref().and_then(|j| j.get(name));
+    let other_amount = field("amount")
+        .and_then(serde_json::Value::as_u64)
+        .filter(|charged| *charged != amount.minor);
+    let other_currency = field("currency")
+        .and_then(serde_json::Value::as_str)
+        .filter(|code| !code.eq_ignore_ascii_case(amount.currency.as_str()));
+    if other_amount.is_some() || other_currency.is_some() {
+        return Err(PaymentError::KeyReused {
+            status: Some(status.as_u16()),
+            reason: format!(
+                "the provider's charge under this key is for {} {} minor units, not {amount}",
+                redact(other_currency.unwrap_or(amount.currency.as_str())),
+                other_amount.unwrap_or(amount.minor),
+            ),
+        });
+    }
+    Ok(found)
+}
+
+/// A status that is neither an answer nor a refusal of the charge itself.
+fn unanswered(status: StatusCode, body: Option<&str>) -> PaymentError {
+    match status.as_u16() {
+        408 | 429 | 500..=599 => PaymentError::Ambiguous {
+            reason: format!("HTTP {}", status.as_u16()),
+            source: None,
+        },
+        _ => misconfigured(status, body),
+    }
+}
+
+fn misconfigured(status: StatusCode, body: Option<&str>) -> PaymentError {
+    PaymentError::Misconfigured {
+        status: Some(status.as_u16()),
+        reason: short_reason(status, body),
+    }
+}
+
+/// Whether the provider's error type or code (`type`, `code`, `error.type`, `error.code`)
+/// contains one of `words` (Stripe: `error.type` `idempotency_error`, `card_error`; others put
+/// it in `code`).
+fn names(json: &serde_json::Map<String, serde_json::Value>, words: &[&str]) -> bool {
+    let error = json.get("error");
+    [
+        json.get("type"),
+        json.get("code"),
+        error.and_then(|e| e.get("type")),
+        error.and_then(|e| e.get("code")),
+    ]
+    .into_iter()
+    .flatten()
+    .filter_map(serde_json::Value::as_str)
+    .map(str::to_ascii_lowercase)
+    .any(|text| words.iter().any(|word| text.contains(word)))
+}
+
+/// Whether the provider's error is about the idempotency key: its type or code names it (the
+/// draft's problem `type` URI, Stripe's `idempotency_error`), or its title does.
+fn names_idempotency(json: &serde_json::Map<String, serde_json::Value>) -> bool {
+    names(json, &["idempotency"])
+        || json
+            .get("title")
+            .and_then(serde_json::Value::as_str)
+            .is_some_and(|t| t.to_ascii_lowercase().contains("idempotency"))
+}
+
+/// What a 400/422 about the idempotency key means. Only a key reused with another request is a
+/// conflict (POISON): the draft answers it 422, Stripe 400 with a text saying so. A key that is
+/// missing or malformed (the draft's 400 "Idempotency-Key is missing", a proxy that strips the
+/// header) is our setup, and every order would get it: never POISON. When the text cannot tell,
+/// RETRY is the side that loses nothing.
+fn idempotency_refusal(
+    status: StatusCode,
+    retry_after: Option<Duration>,
+    json: &serde_json::Map<String, serde_json::Value>,
+    body: Option<&str>,
+) -> PaymentError {
+    let text = problem_text(json);
+    let says = |words: &[&str]| words.iter().any(|w| text.contains(w));
+    if says(&[
+        "in use",
+        "in_use",
+        "outstanding",
+        "in progress",
+        "being processed",
+    ]) {
+        return PaymentError::InFlight { retry_after };
+    }
+    if says(&[
+        "missing",
+        "required",
+        "malformed",
+        "invalid",
+        "format",
+        "too long",
+    ]) {
+        return misconfigured(status, body);
+    }
+    if status == StatusCode::UNPROCESSABLE_ENTITY
+        || says(&[
+            "reuse",
+            "already used",
+            "different",
+            "same parameters",
+            "does not match",
+        ])
+    {
+        return PaymentError::KeyReused {
+            status: Some(status.as_u16()),
+            reason: short_reason(status, body),
+        };
+    }
+    misconfigured(status, body)
+}
+
+/// The provider's words about an error, lower-cased: the problem's `title` and `detail`, the
+/// `message`, and the codes (`code`, `error.code`, `error.message`). Not the `type`, a URI.
+fn problem_text(json: &serde_json::Map<String, serde_json::Value>) -> String {
+    let error = json.get("error");
+    [
+        json.get("title"),
+        json.get("detail"),
+        json.get("message"),
+        json.get("code"),
+        error.and_then(|e| e.get("message")),
+        error.and_then(|e| e.get("code")),
+    ]
+    .into_iter()
+    .flatten()
+    .filter_map(serde_json::Value::as_str)
+    .map(str::to_ascii_lowercase)
+    .collect::<Vec<_>>()
+    .join(" | ")
+}
+
+/// Whether a 400/422 body is the provider declining the payment (a `card_error`, a code or type
+/// naming a decline, or a `decline_code`), as opposed to refusing our request.
+fn is_decline(json: &serde_json::Map<String, serde_json::Value>) -> bool {
+    let decline_code = json
+        .get("decline_code")
+        .or_else(|| json.get("error").and_then(|e| e.get("decline_code")));
+    decline_code.is_some() || names(json, &["card_error", "declin"])
+}
+
+/// Whether a 404 body is the provider's "no charge with this key" (`status: not_found`, or a
+/// code such as Stripe's `resource_missing`).
+fn names_missing_charge(json: &serde_json::Map<String, serde_json::Value>) -> bool {
+    status_field(json) == Some("not_found")
+        || names(json, &["resource_missing", "charge_not_found", "not_found"])
+}
+
+fn transport_error(error: reqwest::Error) -> PaymentError {
+    // The provider's certificate was refused (expired, another host's, an unknown issuer): the
+    // URL or the provider's setup is wrong, which no retry of the message fixes.
+    if let Some(certificate) = certificate_error(&error) {
+        return PaymentError::Misconfigured {
+            status: None,
+            reason: format!("the endpoint's TLS certificate was refused: {certificate}"),
+        };
+    }
+    // A connect error (refused, DNS, TLS, connect timeout) or a request that could not be built
+    // never reached the provider. Anything later went out, and may have been applied.
+    let not_sent = if error.is_connect() {
+        Some("connection failed")
+    } else if error.is_builder() {
+        Some("the request could not be built")
+    } else {
+        None
+    };
+    let timed_out = error.is_timeout();
+    // Without the URL: it is configuration, not news, and keeps logs short.
+    let source: Option<Box<dyn std::error::Error + Send + Sync>> =
+        Some(Box::new(error.without_url()));
+    match not_sent {
+        Some(reason) => PaymentError::NotSent {
+            reason: reason.into(),
+            source,
+        },
+        None => PaymentError::Ambiguous {
+            reason: if timed_out {
+                "timed out after sending"
+            } else {
+                "request failed"
+            }
+            .into(),
+            source,
+        },
+    }
+}
+
+/// The rustls certificate error somewhere in `error`'s sources, if any.
+fn certificate_error(error: &reqwest::Error) -> Option<String> {
+    let mut next = std::error::Error::source(error);
+    while let Some(e) = next {
+        if let Some(rustls::Error::InvalidCertificate(reason)) = e.downcast_ref() {
+            return Some(format!("{reason:?}"));
+        }
+        // The TLS stream reports rustls' error inside io::Errors, whose own `source()` skips
+        // the error they wrap: step into it instead.
+        next = match e
+            .downcast_ref::<std::io::Error>()
+            .and_then(std::io::Error::get_ref)
+        {
+            Some(inner) => Some(inner as &(dyn std::error::Error + 'static)),
+            None => e.source(),
+        };
+    }
+    None
+}
+
+/// A short reason from a provider's error body (`message`, `error.message`, `error`, `reason`,
+/// or a problem's `title`), else the status text; with the provider's error code when it gives
+/// one, cut to [`REASON_MAX`] characters and redacted ([`redact`]).
+fn short_reason(status: StatusCode, body: Option<&str>) -> String {
+    let json = body.and_then(|b| serde_json::from_str::<serde_json::Value>(b).ok());
+    let field = |names: &[Option<&serde_json::Value>]| {
+        names
+            .iter()
+            .flatten()
+            .find_map(|field| field.as_str().map(str::to_owned))
+    };
+    let from_body = json.as_ref().and_then(|v| {
+        field(&[
+            v.get("message"),
+            v.get("error").and_then(|e| e.get("message")),
+            v.get("error"),
+            v.get("reason"),
+            v.get("title"),
+        ])
+    });
+    let code = json
+        .as_ref()
+        .and_then(|v| field(&[v.get("error").and_then(|e| e.get("code")), v.get("code")]));
+    let reason =
+        from_body.unwrap_or_else(|| status.canonical_reason().unwrap_or("rejected").to_owned());
+    let reason = match reason.char_indices().nth(REASON_MAX) {
+        Some((cut, _)) => format!("{}...", &reason[..cut]),
+        None => reason,
+    };
+    match code {
+        Some(code) if code.len() <= 64 && !reason.contains(&code) => {
+            redact(&format!("{reason} ({code})"))
+        }
+        _ => redact(&reason),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn status(code: u16) -> StatusCode {
+        StatusCode::from_u16(code).expect("status")
+    }
+
+    fn charge(code: u16, body: &str) -> Result<(), PaymentError> {
+        classify(status(code), None, Some(body))
+    }
+
+    const SUCCEEDED: &str = r#"{"id":"ch_1","status":"succeeded"}"#;
+    const DRAFT_MISSING: &str = r#"{"type":"https://developer.example.com/idempotency","title":"Idempotency-Key is missing","detail":"This operation is idempotent and it requires correct usage of Idempotency Key."}"#;
+    const DRAFT_REUSED: &str = r#"{"type":"https://developer.example.com/idempotency","title":"Idempotency-Key is already used","detail":"This operation is idempotent and it requires correct usage of Idempotency Key. Idempotency Key MUST not be reused across different payloads of this operation."}"#;
+
+    #[test]
+    fn every_answer_has_its_decision() {
+        let kind = |r: Result<(), PaymentError>| match r {
+            Ok(()) => "charged",
+            Err(PaymentError::NotSent { .. }) => "not sent",
+            Err(PaymentError::Ambiguous { .. }) => "ambiguous",
+            Err(PaymentError::InFlight { .. }) => "in flight",
+            Err(PaymentError::Declined { .. }) => "declined",
+            Err(PaymentError::KeyReused { .. }) => "key reused",
+            Err(PaymentError::Misconfigured { .. }) => "misconfigured",
+            Err(PaymentError::Refused { .. }) => "refused",
+        };
+        let declined = r#"{"error":{"type":"card_error","message":"card declined"}}"#;
+        let reused = r#"{"error":{"type":"idempotency_error","message":"reused"}}"#;
+        let invalid = r#"{"error":{"type":"invalid_request_error","message":"Missing currency"}}"#;
+        let cases: &[(u16, &str, &str)] = &[
+            (200, SUCCEEDED, "charged"),
+            (201, SUCCEEDED, "charged"),
+            (202, r#"{"status":"pending"}"#, "in flight"),
+            (200, r#"{"status":"processing"}"#, "in flight"),
+            (200, r#"{"status":"failed"}"#, "declined"),
+            (200, "<html>ok</html>", "ambiguous"),
+            (200, "", "ambiguous"),
+            (204, "", "ambiguous"),
+            (200, r#"{"id":"ch_1"}"#, "ambiguous"),
+            (200, r#"{"status":"refunded"}"#, "ambiguous"),
+            (409, "{}", "in flight"),
+            (402, "", "declined"),
+            (402, declined, "declined"),
+            (400, declined, "declined"),
+            (422, declined, "declined"),
+            (
+                422,
+                r#"{"code":"insufficient_funds","decline_code":"x"}"#,
+                "declined",
+            ),
+            (400, r#"{"code":"payment_declined"}"#, "declined"),
+            // The provider's JSON, but no decline: this request is wrong, not the payment.
+            (400, invalid, "refused"),
+            (400, r#"{"message":"Invalid request body"}"#, "refused"),
+            (422, reused, "key reused"),
+            // Stripe: another request with the key is still running.
+            (400, r#"{"code":"idempotency_key_in_use"}"#, "in flight"),
+            // Stripe's answer to a key reused with other parameters.
+            (
+                400,
+                r#"{"error":{"type":"idempotency_error","message":"Keys for idempotent requests can only be used with the same parameters they were first used with."}}"#,
+                "key reused",
+            ),
+            // The IETF draft's own examples (application/problem+json).
+            (400, DRAFT_MISSING, "misconfigured"),
+            (422, DRAFT_REUSED, "key reused"),
+            (
+                400,
+                r#"{"type":"https://example.com/idempotency","title":"Idempotency-Key is malformed"}"#,
+                "misconfigured",
+            ),
+            (
+                400,
+                r#"{"type":"https://example.com/idempotency","title":"Idempotency-Key problem"}"#,
+                "misconfigured",
+            ),
+            (400, "<html>bad request</html>", "misconfigured"),
+            (422, "", "misconfigured"),
+            (408, "", "ambiguous"),
+            (429, "", "ambiguous"),
+            (500, "", "ambiguous"),
+            (502, "", "ambiguous"),
+            (503, "", "ambiguous"),
+            (504, "", "ambiguous"),
+            (401, "", "misconfigured"),
+            (403, "", "misconfigured"),
+            (404, "", "misconfigured"),
+            (405, "", "misconfigured"),
+            (407, "", "misconfigured"),
+            (410, "", "misconfigured"),
+            (301, "", "misconfigured"),
+            (302, "", "misconfigured"),
+            (101, "", "misconfigured"),
+        ];
+        for (code, body, expected) in cases {
+            assert_eq!(kind(charge(*code, body)), *expected, "{code} {body}");
+        }
+        assert_eq!(kind(classify(status(200), None, None)), "ambiguous");
+    }
+
+    #[test]
+    fn only_a_failure_that_went_out_may_have_charged() {
+        use idempotency::guard::Effect;
+        for (code, effect) in [
+            (504, Effect::Maybe),
+            (409, Effect::Maybe),
+            // A 303 See Other may follow a POST the provider did process.
+            (303, Effect::Maybe),
+            (402, Effect::None),
+            (401, Effect::None),
+        ] {
+            assert_eq!(
+                charge(code, "").expect_err("failed").effect(),
+                effect,
+                "{code}"
+            );
+        }
+    }
+
+    #[test]
+    fn in_flight_carries_retry_after() {
+        let mut headers = HeaderMap::new();
+        headers.insert(RETRY_AFTER, HeaderValue::from_static("7"));
+        let wait = retry_after(&headers);
+        assert_eq!(wait, Some(Duration::from_secs(7)));
+        match classify(status(409), wait, Some("{}")) {
+            Err(PaymentError::InFlight { retry_after }) => {
+                assert_eq!(retry_after, Some(Duration::from_secs(7)))
+            }
+            other => panic!("{other:?}"),
+        }
+        headers.insert(
+            RETRY_AFTER,
+            HeaderValue::from_static("Wed, 21 Oct 2015 07:28:00 GMT"),
+        );
+        assert_eq!(retry_after(&headers), None);
+    }
+
+    #[test]
+    fn a_lookup_answer_has_its_meaning() {
+        let ten = Money::parse("10", crate::money::Currency::EUR).expect("amount");
+        let lookup = |code, body: &str| classify_lookup(status(code), ten, Some(body));
+        assert_eq!(
+            lookup(
+                200,
+                r#"{"status":"succeeded","amount":1000,"currency":"eur"}"#
+            )
+            .ok(),
+            Some(ChargeStatus::Succeeded)
+        );
+        assert_eq!(
+            lookup(200, r#"{"status":"failed"}"#).ok(),
+            Some(ChargeStatus::Failed)
+        );
+        assert_eq!(
+            lookup(200, r#"{"status":"pending"}"#).ok(),
+            Some(ChargeStatus::Pending)
+        );
+        assert_eq!(lookup(409, "{}").ok(), Some(ChargeStatus::Pending));
+        for missing in [
+            r#"{"error":{"code":"resource_missing","message":"No such charge"}}"#,
+            r#"{"status":"not_found"}"#,
+        ] {
+            assert_eq!(
+                lookup(404, missing).ok(),
+                Some(ChargeStatus::Unknown),
+                "{missing}"
+            );
+        }
+        // A 404 that is not the provider's "no such charge" (a missing route, an API gateway's
+        // JSON) cannot tell: never read as "never charged".
+        for foreign in ["Not Found", r#"{"message":"Not Found"}"#, ""] {
+            assert!(lookup(404, foreign).is_err(), "{foreign}");
+        }
+        // A charge under the key for another amount is not this order's.
+        assert!(matches!(
+            lookup(200, r#"{"status":"succeeded","amount":1100}"#),
+            Err(PaymentError::KeyReused { .. })
+        ));
+        assert!(matches!(
+            lookup(
+                200,
+                r#"{"status":"succeeded","amount":1000,"currency":"USD"}"#
+            ),
+            Err(PaymentError::KeyReused { .. })
+        ));
+        assert!(matches!(
+            lookup(200, "<html>"),
+            Err(PaymentError::Ambiguous { .. })
+        ));
+        assert!(matches!(
+            lookup(503, ""),
+            Err(PaymentError::Ambiguous { .. })
+        ));
+        assert!(matches!(
+            lookup(401, ""),
+            Err(PaymentError::Misconfigured { .. })
+        ));
+    }
+
+    #[test]
+    fn the_reason_comes_from_the_body_and_is_short() {
+        let err = charge(402, r#"{"error":{"message":"card declined"}}"#).expect_err("declined");
+        assert_eq!(
+            err.to_string(),
+            "payment declined (HTTP 402): card declined"
+        );
+        let long = format!(
+            r#"{{"code":"card_declined","message":"{}"}}"#,
+            "x".repeat(1_000)
+        );
+        match charge(400, &long) {
+            Err(PaymentError::Declined { reason, .. }) => {
+                assert_eq!(
+                    reason,
+                    format!("{}... (card_declined)", "x".repeat(REASON_MAX))
+                )
+            }
+            other => panic!("{other:?}"),
+        }
+        // A gateway that echoes the credential it refused: the reason keeps the words, not it.
+        let echoed = r#"{"error":{"code":"unauthorized","message":"bad header Authorization: Bearer sk_live_abc123"}}"#;
+        match charge(401, echoed) {
+            Err(PaymentError::Misconfigured { reason, .. }) => assert_eq!(
+                reason,
+                "bad header Authorization: Bearer [redacted] (unauthorized)"
+            ),
+            other => panic!("{other:?}"),
+        }
+        match charge(404, "not json") {
+            Err(PaymentError::Misconfigured { reason, .. }) => assert_eq!(reason, "Not Found"),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn secrets_do_not_show_in_debug_output() {
+        let settings = HttpSettings {
+            base_url: "https://pay.example/v1".parse().expect("url"),
+            api_key: KeySetting::Value(crate::payment::Secret::new("sk_live_SECRET")),
+            connect_timeout: Duration::from_secs(1),
+            timeout: Duration::from_secs(5),
+        };
+        assert!(!format!("{settings:?}").contains("SECRET"));
+        let gateway = HttpGateway::new(&settings).expect("gateway");
+        assert!(!format!("{gateway:?}").contains("SECRET"));
+        assert_eq!(
+            gateway.charges_url.as_str(),
+            "https://pay.example/v1/charges"
+        );
+    }
+}

@@ -1,0 +1,58 @@
+//! Support shared by the workspace's integration tests and benchmarks: real local servers and
+//! ports that fail on demand. Not a library for users (the crates' own `testkit` features are).
+
+pub mod dynamo;
+pub mod logs;
+pub mod payment_stub;
+pub mod ports;
+
+use std::path::PathBuf;
+
+/// A valid order's body for generated events (`sqs_batch::testkit::generate`): order `o-{i}`,
+/// an amount between 1 and 500.
+pub fn generated_body(i: usize, rng: &mut fastrand::Rng) -> String {
+    let cents = rng.u64(100..=50_000);
+    format!(
+        r#"{{"order_id": "o-{i}", "amount": {}.{:02}}}"#,
+        cents / 100,
+        cents % 100
+    )
+}
+
+/// The repository's `events/` folder.
+pub fn events_dir() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("events")
+}
+
+/// One sample event's JSON.
+pub fn sample_event(name: &str) -> String {
+    std::fs::read_to_string(events_dir().join(name)).expect("a sample event")
+}
+
+/// The sample events shipped in `events/`, by file name.
+pub fn sample_events() -> Vec<(String, String)> {
+    let dir = events_dir();
+    let mut files: Vec<_> = std::fs::read_dir(&dir)
+        .expect("events/ exists")
+        .map(|entry| entry.expect("entry").path())
+        .filter(|path| path.extension().is_some_and(|e| e == "json"))
+        .map(|path| {
+            let name = path.file_name().unwrap().to_string_lossy().into_owned();
+            (
+                name,
+                std::fs::read_to_string(&path).expect("readable event"),
+            )
+        })
+        .collect();
+    files.sort();
+    files
+}
+
+/// The failed message ids of a response, in order.
+pub fn failed_ids(response: &sqs_batch::SqsBatchResponse) -> Vec<String> {
+    response
+        .batch_item_failures
+        .iter()
+        .map(|f| f.item_identifier.clone())
+        .collect()
+}

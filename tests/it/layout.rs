@@ -1,0 +1,116 @@
+//! The repository's shape: the design card's top level, and a dependency graph that only points
+//! down (lambda-kit, then the libraries, the function, the tools' shared crate, the tools).
+
+use std::path::Path;
+use std::process::Command;
+
+const ROOT: &str = env!("CARGO_MANIFEST_DIR");
+
+/// Cargo as it runs these tests (`CARGO` is set for test binaries), offline: the graph is in
+/// `Cargo.lock`.
+fn cargo(args: &[&str]) -> String {
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_owned());
+    let output = Command::new(cargo)
+        .args(args)
+        .arg("--offline")
+        .current_dir(ROOT)
+        .output()
+        .expect("cargo runs");
+    assert!(
+        output.status.success(),
+        "cargo {args:?}: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    String::from_utf8(output.stdout).expect("UTF-8")
+}
+
+/// The design card's top level: the function is the root package.
+#[test]
+fn the_root_holds_the_design_cards_entries() {
+    for entry in [
+        "Cargo.toml",
+        "src/main.rs",
+        "src/lib.rs",
+        "events",
+        "tests/it/main.rs",
+        "template.yaml",
+        "Makefile",
+        "README.md",
+    ] {
+        assert!(Path::new(ROOT).join(entry).exists(), "{entry} at the root");
+    }
+    assert!(!Path::new(ROOT).join("crates/process-orders").exists());
+    let manifest = std::fs::read_to_string(Path::new(ROOT).join("Cargo.toml")).expect("manifest");
+    assert!(manifest.contains("[package]\nname = \"process-orders\""));
+    assert!(manifest.contains("[workspace]"));
+    assert!(
+        !manifest.contains("default-members"),
+        "the root package is the default"
+    );
+}
+
+/// Each workspace crate's layer; a dependency (normal or dev) must point to a lower one. A
+/// crate's dev-dependency on itself (to turn its testkit on) is the one exception.
+fn layer(name: &str) -> usize {
+    match name {
+        "lambda-kit" => 0,
+        "sqs-batch" | "idempotency" => 1,
+        "claim-check" => 2,
+        "process-orders" | "email-once" => 3,
+        "sqs-admin" => 4,
+        "local-esm" => 5,
+        "orders-ops" => 6,
+        other => panic!("{other}: a workspace crate without a layer; give it one here"),
+    }
+}
+
+#[test]
+fn no_dependency_points_from_a_lower_layer_to_a_higher_one() {
+    let metadata: serde_json::Value =
+        serde_json::from_str(&cargo(&["metadata", "--no-deps", "--format-version", "1"]))
+            .expect("metadata JSON");
+    let members: Vec<&str> = metadata["packages"]
+        .as_array()
+        .expect("packages")
+        .iter()
+        .filter_map(|p| p["name"].as_str())
+        .collect();
+    let mut checked = 0;
+    for package in metadata["packages"].as_array().expect("packages") {
+        let name = package["name"].as_str().expect("name");
+        for dep in package["dependencies"].as_array().expect("dependencies") {
+            let dep_name = dep["name"].as_str().expect("dependency name");
+            if !members.contains(&dep_name) || dep_name == name {
+                continue;
+            }
+            checked += 1;
+            assert!(
+                layer(dep_name) < layer(name),
+                "{name} ({}) depends on {dep_name} ({}), kind {}",
+                layer(name),
+                layer(dep_name),
+                dep["kind"]
+            );
+        }
+    }
+    assert!(checked > 10, "only {checked} workspace edges seen");
+}
+
+/// The on-call tool builds neither the emulator nor the batch testkit.
+#[test]
+fn the_on_call_tool_does_not_compile_the_emulator() {
+    let tree = cargo(&["tree", "-p", "orders-ops", "-e", "normal,features"]);
+    assert!(tree.contains("sqs-admin"), "{tree}");
+    assert!(
+        !tree.contains("local-esm"),
+        "orders-ops reaches local-esm:\n{tree}"
+    );
+    assert!(
+        !tree.contains("sqs-batch feature \"testkit\""),
+        "orders-ops turns the batch testkit on"
+    );
+    assert!(
+        !tree.contains("process-orders feature \"testkit\""),
+        "orders-ops turns the function's testkit on"
+    );
+}

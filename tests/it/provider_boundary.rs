@@ -1,0 +1,398 @@
+//! Money at the provider boundary, against the provider stub (`process_orders::testkit::payment_stub`): the
+//! draft's "Idempotency-Key is missing" answer, an order id the header and the path would carry
+//! differently, a look-up that forgets with the key window, a 401 that echoes our key, and
+//! amounts that a float would round. Each scenario lost money or leaked the key before.
+
+use std::sync::Arc;
+
+use lambda_kit::clock::ManualClock;
+use process_orders::config::Config;
+use process_orders::testkit::payment_stub::{Behaviour, PaymentStub};
+use serde_json::json;
+use sqs_batch::processor::{Outcome, RecordStatus};
+
+use super::exactly_once::{DAY_MS, T0, app, app_with, event, invoke, outcome};
+
+/// An event of raw bodies, so amounts reach the function as written (never through a float).
+fn raw_event(bodies: &[(&str, &str)]) -> String {
+    let records: Vec<_> = bodies
+        .iter()
+        .map(|(id, body)| {
+            json!({
+                "messageId": id,
+                "receiptHandle": format!("rh-{id}"),
+                "body": body,
+                "attributes": { "ApproximateReceiveCount": "1" },
+                "eventSourceARN": "arn:aws:sqs:us-east-1:123456789012:orders",
+            })
+        })
+        .collect();
+    json!({ "Records": records }).to_string()
+}
+
+fn detail(status: &RecordStatus) -> String {
+    match status {
+        RecordStatus::Handled(v) => v.detail.as_deref().unwrap_or_default().to_owned(),
+        other => panic!("not handled: {other:?}"),
+    }
+}
+
+fn config(vars: &[(&str, &str)]) -> Config {
+    let vars: Vec<(String, String)> = vars
+        .iter()
+        .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+        .collect();
+    Config::from_lookup(|name| vars.iter().find(|(k, _)| k == name).map(|(_, v)| v.clone()))
+        .expect("config")
+}
+
+/// Defect 1. A proxy strips the `Idempotency-Key` header, and the provider answers the draft's
+/// own 400 `application/problem+json` "Idempotency-Key is missing". That is our setup, not the
+/// order: every record is RETRY as a configuration error, none is POISON.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_missing_key_answer_is_a_configuration_error_never_poison() {
+    let clock = ManualClock::at(T0);
+    let stub = PaymentStub::start_with_clock(Arc::new(clock.clone())).await;
+    stub.strip_idempotency_key(true);
+    let app = app(&stub, &clock, None);
+    let json = event(
+        &[
+            ("m1", "o-1", 10.0),
+            ("m2", "o-2", 11.0),
+            ("m3", "o-3", 12.0),
+        ],
+        1,
+    );
+
+    let (failed, statuses) = invoke(&app, &json).await;
+    assert_eq!(failed, ["m1", "m2", "m3"]);
+    assert_eq!(stub.missing_key_requests(), 3, "the proxy stripped the key");
+    for status in &statuses {
+        assert_eq!(
+            outcome(status),
+            (Outcome::Retry, "payment_config"),
+            "{status:?}"
+        );
+    }
+
+    stub.strip_idempotency_key(false);
+    let (failed, _) = invoke(&app, &json).await;
+    assert!(failed.is_empty());
+    assert_eq!(stub.total_charges(), 3);
+}
+
+/// Defect 2. An order id with a leading space would travel as a header that HTTP trims (`o-1`)
+/// and be looked up as `/charges/%20o-1`, another key: charged, answered 504, then charged
+/// again by a redrive past the key window. Such an id cannot be carried exactly, so it is
+/// POISON before any claim or call.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_id_the_header_would_trim_is_poison_before_any_call() {
+    let clock = ManualClock::at(T0);
+    let stub = PaymentStub::start_with_clock(Arc::new(clock.clone())).await;
+    stub.set_key_window(Some(std::time::Duration::from_millis(DAY_MS)));
+    stub.set("o-1", Behaviour::ChargeThen504);
+    let app = app(&stub, &clock, None);
+    let json = event(&[("m1", " o-1", 10.0)], 1);
+
+    let (failed, statuses) = invoke(&app, &json).await;
+    // Whatever the first delivery decided, a redrive past the key window must not charge again.
+    clock.advance_ms(2 * DAY_MS);
+    let _ = invoke(&app, &json).await;
+    assert!(
+        stub.charges("o-1") <= 1,
+        "charged {} times under the trimmed key",
+        stub.charges("o-1")
+    );
+    assert_eq!(failed, ["m1"]);
+    assert_eq!(outcome(&statuses[0]), (Outcome::Poison, "invalid_body"));
+    assert!(
+        detail(&statuses[0]).contains("white space"),
+        "{}",
+        detail(&statuses[0])
+    );
+    assert_eq!(stub.all_requests() + stub.all_lookups(), 0);
+
+    for id in ["o-1 ", "o\u{e9}-1", "o-1\u{a0}"] {
+        let (_, statuses) = invoke(&app, &event(&[("m", id, 10.0)], 1)).await;
+        assert_eq!(
+            outcome(&statuses[0]),
+            (Outcome::Poison, "invalid_body"),
+            "{id:?}"
+        );
+    }
+    assert_eq!(stub.all_requests() + stub.all_lookups(), 0);
+}
+
+/// Defect 3. The provider's look-up forgets a key with its window. Charged, answered 504, and
+/// redelivered two days later: the look-up answers "no such charge", which past the window
+/// proves nothing. The order is `needs_reconciliation`, never charged again: only a person can
+/// settle it, so it goes to the DLQ with that reason (POISON) rather than retrying for a day.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn not_found_past_the_key_window_is_not_a_licence_to_charge_again() {
+    let clock = ManualClock::at(T0);
+    let stub = PaymentStub::start_with_clock(Arc::new(clock.clone())).await;
+    let window = std::time::Duration::from_millis(DAY_MS);
+    stub.set_key_window(Some(window));
+    stub.set_lookup_retention(Some(window));
+    stub.set("o-1", Behaviour::ChargeThen504);
+    let app = app(&stub, &clock, None);
+    let json = event(&[("m1", "o-1", 10.0)], 1);
+
+    let (failed, _) = invoke(&app, &json).await;
+    assert_eq!(failed, ["m1"]);
+    clock.advance_ms(2 * DAY_MS);
+    for _ in 0..2 {
+        let (failed, statuses) = invoke(&app, &json).await;
+        assert_eq!(failed, ["m1"]);
+        assert_eq!(
+            outcome(&statuses[0]),
+            (Outcome::Poison, "needs_reconciliation")
+        );
+        assert!(
+            detail(&statuses[0]).contains("no charge"),
+            "{}",
+            detail(&statuses[0])
+        );
+    }
+    assert_eq!(stub.charges("o-1"), 1, "charged again past the key window");
+    assert_eq!(stub.requests("o-1"), 1);
+}
+
+/// Defect 3, the other side: a deployment whose provider keeps every charge for its look-up
+/// (`PAYMENT_LOOKUP_DURABLE=true`) may trust "no such charge" past the window. A 503 that did
+/// not charge, redelivered two days later, is then charged once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_durable_look_up_lets_a_never_made_charge_go_out_past_the_window() {
+    let clock = ManualClock::at(T0);
+    let stub = PaymentStub::start_with_clock(Arc::new(clock.clone())).await;
+    stub.set_key_window(Some(std::time::Duration::from_millis(DAY_MS)));
+    stub.set("o-1", Behaviour::Status(503));
+    let app = app_with(
+        &stub,
+        &clock,
+        None,
+        config(&[("PAYMENT_LOOKUP_DURABLE", "true")]),
+    );
+    let json = event(&[("m1", "o-1", 10.0)], 1);
+
+    let (failed, _) = invoke(&app, &json).await;
+    assert_eq!(failed, ["m1"]);
+    stub.set("o-1", Behaviour::Normal);
+    clock.advance_ms(2 * DAY_MS);
+    let (failed, statuses) = invoke(&app, &json).await;
+    assert!(failed.is_empty(), "{statuses:?}");
+    assert_eq!(outcome(&statuses[0]), (Outcome::Ack, "charged"));
+    assert_eq!(stub.charges("o-1"), 1);
+}
+
+/// Defect 4. A gateway answers 401 and echoes the `Authorization` header it refused. The key
+/// never reaches the output of the real binary (its logs at TRACE, its metrics, its response).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_401_that_echoes_the_key_never_reaches_the_output() {
+    const KEY: &str = "sk_live_LEAKED4711";
+    let stub = PaymentStub::start().await;
+    stub.require_api_key(Some("sk_live_other"));
+    stub.echo_authorization(true);
+    let url = stub.url();
+    let output = tokio::task::spawn_blocking(move || {
+        let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_process-orders"))
+            .args(["--event", "-"])
+            .env_clear()
+            .envs([
+                ("PAYMENT_API_URL", url.as_str()),
+                ("PAYMENT_API_KEY", KEY),
+                ("RUST_LOG", "trace"),
+            ])
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("spawn");
+        let event = event(&[("m1", "o-1", 10.0)], 1);
+        std::io::Write::write_all(&mut child.stdin.take().expect("stdin"), event.as_bytes())
+            .expect("event");
+        child.wait_with_output().expect("wait")
+    })
+    .await
+    .expect("binary");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stdout.contains("m1"), "reported for retry: {stdout}");
+    assert_eq!(stub.answers("o-1"), [401], "{stderr}");
+    assert!(
+        stderr.contains("HTTP 401") && stderr.contains("[redacted]"),
+        "the refusal is logged, redacted: {stderr}"
+    );
+    assert!(
+        !stderr.contains("LEAKED4711"),
+        "the key reached the logs:\n{stderr}"
+    );
+    assert!(!stdout.contains("LEAKED4711"), "{stdout}");
+}
+
+/// Defect 4, in Lambda: a bearer key over plain http would cross the network in clear text.
+#[test]
+fn an_http_payment_url_stops_start_up_in_lambda() {
+    let lambda = [
+        ("AWS_LAMBDA_FUNCTION_NAME", "orders"),
+        ("AWS_REGION", "us-east-1"),
+        ("IDEMPOTENCY_TABLE", "t"),
+    ];
+    let with_url = |url: &'static str| {
+        let mut vars = lambda.to_vec();
+        vars.push(("PAYMENT_API_URL", url));
+        Config::from_lookup(|name| {
+            vars.iter()
+                .find(|(k, _)| *k == name)
+                .map(|(_, v)| (*v).to_owned())
+        })
+    };
+    let refused = with_url("http://pay.example/v1").expect_err("http in Lambda");
+    assert!(refused.to_string().contains("PAYMENT_API_URL"), "{refused}");
+    assert!(refused.to_string().contains("https"), "{refused}");
+    with_url("https://pay.example/v1").expect("https in Lambda");
+}
+
+/// Defect 5. Amounts are exact decimals read from the JSON text: the provider receives integer
+/// minor units and the currency, an amount finer than its currency allows is POISON, and two
+/// spellings of one amount are one payload.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn amounts_reach_the_provider_exactly_in_minor_units() {
+    let clock = ManualClock::at(T0);
+    let stub = PaymentStub::start_with_clock(Arc::new(clock.clone())).await;
+    let app = app(&stub, &clock, None);
+    let json = raw_event(&[
+        ("m1", r#"{"order_id":"o-1","amount":0.30}"#),
+        ("m2", r#"{"order_id":"o-2","amount":1e2,"currency":"USD"}"#),
+        ("m3", r#"{"order_id":"o-3","amount":1500,"currency":"JPY"}"#),
+        ("m4", r#"{"order_id":"o-4","amount":10.005}"#),
+        ("m5", r#"{"order_id":"o-5","amount":10.5,"currency":"JPY"}"#),
+        ("m6", r#"{"order_id":"o-6","amount":1,"currency":"euro"}"#),
+        (
+            "m7",
+            r#"{"order_id":"o-7","amount":0.1000000000000000055511151231257827}"#,
+        ),
+    ]);
+    let (failed, statuses) = invoke(&app, &json).await;
+    assert_eq!(failed, ["m4", "m5", "m6", "m7"], "{statuses:?}");
+    for status in &statuses[3..] {
+        assert_eq!(outcome(status), (Outcome::Poison, "invalid_body"));
+    }
+    assert!(detail(&statuses[3]).contains("decimal places"));
+    assert!(detail(&statuses[5]).contains("currency"));
+    let mut bodies = stub.bodies();
+    bodies.sort_by_key(|b| b["order_id"].as_str().unwrap_or_default().to_owned());
+    assert_eq!(
+        bodies,
+        [
+            json!({ "order_id": "o-1", "amount": 30, "currency": "EUR" }),
+            json!({ "order_id": "o-2", "amount": 10000, "currency": "USD" }),
+            json!({ "order_id": "o-3", "amount": 1500, "currency": "JPY" }),
+        ]
+    );
+
+    // The same order spelled another way is a duplicate, not a conflict.
+    let again = raw_event(&[("m8", r#"{"amount":0.3,"order_id":"o-1","currency":"EUR"}"#)]);
+    let (failed, statuses) = invoke(&app, &again).await;
+    assert!(failed.is_empty());
+    assert_eq!(outcome(&statuses[0]), (Outcome::Ack, "duplicate"));
+    assert_eq!(stub.all_requests(), 3);
+}
+
+/// A 400 about one order's request (the provider's `invalid_request_error`) is retried slowly,
+/// but it says nothing of the other orders: the invocation's breaker counts only answers that
+/// every order would get (401, 403, a missing route). Run one record at a time, so three such
+/// refusals in a row come before the good orders.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn refusals_of_single_orders_do_not_open_the_breaker() {
+    let clock = ManualClock::at(T0);
+    let stub = PaymentStub::start_with_clock(Arc::new(clock.clone())).await;
+    for bad in ["o-1", "o-2", "o-3", "o-4"] {
+        stub.set(bad, Behaviour::Status(400));
+    }
+    let app = app_with(&stub, &clock, None, config(&[("MAX_CONCURRENCY", "1")]));
+    let orders: Vec<(String, String)> = (1..=6)
+        .map(|i| (format!("m{i}"), format!("o-{i}")))
+        .collect();
+    let specs: Vec<(&str, &str, f64)> = orders
+        .iter()
+        .map(|(m, o)| (m.as_str(), o.as_str(), 10.0))
+        .collect();
+
+    let (failed, statuses) = invoke(&app, &event(&specs, 1)).await;
+    assert_eq!(failed, ["m1", "m2", "m3", "m4"], "{statuses:?}");
+    for status in &statuses[..4] {
+        assert_eq!(outcome(status), (Outcome::Retry, "payment_refused"));
+    }
+    assert_eq!(stub.total_charges(), 2, "the good orders were not sent");
+}
+
+/// An item claimed and completed by a version before exact amounts carries that version's
+/// fingerprint (the id and the amount's float bits). The same order redelivered is still a
+/// duplicate, never a conflict; another amount is still a conflict.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn items_written_before_exact_amounts_still_match_their_order() {
+    use idempotency::{Begin, ClaimRequest, Fingerprint, IdempotencyStore};
+    let clock = ManualClock::at(T0);
+    let stub = PaymentStub::start_with_clock(Arc::new(clock.clone())).await;
+    let app = app(&stub, &clock, None);
+    let store = &app.ports().store;
+    let earlier = Fingerprint::of(&[b"o-1", &10.1f64.to_bits().to_le_bytes()]);
+    let Ok(Begin::Started { lease, .. }) = store
+        .begin(&ClaimRequest {
+            key: "o-1",
+            fingerprint: earlier,
+            now_ms: T0,
+            lease_until_ms: T0 + 60_000,
+            message_id: "m0",
+        })
+        .await
+    else {
+        panic!("claimed");
+    };
+    store.complete("o-1", &lease, T0).await.expect("completed");
+
+    let json = raw_event(&[
+        ("m1", r#"{"order_id":"o-1","amount":10.10}"#),
+        ("m2", r#"{"order_id":"o-1","amount":10.2}"#),
+    ]);
+    let (failed, statuses) = invoke(&app, &json).await;
+    assert_eq!(failed, ["m2"]);
+    assert_eq!(outcome(&statuses[0]), (Outcome::Ack, "duplicate"));
+    assert_eq!(outcome(&statuses[1]), (Outcome::Poison, "conflict"));
+    assert_eq!(stub.all_requests(), 0);
+}
+
+/// A decline is final: the provider is asked once, and neither a redelivery nor a redrive days
+/// later sends the declined card again (card networks penalise retried declines). Each delivery
+/// is POISON `payment_rejected`. Once a person clears the decline (the card was updated), the
+/// next delivery charges.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_declined_order_is_sent_to_the_provider_once() {
+    let clock = ManualClock::at(T0);
+    let stub = PaymentStub::start_with_clock(Arc::new(clock.clone())).await;
+    stub.set_key_window(Some(std::time::Duration::from_millis(DAY_MS)));
+    stub.set("o-1", Behaviour::Decline);
+    let app = app(&stub, &clock, None);
+    let json = event(&[("m1", "o-1", 10.0)], 1);
+    for _ in 0..2 {
+        let (failed, statuses) = invoke(&app, &json).await;
+        assert_eq!(failed, ["m1"]);
+        assert_eq!(outcome(&statuses[0]), (Outcome::Poison, "payment_rejected"));
+    }
+    // A redrive three days later, past the provider's key window.
+    clock.advance_ms(3 * DAY_MS);
+    let (_, statuses) = invoke(&app, &json).await;
+    assert_eq!(outcome(&statuses[0]), (Outcome::Poison, "payment_rejected"));
+    assert_eq!(stub.requests("o-1"), 1, "the declined card was sent again");
+
+    stub.set("o-1", Behaviour::Normal);
+    assert!(
+        app.ports().store.clear_rejected("o-1"),
+        "the decline was recorded"
+    );
+    let (failed, statuses) = invoke(&app, &json).await;
+    assert!(failed.is_empty(), "{statuses:?}");
+    assert_eq!(outcome(&statuses[0]), (Outcome::Ack, "charged"));
+    assert_eq!(stub.charges("o-1"), 1);
+}
