@@ -111,3 +111,39 @@ mod tests {
         ));
     }
 }
+
+/// Whether Lambda's logging controls ask for JSON (`AWS_LAMBDA_LOG_FORMAT=JSON`), read as
+/// lambda_runtime's default subscriber reads it.
+pub fn json_logs() -> bool {
+    std::env::var("AWS_LAMBDA_LOG_FORMAT").is_ok_and(|format| format.eq_ignore_ascii_case("json"))
+}
+
+/// In JSON log format, a panic becomes one JSON line at level ERROR (its message and location)
+/// through the subscriber, instead of the default hook's plain text: Logs Insights queries on
+/// `level` find it. A record's panic is still caught and retried; this only changes its line.
+pub fn log_panics_as_json() {
+    std::panic::set_hook(Box::new(|info| {
+        let payload = info.payload();
+        let message = payload
+            .downcast_ref::<&str>()
+            .copied()
+            .or_else(|| payload.downcast_ref::<String>().map(String::as_str))
+            .unwrap_or("(a panic without a message)");
+        let location = info
+            .location()
+            .map(|l| format!("{}:{}", l.file(), l.line()))
+            .unwrap_or_default();
+        tracing::error!(panic = message, location, "panicked");
+    }));
+}
+
+/// Reports why the binary cannot go on: a JSON ERROR line through the subscriber when logs are
+/// JSON and the subscriber is up (`logging`), otherwise one plain line on stderr.
+pub fn report_failure(error: &dyn std::error::Error, logging: bool) {
+    let chain = lambda_kit::error_chain(error);
+    if logging && json_logs() {
+        tracing::error!(error = %chain, "process-orders: {chain}");
+    } else {
+        eprintln!("process-orders: {chain}");
+    }
+}

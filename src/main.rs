@@ -15,7 +15,7 @@ use serde_json::value::RawValue;
 async fn main() -> ExitCode {
     let mode = match cli::parse_args(std::env::args().skip(1)) {
         Ok(mode) => mode,
-        Err(e) => return fail(&e, 2),
+        Err(e) => return fail(&e, 2, false),
     };
     if mode == Mode::Help {
         println!("{}", cli::USAGE);
@@ -28,9 +28,12 @@ async fn main() -> ExitCode {
         }
         _ => lambda_runtime::tracing::init_default_subscriber(),
     }
+    if cli::json_logs() {
+        cli::log_panics_as_json();
+    }
     let config = match Config::from_env() {
         Ok(config) => config,
-        Err(e) => return fail(&e, 2),
+        Err(e) => return fail(&e, 2, true),
     };
     let app = match App::build(&config).await {
         // One-shot mode's stdout carries the response, so its metrics go to stderr.
@@ -38,7 +41,7 @@ async fn main() -> ExitCode {
             app.with_metrics_sink(MetricsSink::Stderr)
         }
         Ok(app) => app,
-        Err(e) => return fail(&e, 2),
+        Err(e) => return fail(&e, 2, true),
     };
     match mode {
         Mode::OneShot { source } => match cli::run_once(&app, &source).await {
@@ -46,7 +49,7 @@ async fn main() -> ExitCode {
                 println!("{json}");
                 ExitCode::SUCCESS
             }
-            Err(e) => fail(&e, 1),
+            Err(e) => fail(&e, 1, true),
         },
         _ => {
             let app = &app;
@@ -62,13 +65,14 @@ async fn main() -> ExitCode {
             });
             match lambda_runtime::run(handler).await {
                 Ok(()) => ExitCode::SUCCESS,
-                Err(e) => fail(e.as_ref(), 1),
+                Err(e) => fail(e.as_ref(), 1, true),
             }
         }
     }
 }
 
-fn fail(error: &dyn std::error::Error, code: u8) -> ExitCode {
-    eprintln!("process-orders: {}", lambda_kit::error_chain(error));
+/// `logging`: the subscriber is up, so the failure follows the log format.
+fn fail(error: &dyn std::error::Error, code: u8, logging: bool) -> ExitCode {
+    cli::report_failure(error, logging);
     ExitCode::from(code)
 }

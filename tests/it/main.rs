@@ -12,6 +12,7 @@ mod log_leak;
 mod metrics_emf;
 mod oneshot;
 mod order_handler;
+mod panics;
 mod payment_http;
 mod properties;
 mod provider_boundary;

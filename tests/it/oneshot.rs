@@ -168,3 +168,58 @@ fn a_wrong_argument_prints_the_usage() {
     assert_eq!(output.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&output.stderr).contains("usage:"));
 }
+
+/// The JSON log lines of an output (stdout and stderr), parsed; other lines are skipped.
+fn json_lines(output: &Output) -> Vec<serde_json::Value> {
+    [&output.stdout, &output.stderr]
+        .iter()
+        .flat_map(|stream| {
+            String::from_utf8_lossy(stream)
+                .into_owned()
+                .lines()
+                .map(str::to_owned)
+                .collect::<Vec<_>>()
+        })
+        .filter_map(|line| serde_json::from_str(&line).ok())
+        .collect()
+}
+
+/// With Lambda's JSON log format (`AWS_LAMBDA_LOG_FORMAT=JSON`), a start-up refusal is a JSON
+/// line at level ERROR, so the runbook's `filter level = "ERROR"` finds it; plain text would be
+/// missed by every JSON query.
+#[test]
+fn a_start_up_refusal_is_a_json_error_line_when_logs_are_json() {
+    let output = run(
+        &[],
+        &[
+            ("AWS_LAMBDA_FUNCTION_NAME", "process-orders"),
+            ("AWS_LAMBDA_LOG_FORMAT", "JSON"),
+        ],
+        "",
+    );
+    assert_eq!(output.status.code(), Some(2));
+    let lines = json_lines(&output);
+    let refusal = lines
+        .iter()
+        .find(|line| line.to_string().contains("IDEMPOTENCY_TABLE must be set"))
+        .unwrap_or_else(|| {
+            panic!(
+                "no JSON line names the refusal; stdout {:?}, stderr {:?}",
+                String::from_utf8_lossy(&output.stdout),
+                String::from_utf8_lossy(&output.stderr)
+            )
+        });
+    assert_eq!(refusal["level"], "ERROR", "{refusal}");
+}
+
+/// The text format keeps the refusal as one plain line on stderr, for people and scripts.
+#[test]
+fn a_start_up_refusal_is_plain_text_otherwise() {
+    let output = run(&[], &[("AWS_LAMBDA_FUNCTION_NAME", "process-orders")], "");
+    assert_eq!(output.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.starts_with("process-orders: IDEMPOTENCY_TABLE must be set"),
+        "{stderr}"
+    );
+}

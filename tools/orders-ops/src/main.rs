@@ -2,8 +2,8 @@
 //! `orders-ops <command> --help` for each command with examples.
 //!
 //! `--queue` names the source queue; `inspect` and `redrive` work on its DLQ (from the redrive
-//! policy). Without `--endpoint` the AWS SDK's usual configuration applies (`--profile`,
-//! `--region`, or the environment).
+//! policy). Without `--endpoint-url` the AWS SDK's configuration applies (`--profile`, SSO and
+//! `credential_process` profiles included, `--region`, or the environment).
 
 use std::io::{BufRead, Write};
 use std::path::PathBuf;
@@ -30,15 +30,22 @@ const EXAMPLES: &str = "Examples:
   orders-ops inspect --queue orders.fifo --max 20 --json
   orders-ops redrive --queue orders --rate 5
   orders-ops clear-decline --table orders-idempotency --order-id o-123
-  orders-ops depth --queue orders --endpoint http://127.0.0.1:5000   (moto)";
+  orders-ops depth --queue orders --endpoint-url http://127.0.0.1:5000   (moto)";
 
 /// Which account the commands touch. Every one of these is checked: a misspelled flag stops the
 /// tool instead of falling back to the default profile.
 #[derive(Debug, Args)]
 struct Target {
-    /// A local SQS-compatible server (moto), with static test credentials. Without it, the AWS
-    /// SDK's configuration: `--profile`, `--region`, or the environment.
-    #[arg(long, global = true, value_name = "URL", conflicts_with = "profile")]
+    /// Another endpoint, as the AWS CLI's option of that name: a local SQS-compatible server
+    /// (moto) gets static test credentials, unless `--profile` names real ones (a VPC endpoint).
+    /// `--region` still applies. Without it, the AWS SDK's configuration: `--profile`,
+    /// `--region`, or the environment.
+    #[arg(
+        long = "endpoint-url",
+        visible_alias = "endpoint",
+        global = true,
+        value_name = "URL"
+    )]
     endpoint: Option<String>,
     /// The AWS region (default: the profile's, or AWS_REGION).
     #[arg(long, global = true)]
@@ -160,18 +167,30 @@ async fn main() -> ExitCode {
 }
 
 async fn run(cli: Cli) -> Result<(), String> {
-    let sdk = match &cli.target.endpoint {
-        Some(endpoint) => sdk_config(endpoint),
-        // The profile, region and credentials chain of the user's AWS configuration, over the
-        // function's HTTP client (the build has no other).
-        None => {
+    let target = &cli.target;
+    let sdk = match (&target.endpoint, &target.profile) {
+        // A local server: its endpoint and static test credentials, in the region asked for.
+        (Some(endpoint), None) => {
+            let mut local = sdk_config(endpoint).into_builder();
+            if let Some(region) = &target.region {
+                local.set_region(Some(aws_config::Region::new(region.clone())));
+            }
+            local.build()
+        }
+        // The profile, region and credentials chain of the user's AWS configuration (SSO and
+        // credential_process profiles included), over the function's HTTP client (the build has
+        // no other).
+        (endpoint, profile) => {
             let mut loader = aws_config::defaults(aws_config::BehaviorVersion::latest())
                 .http_client(process_orders::aws::http_client());
-            if let Some(profile) = &cli.target.profile {
+            if let Some(profile) = profile {
                 loader = loader.profile_name(profile);
             }
-            if let Some(region) = &cli.target.region {
+            if let Some(region) = &target.region {
                 loader = loader.region(aws_config::Region::new(region.clone()));
+            }
+            if let Some(endpoint) = endpoint {
+                loader = loader.endpoint_url(endpoint);
             }
             loader.load().await
         }

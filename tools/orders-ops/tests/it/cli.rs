@@ -255,3 +255,55 @@ async fn clear_decline_asks_first_and_then_lets_the_order_be_charged() {
         stderr(&nothing)
     );
 }
+
+/// The AWS CLI's `--endpoint-url` works as typed, and with an endpoint `--region` is the region
+/// asked for, not silently replaced: a queue made in eu-west-1 is found there, and only there.
+#[tokio::test]
+async fn endpoint_url_is_accepted_and_the_region_is_honoured() {
+    let endpoint = moto_endpoint();
+    let mut config = sdk_config(&endpoint).into_builder();
+    config.set_region(Some(aws_sdk_sqs::config::Region::new("eu-west-1")));
+    let sqs = Client::new(&config.build());
+    let name = format!("cli-region-{}-{}", std::process::id(), fastrand::u32(..));
+    setup::queue_pair(
+        &sqs,
+        &name,
+        false,
+        QueueSettings {
+            visibility_timeout_s: 30,
+            max_receive_count: 3,
+        },
+    )
+    .await
+    .expect("queues in eu-west-1");
+    let there = ops(
+        &[
+            "depth",
+            "--queue",
+            &name,
+            "--endpoint-url",
+            &endpoint,
+            "--region",
+            "eu-west-1",
+            "--json",
+        ],
+        "",
+    );
+    assert!(there.status.success(), "{}", stderr(&there));
+    let elsewhere = ops(
+        &[
+            "depth",
+            "--queue",
+            &name,
+            "--endpoint-url",
+            &endpoint,
+            "--region",
+            "us-east-1",
+        ],
+        "",
+    );
+    assert!(
+        !elsewhere.status.success(),
+        "found in us-east-1: the region was not honoured"
+    );
+}
