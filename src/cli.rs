@@ -87,31 +87,6 @@ fn read_source(source: &str) -> Result<String, CliError> {
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn args(list: &[&str]) -> Result<Mode, CliError> {
-        parse_args(list.iter().map(|s| (*s).to_owned()))
-    }
-
-    #[test]
-    fn modes() {
-        assert_eq!(args(&[]).expect("lambda"), Mode::Lambda);
-        assert_eq!(args(&["--help"]).expect("help"), Mode::Help);
-        assert_eq!(
-            args(&["--event", "-"]).expect("stdin"),
-            Mode::OneShot { source: "-".into() }
-        );
-        assert!(matches!(args(&["--event"]), Err(CliError::Usage(_))));
-        assert!(matches!(args(&["--evnt", "x"]), Err(CliError::Usage(_))));
-        assert!(matches!(
-            args(&["--event", "a", "b"]),
-            Err(CliError::Usage(_))
-        ));
-    }
-}
-
 /// Whether Lambda's logging controls ask for JSON (`AWS_LAMBDA_LOG_FORMAT=JSON`), read as
 /// lambda_runtime's default subscriber reads it.
 pub fn json_logs() -> bool {
@@ -145,5 +120,30 @@ pub fn report_failure(error: &dyn std::error::Error, logging: bool) {
         tracing::error!(error = %chain, "process-orders: {chain}");
     } else {
         eprintln!("process-orders: {chain}");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args(list: &[&str]) -> Result<Mode, CliError> {
+        parse_args(list.iter().map(|s| (*s).to_owned()))
+    }
+
+    #[test]
+    fn modes() {
+        assert_eq!(args(&[]).expect("lambda"), Mode::Lambda);
+        assert_eq!(args(&["--help"]).expect("help"), Mode::Help);
+        assert_eq!(
+            args(&["--event", "-"]).expect("stdin"),
+            Mode::OneShot { source: "-".into() }
+        );
+        assert!(matches!(args(&["--event"]), Err(CliError::Usage(_))));
+        assert!(matches!(args(&["--evnt", "x"]), Err(CliError::Usage(_))));
+        assert!(matches!(
+            args(&["--event", "a", "b"]),
+            Err(CliError::Usage(_))
+        ));
     }
 }
