@@ -53,7 +53,7 @@ ORDERS ?= 10000
 chaos: $(PY_STAMP)
 	PATH="$(VENV)/bin:$$PATH" CHAOS_ORDERS=$(ORDERS) $(CARGO) test -p local-esm --test it chaos -- --nocapture
 
-# Benchmarks (no pass/fail on time), each printing a table the README quotes:
+# Benchmarks (no pass/fail on time), each printing a table docs/performance.md quotes:
 #   (a) per-record CPU vs deserializing into SqsEvent (criterion), (b) init vs hello-world and
 #   (c) peak RSS of the release binaries over a local Runtime API, (d) concurrency speedup,
 #   (e) DynamoDB requests per record on each path (against dynoxide).

@@ -1,4 +1,4 @@
-//! The system benchmarks, each printing a table (`make bench`; numbers quoted in the README):
+//! The system benchmarks, each printing a table (`make bench`; numbers quoted in docs/performance.md):
 //!
 //! - (b) init and first response: process spawn to the first event served (an empty batch, then
 //!   one order charged against dynoxide and the provider stub), over a local Lambda Runtime

@@ -1,5 +1,5 @@
 //! Tail latency, the deadline, and the Powertools baseline (`make bench`; numbers quoted in the
-//! README). Benchmarks, not tests: nothing here passes or fails on time.
+//! docs/performance.md). Benchmarks, not tests: nothing here passes or fails on time.
 //!
 //! - (f) tail latency: a 1,000-record standard batch through the function against dynoxide (every
 //!   store call 5 ms +- 1 ms more) and the HTTP provider stub (payments log-normal, median 120 ms,

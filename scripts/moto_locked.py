@@ -6,7 +6,7 @@ takes the list of visible messages first and marks them received afterwards; a d
 them that lands in between removes the message, and the receive then puts it back into the
 pending set. For a FIFO queue its message group then stays pending for ever: the group's later
 messages are visible, counted, and never delivered. (`scripts/repro/moto_fifo_stall.py`
-reproduces it; the README's "The chaos test" tells the story.)
+reproduces it; docs/local-development.md, "The chaos test", tells the story.)
 
 A long poll has the same flaw at a larger scale: moto takes the set of pending groups once, when
 the call starts, and keeps it while it waits. A group that another consumer received meanwhile

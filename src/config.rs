@@ -50,7 +50,8 @@ pub const ORDER_KEY_PREFIX: &str = "orders#";
 pub const CLOCK_SKEW_ALLOWANCE: Duration = Duration::from_secs(60);
 
 /// Every variable the function reads, with its default (None: no default, optional): the
-/// components' and its own. The README's configuration table and the template tests use it.
+/// components' and its own. The README's configuration table, the docs test and the template
+/// tests use it.
 pub fn variables() -> Vec<(&'static str, Option<&'static str>)> {
     [
         sqs_batch::VARIABLES,
@@ -145,7 +146,7 @@ pub struct Config {
     /// [`CLOCK_SKEW_ALLOWANCE`] by default).
     pub payment_key_window_margin: Duration,
     /// `PAYMENT_LOOKUP_DURABLE`: the provider's look-up keeps every charge for good, so its "no
-    /// such charge" is proof at any age (README "Payment contract").
+    /// such charge" is proof at any age (docs/design.md, "The payment contract").
     pub payment_lookup_durable: bool,
     /// `DEFAULT_CURRENCY`: the currency of an order whose body names none.
     pub default_currency: Currency,
@@ -154,7 +155,7 @@ pub struct Config {
     /// passed since the upgrade, or at once on a new table).
     pub find_unprefixed: bool,
     /// `MOVE_POISON_TO_DLQ`: a POISON record is sent to its queue's DLQ by the function at its
-    /// first receive, with its reason, and acknowledged (README "Retry timing").
+    /// first receive, with its reason, and acknowledged (docs/operations.md, "Poison and the DLQ").
     pub move_poison: bool,
     /// This function as a moved message names it:
     /// `AWS_LAMBDA_FUNCTION_NAME:AWS_LAMBDA_FUNCTION_VERSION`.

@@ -9,9 +9,9 @@ use serde_json::{Map, Value, json};
 
 use sqs_batch::{BatchReport, Outcome, QueueKind, RecordStatus};
 
-/// The dimensions of every metric, in this order (alarms must name all four). `Service` is
-/// Powertools' dimension (`POWERTOOLS_SERVICE_NAME`), so dashboards built for Powertools
-/// functions find these metrics too.
+/// The dimensions of every metric, in this order (alarms must name all four). `Service` holds
+/// `POWERTOOLS_SERVICE_NAME`, the variable Powertools reads; Powertools itself names its
+/// dimension `service`, in lower case, so its dashboards do not find these metrics as they are.
 pub const DIMENSIONS: [&str; 4] = ["Service", "FunctionName", "QueueName", "QueueKind"];
 
 /// The most metrics one EMF directive may define.

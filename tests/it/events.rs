@@ -139,8 +139,8 @@ async fn the_payment_outcomes_redelivered_reconcile_the_ambiguous_charge() {
     assert_eq!(app.ports().gateway.charges("p-2"), 1);
 }
 
-/// FIFO group scope: the poison (o-11, no amount) does not hold back its group (see README
-/// "Group scope and POISON"), so every other record is processed and only it is reported.
+/// FIFO group scope: the poison (o-11, no amount) does not hold back its group (see docs/design.md,
+/// "Choices where the design is silent"), so every other record is processed and only it is reported.
 #[tokio::test]
 async fn the_fifo_sample_under_group_scope_reports_only_the_poison() {
     let config = Config::from_lookup(|k| (k == "FIFO_SCOPE").then(|| "group".to_owned())).unwrap();

@@ -169,7 +169,7 @@ fn max_receive_count_is_at_least_five() {
 /// minutes after its dependency is back), and a record failing at every receive stays in its
 /// queue for at least `RetrySurvivalHours` (24 h) before it gives up (at receive
 /// `MaxReceiveCount - 1`, after `MaxReceiveCount - 2` delays), which the function checks at
-/// start-up too. `--nocapture` prints the schedule the README quotes.
+/// start-up too. `--nocapture` prints the schedule docs/operations.md quotes.
 #[test]
 fn the_retry_schedule_survives_a_day_of_outage_with_no_delay_over_15_minutes() {
     let t = template();

@@ -1,4 +1,4 @@
-//! On-call tool for the order queues (see the README's runbook): `orders-ops --help`, and
+//! On-call tool for the order queues (see docs/operations.md): `orders-ops --help`, and
 //! `orders-ops <command> --help` for each command with examples.
 //!
 //! `--queue` names the source queue; `inspect` and `redrive` work on its DLQ (from the redrive

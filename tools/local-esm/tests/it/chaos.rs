@@ -7,7 +7,7 @@
 //! and none may reach a DLQ.
 //!
 //! Size: `CHAOS_ORDERS` orders per queue kind (default 1,000; `make chaos ORDERS=10000`). moto
-//! runs behind scripts/moto_locked.py: its own FIFO bookkeeping fails under this load (README).
+//! runs behind scripts/moto_locked.py: its own FIFO bookkeeping fails under this load (docs/local-development.md).
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};

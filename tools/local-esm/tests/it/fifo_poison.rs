@@ -4,7 +4,7 @@
 //! scope with POISON visibility 0, and group scope, and holds the shipped defaults (group scope,
 //! POISON visibility 0) to zero. It also asserts that the hazard reproduces under batch scope.
 //! POISON visibility 0 alone is printed, not asserted: with three poisons in one batch and
-//! `maxReceiveCount` 3 it cannot save the innocents (see the README).
+//! `maxReceiveCount` 3 it cannot save the innocents (see docs/design.md).
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -3,7 +3,7 @@
 //! all charged through the local event source mapping.
 //!
 //! SNS is called over its query API with plain HTTP (moto does not check signatures), so the
-//! tests need no SNS SDK. moto does not enforce queue policies: see the README.
+//! tests need no SNS SDK. moto does not enforce queue policies: see docs/operations.md.
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -1,0 +1,475 @@
+//! Docs that cannot drift: every `make` target, test binary, environment variable, metric,
+//! alarm, command-line flag and file path that the README and `docs/` name exists, and every
+//! variable the code reads and every metric it emits is documented.
+//!
+//! What counts as "named": text in backticks and in fenced code blocks. Prose is free.
+
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+
+use process_orders::metrics::{self, Invocation, LatencySnapshot, MetricsSettings};
+use sqs_batch::{BatchReport, QueueKind};
+
+const ROOT: &str = env!("CARGO_MANIFEST_DIR");
+
+fn read(path: impl AsRef<Path>) -> String {
+    let path = Path::new(ROOT).join(path);
+    std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+/// The README and every page under `docs/`, by path.
+fn documents() -> Vec<(String, String)> {
+    let mut docs = vec![("README.md".to_owned(), read("README.md"))];
+    let mut pages: Vec<PathBuf> = std::fs::read_dir(Path::new(ROOT).join("docs"))
+        .expect("docs/")
+        .filter_map(|entry| entry.ok().map(|e| e.path()))
+        .filter(|path| path.extension().is_some_and(|e| e == "md"))
+        .collect();
+    pages.sort();
+    for page in pages {
+        let name = format!(
+            "docs/{}",
+            page.file_name().expect("a name").to_string_lossy()
+        );
+        docs.push((name.clone(), read(&name)));
+    }
+    docs
+}
+
+/// The code a document names: each backtick span, and each line of a fenced block.
+fn code_spans(text: &str) -> Vec<String> {
+    let mut spans = Vec::new();
+    let mut fenced = false;
+    for line in text.lines() {
+        if line.trim_start().starts_with("```") {
+            fenced = !fenced;
+            continue;
+        }
+        if fenced {
+            spans.push(line.to_owned());
+            continue;
+        }
+        let mut parts = line.split('`');
+        parts.next();
+        while let (Some(code), Some(_)) = (parts.next(), parts.next()) {
+            spans.push(code.to_owned());
+        }
+    }
+    spans
+}
+
+/// Every span of every document, with where it came from.
+fn all_spans() -> Vec<(String, String)> {
+    documents()
+        .into_iter()
+        .flat_map(|(name, text)| {
+            code_spans(&text)
+                .into_iter()
+                .map(move |span| (name.clone(), span))
+        })
+        .collect()
+}
+
+/// Words of a span: split on anything that cannot be in an identifier, a flag or a path.
+fn words(span: &str) -> impl Iterator<Item = &str> {
+    span.split(|c: char| !(c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.' | '/' | '#')))
+        .filter(|w| !w.is_empty())
+}
+
+/// `A_VARIABLE`: upper case and digits, at least one underscore.
+fn is_variable(word: &str) -> bool {
+    word.contains('_')
+        && word.len() > 3
+        && word.starts_with(|c: char| c.is_ascii_uppercase())
+        && word
+            .chars()
+            .all(|c| c.is_ascii_uppercase() || c.is_ascii_digit() || c == '_')
+        && !word.ends_with('_')
+}
+
+/// The repository's own text, where an environment variable a document names must appear:
+/// the code, the template, the Makefile, the scripts, CI.
+fn repository_text() -> String {
+    let mut text = String::new();
+    let mut stack: Vec<PathBuf> = ["src", "crates", "tools", "scripts", "examples", ".ci"]
+        .iter()
+        .map(|dir| Path::new(ROOT).join(dir))
+        .collect();
+    while let Some(path) = stack.pop() {
+        if path.is_dir() {
+            if path.file_name().is_some_and(|n| n == "target") {
+                continue;
+            }
+            for entry in std::fs::read_dir(&path).expect("a folder").flatten() {
+                stack.push(entry.path());
+            }
+        } else if path.extension().is_some_and(|e| {
+            ["rs", "sh", "py", "toml", "yaml", "json"].contains(&&*e.to_string_lossy())
+        }) || path.file_name().is_some_and(|n| n == "run")
+        {
+            text.push_str(&std::fs::read_to_string(&path).unwrap_or_default());
+        }
+    }
+    for file in [
+        "template.yaml",
+        "Makefile",
+        "samconfig.toml",
+        "sam-local-env.json",
+        "Cargo.toml",
+    ] {
+        text.push_str(&read(file));
+    }
+    text
+}
+
+/// Variables a user sets for the AWS SDK, the shell or Cargo: documented for them, read by
+/// their tools rather than by ours.
+const OUTSIDE_VARIABLES: &[&str] = &[
+    "AWS_ACCESS_KEY_ID",
+    "AWS_SECRET_ACCESS_KEY",
+    "AWS_SESSION_TOKEN",
+    "AWS_PROFILE",
+    "AWS_CONFIG_FILE",
+    "CARGO_TARGET_DIR",
+    "CARGO_INCREMENTAL",
+    "RUST_BACKTRACE",
+    // Lambda's logging controls, read by lambda_runtime's subscriber.
+    "AWS_LAMBDA_LOG_LEVEL",
+    // The AWS SDK's service-specific endpoint, for the tools against a local server.
+    "AWS_ENDPOINT_URL_DYNAMODB",
+];
+
+#[test]
+fn every_make_target_named_exists() {
+    let makefile = read("Makefile");
+    let targets: BTreeSet<&str> = makefile
+        .lines()
+        .filter_map(|line| line.split_once(':').map(|(name, _)| name))
+        .filter(|name| {
+            !name.is_empty()
+                && name
+                    .chars()
+                    .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
+        })
+        .collect();
+    assert!(targets.contains("run") && targets.contains("test"));
+    let mut missing = Vec::new();
+    for (doc, span) in all_spans() {
+        let mut tokens = words(&span).peekable();
+        while let Some(word) = tokens.next() {
+            if word == "make"
+                && let Some(&target) = tokens.peek()
+                && !target.starts_with('-')
+                && !target.contains('=')
+                && !targets.contains(target)
+            {
+                missing.push(format!("{doc}: make {target}"));
+            }
+        }
+    }
+    assert!(
+        missing.is_empty(),
+        "targets the Makefile lacks: {missing:#?}"
+    );
+}
+
+#[test]
+fn every_test_binary_and_package_named_exists() {
+    let packages = [
+        "process-orders",
+        "lambda-kit",
+        "sqs-batch",
+        "idempotency",
+        "claim-check",
+        "sqs-admin",
+        "local-esm",
+        "orders-ops",
+        "email-once",
+    ];
+    let mut wrong = Vec::new();
+    for (doc, span) in all_spans() {
+        if !span.contains("cargo") {
+            continue;
+        }
+        let tokens: Vec<&str> = span.split_whitespace().collect();
+        for pair in tokens.windows(2) {
+            match pair[0] {
+                // Every crate's integration tests are one binary, `it`.
+                "--test" if pair[1] != "it" => wrong.push(format!("{doc}: --test {}", pair[1])),
+                "-p" | "--package" if !packages.contains(&pair[1]) => {
+                    wrong.push(format!("{doc}: -p {}", pair[1]))
+                }
+                _ => {}
+            }
+        }
+    }
+    assert!(
+        wrong.is_empty(),
+        "no such test binary or package: {wrong:#?}"
+    );
+}
+
+#[test]
+fn every_environment_variable_named_is_read_or_set_somewhere() {
+    let code = repository_text();
+    let mut unknown = BTreeSet::new();
+    for (doc, span) in all_spans() {
+        for word in words(&span) {
+            let word = word.trim_matches(|c: char| !c.is_ascii_alphanumeric() && c != '_');
+            if is_variable(word) && !OUTSIDE_VARIABLES.contains(&word) && !code.contains(word) {
+                unknown.insert(format!("{doc}: {word}"));
+            }
+        }
+    }
+    assert!(
+        unknown.is_empty(),
+        "named in the docs, unknown to the code, template, Makefile and scripts: {unknown:#?}"
+    );
+}
+
+#[test]
+fn every_variable_the_code_reads_is_documented() {
+    let docs: String = documents().into_iter().map(|(_, text)| text).collect();
+    let missing: Vec<&str> = process_orders::config::variables()
+        .into_iter()
+        .map(|(name, _)| name)
+        .filter(|name| !docs.contains(&format!("`{name}`")))
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "variables the docs never name: {missing:?}"
+    );
+}
+
+/// The metric names of one EMF document as the function writes it.
+fn emitted_metrics() -> BTreeSet<String> {
+    let settings = MetricsSettings {
+        namespace: "ProcessOrders".into(),
+        service: "process-orders".into(),
+        function_name: "f".into(),
+    };
+    let report = BatchReport {
+        kind: QueueKind::Standard,
+        statuses: Vec::new(),
+    };
+    let none = LatencySnapshot::default();
+    let invocation = Invocation {
+        report: &report,
+        queue_arn: Some("arn:aws:sqs:us-east-1:123456789012:orders"),
+        kind: QueueKind::Standard,
+        timestamp_ms: 0,
+        duration_ms: 0.0,
+        store: none,
+        payment: none,
+        key_refreshes: 0,
+        cold_start: true,
+    };
+    let doc: serde_json::Value =
+        serde_json::from_str(&metrics::document(&settings, &invocation)).expect("EMF JSON");
+    let mut names: BTreeSet<String> = doc["_aws"]["CloudWatchMetrics"][0]["Metrics"]
+        .as_array()
+        .expect("metrics")
+        .iter()
+        .map(|m| m["Name"].as_str().expect("a name").to_owned())
+        .collect();
+    // Counts are written when they are not zero; these are all the function counts.
+    names.extend(metrics::COUNT_METRICS.iter().map(|m| (*m).to_owned()));
+    names
+}
+
+#[test]
+fn every_metric_emitted_is_documented_and_every_metric_documented_is_emitted() {
+    let emitted = emitted_metrics();
+    let docs: String = documents().into_iter().map(|(_, text)| text).collect();
+    let undocumented: Vec<&String> = emitted
+        .iter()
+        .filter(|m| !docs.contains(&format!("`{m}`")) && !docs.contains(&format!("\"{m}\"")))
+        .collect();
+    assert!(
+        undocumented.is_empty(),
+        "metrics the docs never name: {undocumented:?}"
+    );
+    // A sample EMF document in the docs lists only metrics the function writes.
+    let mut invented = Vec::new();
+    for (doc, text) in documents() {
+        for block in text.split("```").skip(1).step_by(2) {
+            if !block.contains("CloudWatchMetrics") {
+                continue;
+            }
+            for line in block.lines() {
+                if let Some(rest) = line.split("\"Name\"").nth(1) {
+                    let name: String = rest
+                        .trim_start_matches([':', ' ', '"'])
+                        .chars()
+                        .take_while(|c| c.is_ascii_alphanumeric())
+                        .collect();
+                    if !emitted.contains(&name) {
+                        invented.push(format!("{doc}: {name}"));
+                    }
+                }
+            }
+        }
+    }
+    assert!(
+        invented.is_empty(),
+        "metrics the function never writes: {invented:?}"
+    );
+}
+
+#[test]
+fn every_alarm_named_exists_and_every_alarm_has_a_runbook_entry() {
+    let template = read("template.yaml");
+    let alarms: BTreeSet<&str> = template
+        .lines()
+        .filter_map(|line| line.strip_prefix("  "))
+        .filter(|line| !line.starts_with(' '))
+        .filter_map(|line| line.strip_suffix(':'))
+        .filter(|name| name.ends_with("Alarm"))
+        .collect();
+    assert!(alarms.len() >= 8, "{alarms:?}");
+    let mut unknown = Vec::new();
+    for (doc, span) in all_spans() {
+        for word in words(&span) {
+            // `cloudwatch:PutMetricAlarm` is an IAM action, not an alarm.
+            if word.ends_with("Alarm")
+                && word.starts_with(|c: char| c.is_ascii_uppercase())
+                && !word.starts_with("Put")
+                && !span.contains(&format!(":{word}"))
+                && !alarms.contains(word)
+            {
+                unknown.push(format!("{doc}: {word}"));
+            }
+        }
+    }
+    assert!(unknown.is_empty(), "alarms the template lacks: {unknown:?}");
+    let runbook = read("docs/operations.md");
+    let missing: Vec<&&str> = alarms
+        .iter()
+        .filter(|alarm| !runbook.contains(&format!("`{alarm}`")))
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "alarms without a runbook entry: {missing:?}"
+    );
+}
+
+/// The flags each binary accepts, from its source: clap's `--long` names come from the fields of
+/// its derive (`dry_run` is `--dry-run`) or a `long = "..."` / alias.
+fn accepts(tool_source: &str, flag: &str) -> bool {
+    let name = flag.trim_start_matches('-');
+    ["help", "version"].contains(&name)
+        || tool_source.contains(&format!("\"{name}\""))
+        || tool_source.contains(&format!("--{name}"))
+        || tool_source.contains(&format!("{}:", name.replace('-', "_")))
+}
+
+#[test]
+fn every_flag_named_for_our_binaries_exists() {
+    let sources = [
+        ("orders-ops", read("tools/orders-ops/src/main.rs")),
+        ("local-esm", read("tools/local-esm/src/main.rs")),
+        ("process-orders", read("src/cli.rs")),
+    ];
+    let mut unknown = Vec::new();
+    for (doc, span) in all_spans() {
+        // A command line of one of ours: the flags after the binary's name, up to a pipe or `&&`.
+        for command in span.split(['|', ';']).flat_map(|part| part.split("&&")) {
+            let tokens: Vec<&str> = command.split_whitespace().collect();
+            // The binary as a command: not a flag's value (`-p local-esm`, `--path
+            // tools/orders-ops`, `--stack-name process-orders`).
+            let Some(start) = tokens.iter().enumerate().position(|(i, t)| {
+                let value = i > 0 && tokens[i - 1].starts_with('-');
+                !value
+                    && sources
+                        .iter()
+                        .any(|(bin, _)| t.ends_with(bin) && !t.contains('.'))
+            }) else {
+                continue;
+            };
+            let (_, source) = sources
+                .iter()
+                .find(|(bin, _)| tokens[start].ends_with(bin))
+                .expect("found above");
+            for token in &tokens[start + 1..] {
+                let flag = token.split('=').next().unwrap_or(token);
+                if flag.starts_with("--") && flag.len() > 2 && !accepts(source, flag) {
+                    unknown.push(format!("{doc}: {} {flag}", tokens[start]));
+                }
+            }
+        }
+    }
+    assert!(
+        unknown.is_empty(),
+        "flags our binaries do not take: {unknown:#?}"
+    );
+}
+
+/// The repository's top-level folders: a span that starts with one of them is a path.
+const TOP_LEVEL: &[&str] = &[
+    "src/",
+    "tests/",
+    "benches/",
+    "examples/",
+    "crates/",
+    "tools/",
+    "docs/",
+    "scripts/",
+    "events/",
+    "fuzz/",
+    ".ci/",
+    ".cargo/",
+];
+
+#[test]
+fn every_file_path_named_exists() {
+    let mut missing = BTreeSet::new();
+    for (doc, span) in all_spans() {
+        for word in words(&span) {
+            let path = word.trim_end_matches(['.', ':']);
+            let with_extension = [
+                ".rs", ".toml", ".yaml", ".json", ".py", ".sh", ".md", ".txt",
+            ]
+            .iter()
+            .any(|e| path.ends_with(e));
+            let in_repository = TOP_LEVEL.iter().any(|top| path.starts_with(top));
+            // Only a path we can check: in the repository, or a file name at the root.
+            if !(in_repository || (with_extension && !path.contains('/'))) {
+                continue;
+            }
+            // Build output, wildcards and placeholders.
+            if path.contains(['*', '<', '{', '$']) || path.starts_with("fuzz/target") {
+                continue;
+            }
+            let here = Path::new(ROOT).join(path);
+            let beside = Path::new(ROOT)
+                .join(Path::new(&doc).parent().unwrap_or(Path::new("")))
+                .join(path);
+            if !with_extension && !in_repository {
+                continue;
+            }
+            if !here.exists() && !beside.exists() && !is_generated(path) {
+                missing.insert(format!("{doc}: {path}"));
+            }
+        }
+    }
+    assert!(missing.is_empty(), "paths that do not exist: {missing:#?}");
+}
+
+/// Files that a build or a run creates, or that a user writes, and names the docs may use.
+fn is_generated(path: &str) -> bool {
+    [
+        "bootstrap.zip",
+        "cargo-timing.html",
+        "samconfig.local.toml",
+        "Cargo.lock",
+        "rustup-init",
+        "lcov.info",
+        "event.json",
+        "policy.json",
+        // Files the reader writes while following a step.
+        "smoke.json",
+        "ORDER.json",
+    ]
+    .iter()
+    .any(|name| path.ends_with(name))
+}
