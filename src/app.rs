@@ -273,9 +273,14 @@ where
                 store: calls.store.take(),
                 payment: calls.payment.take(),
                 key_refreshes: self.ports().gateway.take_key_refreshes(),
-                cold_start: !self.warm.swap(true, std::sync::atomic::Ordering::Relaxed),
             };
             sink.write(&metrics::document(settings, &invocation));
+            if !self.warm.swap(true, std::sync::atomic::Ordering::Relaxed) {
+                sink.write(&metrics::cold_start_document(
+                    settings,
+                    invocation.timestamp_ms,
+                ));
+            }
         }
         Ok((processed.response, processed.report))
     }
@@ -305,8 +310,8 @@ mod tests {
         let size = std::mem::size_of_val(&future);
         eprintln!("a record's future: {size} bytes");
         // 1,024 bytes before amounts became exact decimals (an order carries its currency and
-        // the legacy fingerprint's bits: 1,040) and declines were recorded (1,072). The bound
-        // catches kilobytes, not words.
-        assert!(size <= 1_088, "a record's future is {size} bytes");
+        // the legacy fingerprint's bits: 1,040), declines were recorded (1,072) and each store
+        // and provider call became a trace span (1,112). The bound catches kilobytes, not words.
+        assert!(size <= 1_128, "a record's future is {size} bytes");
     }
 }

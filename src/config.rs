@@ -36,8 +36,10 @@ const FUNCTION_VARIABLES: &[(&str, Option<&str>)] = &[
     ("MOVE_POISON_TO_DLQ", Some("false")),
     ("IDEMPOTENCY_FIND_UNPREFIXED", Some("true")),
     ("METRICS_ENABLED", Some("true")),
-    ("METRICS_NAMESPACE", Some("ProcessOrders")),
+    ("POWERTOOLS_METRICS_NAMESPACE", Some("ProcessOrders")),
     ("POWERTOOLS_SERVICE_NAME", Some("process-orders")),
+    // Read by the trace layer (src/telemetry.rs), before the configuration.
+    ("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", None),
 ];
 
 /// The default `IDEMPOTENCY_KEY_PREFIX`: orders' keys apart from other users of a shared table.

@@ -116,9 +116,15 @@ where
                 };
             }
         };
+        // The record's trace span (when traces are on) names the order, on every outcome.
+        tracing::Span::current().record("key", &*order.order_id);
         // Every line written while the order is handled (the store's, the gateway's) carries
-        // its id.
-        let span = order_span(&order.order_id);
+        // its id and the message's.
+        let span = tracing::info_span!(
+            "order",
+            order_id = &*order.order_id,
+            message_id = message.message_id
+        );
         // Steps 4 and 5: the breaker, then the guard.
         let (decision, lease) =
             handle_order(&order, &self.ports, context.deadline_ms, message.message_id)
@@ -136,7 +142,8 @@ where
     }
 }
 
-/// The span of one order's lines: `order_id` on each of them (in JSON logs under `span`).
+/// The span of the processor's lines about one record (which name its `message_id`
+/// themselves): `order_id` on each of them.
 fn order_span(order_id: &str) -> tracing::Span {
     tracing::info_span!("order", order_id)
 }
@@ -230,8 +237,12 @@ impl<P: PaymentGateway> GuardedWork for ChargeWork<'_, P> {
 
     async fn look_up(&self) -> Result<Found, PaymentError> {
         let request = self.request();
+        let look_up = self.latency.time(self.gateway.lookup(&request));
         Ok(
-            match self.latency.time(self.gateway.lookup(&request)).await? {
+            match look_up
+                .instrument(tracing::debug_span!("payment.look_up"))
+                .await?
+            {
                 ChargeStatus::Succeeded => Found::Happened,
                 // A definite failure: the same key may be charged again at any age.
                 ChargeStatus::Failed => Found::NotHappened,
@@ -253,6 +264,7 @@ impl<P: PaymentGateway> GuardedWork for ChargeWork<'_, P> {
         let request = self.request();
         self.latency
             .time(self.gateway.charge(&request))
+            .instrument(tracing::debug_span!("payment.charge"))
             .await
             .map_err(|error| Failed {
                 effect: error.effect(),

@@ -33,11 +33,13 @@ pub mod aws;
 pub mod cli;
 pub mod config;
 pub mod handler;
+pub mod logs;
 pub mod metrics;
 pub mod money;
 pub mod order;
 pub mod payment;
 pub mod store;
+pub mod telemetry;
 #[cfg(feature = "testkit")]
 pub mod testkit;
 pub(crate) mod tls;

@@ -9,6 +9,7 @@ use process_orders::app::App;
 use process_orders::cli::{self, Mode};
 use process_orders::config::Config;
 use process_orders::metrics::MetricsSink;
+use process_orders::{logs, telemetry};
 use serde_json::value::RawValue;
 
 #[tokio::main(flavor = "current_thread")]
@@ -23,10 +24,8 @@ async fn main() -> ExitCode {
     }
     // One-shot mode prints the response on stdout, so its logs go to stderr.
     match mode {
-        Mode::OneShot { .. } => {
-            lambda_runtime::tracing::init_default_subscriber_with_writer(std::io::stderr)
-        }
-        _ => lambda_runtime::tracing::init_default_subscriber(),
+        Mode::OneShot { .. } => logs::init(std::io::stderr),
+        _ => logs::init(std::io::stdout),
     }
     if cli::json_logs() {
         cli::log_panics_as_json();
@@ -44,13 +43,17 @@ async fn main() -> ExitCode {
         Err(e) => return fail(&e, 2, true),
     };
     match mode {
-        Mode::OneShot { source } => match cli::run_once(&app, &source).await {
-            Ok(json) => {
-                println!("{json}");
-                ExitCode::SUCCESS
+        Mode::OneShot { source } => {
+            let result = cli::run_once(&app, &source).await;
+            telemetry::flush().await;
+            match result {
+                Ok(json) => {
+                    println!("{json}");
+                    ExitCode::SUCCESS
+                }
+                Err(e) => fail(&e, 1, true),
             }
-            Err(e) => fail(&e, 1, true),
-        },
+        }
         _ => {
             let app = &app;
             // The payload is kept as raw JSON and read borrowed by the app (see sqs::EventView).
@@ -59,9 +62,11 @@ async fn main() -> ExitCode {
                     event.context.deadline,
                     SystemClock.now_ms(),
                 );
-                app.handle_json(event.payload.get(), deadline_ms)
-                    .await
-                    .map_err(Error::from)
+                let response = app.handle_json(event.payload.get(), deadline_ms).await;
+                // Before the response: Lambda may freeze the container right after it.
+                telemetry::flush().await;
+                logs::mark_warm();
+                response.map_err(Error::from)
             });
             match lambda_runtime::run(handler).await {
                 Ok(()) => ExitCode::SUCCESS,

@@ -20,7 +20,7 @@ pub const MAX_METRICS: usize = 100;
 /// Where and under which names the metrics go (`METRICS_*` variables).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct MetricsSettings {
-    /// The CloudWatch namespace (`METRICS_NAMESPACE`).
+    /// The CloudWatch namespace (`POWERTOOLS_METRICS_NAMESPACE`).
     pub namespace: String,
     /// The `Service` dimension: `POWERTOOLS_SERVICE_NAME`, or `process-orders`.
     pub service: String,
@@ -29,18 +29,24 @@ pub struct MetricsSettings {
 }
 
 impl MetricsSettings {
-    /// `METRICS_ENABLED` (on by default), `METRICS_NAMESPACE`, `POWERTOOLS_SERVICE_NAME` and
-    /// Lambda's `AWS_LAMBDA_FUNCTION_NAME`; `None` when metrics are off.
+    /// `METRICS_ENABLED` (on by default), the namespace (`POWERTOOLS_METRICS_NAMESPACE` as
+    /// Powertools reads it, else `METRICS_NAMESPACE`), `POWERTOOLS_SERVICE_NAME` and Lambda's
+    /// `AWS_LAMBDA_FUNCTION_NAME`; `None` when metrics are off.
     pub fn from_env(env: &lambda_kit::Env<'_>) -> Result<Option<Self>, lambda_kit::EnvError> {
         if !env.flag("METRICS_ENABLED", true)? {
             return Ok(None);
         }
-        let namespace = env
-            .text("METRICS_NAMESPACE")
-            .unwrap_or_else(|| "ProcessOrders".to_owned());
+        let (variable, namespace) = match env.text("POWERTOOLS_METRICS_NAMESPACE") {
+            Some(namespace) => ("POWERTOOLS_METRICS_NAMESPACE", namespace),
+            None => (
+                "METRICS_NAMESPACE",
+                env.text("METRICS_NAMESPACE")
+                    .unwrap_or_else(|| "ProcessOrders".to_owned()),
+            ),
+        };
         if namespace.len() > 255 || namespace.contains(':') {
             return Err(lambda_kit::EnvError::invalid(
-                "METRICS_NAMESPACE",
+                variable,
                 &namespace,
                 "at most 255 characters, without ':'",
             ));
@@ -134,8 +140,6 @@ pub struct Invocation<'a> {
     pub payment: LatencySnapshot,
     /// Reads of the payment API key after the provider refused it (a rotation seen).
     pub key_refreshes: u64,
-    /// The container's first invocation.
-    pub cold_start: bool,
 }
 
 /// The queue's name: the last field of its ARN.
@@ -220,9 +224,6 @@ pub fn document(settings: &MetricsSettings, inv: &Invocation<'_>) -> String {
         ("PaymentLatencySum", "Milliseconds", inv.payment.sum_ms),
         ("PaymentLatencyMax", "Milliseconds", inv.payment.max_ms),
         ("PaymentKeyRefreshes", "Count", inv.key_refreshes as f64),
-        // 1 on the container's first invocation, else 0: its sum counts cold starts, as
-        // Powertools' `ColdStart` does.
-        ("ColdStart", "Count", f64::from(u8::from(inv.cold_start))),
     ]);
     debug_assert!(metrics.len() <= MAX_METRICS);
     let definitions: Vec<Value> = metrics
@@ -249,6 +250,27 @@ pub fn document(settings: &MetricsSettings, inv: &Invocation<'_>) -> String {
         doc.insert(name.into(), value.into());
     }
     Value::Object(doc).to_string()
+}
+
+/// The cold start's own EMF document, written once per container at its first invocation, as
+/// Powertools for AWS Lambda writes it: `ColdStart` = 1 with the dimensions `function_name` and
+/// `service`, so Powertools' cold-start dashboards and queries read it unchanged. A metric that
+/// is 0 on every warm invocation would only cost data points.
+pub fn cold_start_document(settings: &MetricsSettings, timestamp_ms: u64) -> String {
+    json!({
+        "_aws": {
+            "Timestamp": timestamp_ms,
+            "CloudWatchMetrics": [{
+                "Namespace": settings.namespace,
+                "Dimensions": [["function_name", "service"]],
+                "Metrics": [{ "Name": "ColdStart", "Unit": "Count" }],
+            }],
+        },
+        "function_name": settings.function_name,
+        "service": settings.service,
+        "ColdStart": 1,
+    })
+    .to_string()
 }
 
 /// Where the documents are written.

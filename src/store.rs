@@ -6,6 +6,8 @@ use idempotency::{
     Begin, ClaimRequest, DynamoDbStore, IdempotencyStore, Lease, MemoryStore, StoreError,
 };
 
+use tracing::Instrument;
+
 use crate::metrics::Latency;
 
 /// Every store this build can run with, chosen at start-up.
@@ -76,25 +78,34 @@ impl<'a, S> Timed<'a, S> {
     }
 }
 
+/// Each store request is also a trace span (DEBUG: free unless traces are on).
 impl<S: IdempotencyStore> IdempotencyStore for Timed<'_, S> {
     async fn begin(&self, request: &ClaimRequest<'_>) -> Result<Begin, StoreError> {
-        self.latency.time(self.store.begin(request)).await
+        self.latency
+            .time(self.store.begin(request))
+            .instrument(tracing::debug_span!("store.begin"))
+            .await
     }
 
     async fn complete(&self, key: &str, lease: &Lease, now_ms: u64) -> Result<(), StoreError> {
         self.latency
             .time(self.store.complete(key, lease, now_ms))
+            .instrument(tracing::debug_span!("store.complete"))
             .await
     }
 
     async fn mark_attempted(&self, key: &str, lease: &Lease, at_ms: u64) -> Result<(), StoreError> {
         self.latency
             .time(self.store.mark_attempted(key, lease, at_ms))
+            .instrument(tracing::debug_span!("store.mark_attempted"))
             .await
     }
 
     async fn release(&self, key: &str, lease: &Lease) -> Result<(), StoreError> {
-        self.latency.time(self.store.release(key, lease)).await
+        self.latency
+            .time(self.store.release(key, lease))
+            .instrument(tracing::debug_span!("store.release"))
+            .await
     }
 
     async fn reject(
@@ -106,6 +117,7 @@ impl<S: IdempotencyStore> IdempotencyStore for Timed<'_, S> {
     ) -> Result<(), StoreError> {
         self.latency
             .time(self.store.reject(key, lease, now_ms, reason))
+            .instrument(tracing::debug_span!("store.reject"))
             .await
     }
 }

@@ -56,3 +56,52 @@ pub fn failed_ids(response: &sqs_batch::SqsBatchResponse) -> Vec<String> {
         .map(|f| f.item_identifier.clone())
         .collect()
 }
+
+/// Every metric name the function writes: those of one EMF document, and every count (counts
+/// are written when they are not zero).
+pub fn emitted_metrics() -> std::collections::BTreeSet<String> {
+    let settings = crate::metrics::MetricsSettings {
+        namespace: "ProcessOrders".into(),
+        service: "process-orders".into(),
+        function_name: "f".into(),
+    };
+    let report = sqs_batch::BatchReport {
+        kind: sqs_batch::QueueKind::Standard,
+        statuses: Vec::new(),
+    };
+    let none = crate::metrics::LatencySnapshot::default();
+    let invocation = crate::metrics::Invocation {
+        report: &report,
+        queue_arn: Some("arn:aws:sqs:us-east-1:123456789012:orders"),
+        kind: sqs_batch::QueueKind::Standard,
+        timestamp_ms: 0,
+        duration_ms: 0.0,
+        store: none,
+        payment: none,
+        key_refreshes: 0,
+    };
+    let cold: serde_json::Value =
+        serde_json::from_str(&crate::metrics::cold_start_document(&settings, 0)).expect("EMF JSON");
+    let doc: serde_json::Value =
+        serde_json::from_str(&crate::metrics::document(&settings, &invocation)).expect("EMF JSON");
+    let mut names: std::collections::BTreeSet<String> =
+        doc["_aws"]["CloudWatchMetrics"][0]["Metrics"]
+            .as_array()
+            .expect("metrics")
+            .iter()
+            .map(|m| m["Name"].as_str().expect("a name").to_owned())
+            .collect();
+    names.extend(
+        cold["_aws"]["CloudWatchMetrics"][0]["Metrics"]
+            .as_array()
+            .expect("metrics")
+            .iter()
+            .map(|m| m["Name"].as_str().expect("a name").to_owned()),
+    );
+    names.extend(
+        crate::metrics::COUNT_METRICS
+            .iter()
+            .map(|m| (*m).to_owned()),
+    );
+    names
+}

@@ -7,9 +7,6 @@
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
-use process_orders::metrics::{self, Invocation, LatencySnapshot, MetricsSettings};
-use sqs_batch::{BatchReport, QueueKind};
-
 const ROOT: &str = env!("CARGO_MANIFEST_DIR");
 
 fn read(path: impl AsRef<Path>) -> String {
@@ -241,45 +238,9 @@ fn every_variable_the_code_reads_is_documented() {
     );
 }
 
-/// The metric names of one EMF document as the function writes it.
-fn emitted_metrics() -> BTreeSet<String> {
-    let settings = MetricsSettings {
-        namespace: "ProcessOrders".into(),
-        service: "process-orders".into(),
-        function_name: "f".into(),
-    };
-    let report = BatchReport {
-        kind: QueueKind::Standard,
-        statuses: Vec::new(),
-    };
-    let none = LatencySnapshot::default();
-    let invocation = Invocation {
-        report: &report,
-        queue_arn: Some("arn:aws:sqs:us-east-1:123456789012:orders"),
-        kind: QueueKind::Standard,
-        timestamp_ms: 0,
-        duration_ms: 0.0,
-        store: none,
-        payment: none,
-        key_refreshes: 0,
-        cold_start: true,
-    };
-    let doc: serde_json::Value =
-        serde_json::from_str(&metrics::document(&settings, &invocation)).expect("EMF JSON");
-    let mut names: BTreeSet<String> = doc["_aws"]["CloudWatchMetrics"][0]["Metrics"]
-        .as_array()
-        .expect("metrics")
-        .iter()
-        .map(|m| m["Name"].as_str().expect("a name").to_owned())
-        .collect();
-    // Counts are written when they are not zero; these are all the function counts.
-    names.extend(metrics::COUNT_METRICS.iter().map(|m| (*m).to_owned()));
-    names
-}
-
 #[test]
 fn every_metric_emitted_is_documented_and_every_metric_documented_is_emitted() {
-    let emitted = emitted_metrics();
+    let emitted = process_orders::testkit::emitted_metrics();
     let docs: String = documents().into_iter().map(|(_, text)| text).collect();
     let undocumented: Vec<&String> = emitted
         .iter()

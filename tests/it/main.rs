@@ -21,3 +21,4 @@ mod schedule;
 mod secret_key;
 mod store;
 mod template;
+mod traces;

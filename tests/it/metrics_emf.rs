@@ -170,7 +170,7 @@ fn event(records: &[(&str, &str)]) -> String {
 const LAMBDA: &[(&str, &str)] = &[
     ("AWS_LAMBDA_FUNCTION_NAME", "orders-fn"),
     ("PROCESS_ORDERS_LOCAL", "1"),
-    ("METRICS_NAMESPACE", "Orders/Test"),
+    ("POWERTOOLS_METRICS_NAMESPACE", "Orders/Test"),
     ("POWERTOOLS_SERVICE_NAME", "payments"),
 ];
 
@@ -192,8 +192,25 @@ async fn one_valid_emf_document_per_invocation_counts_what_happened() {
     ]);
     app.handle_json(&second, deadline).await.expect("second");
 
-    let docs = docs.lock().expect("lock").clone();
+    let all = docs.lock().expect("lock").clone();
+    // The container's first invocation is its cold start: one more document, Powertools' own.
+    let (cold, docs): (Vec<String>, Vec<String>) =
+        all.into_iter().partition(|line| line.contains("ColdStart"));
     assert_eq!(docs.len(), 2, "one document per invocation");
+    assert_eq!(cold.len(), 1, "one cold start per container");
+    let cold: Value = serde_json::from_str(&cold[0]).expect("JSON");
+    check_emf(&cold).unwrap_or_else(|e| panic!("{e}: {cold}"));
+    assert_eq!(
+        cold["_aws"]["CloudWatchMetrics"][0]["Dimensions"],
+        serde_json::json!([["function_name", "service"]])
+    );
+    assert_eq!(
+        cold["_aws"]["CloudWatchMetrics"][0]["Namespace"],
+        "Orders/Test"
+    );
+    assert_eq!(cold["function_name"], "orders-fn");
+    assert_eq!(cold["service"], "payments");
+    assert_eq!(cold["ColdStart"], 1);
     for line in &docs {
         assert!(!line.contains('\n'), "a document is one line");
         let doc: Value = serde_json::from_str(line).expect("JSON");
@@ -216,8 +233,10 @@ async fn one_valid_emf_document_per_invocation_counts_what_happened() {
     let expect = |doc: &Value, name: &str, value: f64| {
         assert_eq!(doc[name].as_f64(), Some(value), "{name} in {doc}");
     };
-    // The container's first invocation is its cold start; the next one is warm.
-    expect(&first, "ColdStart", 1.0);
+    assert!(
+        first["ColdStart"].is_null(),
+        "ColdStart only in its own document"
+    );
     expect(&first, "Records", 4.0);
     expect(&first, "Charged", 2.0);
     expect(&first, "Poisoned", 2.0);
@@ -232,7 +251,6 @@ async fn one_valid_emf_document_per_invocation_counts_what_happened() {
     );
     assert!(first["InvocationDuration"].as_f64().expect("duration") >= 0.0);
     let second: Value = serde_json::from_str(&docs[1]).expect("JSON");
-    expect(&second, "ColdStart", 0.0);
     expect(&second, "Duplicates", 1.0);
     expect(&second, "Conflicts", 1.0);
     expect(&second, "Charged", 0.0);

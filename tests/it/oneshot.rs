@@ -52,14 +52,16 @@ fn a_file_event_prints_the_response_and_logs_to_stderr() {
     assert_eq!(ids[0], "11111111-aaaa-4000-8000-000000000003");
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(stderr.contains("batch processed"), "{stderr}");
-    // The EMF document goes to stderr too, one line, never onto the response.
+    // The EMF documents go to stderr too, one line each, never onto the response: the
+    // invocation's, and the cold start's (one process, one invocation: a cold start).
     let emf: Vec<serde_json::Value> = stderr
         .lines()
         .filter(|l| l.starts_with('{') && l.contains(r#""_aws":"#))
         .map(|l| serde_json::from_str(l).expect("EMF line is JSON"))
         .collect();
-    assert_eq!(emf.len(), 1, "{stderr}");
+    assert_eq!(emf.len(), 2, "{stderr}");
     assert_eq!(emf[0]["Records"], 5.0);
+    assert_eq!(emf[1]["ColdStart"], 1);
 }
 
 #[test]
@@ -72,11 +74,16 @@ fn stdin_works_too() {
     );
 }
 
+/// Under Lambda's JSON format the lines are Powertools-shaped: flat keys, the function's
+/// context on every line, and the record's own fields (`order_id` included) at the top level.
 #[test]
 fn json_logs_when_lambda_asks_for_them() {
     let output = run(
         &["--event", &events("standard.json")],
-        &[("AWS_LAMBDA_LOG_FORMAT", "JSON")],
+        &[
+            ("AWS_LAMBDA_LOG_FORMAT", "JSON"),
+            ("POWERTOOLS_SERVICE_NAME", "payments"),
+        ],
         "",
     );
     stdout_json(&output);
@@ -85,28 +92,39 @@ fn json_logs_when_lambda_asks_for_them() {
         .lines()
         .map(|l| serde_json::from_str(l).expect("every log line is JSON"))
         .collect();
-    let rejected: Vec<_> = lines
+    let logs: Vec<_> = lines.iter().filter(|l| l["_aws"].is_null()).collect();
+    assert!(!logs.is_empty());
+    for line in &logs {
+        for key in ["level", "location", "message", "timestamp"] {
+            assert!(line[key].is_string(), "{key} missing in {line}");
+        }
+        assert_eq!(line["service"], "payments", "{line}");
+        assert_eq!(line["cold_start"], true, "one invocation: all cold, {line}");
+        assert!(
+            line.get("fields").is_none() && line.get("span").is_none(),
+            "{line}"
+        );
+    }
+    let rejected: Vec<_> = logs
         .iter()
-        .filter(|l| l["fields"]["message"] == "record not acknowledged")
+        .filter(|l| l["message"] == "record not acknowledged")
         .collect();
     assert_eq!(rejected.len(), 3);
     for line in &rejected {
+        assert_eq!(line["level"], "WARN");
         for field in ["message_id", "outcome", "reason", "receive_count"] {
-            assert!(
-                !line["fields"][field].is_null(),
-                "{field} missing in {line}"
-            );
+            assert!(!line[field].is_null(), "{field} missing in {line}");
         }
     }
     // Every line of a record whose body names an order carries its id, valid order or not
     // (o-3 has amount 0); a body that is not JSON names none.
     let order_ids: Vec<&str> = rejected
         .iter()
-        .filter_map(|l| l["span"]["order_id"].as_str())
+        .filter_map(|l| l["order_id"].as_str())
         .collect();
     assert_eq!(order_ids, ["o-3", "o-4"], "{stderr}");
-    for line in rejected.iter().filter(|l| !l["span"]["order_id"].is_null()) {
-        assert_eq!(line["fields"]["key"], line["span"]["order_id"], "{line}");
+    for line in rejected.iter().filter(|l| !l["order_id"].is_null()) {
+        assert_eq!(line["key"], line["order_id"], "{line}");
     }
 }
 

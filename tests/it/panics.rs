@@ -10,7 +10,7 @@ const CHILD: &str = "PROCESS_ORDERS_PANIC_CHILD";
 #[test]
 fn a_panic_is_a_json_error_line_when_logs_are_json() {
     if std::env::var_os(CHILD).is_some() {
-        lambda_runtime::tracing::init_default_subscriber();
+        process_orders::logs::init(std::io::stdout);
         if process_orders::cli::json_logs() {
             process_orders::cli::log_panics_as_json();
         }

@@ -564,7 +564,16 @@ fn alarms_watch_the_dlqs_the_queue_age_errors_and_throttles() {
         );
     }
     assert_eq!(watched("ApproximateAgeOfOldestMessage").len(), 2);
-    assert_eq!(watched("Errors").len(), 1);
+    // The function's errors, and the live alias's (the canary's rollback trigger).
+    let errors = watched("Errors");
+    assert_eq!(errors.len(), 2);
+    assert_eq!(
+        errors
+            .iter()
+            .filter(|a| a["Dimensions"][1]["Name"].as_str() == Some("Resource"))
+            .count(),
+        1
+    );
     assert_eq!(watched("Throttles").len(), 1);
 }
 
@@ -605,7 +614,7 @@ fn the_outputs_name_the_function_and_its_log_group() {
 fn an_alarm_for_each_queue(metric: &str) {
     let t = template();
     assert!(process_orders::metrics::COUNT_METRICS.contains(&metric));
-    let namespace = function(&t)["Environment"]["Variables"]["METRICS_NAMESPACE"]
+    let namespace = function(&t)["Environment"]["Variables"]["POWERTOOLS_METRICS_NAMESPACE"]
         .as_str()
         .unwrap()
         .to_owned();
@@ -985,5 +994,124 @@ fn the_sam_local_env_vars_file_runs_the_function_without_aws() {
         response["batchItemFailures"].as_array().map(Vec::len),
         Some(3),
         "{response}"
+    );
+}
+
+/// Every deployment publishes a version behind the `live` alias, which CodeDeploy shifts by a
+/// canary by default and moves back when any rollback alarm fires; the queues invoke the alias,
+/// so their traffic follows it.
+#[test]
+fn deployments_shift_the_alias_by_canary_and_roll_back_on_alarms() {
+    let t = template();
+    let f = function(&t);
+    assert_eq!(f["AutoPublishAlias"].as_str(), Some("live"));
+    let preference = &f["DeploymentPreference"];
+    let strategy = parameter(&t, &preference["Type"]).expect("!Ref DeploymentStrategy");
+    assert_eq!(
+        strategy["Default"].as_str(),
+        Some("Canary10Percent5Minutes")
+    );
+    let alarms: BTreeSet<String> = preference["Alarms"]
+        .as_sequence()
+        .expect("rollback alarms")
+        .iter()
+        .map(target)
+        .collect();
+    for alarm in &alarms {
+        assert_eq!(
+            t["Resources"][alarm.as_str()]["Type"].as_str(),
+            Some("AWS::CloudWatch::Alarm"),
+            "{alarm}"
+        );
+    }
+    for expected in [
+        "OrdersFunctionAliasErrorsAlarm",
+        "PaymentConfigErrorsAlarm",
+        "NeedsReconciliationAlarm",
+        "PoisonRateAlarm",
+        "PoisonRateFifoAlarm",
+    ] {
+        assert!(
+            alarms.contains(expected),
+            "{expected} is no rollback trigger"
+        );
+    }
+    // The alias's own errors: the new version's, during the canary.
+    let alias_errors = resource(&t, "OrdersFunctionAliasErrorsAlarm");
+    let resource_dim = alias_errors["Dimensions"]
+        .as_sequence()
+        .unwrap()
+        .iter()
+        .find(|d| d["Name"].as_str() == Some("Resource"))
+        .expect("a Resource dimension");
+    let (_, value) = tagged(&resource_dim["Value"]).expect("!Sub");
+    assert_eq!(value.as_str(), Some("${OrdersFunction}:live"));
+    for mapping in mappings(&t) {
+        let (tag, name) = tagged(&mapping["FunctionName"]).expect("a reference");
+        assert_eq!(
+            (tag.as_str(), name.as_str()),
+            ("!Ref", Some("OrdersFunction.Alias"))
+        );
+    }
+    for output in ["OrdersFunctionAliasArn", "OrdersDashboardUrl"] {
+        assert!(!t["Outputs"][output].is_null(), "output {output}");
+    }
+}
+
+/// The dashboard's JSON parses once `!Sub` has filled it in, shows the outcomes, latency,
+/// DLQs, age and concurrency, and names only metrics the function writes.
+#[test]
+fn the_dashboard_shows_only_metrics_the_function_writes() {
+    let t = template();
+    let (_, body) = tagged(&resource(&t, "OrdersDashboard")["DashboardBody"]).expect("!Sub");
+    // What !Sub fills in: any `${...}` becomes a plain word.
+    let mut text = String::new();
+    let mut rest = body.as_str().expect("a string");
+    while let Some(start) = rest.find("${") {
+        text.push_str(&rest[..start]);
+        let end = rest[start..].find('}').expect("a closed ${") + start;
+        text.push('x');
+        rest = &rest[end + 1..];
+    }
+    text.push_str(rest);
+    let dashboard: serde_json::Value = serde_json::from_str(&text).expect("dashboard JSON");
+    let emitted = process_orders::testkit::emitted_metrics();
+    let mut shown = BTreeSet::new();
+    let mut namespaces = BTreeSet::new();
+    for widget in dashboard["widgets"].as_array().expect("widgets") {
+        let Some(metrics) = widget["properties"]["metrics"].as_array() else {
+            continue;
+        };
+        let mut namespace = String::new();
+        for line in metrics {
+            let line = line.as_array().expect("a metric line");
+            if let Some(ns) = line[0].as_str().filter(|ns| *ns != "." && *ns != "...") {
+                namespace = ns.to_owned();
+            }
+            namespaces.insert(namespace.clone());
+            if namespace == "ProcessOrders" {
+                let name = line[1].as_str().expect("a metric name");
+                assert!(emitted.contains(name), "{name} is never written");
+                shown.insert(name.to_owned());
+            }
+        }
+    }
+    for name in [
+        "Charged",
+        "Retried",
+        "Poisoned",
+        "Reconciled",
+        "NeedsReconciliation",
+        "StoreLatencyMax",
+        "PaymentLatencyMax",
+    ] {
+        assert!(shown.contains(name), "{name} is not on the dashboard");
+    }
+    for namespace in ["AWS/SQS", "AWS/Lambda"] {
+        assert!(namespaces.contains(namespace), "nothing from {namespace}");
+    }
+    assert!(
+        text.contains("stats count(*) by reason"),
+        "retries by reason"
     );
 }

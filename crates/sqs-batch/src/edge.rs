@@ -88,6 +88,9 @@ pub struct Message<'a> {
     pub first_receive_ms: Option<u64>,
     /// Needed only to change the record's visibility.
     pub receipt_handle: Option<&'a str>,
+    /// `AWSTraceHeader`: the producer's X-Ray trace (`Root=...;Parent=...;Sampled=...`), which
+    /// the record's trace span links to.
+    pub trace_header: Option<&'a str>,
     /// The producer's message attributes, read when a handler asks for one.
     pub attributes: MessageAttributes<'a>,
 }
@@ -102,6 +105,7 @@ impl<'a> Message<'a> {
             group_id: None,
             first_receive_ms: None,
             receipt_handle: None,
+            trace_header: None,
             attributes: MessageAttributes::None,
         }
     }
@@ -264,6 +268,7 @@ struct Fields<'a> {
     first_receive_ms: Option<&'a str>,
     receipt_handle: Option<&'a str>,
     queue_arn: Option<&'a str>,
+    trace_header: Option<&'a str>,
     attributes: MessageAttributes<'a>,
 }
 
@@ -285,6 +290,7 @@ impl<'a> Batch<'a> {
                     .map(String::as_str),
                 receipt_handle: r.receipt_handle.as_deref(),
                 queue_arn: r.queue_arn(),
+                trace_header: r.attributes.get("AWSTraceHeader").map(String::as_str),
                 attributes: if r.message_attributes.is_empty() {
                     MessageAttributes::None
                 } else {
@@ -306,6 +312,7 @@ impl<'a> Batch<'a> {
                 first_receive_ms: attributes.and_then(|a| text(&a.first_receive_ms)),
                 receipt_handle: text(&r.receipt_handle),
                 queue_arn: text(&r.event_source_arn),
+                trace_header: attributes.and_then(|a| text(&a.trace_header)),
                 attributes: MessageAttributes::from_raw(r.message_attributes),
             }
         }))
@@ -333,6 +340,7 @@ impl<'a> Batch<'a> {
                 group_id: r.group_id,
                 first_receive_ms: r.first_receive_ms.and_then(|v| v.parse().ok()),
                 receipt_handle: r.receipt_handle,
+                trace_header: r.trace_header,
                 attributes: r.attributes,
             });
         }
@@ -401,6 +409,8 @@ struct AttributesView<'a> {
     group_id: Option<Text<'a>>,
     #[serde(rename = "ApproximateFirstReceiveTimestamp", borrow, default)]
     first_receive_ms: Option<Text<'a>>,
+    #[serde(rename = "AWSTraceHeader", borrow, default)]
+    trace_header: Option<Text<'a>>,
 }
 
 /// A JSON string, borrowed from the input when it has no escapes.

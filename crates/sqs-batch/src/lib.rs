@@ -166,8 +166,20 @@ where
     V: visibility::VisibilityPort,
     D: dead_letter::DeadLetterPort,
 {
+    use tracing::Instrument;
     let records = &batch.messages;
-    let mut report = processor.process(records, batch.kind, deadline_ms).await;
+    // Trace spans (DEBUG, target `sqs_batch`): disabled, and free, unless a trace exporter asks
+    // for them; the records' spans are children of this one.
+    let span = tracing::debug_span!(
+        "batch",
+        queue = batch.queue_arn,
+        kind = batch.kind.as_str(),
+        records = records.len()
+    );
+    let mut report = processor
+        .process(records, batch.kind, deadline_ms)
+        .instrument(span.clone())
+        .await;
     // A quarter of the margin stays free for the response itself.
     let reserve_ms = processor.options().deadline_margin_ms / 4;
     let budget = |now_ms: u64| {
@@ -187,6 +199,7 @@ where
             now_ms,
             budget(now_ms),
         )
+        .instrument(tracing::debug_span!(parent: &span, "sqs.dead_letter_moves"))
         .await;
         for (status, moved) in report.statuses.iter_mut().zip(moved) {
             settle_move(status, moved);
@@ -206,6 +219,7 @@ where
             now_ms,
             budget,
         )
+        .instrument(tracing::debug_span!(parent: &span, "sqs.change_visibility"))
         .await;
     }
     Ok(Processed { response, report })

@@ -414,6 +414,16 @@ impl<H: RecordHandler, C: Clock> BatchProcessor<H, C> {
             return RecordStatus::SkippedDeadline;
         }
         let context = RecordContext { deadline_ms };
+        // The record's trace span (DEBUG: free unless a trace exporter is on), linked to the
+        // producer's trace (`AWSTraceHeader`); its outcome is recorded once decided.
+        let span = tracing::debug_span!(
+            "record",
+            message_id = message.message_id,
+            trace_header = message.trace_header,
+            key = tracing::field::Empty,
+            outcome = tracing::field::Empty,
+            reason = tracing::field::Empty,
+        );
         // A started record may run until half the margin is left; then it is abandoned and
         // reported, so the response and the visibility calls still leave before Lambda ends
         // the invocation (which would retry the whole batch). Dropping it mid-call is safe: its
@@ -422,7 +432,11 @@ impl<H: RecordHandler, C: Clock> BatchProcessor<H, C> {
         let budget = Duration::from_millis(remaining - self.options.deadline_margin_ms / 2);
         // AssertUnwindSafe: after a panic the handler's state is only read through its own
         // synchronisation (stores lock, clients are stateless), so no broken invariant leaks.
-        let handled = AssertUnwindSafe(self.handler.handle(message, context)).catch_unwind();
+        let handled = AssertUnwindSafe(tracing::Instrument::instrument(
+            self.handler.handle(message, context),
+            span.clone(),
+        ))
+        .catch_unwind();
         let verdict = match tokio::time::timeout(budget, handled).await {
             Ok(Ok(verdict)) => verdict,
             Ok(Err(_)) => Verdict::retry("panic").with_detail("the record handler panicked"),
@@ -433,7 +447,11 @@ impl<H: RecordHandler, C: Clock> BatchProcessor<H, C> {
                     "still running when the invocation's time was nearly up: abandoned and reported",
                 ),
         };
-        RecordStatus::Handled(self.give_up_if_exhausted(verdict, message.receive_count))
+        let verdict = self.give_up_if_exhausted(verdict, message.receive_count);
+        span.record("key", verdict.key.as_deref());
+        span.record("outcome", verdict.outcome.as_str());
+        span.record("reason", verdict.reason);
+        RecordStatus::Handled(verdict)
     }
 
     /// A RETRY at or past [`BatchOptions::give_up_at_receive`] becomes POISON

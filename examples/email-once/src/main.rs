@@ -1,6 +1,10 @@
 //! Wiring only: the settings, the store (DynamoDB when `IDEMPOTENCY_TABLE` is set, else in
 //! memory), the handler, then Lambda's loop, or one event from a file with `--event FILE`.
 
+// The batch's futures (the processor's trace spans around each record and call) nest past the
+// default query depth when their layout is computed.
+#![recursion_limit = "256"]
+
 use std::process::ExitCode;
 
 use email_once::{LogMailer, Settings, WelcomeEmails};

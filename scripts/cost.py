@@ -1,0 +1,119 @@
+#!/usr/bin/env python3
+"""Cost per million orders, from measured figures: `python3 scripts/cost.py`.
+
+Every input below names the measurement it comes from (docs/performance.md); change one with
+`--set name=value` (for example `--set ours_ms_per_record=30`) to price another measurement.
+Prices are AWS's public on-demand prices in us-east-1 (checked 2026-12-01); `--set` them for
+another region. The output is the Markdown table docs/performance.md quotes.
+"""
+
+import argparse
+import re
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+INPUTS = {
+    # Billed time per record: the invocation's wall time divided by its records. Measured
+    # 2026-11-30 with `make bench` (docs/performance.md (f) and (g)): the same seeded batch
+    # of 1,000 orders, store calls 5 ms, payments log-normal with median 120 ms.
+    "ours_ms_per_record": 21.60,  # process-orders, MAX_CONCURRENCY 16
+    "powertools_ms_per_record": 305.54,  # Powertools Python BatchProcessor
+    "powertools_async_ms_per_record": 7.46,  # Powertools Python AsyncBatchProcessor, unbounded
+    # Requests per order: docs/performance.md (e), a new order's claim and completion, plus
+    # the look-up of an unprefixed item while IDEMPOTENCY_FIND_UNPREFIXED is on.
+    "dynamodb_writes_per_order": 2,
+    "dynamodb_reads_per_order": 1,
+    # The event source mapping: one ReceiveMessage per 10 messages, one DeleteMessageBatch per
+    # 10 acknowledged (the poller's own calls, billed to the account), template BatchSize 100.
+    "sqs_requests_per_order": 0.2,
+    "batch_size": 100,
+    # Prices, us-east-1.
+    "lambda_gb_s_arm64": 0.0000133334,
+    "lambda_per_million_requests": 0.20,
+    "dynamodb_per_million_writes": 0.625,
+    "dynamodb_per_million_reads": 0.125,
+    "sqs_per_million_requests": 0.40,
+    "metric_per_month": 0.30,
+    "alarm_per_metric_per_month": 0.10,
+    "dashboard_per_month": 3.00,
+    "secret_per_month": 0.40,
+    # Custom metrics: 20 per queue for two queues, and ColdStart once (docs/operations.md).
+    "custom_metrics": 41,
+}
+
+
+def alarm_metrics():
+    """Metrics the template's alarms watch: one per plain alarm, one per metric of a
+    metric-math alarm (what CloudWatch bills)."""
+    text = (ROOT / "template.yaml").read_text()
+    blocks = re.split(r"\n  (?=[A-Za-z0-9]+:\n    Type: )", text)
+    total = 0
+    for block in blocks:
+        if "Type: AWS::CloudWatch::Alarm" not in block:
+            continue
+        stats = block.count("MetricStat:")
+        total += stats if stats else 1
+    return total
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--set", action="append", default=[], metavar="NAME=VALUE")
+    args = parser.parse_args()
+    inputs = dict(INPUTS)
+    for item in args.set:
+        name, _, value = item.partition("=")
+        if name not in inputs:
+            sys.exit(f"unknown input {name}; known: {', '.join(sorted(inputs))}")
+        inputs[name] = float(value)
+    i = inputs
+    orders = 1_000_000
+    storage = (
+        orders * i["dynamodb_writes_per_order"] / 1e6 * i["dynamodb_per_million_writes"]
+        + orders * i["dynamodb_reads_per_order"] / 1e6 * i["dynamodb_per_million_reads"]
+    )
+    queue = orders * i["sqs_requests_per_order"] / 1e6 * i["sqs_per_million_requests"]
+    invocations = orders / i["batch_size"]
+    requests = invocations / 1e6 * i["lambda_per_million_requests"]
+
+    def compute(ms_per_record, memory_mb):
+        gb_s = orders * ms_per_record / 1000 * memory_mb / 1024
+        return gb_s * i["lambda_gb_s_arm64"]
+
+    rows = [
+        ("process-orders", i["ours_ms_per_record"], 128),
+        ("process-orders", i["ours_ms_per_record"], 256),
+        ("process-orders", i["ours_ms_per_record"], 512),
+        ("Powertools Python BatchProcessor", i["powertools_ms_per_record"], 256),
+        ("Powertools Python AsyncBatchProcessor", i["powertools_async_ms_per_record"], 256),
+    ]
+    print("| function | memory | Lambda compute | Lambda requests | DynamoDB | SQS | per million orders |")
+    print("|---|---|---|---|---|---|---|")
+    for name, ms, memory in rows:
+        lam = compute(ms, memory)
+        total = lam + requests + storage + queue
+        print(
+            f"| {name} | {memory} MB | ${lam:.3f} | ${requests:.3f} | ${storage:.3f} "
+            f"| ${queue:.3f} | **${total:.2f}** |"
+        )
+    alarms = alarm_metrics()
+    fixed = (
+        i["custom_metrics"] * i["metric_per_month"]
+        + alarms * i["alarm_per_metric_per_month"]
+        + i["dashboard_per_month"]
+        + i["secret_per_month"]
+    )
+    print()
+    print(
+        f"Fixed, per month whatever the traffic: {int(i['custom_metrics'])} custom metrics "
+        f"${i['custom_metrics'] * i['metric_per_month']:.2f}, {alarms} alarm metrics "
+        f"${alarms * i['alarm_per_metric_per_month']:.2f}, the dashboard "
+        f"${i['dashboard_per_month']:.2f}, the secret ${i['secret_per_month']:.2f}: "
+        f"**${fixed:.2f}**."
+    )
+
+
+if __name__ == "__main__":
+    main()
