@@ -94,7 +94,7 @@ where
 }
 
 /// Sends the spans finished so far, when tracing is on. Best effort: a collector that is down
-/// costs at most [`EXPORT_TIMEOUT`] and loses those spans, never the batch.
+/// costs at most one second and loses those spans, never the batch.
 pub async fn flush() {
     let Some(exporter) = EXPORTER.get() else {
         return;
