@@ -5,7 +5,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/../fuzz"
 seconds="${FUZZ_SECONDS:-600}"
-mkdir -p corpus/event corpus/body
+mkdir -p corpus/event corpus/body corpus/answer
+cp regressions/answer/* corpus/answer/
 cp ../events/*.json corpus/event/
 python3 - <<'PY'
 import glob, json, os
@@ -14,7 +15,7 @@ for path in glob.glob("../events/*.json"):
         name = os.path.basename(path).replace(".json", f"-{i}")
         open(f"corpus/body/{name}", "w").write(record.get("body") or "")
 PY
-for target in ${TARGETS:-event body}; do
+for target in ${TARGETS:-event body answer}; do
   echo "== $target for ${seconds}s"
   RUSTC_BOOTSTRAP=1 cargo fuzz run --sanitizer none "$target" "corpus/$target" -- \
     -max_total_time="$seconds" -max_len=65536 -print_final_stats=1 2>&1 | tail -25

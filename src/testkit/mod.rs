@@ -2,6 +2,7 @@
 //! ports that fail on demand. Not a library for users (the crates' own `testkit` features are).
 
 pub mod dynamo;
+pub mod fuzz;
 pub mod logs;
 pub mod payment_stub;
 pub mod ports;

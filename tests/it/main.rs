@@ -8,6 +8,7 @@ mod bad_input;
 mod docs;
 mod events;
 mod exactly_once;
+mod fuzz_regressions;
 mod layout;
 mod log_leak;
 mod metrics_emf;

@@ -281,16 +281,18 @@ fn each_queue_has_its_own_dlq_of_the_same_kind_kept_14_days_and_longer_than_the_
             dlq["FifoQueue"].as_bool().unwrap_or(false),
             "{name} / {dlq_name}"
         );
-        assert_eq!(
-            queue["SqsManagedSseEnabled"].as_bool(),
-            Some(true),
-            "{name}"
-        );
-        assert_eq!(
-            dlq["SqsManagedSseEnabled"].as_bool(),
-            Some(true),
-            "{dlq_name}"
-        );
+        // Encrypted at rest either way: SSE-SQS, or SSE-KMS with DataKmsKeyArn (see
+        // a_customer_managed_key_covers_every_queue_topic_and_the_table).
+        for (name, q) in [(name, queue), (dlq_name.as_str(), dlq)] {
+            let (tag, inner) = tagged(&q["SqsManagedSseEnabled"]).expect("!If");
+            assert_eq!(tag, "!If", "{name}");
+            assert_eq!(
+                inner[2].as_bool(),
+                Some(true),
+                "{name}: SSE-SQS without a key"
+            );
+            assert!(!q["KmsMasterKeyId"].is_null(), "{name}: SSE-KMS with one");
+        }
     }
 }
 
@@ -717,9 +719,20 @@ fn each_queue_subscribes_to_its_own_kind_of_topic_with_the_chosen_raw_delivery()
 #[test]
 fn sns_may_send_to_a_queue_only_from_its_own_topic() {
     let t = template();
-    let policies = resources_of_type(&t, "AWS::SQS::QueuePolicy");
-    assert_eq!(policies.len(), 2, "one policy per subscribed queue");
     let subscriptions = resources_of_type(&t, "AWS::SNS::Subscription");
+    // The policies of the queues SNS feeds (every queue has one: see the TLS rule).
+    let policies: Vec<(&str, &Value)> = resources_of_type(&t, "AWS::SQS::QueuePolicy")
+        .into_iter()
+        .filter(|(_, p)| {
+            let queues = p["Queues"].as_sequence().expect("Queues");
+            queues.iter().any(|q| {
+                subscriptions
+                    .iter()
+                    .any(|(_, s)| target(&s["Endpoint"]) == target(q))
+            })
+        })
+        .collect();
+    assert_eq!(policies.len(), 2, "one policy per subscribed queue");
     for (name, p) in policies {
         let queues = p["Queues"].as_sequence().expect("Queues");
         assert_eq!(queues.len(), 1, "{name}: one queue per policy");
@@ -730,10 +743,24 @@ fn sns_may_send_to_a_queue_only_from_its_own_topic() {
             .find(|(_, s)| target(&s["Endpoint"]) == queue)
             .unwrap_or_else(|| panic!("{name}: no subscription feeds {queue}"));
         let topic = topic_choices(&subscription["TopicArn"]);
+        let mut allows = 0;
         for statement in p["PolicyDocument"]["Statement"]
             .as_sequence()
             .expect("statements")
         {
+            // Only with fan-out; every other statement denies.
+            let statement = match tagged(statement) {
+                Some((tag, inner)) if tag == "!If" => {
+                    let branches = inner.as_sequence().expect("!If branches");
+                    assert_eq!(branches[0].as_str(), Some("HasFanOut"), "{name}");
+                    &branches[1]
+                }
+                _ => {
+                    assert_eq!(statement["Effect"].as_str(), Some("Deny"), "{name}");
+                    continue;
+                }
+            };
+            allows += 1;
             let principal = &statement["Principal"];
             assert!(
                 principal.as_str() != Some("*") && principal["AWS"].as_str() != Some("*"),
@@ -766,7 +793,156 @@ fn sns_may_send_to_a_queue_only_from_its_own_topic() {
                 "{name}: the condition names the subscribed topic"
             );
         }
+        assert_eq!(allows, 1, "{name}: SNS's one statement");
     }
+}
+
+/// Every queue, topic and bucket the stack creates refuses requests without TLS, whoever sends
+/// them: a Deny for any principal on `aws:SecureTransport` false, in its resource policy.
+#[test]
+fn every_queue_topic_and_bucket_refuses_requests_without_tls() {
+    let t = template();
+    let denies_without_tls = |statement: &Value, action: &str| {
+        statement["Effect"].as_str() == Some("Deny")
+            && statement["Principal"].as_str() == Some("*")
+            && statement["Action"].as_str() == Some(action)
+            && statement["Condition"]["Bool"]["aws:SecureTransport"].as_str() == Some("false")
+    };
+    let resources = |statement: &Value| -> BTreeSet<String> {
+        match statement["Resource"].as_sequence() {
+            Some(list) => list.iter().map(target).collect(),
+            None => BTreeSet::from([target(&statement["Resource"])]),
+        }
+    };
+    let mut covered = BTreeSet::new();
+    for (name, policy) in resources_of_type(&t, "AWS::SQS::QueuePolicy") {
+        let queues: BTreeSet<String> = policy["Queues"]
+            .as_sequence()
+            .expect("Queues")
+            .iter()
+            .map(target)
+            .collect();
+        let deny = policy["PolicyDocument"]["Statement"]
+            .as_sequence()
+            .expect("statements")
+            .iter()
+            .find(|s| denies_without_tls(s, "sqs:*"))
+            .unwrap_or_else(|| panic!("{name}: no TLS rule"));
+        assert_eq!(
+            resources(deny),
+            queues,
+            "{name}: the rule covers its queues"
+        );
+        covered.extend(queues);
+    }
+    let queues: BTreeSet<String> = resources_of_type(&t, "AWS::SQS::Queue")
+        .into_iter()
+        .map(|(name, _)| name.to_owned())
+        .collect();
+    assert_eq!(covered, queues, "every queue");
+    let topics: BTreeSet<String> = resources_of_type(&t, "AWS::SNS::Topic")
+        .into_iter()
+        .map(|(name, _)| name.to_owned())
+        .collect();
+    let topic_policies = resources_of_type(&t, "AWS::SNS::TopicPolicy");
+    assert_eq!(topic_policies.len(), 1);
+    let deny = topic_policies[0].1["PolicyDocument"]["Statement"]
+        .as_sequence()
+        .expect("statements")
+        .iter()
+        .find(|s| denies_without_tls(s, "sns:Publish"))
+        .expect("the topics' TLS rule");
+    assert_eq!(resources(deny), topics, "every topic");
+    let bucket = resource(&t, "PayloadBucketPolicy");
+    assert!(
+        bucket["PolicyDocument"]["Statement"]
+            .as_sequence()
+            .expect("statements")
+            .iter()
+            .any(|s| denies_without_tls(s, "s3:*")),
+        "the payload bucket"
+    );
+}
+
+/// `DataKmsKeyArn` puts every queue, topic and the table under one customer managed key, and
+/// lets the function use it only through SQS and DynamoDB; empty, the AWS keys stay.
+#[test]
+fn a_customer_managed_key_covers_every_queue_topic_and_the_table() {
+    let t = template();
+    assert_eq!(
+        t["Parameters"]["DataKmsKeyArn"]["Default"].as_str(),
+        Some("")
+    );
+    // `!If [HasDataKey, then, else]` as (then, else).
+    let choice = |v: &Value| -> (String, String) {
+        let (tag, inner) = tagged(v).expect("!If");
+        assert_eq!(tag, "!If");
+        let branches = inner.as_sequence().expect("branches");
+        assert_eq!(branches[0].as_str(), Some("HasDataKey"));
+        let show = |b: &Value| match tagged(b) {
+            Some((_, inner)) => inner.as_str().unwrap_or_default().to_owned(),
+            None => match b {
+                Value::Bool(b) => b.to_string(),
+                other => other.as_str().unwrap_or_default().to_owned(),
+            },
+        };
+        (show(&branches[1]), show(&branches[2]))
+    };
+    for (name, queue) in resources_of_type(&t, "AWS::SQS::Queue") {
+        assert_eq!(
+            choice(&queue["KmsMasterKeyId"]),
+            ("DataKmsKeyArn".into(), "AWS::NoValue".into()),
+            "{name}"
+        );
+        assert_eq!(
+            choice(&queue["SqsManagedSseEnabled"]),
+            ("AWS::NoValue".into(), "true".into()),
+            "{name}"
+        );
+    }
+    for (name, topic) in resources_of_type(&t, "AWS::SNS::Topic") {
+        assert_eq!(
+            choice(&topic["KmsMasterKeyId"]),
+            ("DataKmsKeyArn".into(), "alias/aws/sns".into()),
+            "{name}"
+        );
+    }
+    let sse = &resource(&t, "IdempotencyTable")["SSESpecification"];
+    assert_eq!(sse["SSEEnabled"].as_bool(), Some(true));
+    assert_eq!(
+        choice(&sse["SSEType"]),
+        ("KMS".into(), "AWS::NoValue".into())
+    );
+    assert_eq!(
+        choice(&sse["KMSMasterKeyId"]),
+        ("DataKmsKeyArn".into(), "AWS::NoValue".into())
+    );
+    let statements = conditional_statements(&t, "HasDataKey");
+    assert_eq!(statements.len(), 1);
+    assert_eq!(
+        actions(&statements[0]),
+        BTreeSet::from(["kms:Decrypt".to_owned(), "kms:GenerateDataKey".to_owned()])
+    );
+    assert_eq!(target(&statements[0]["Resource"]), "DataKmsKeyArn");
+    let via = statements[0]["Condition"]["StringEquals"]["kms:ViaService"]
+        .as_sequence()
+        .expect("the services");
+    assert_eq!(via.len(), 2, "SQS and DynamoDB only");
+}
+
+/// Code signing is an option: with a configuration, Lambda refuses unsigned code.
+#[test]
+fn code_signing_is_an_option() {
+    let t = template();
+    assert_eq!(
+        t["Parameters"]["CodeSigningConfigArn"]["Default"].as_str(),
+        Some("")
+    );
+    let (tag, inner) = tagged(&function(&t)["CodeSigningConfigArn"]).expect("!If");
+    assert_eq!(tag, "!If");
+    let branches = inner.as_sequence().expect("branches");
+    assert_eq!(branches[0].as_str(), Some("HasCodeSigning"));
+    assert_eq!(target(&branches[1]), "CodeSigningConfigArn");
 }
 
 /// The statements of the function's policy `!If [condition, {Statement: ...}, NoValue]`.
