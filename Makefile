@@ -59,12 +59,10 @@ chaos: $(PY_STAMP)
 #   (e) DynamoDB requests per record on each path (against dynoxide).
 #   (f) tail latency against dynoxide and the provider stub, (g) the same batch through
 #   Powertools for AWS Lambda (Python), (h) the response's time after a blackholed SQS.
-#   The function is measured as deployed: non-PIE (.cargo/config.toml sets it for the Lambda
-#   target; here the same flag for the host's triple, in its own target folder).
+#   The function is measured as deployed: a release build, PIE (docs/security.md).
 bench: $(BENCH_STAMP)
-	$(CARGO) build --release -p process-orders --example hello
-	RUSTFLAGS="-C relocation-model=static" $(CARGO) build --release --target $(HOST_TRIPLE) --bin process-orders
-	BENCH_BIN_DIR=$${CARGO_TARGET_DIR:-target}/release BENCH_FUNCTION=$${CARGO_TARGET_DIR:-target}/$(HOST_TRIPLE)/release/process-orders \
+	$(CARGO) build --release -p process-orders --example hello --bin process-orders
+	BENCH_BIN_DIR=$${CARGO_TARGET_DIR:-target}/release BENCH_FUNCTION=$${CARGO_TARGET_DIR:-target}/release/process-orders \
 		BENCH_PYTHON=$(VENV)/bin/python $(CARGO) bench -p process-orders --bench records --bench system --bench tail
 	$(CARGO) test -p process-orders --test it store::each_path_costs_its_budget_of_requests -- --nocapture
 
@@ -111,6 +109,7 @@ check-lambda: build-lambda
 	@set -euo pipefail; dir=$$(mktemp -d); trap 'rm -rf "$$dir"' EXIT; \
 	unzip -q -o $${CARGO_TARGET_DIR:-target}/lambda/process-orders/bootstrap.zip -d "$$dir"; \
 	file_type=$$(readelf -h "$$dir/bootstrap" | sed -n 's/^ *Type: *//p'); echo "bootstrap: $$file_type"; \
+	case "$$file_type" in DYN*) ;; *) echo "the bootstrap must be a position-independent executable (ASLR): $$file_type"; exit 1;; esac; \
 	$(CARGO) build --quiet --bin process-orders; \
 	expected=$$(env -i PATH="$$PATH" METRICS_ENABLED=false $${CARGO_TARGET_DIR:-target}/debug/process-orders --event events/standard.json 2>/dev/null); \
 	got=$$(env -i METRICS_ENABLED=false qemu-aarch64 -L /usr/aarch64-linux-gnu "$$dir/bootstrap" --event events/standard.json 2>/dev/null); \

@@ -241,7 +241,7 @@ fn template_environment(table: &str, payment_url: &str, dynamodb: &str) -> Vec<(
 
 async fn init(api: &RuntimeApi, dir: &str, runs: usize) {
     let hello = format!("{dir}/examples/hello");
-    // The function as deployed (non-PIE, see .cargo/config.toml) when make bench built it so.
+    // The function as deployed (a release build) when make bench built it.
     let function =
         std::env::var("BENCH_FUNCTION").unwrap_or_else(|_| format!("{dir}/process-orders"));
     let dynoxide = process_orders::testkit::dynamo::Dynoxide::start().await;
