@@ -125,12 +125,10 @@ build: $(PY_STAMP) $(IAC_STAMP)
 	@ls -l .aws-sam/build/OrdersFunction/bootstrap
 
 # sam build && sam deploy: guided the first time (no samconfig deploy answers saved yet).
+# Names the account, region and stack, and deploys only once the account is confirmed
+# (DEPLOY_ACCOUNT=<account id>, or typed at the prompt).
 deploy: build
-	@if grep -q '^stack_name' samconfig.toml && grep -q '^region' samconfig.toml; then \
-		PATH="$(IAC_VENV)/bin:$$PATH" SAM_CLI_TELEMETRY=0 sam deploy; \
-	else \
-		PATH="$(IAC_VENV)/bin:$$PATH" SAM_CLI_TELEMETRY=0 sam deploy --guided; \
-	fi
+	@PATH="$(IAC_VENV)/bin:$$PATH" PYTHON="$(IAC_VENV)/bin/python" scripts/deploy.sh
 
 $(IAC_STAMP): requirements-iac.txt
 	python3 -m venv $(IAC_VENV)

@@ -434,3 +434,45 @@ fn is_generated(path: &str) -> bool {
     .iter()
     .any(|name| path.ends_with(name))
 }
+
+/// The deployer's permissions in the README have a row for every AWS service whose resources
+/// `template.yaml` creates, so a new resource type cannot ship without saying what deploying it
+/// takes.
+#[test]
+fn the_deployers_permissions_cover_every_resource_type_in_the_template() {
+    let template = read("template.yaml");
+    let services: BTreeSet<&str> = template
+        .lines()
+        .filter_map(|line| line.strip_prefix("    Type: AWS::"))
+        .filter_map(|kind| kind.split("::").next())
+        .collect();
+    let readme = read("README.md");
+    let section = readme
+        .split("### The deployer's permissions")
+        .nth(1)
+        .expect("the deployer's permissions section");
+    let rows: BTreeSet<&str> = section
+        .lines()
+        .take_while(|line| !line.starts_with("## "))
+        .filter_map(|line| line.strip_prefix("| "))
+        .filter_map(|line| line.split(" |").next())
+        .collect();
+    fn covered(service: &str) -> Vec<&str> {
+        match service {
+            // SAM's function: the function, its role, and with a deployment preference CodeDeploy.
+            "Serverless" => vec!["Lambda", "IAM", "CodeDeploy"],
+            "Logs" => vec!["CloudWatch Logs"],
+            other => vec![other],
+        }
+    }
+    let mut missing = Vec::new();
+    for service in &services {
+        for row in covered(service) {
+            if !rows.iter().any(|r| r.starts_with(row)) {
+                missing.push(format!("{service}: no \"{row}\" row"));
+            }
+        }
+    }
+    assert!(services.len() >= 8, "{services:?}");
+    assert!(missing.is_empty(), "{missing:?} in {rows:?}");
+}

@@ -5,6 +5,7 @@
 // The order flow's futures nest deeply (claim check, batch processor, guard, HTTP client).
 #![recursion_limit = "256"]
 mod bad_input;
+mod deploy;
 mod docs;
 mod events;
 mod exactly_once;
