@@ -67,7 +67,10 @@ def main():
         name, _, value = item.partition("=")
         if name not in inputs:
             sys.exit(f"unknown input {name}; known: {', '.join(sorted(inputs))}")
-        inputs[name] = float(value)
+        try:
+            inputs[name] = float(value)
+        except ValueError:
+            sys.exit(f"{name}={value!r}: not a number")
     i = inputs
     orders = 1_000_000
     storage = (

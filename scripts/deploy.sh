@@ -6,18 +6,26 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 python="${PYTHON:-python3}"
 sam="${SAM:-sam}"
-identity=$("$python" - <<'PY'
-import boto3, sys
+# What sam deploy will use: samconfig.toml's profile and region when it names them, else the
+# environment's (and a guided first deployment asks for the region).
+setting() { sed -n "s/^$1 *= *\"\(.*\)\"/\1/p" samconfig.toml | head -1; }
+stack=$(setting stack_name)
+profile=$(setting profile)
+saved_region=$(setting region)
+identity=$(SAMCONFIG_PROFILE="$profile" SAMCONFIG_REGION="$saved_region" "$python" - <<'PY'
+import boto3, os, sys
 try:
-    session = boto3.session.Session()
+    session = boto3.session.Session(
+        profile_name=os.environ["SAMCONFIG_PROFILE"] or None,
+        region_name=os.environ["SAMCONFIG_REGION"] or None,
+    )
     account = session.client("sts").get_caller_identity()["Account"]
 except Exception as e:  # no credentials, no network: nothing is deployed
     sys.exit(f"cannot tell which account these credentials belong to: {e}")
-print(account, session.region_name or "(no region)")
+print(account, session.region_name or "(asked by sam deploy --guided)")
 PY
 )
 read -r account region <<<"$identity"
-stack=$(sed -n 's/^stack_name *= *"\(.*\)"/\1/p' samconfig.toml | head -1)
 echo "Deploying stack ${stack:-(asked next)} to account $account, region $region."
 if [ "${DEPLOY_ACCOUNT:-}" != "$account" ]; then
   if [ -n "${DEPLOY_ACCOUNT:-}" ]; then
@@ -34,8 +42,11 @@ if [ "${DEPLOY_ACCOUNT:-}" != "$account" ]; then
     exit 1
   fi
 fi
-if grep -q '^stack_name' samconfig.toml && grep -q '^region' samconfig.toml; then
-  SAM_CLI_TELEMETRY=0 "$sam" deploy
+args=()
+# Confirmed without a terminal: sam must not stop at its own change-set prompt either.
+[ -n "${DEPLOY_ACCOUNT:-}" ] && args+=(--no-confirm-changeset)
+if [ -n "$stack" ] && [ -n "$saved_region" ]; then
+  SAM_CLI_TELEMETRY=0 "$sam" deploy "${args[@]}"
 else
-  SAM_CLI_TELEMETRY=0 "$sam" deploy --guided
+  SAM_CLI_TELEMETRY=0 "$sam" deploy --guided "${args[@]}"
 fi

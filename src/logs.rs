@@ -9,7 +9,9 @@
 //! unchanged. Otherwise (local runs, one-shot mode) the lines are lambda_runtime's plain text.
 //!
 //! The level: `AWS_LAMBDA_LOG_LEVEL` (Lambda's logging controls), else `POWERTOOLS_LOG_LEVEL`,
-//! else `RUST_LOG`, else INFO; `RUST_LOG` directives (`idempotency=debug`) apply on top.
+//! else `RUST_LOG`, else INFO; a value that is not a level is skipped (Powertools' `CRITICAL`
+//! and Lambda's `FATAL` read as ERROR). `RUST_LOG` directives (`idempotency=debug,info`), when
+//! set, replace that default: name a level for the rest too.
 
 use std::fmt;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -36,9 +38,18 @@ pub fn mark_warm() {
 pub fn level_from_env() -> LevelFilter {
     ["AWS_LAMBDA_LOG_LEVEL", "POWERTOOLS_LOG_LEVEL", "RUST_LOG"]
         .iter()
-        .find_map(|name| std::env::var(name).ok())
-        .and_then(|level| level.trim().parse().ok())
+        .filter_map(|name| std::env::var(name).ok())
+        .find_map(|level| parse_level(&level))
         .unwrap_or(LevelFilter::INFO)
+}
+
+/// A level as Lambda, Powertools or tracing spell it.
+fn parse_level(text: &str) -> Option<LevelFilter> {
+    let text = text.trim();
+    if text.eq_ignore_ascii_case("fatal") || text.eq_ignore_ascii_case("critical") {
+        return Some(LevelFilter::ERROR);
+    }
+    text.parse().ok()
 }
 
 /// Installs the process's subscriber, writing to `writer`: Powertools-shaped JSON under
@@ -229,6 +240,16 @@ fn civil_from_days(days: u64) -> (u64, u64, u64) {
 mod tests {
     use super::*;
     use std::time::Duration;
+
+    #[test]
+    fn levels_read_as_lambda_and_powertools_spell_them() {
+        assert_eq!(parse_level("DEBUG"), Some(LevelFilter::DEBUG));
+        assert_eq!(parse_level(" warn "), Some(LevelFilter::WARN));
+        assert_eq!(parse_level("FATAL"), Some(LevelFilter::ERROR));
+        assert_eq!(parse_level("CRITICAL"), Some(LevelFilter::ERROR));
+        // RUST_LOG's directives are not one level: the next source, or INFO, decides.
+        assert_eq!(parse_level("idempotency=debug"), None);
+    }
 
     #[test]
     fn timestamps_are_rfc3339_utc() {

@@ -45,7 +45,8 @@ async fn main() -> ExitCode {
     match mode {
         Mode::OneShot { source } => {
             let result = cli::run_once(&app, &source).await;
-            telemetry::flush().await;
+            // One-shot mode has no invocation deadline.
+            telemetry::flush(u64::MAX).await;
             match result {
                 Ok(json) => {
                     println!("{json}");
@@ -63,8 +64,9 @@ async fn main() -> ExitCode {
                     SystemClock.now_ms(),
                 );
                 let response = app.handle_json(event.payload.get(), deadline_ms).await;
-                // Before the response: Lambda may freeze the container right after it.
-                telemetry::flush().await;
+                // Before the response (Lambda may freeze the container right after it), and
+                // within the invocation's time.
+                telemetry::flush(deadline_ms).await;
                 logs::mark_warm();
                 response.map_err(Error::from)
             });

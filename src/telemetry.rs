@@ -31,8 +31,18 @@ use tracing_subscriber::registry::LookupSpan;
 /// The crates whose spans are traced.
 const TRACED: [&str; 4] = ["process_orders", "sqs_batch", "idempotency", "claim_check"];
 
-/// How long one export may take: it runs inside the invocation's time.
+/// How long one export may take at most: it runs inside the invocation's time.
 const EXPORT_TIMEOUT: Duration = Duration::from_secs(1);
+
+/// What is left of the invocation after the export: the response must still reach Lambda.
+const EXPORT_RESERVE: Duration = Duration::from_millis(200);
+
+/// Spans kept between two exports; beyond it they are dropped (and counted), so a batch of
+/// 10,000 records never holds tens of megabytes of spans.
+const MAX_SPANS: usize = 20_000;
+
+/// Spans per request: a collector's body limit, and a request that fits its timeout.
+const SPANS_PER_REQUEST: usize = 1_000;
 
 /// Where the spans go, and who sends them.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -65,6 +75,8 @@ struct Exporter {
     settings: TraceSettings,
     client: reqwest::Client,
     finished: Mutex<Vec<Finished>>,
+    /// Spans dropped since the last export (over [`MAX_SPANS`]).
+    dropped: std::sync::atomic::AtomicUsize,
 }
 
 static EXPORTER: OnceLock<Exporter> = OnceLock::new();
@@ -86,6 +98,7 @@ where
         settings,
         client,
         finished: Mutex::new(Vec::new()),
+        dropped: std::sync::atomic::AtomicUsize::new(0),
     });
     let targets = TRACED.iter().fold(Targets::new(), |t, target| {
         t.with_target(*target, Level::DEBUG)
@@ -93,9 +106,10 @@ where
     Some(OtlpLayer.with_filter(targets))
 }
 
-/// Sends the spans finished so far, when tracing is on. Best effort: a collector that is down
-/// costs at most one second and loses those spans, never the batch.
-pub async fn flush() {
+/// Sends the spans finished so far, when tracing is on, before `deadline_ms` (epoch ms) less a
+/// reserve for the response. Best effort: a collector that is down or slow costs at most one
+/// second, never past the deadline, and loses those spans, never the batch.
+pub async fn flush(deadline_ms: u64) {
     let Some(exporter) = EXPORTER.get() else {
         return;
     };
@@ -105,24 +119,60 @@ pub async fn flush() {
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner),
     );
+    let dropped = exporter
+        .dropped
+        .swap(0, std::sync::atomic::Ordering::Relaxed);
+    if dropped > 0 {
+        tracing::warn!(
+            dropped,
+            "trace spans dropped: more than {MAX_SPANS} in one invocation"
+        );
+    }
     if spans.is_empty() {
         return;
     }
-    let body = request(&exporter.settings.service, &spans);
-    let sent = exporter
-        .client
-        .post(&exporter.settings.endpoint)
-        .header(reqwest::header::CONTENT_TYPE, "application/json")
-        .body(body.to_string())
-        .send()
-        .await;
-    if let Err(error) = sent.and_then(reqwest::Response::error_for_status) {
-        tracing::warn!(spans = spans.len(), error = %lambda_kit::error_chain(&error), "trace export failed");
+    let now_ms = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
+    let left =
+        Duration::from_millis(deadline_ms.saturating_sub(now_ms)).saturating_sub(EXPORT_RESERVE);
+    let budget = left.min(EXPORT_TIMEOUT);
+    if budget.is_zero() {
+        tracing::warn!(
+            spans = spans.len(),
+            "trace spans not sent: the invocation's time is up"
+        );
+        return;
+    }
+    let send = async {
+        for chunk in spans.chunks(SPANS_PER_REQUEST) {
+            let body = request(&exporter.settings.service, chunk);
+            exporter
+                .client
+                .post(&exporter.settings.endpoint)
+                .header(reqwest::header::CONTENT_TYPE, "application/json")
+                .body(body.to_string())
+                .send()
+                .await
+                .and_then(reqwest::Response::error_for_status)?;
+        }
+        Ok::<(), reqwest::Error>(())
+    };
+    match tokio::time::timeout(budget, send).await {
+        Ok(Ok(())) => {}
+        Ok(Err(error)) => tracing::warn!(
+            spans = spans.len(),
+            error = %lambda_kit::error_chain(&error),
+            "trace export failed"
+        ),
+        Err(_) => tracing::warn!(spans = spans.len(), "trace export ran out of time"),
     }
 }
 
 /// A span's trace data while it is open.
 struct Open {
+    /// Lambda's segment was not sampled (`Sampled=0`): the trace is not exported.
+    sampled: bool,
     trace_id: u128,
     span_id: u64,
     parent_id: Option<u64>,
@@ -153,19 +203,21 @@ where
             parent
                 .extensions()
                 .get::<Open>()
-                .map(|open| (open.trace_id, open.span_id))
+                .map(|open| (open.trace_id, open.span_id, open.sampled))
         });
-        let (trace_id, parent_id) = match parent {
-            Some((trace_id, span_id)) => (trace_id, Some(span_id)),
-            None => match std::env::var("_X_AMZN_TRACE_ID")
-                .ok()
-                .and_then(|h| xray(&h))
-            {
-                Some((trace_id, parent)) => (trace_id, parent),
-                None => (fastrand::u128(1..), None),
+        let (trace_id, parent_id, sampled) = match parent {
+            Some((trace_id, span_id, sampled)) => (trace_id, Some(span_id), sampled),
+            None => match std::env::var("_X_AMZN_TRACE_ID").ok() {
+                // Lambda's sampling decision holds for the whole trace.
+                Some(header) => match xray(&header) {
+                    Some((trace_id, parent)) => (trace_id, parent, !unsampled(&header)),
+                    None => (fastrand::u128(1..), None, !unsampled(&header)),
+                },
+                None => (fastrand::u128(1..), None, true),
             },
         };
         let mut open = Open {
+            sampled,
             trace_id,
             span_id: fastrand::u64(1..),
             parent_id,
@@ -193,15 +245,24 @@ where
         let Some(open) = span.extensions_mut().remove::<Open>() else {
             return;
         };
+        if !open.sampled {
+            return;
+        }
         if let Some(exporter) = EXPORTER.get() {
-            exporter
+            let mut finished = exporter
                 .finished
                 .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner)
-                .push(Finished {
-                    open,
-                    end: SystemTime::now(),
-                });
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            if finished.len() >= MAX_SPANS {
+                exporter
+                    .dropped
+                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                return;
+            }
+            finished.push(Finished {
+                open,
+                end: SystemTime::now(),
+            });
         }
     }
 }
@@ -276,6 +337,11 @@ pub fn xray(header: &str) -> Option<(u128, Option<u64>)> {
         }
     }
     trace_id.filter(|id| *id != 0).map(|id| (id, parent))
+}
+
+/// Whether an X-Ray header says the trace is not sampled (`Sampled=0`).
+fn unsampled(header: &str) -> bool {
+    header.split(';').any(|part| part.trim() == "Sampled=0")
 }
 
 fn nanos(at: SystemTime) -> String {

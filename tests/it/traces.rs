@@ -188,3 +188,26 @@ async fn one_batch_is_one_tree_of_spans_linked_to_its_producers() {
     }
     eprintln!("the span tree of one batch:\n{}", tree.join("\n"));
 }
+
+/// Lambda's sampling decision holds: an invocation whose X-Ray segment is not sampled
+/// (`Sampled=0`) exports no spans.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unsampled_invocation_exports_nothing() {
+    let (endpoint, received) = receiver().await;
+    let output = tokio::process::Command::new(env!("CARGO_BIN_EXE_process-orders"))
+        .args([
+            "--event",
+            concat!(env!("CARGO_MANIFEST_DIR"), "/events/standard.json"),
+        ])
+        .env_clear()
+        .env("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", &endpoint)
+        .env(
+            "_X_AMZN_TRACE_ID",
+            LAMBDA_TRACE.replace("Sampled=1", "Sampled=0"),
+        )
+        .output()
+        .await
+        .expect("the binary runs");
+    assert!(output.status.success());
+    assert!(received.lock().expect("lock").is_empty());
+}
