@@ -14,6 +14,14 @@ IAC_STAMP := $(IAC_VENV)/.installed
 EVENT ?= events/standard.json
 HOST_TRIPLE := $(shell rustc -vV | sed -n 's/^host: //p')
 
+# Provenance: the deployed bootstrap embeds its dependency list (cargo-auditable, as the rustc
+# wrapper that `cargo auditable build` sets, so cargo-lambda and `sam build` embed it too), and a
+# CycloneDX SBOM recovered from that list is written beside it (auditable2cdx). docs/security.md.
+CARGO_BIN_DIR := $(or $(CARGO_HOME),$(HOME)/.cargo)/bin
+AUDITABLE_BIN := $(CARGO_BIN_DIR)/cargo-auditable
+SBOM_BIN := $(CARGO_BIN_DIR)/auditable2cdx
+AUDITABLE := RUSTC_WORKSPACE_WRAPPER="$(AUDITABLE_BIN)" CARGO_AUDITABLE_ORIG_ARGS='{"offline":false,"locked":false,"frozen":false,"config":[]}'
+
 .PHONY: run run-dynamodb demo ops-demo test chaos bench lint deny fuzz invoke check-template build build-lambda check-lambda deploy clean-venv
 
 run:
@@ -95,10 +103,19 @@ check-template: $(IAC_STAMP)
 	SAM_CLI_TELEMETRY=0 AWS_DEFAULT_REGION=us-east-1 $(IAC_VENV)/bin/sam validate --lint -t template.yaml
 
 # The deployable arm64 bootstrap (zip in target/lambda/process-orders/).
-build-lambda: $(PY_STAMP)
+build-lambda: $(PY_STAMP) $(AUDITABLE_BIN) $(SBOM_BIN)
 	rustup target add aarch64-unknown-linux-gnu >/dev/null
-	PATH="$(VENV)/bin:$$PATH" cargo lambda build --release --arm64 --bin process-orders --output-format zip
+	PATH="$(VENV)/bin:$$PATH" $(AUDITABLE) cargo lambda build --release --arm64 --bin process-orders --output-format zip
 	@ls -l $${CARGO_TARGET_DIR:-target}/lambda/process-orders/bootstrap.zip
+	$(SBOM_BIN) $${CARGO_TARGET_DIR:-target}/aarch64-unknown-linux-gnu/release/process-orders \
+		> $${CARGO_TARGET_DIR:-target}/lambda/process-orders/bootstrap.cdx.json
+	@ls -l $${CARGO_TARGET_DIR:-target}/lambda/process-orders/bootstrap.cdx.json
+
+$(AUDITABLE_BIN):
+	$(CARGO) install cargo-auditable --locked --version 0.7.7
+
+$(SBOM_BIN):
+	$(CARGO) install auditable2cdx --locked --version 0.1.0
 
 # The deployable bootstrap run under qemu (arm64 user emulation) on a sample event: it must
 # answer what the host build answers. Installs qemu-user and arm64 glibc from Debian if missing.
@@ -110,6 +127,7 @@ check-lambda: build-lambda
 	unzip -q -o $${CARGO_TARGET_DIR:-target}/lambda/process-orders/bootstrap.zip -d "$$dir"; \
 	file_type=$$(readelf -h "$$dir/bootstrap" | sed -n 's/^ *Type: *//p'); echo "bootstrap: $$file_type"; \
 	case "$$file_type" in DYN*) ;; *) echo "the bootstrap must be a position-independent executable (ASLR): $$file_type"; exit 1;; esac; \
+	scripts/check-provenance.sh "$$dir/bootstrap" $${CARGO_TARGET_DIR:-target}/lambda/process-orders/bootstrap.cdx.json; \
 	$(CARGO) build --quiet --bin process-orders; \
 	expected=$$(env -i PATH="$$PATH" METRICS_ENABLED=false $${CARGO_TARGET_DIR:-target}/debug/process-orders --event events/standard.json 2>/dev/null); \
 	got=$$(env -i METRICS_ENABLED=false qemu-aarch64 -L /usr/aarch64-linux-gnu "$$dir/bootstrap" --event events/standard.json 2>/dev/null); \
@@ -119,10 +137,13 @@ check-lambda: build-lambda
 # The deployment build as SAM runs it (BuildMethod rust-cargolambda: cargo-lambda and zig from
 # the venv, no Docker): .aws-sam/build/OrdersFunction/bootstrap. Non-interactive on every SAM
 # release (samconfig.toml opts in to the former preview; so does the variable).
-build: $(PY_STAMP) $(IAC_STAMP)
+build: $(PY_STAMP) $(IAC_STAMP) $(AUDITABLE_BIN) $(SBOM_BIN)
 	rustup target add aarch64-unknown-linux-gnu >/dev/null
-	PATH="$(VENV)/bin:$(IAC_VENV)/bin:$$PATH" SAM_CLI_TELEMETRY=0 SAM_CLI_BETA_RUST_CARGO_LAMBDA=1 sam build < /dev/null
+	PATH="$(VENV)/bin:$(IAC_VENV)/bin:$$PATH" SAM_CLI_TELEMETRY=0 SAM_CLI_BETA_RUST_CARGO_LAMBDA=1 $(AUDITABLE) sam build < /dev/null
 	@ls -l .aws-sam/build/OrdersFunction/bootstrap
+	@mkdir -p .aws-sam/sbom
+	$(SBOM_BIN) .aws-sam/build/OrdersFunction/bootstrap > .aws-sam/sbom/process-orders.cdx.json
+	@scripts/check-provenance.sh .aws-sam/build/OrdersFunction/bootstrap .aws-sam/sbom/process-orders.cdx.json
 
 # sam build && sam deploy: guided the first time (no samconfig deploy answers saved yet).
 # Names the account, region and stack, and deploys only once the account is confirmed

@@ -420,6 +420,7 @@ fn every_file_path_named_exists() {
 fn is_generated(path: &str) -> bool {
     [
         "bootstrap.zip",
+        ".cdx.json",
         "cargo-timing.html",
         "samconfig.local.toml",
         "Cargo.lock",
