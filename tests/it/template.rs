@@ -814,54 +814,44 @@ fn every_queue_topic_and_bucket_refuses_requests_without_tls() {
             None => BTreeSet::from([target(&statement["Resource"])]),
         }
     };
-    let mut covered = BTreeSet::new();
-    for (name, policy) in resources_of_type(&t, "AWS::SQS::QueuePolicy") {
-        let queues: BTreeSet<String> = policy["Queues"]
-            .as_sequence()
-            .expect("Queues")
-            .iter()
-            .map(target)
-            .collect();
-        let deny = policy["PolicyDocument"]["Statement"]
-            .as_sequence()
-            .expect("statements")
-            .iter()
-            .find(|s| denies_without_tls(s, "sqs:*"))
-            .unwrap_or_else(|| panic!("{name}: no TLS rule"));
-        assert_eq!(
-            resources(deny),
-            queues,
-            "{name}: the rule covers its queues"
-        );
-        covered.extend(queues);
-    }
-    let queues: BTreeSet<String> = resources_of_type(&t, "AWS::SQS::Queue")
-        .into_iter()
-        .map(|(name, _)| name.to_owned())
-        .collect();
-    assert_eq!(covered, queues, "every queue");
-    let topics: BTreeSet<String> = resources_of_type(&t, "AWS::SNS::Topic")
-        .into_iter()
-        .map(|(name, _)| name.to_owned())
-        .collect();
-    let mut covered_topics = BTreeSet::new();
-    for (name, policy) in resources_of_type(&t, "AWS::SNS::TopicPolicy") {
-        let own: BTreeSet<String> = policy["Topics"]
-            .as_sequence()
-            .expect("Topics")
-            .iter()
-            .map(target)
-            .collect();
-        let deny = policy["PolicyDocument"]["Statement"]
-            .as_sequence()
-            .expect("statements")
-            .iter()
-            .find(|s| denies_without_tls(s, "sns:Publish"))
-            .unwrap_or_else(|| panic!("{name}: no TLS rule"));
-        assert_eq!(resources(deny), own, "{name}: the rule covers its topic");
-        covered_topics.extend(own);
-    }
-    assert_eq!(covered_topics, topics, "every topic");
+    // What the policies of `kind` cover (their `list` of resources), each checked to deny
+    // `action` without TLS on exactly those resources.
+    let covered = |kind: &str, list: &str, action: &str| -> BTreeSet<String> {
+        let mut covered = BTreeSet::new();
+        for (name, policy) in resources_of_type(&t, kind) {
+            let own: BTreeSet<String> = policy[list]
+                .as_sequence()
+                .expect("the policy's resources")
+                .iter()
+                .map(target)
+                .collect();
+            let deny = policy["PolicyDocument"]["Statement"]
+                .as_sequence()
+                .expect("statements")
+                .iter()
+                .find(|s| denies_without_tls(s, action))
+                .unwrap_or_else(|| panic!("{name}: no TLS rule"));
+            assert_eq!(resources(deny), own, "{name}: the rule covers its own");
+            covered.extend(own);
+        }
+        covered
+    };
+    let all = |kind: &str| -> BTreeSet<String> {
+        resources_of_type(&t, kind)
+            .into_iter()
+            .map(|(name, _)| name.to_owned())
+            .collect()
+    };
+    assert_eq!(
+        covered("AWS::SQS::QueuePolicy", "Queues", "sqs:*"),
+        all("AWS::SQS::Queue"),
+        "every queue"
+    );
+    assert_eq!(
+        covered("AWS::SNS::TopicPolicy", "Topics", "sns:Publish"),
+        all("AWS::SNS::Topic"),
+        "every topic"
+    );
     let bucket = resource(&t, "PayloadBucketPolicy");
     assert!(
         bucket["PolicyDocument"]["Statement"]
