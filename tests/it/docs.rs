@@ -182,6 +182,7 @@ fn every_test_binary_and_package_named_exists() {
         "local-esm",
         "orders-ops",
         "email-once",
+        "sim",
     ];
     let mut wrong = Vec::new();
     for (doc, span) in all_spans() {

@@ -58,7 +58,7 @@ fn layer(name: &str) -> usize {
         "claim-check" => 2,
         "process-orders" | "email-once" => 3,
         "sqs-admin" => 4,
-        "local-esm" => 5,
+        "local-esm" | "sim" => 5,
         "orders-ops" => 6,
         other => panic!("{other}: a workspace crate without a layer; give it one here"),
     }
