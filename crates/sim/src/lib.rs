@@ -33,6 +33,9 @@ use idempotency::{Begin, ClaimRequest, IdempotencyStore, Lease, MemoryStore, Sto
 use lambda_kit::Clock;
 use process_orders::app::App;
 use process_orders::config::Config;
+use process_orders::payment::simulated::{
+    AMBIGUOUS_AMOUNT, IN_FLIGHT_AMOUNT, MISCONFIGURED_AMOUNT,
+};
 use process_orders::payment::{
     ChargeRequest, ChargeStatus, PaymentError, PaymentGateway, SimulatedGateway,
 };
@@ -133,6 +136,8 @@ pub struct Report {
     pub dlq_histories: Vec<(String, Vec<(u64, &'static str)>)>,
     /// A hash of the event log: the same seed, the same digest.
     pub digest: u64,
+    /// The faults injected.
+    pub faults: Faults,
 }
 
 /// A clock on the runtime's paused time, with an offset.
@@ -153,6 +158,28 @@ impl Clock for SimClock {
 struct World {
     rng: fastrand::Rng,
     digest: u64,
+    faults: Faults,
+}
+
+/// The faults a run injected, by kind.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Faults {
+    /// Store calls that failed unapplied.
+    pub store_errors: usize,
+    /// Store calls applied whose answer was lost.
+    pub store_answers_lost: usize,
+    /// Charges made whose answer was lost.
+    pub charge_answers_lost: usize,
+    /// Provider calls refused during the outage.
+    pub outage_refusals: usize,
+    /// Deliveries SQS made twice.
+    pub duplicate_deliveries: usize,
+}
+
+fn count(world: &Shared, fault: impl FnOnce(&mut Faults)) {
+    if let Ok(mut w) = world.lock() {
+        fault(&mut w.faults);
+    }
 }
 
 impl World {
@@ -190,9 +217,14 @@ impl SimStore {
         latency(&self.world, 20).await;
         let r = roll(&self.world);
         if r < self.error_rate {
+            count(&self.world, |f| f.store_errors += 1);
             return Err(StoreError::Unavailable("simulated store error".into()));
         }
-        Ok(r < self.error_rate + self.lost_rate)
+        let lost = r < self.error_rate + self.lost_rate;
+        if lost {
+            count(&self.world, |f| f.store_answers_lost += 1);
+        }
+        Ok(lost)
     }
 
     fn answer<T>(lost: bool, result: Result<T, StoreError>) -> Result<T, StoreError> {
@@ -265,10 +297,12 @@ impl PaymentGateway for SimProvider {
     async fn charge(&self, request: &ChargeRequest<'_>) -> Result<(), PaymentError> {
         latency(&self.world, 300).await;
         if self.down() {
+            count(&self.world, |f| f.outage_refusals += 1);
             return Err(Self::refused());
         }
         let result = self.inner.charge(request).await;
         if roll(&self.world) < self.lost_rate {
+            count(&self.world, |f| f.charge_answers_lost += 1);
             return Err(PaymentError::Ambiguous {
                 reason: "simulated: charged, answer lost".into(),
                 source: None,
@@ -280,6 +314,7 @@ impl PaymentGateway for SimProvider {
     async fn lookup(&self, request: &ChargeRequest<'_>) -> Result<ChargeStatus, PaymentError> {
         latency(&self.world, 100).await;
         if self.down() {
+            count(&self.world, |f| f.outage_refusals += 1);
             return Err(Self::refused());
         }
         self.inner.lookup(request).await
@@ -342,6 +377,8 @@ impl Queue {
             message.first_receive_ms.get_or_insert(now_ms);
             if roll(world) >= settings.duplicate_rate {
                 message.visible_at_ms = now_ms + settings.visibility_ms;
+            } else {
+                count(world, |f| f.duplicate_deliveries += 1);
             }
             out.push(message.clone());
         }
@@ -364,6 +401,7 @@ async fn simulate(settings: SimSettings) -> Report {
     let world: Shared = Arc::new(Mutex::new(World {
         rng: fastrand::Rng::with_seed(settings.seed),
         digest: 0xcbf2_9ce4_8422_2325,
+        faults: Faults::default(),
     }));
     let start = tokio::time::Instant::now();
     let provider_clock = SimClock {
@@ -389,7 +427,14 @@ async fn simulate(settings: SimSettings) -> Report {
         let mut w = world.lock().expect("the world");
         for i in 0..settings.orders {
             let order_id = format!("o-{i}");
-            let cents = w.rng.u64(100..=50_000);
+            // Amounts the simulated provider answers specially (a refused configuration, an
+            // ambiguous answer, a long in-flight) are its test hooks, not faults of this run.
+            let cents = loop {
+                let cents = w.rng.u64(100..=50_000);
+                if ![MISCONFIGURED_AMOUNT, AMBIGUOUS_AMOUNT, IN_FLIGHT_AMOUNT].contains(&cents) {
+                    break cents;
+                }
+            };
             let body = format!(
                 r#"{{"order_id": "{order_id}", "amount": {}.{:02}}}"#,
                 cents / 100,
@@ -481,7 +526,10 @@ async fn simulate(settings: SimSettings) -> Report {
             _ => report.double_charged.push(order_id.clone()),
         }
     }
-    report.digest = world.lock().map(|w| w.digest).unwrap_or(0);
+    if let Ok(w) = world.lock() {
+        report.digest = w.digest;
+        report.faults = w.faults;
+    }
     report
 }
 
