@@ -276,32 +276,25 @@ async fn endpoint_url_is_accepted_and_the_region_is_honoured() {
     )
     .await
     .expect("queues in eu-west-1");
-    let there = ops(
-        &[
-            "depth",
-            "--queue",
-            &name,
-            "--endpoint-url",
-            &endpoint,
-            "--region",
-            "eu-west-1",
-            "--json",
-        ],
-        "",
-    );
+    // `depth` of the queue at the endpoint, in `region`.
+    let depth_in = |region: &str| {
+        ops(
+            &[
+                "depth",
+                "--queue",
+                &name,
+                "--endpoint-url",
+                &endpoint,
+                "--region",
+                region,
+                "--json",
+            ],
+            "",
+        )
+    };
+    let there = depth_in("eu-west-1");
     assert!(there.status.success(), "{}", stderr(&there));
-    let elsewhere = ops(
-        &[
-            "depth",
-            "--queue",
-            &name,
-            "--endpoint-url",
-            &endpoint,
-            "--region",
-            "us-east-1",
-        ],
-        "",
-    );
+    let elsewhere = depth_in("us-east-1");
     assert!(
         !elsewhere.status.success(),
         "found in us-east-1: the region was not honoured"
