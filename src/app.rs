@@ -35,14 +35,17 @@ pub enum StartupError {
 /// The record handler: the order handler, behind the claim check.
 type Handler<S, P, C> = ClaimCheck<OrderHandler<S, P, C>, Payloads>;
 
-/// The order processor with its ports, built once per container.
+/// The order processor with its ports, built once per container. The queue's ports (`V` for
+/// the visibility backoff, `D` for the DLQ moves) are SQS's in Lambda; the simulator gives its
+/// own ([`App::with_queue_ports`]).
 #[derive(Debug)]
-pub struct App<S = AnyStore, P = AnyGateway, C = SystemClock> {
+pub struct App<S = AnyStore, P = AnyGateway, C = SystemClock, V = SqsVisibility, D = SqsDeadLetters>
+{
     processor: BatchProcessor<Handler<S, P, C>, C>,
     /// Visibility backoff for reported records, when on.
-    backoff: Option<Backoff<SqsVisibility>>,
+    backoff: Option<Backoff<V>>,
     /// POISON records moved to their queue's DLQ by the function, when on.
-    dead_letters: Option<DeadLetters<SqsDeadLetters>>,
+    dead_letters: Option<DeadLetters<D>>,
     /// EMF metrics, when on, and where they are written.
     metrics: Option<(MetricsSettings, MetricsSink)>,
     /// Set once the container has served its first invocation (the `ColdStart` metric).
@@ -177,6 +180,43 @@ where
         }
     }
 
+    /// Turns the visibility backoff on (`Some`) or off.
+    pub fn with_backoff(mut self, backoff: Option<Backoff<SqsVisibility>>) -> Self {
+        self.backoff = backoff;
+        self
+    }
+
+    /// Moves POISON records to their queue's DLQ (`Some`), or leaves them to SQS's redrive.
+    pub fn with_dead_letters(mut self, dead_letters: Option<DeadLetters<SqsDeadLetters>>) -> Self {
+        self.dead_letters = dead_letters;
+        self
+    }
+
+    /// The same function with other queue ports: the visibility backoff's and the DLQ moves'
+    /// (the simulator's queue instead of SQS).
+    pub fn with_queue_ports<V2, D2>(
+        self,
+        backoff: Option<Backoff<V2>>,
+        dead_letters: Option<DeadLetters<D2>>,
+    ) -> App<S, P, C, V2, D2> {
+        App {
+            processor: self.processor,
+            backoff,
+            dead_letters,
+            metrics: self.metrics,
+            warm: self.warm,
+        }
+    }
+}
+
+impl<S, P, C, V, D> App<S, P, C, V, D>
+where
+    S: IdempotencyStore,
+    P: PaymentGateway,
+    C: Clock + Clone,
+    V: sqs_batch::visibility::VisibilityPort,
+    D: sqs_batch::dead_letter::DeadLetterPort,
+{
     /// Sends the metrics documents to `sink` instead of stdout (when metrics are on).
     pub fn with_metrics_sink(mut self, sink: MetricsSink) -> Self {
         if let Some((_, current)) = &mut self.metrics {
@@ -188,18 +228,6 @@ where
     /// Loads claim-check payloads from `payloads`.
     pub fn with_payloads(mut self, payloads: Payloads) -> Self {
         *self.processor.handler_mut().payloads_mut() = payloads;
-        self
-    }
-
-    /// Turns the visibility backoff on (`Some`) or off.
-    pub fn with_backoff(mut self, backoff: Option<Backoff<SqsVisibility>>) -> Self {
-        self.backoff = backoff;
-        self
-    }
-
-    /// Moves POISON records to their queue's DLQ (`Some`), or leaves them to SQS's redrive.
-    pub fn with_dead_letters(mut self, dead_letters: Option<DeadLetters<SqsDeadLetters>>) -> Self {
-        self.dead_letters = dead_letters;
         self
     }
 

@@ -291,6 +291,13 @@ impl OrderDecision {
         };
         match outcome {
             Guarded::Performed(()) | Guarded::Reconciled | Guarded::Duplicate => Outcome::Ack,
+            Guarded::Failed {
+                error: PaymentError::InFlight { .. },
+                ..
+            } if lambda_kit::mutation::active("handler.acks_in_flight") => Outcome::Ack,
+            Guarded::Store(_) if lambda_kit::mutation::active("handler.acks_store_errors") => {
+                Outcome::Ack
+            }
             // Past the key window a provider that no longer knows the key leaves only a person
             // to settle it: to the DLQ with its reason, at once (a FIFO group goes on).
             Guarded::Conflict

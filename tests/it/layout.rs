@@ -114,3 +114,21 @@ fn the_on_call_tool_does_not_compile_the_emulator() {
         "orders-ops turns the function's testkit on"
     );
 }
+
+/// The planted bugs of the simulator (`lambda_kit::mutation`) never reach the deployable
+/// bootstrap: only `crates/sim` turns the `mutations` feature on, and the function's own tree,
+/// as `sam build` and `cargo lambda build` compile it, does not have it.
+#[test]
+fn the_bootstrap_does_not_compile_the_planted_bugs() {
+    let tree = cargo(&["tree", "-p", "process-orders", "-e", "normal,features"]);
+    assert!(tree.contains("lambda-kit"), "{tree}");
+    assert!(
+        !tree.contains("lambda-kit feature \"mutations\""),
+        "the function's build turns the planted bugs on:\n{tree}"
+    );
+    let sim = cargo(&["tree", "-p", "sim", "-e", "normal,features"]);
+    assert!(
+        sim.contains("lambda-kit feature \"mutations\""),
+        "the simulator no longer turns the planted bugs on, so its mutation tests prove nothing"
+    );
+}

@@ -278,8 +278,13 @@ pub fn claimable(existing: Option<&ClaimState>, fingerprint: Fingerprint, now_ms
     match existing {
         None => true,
         Some(s) => match s.status {
+            Status::Completed if lambda_kit::mutation::active("store.forgets_completed") => true,
             Status::Completed | Status::Rejected => s.expires_at_s.saturating_mul(1_000) <= now_ms,
-            _ if s.fingerprint != fingerprint => false,
+            _ if s.fingerprint != fingerprint
+                && !lambda_kit::mutation::active("store.ignores_fingerprint") =>
+            {
+                false
+            }
             Status::Attempted => true,
             Status::InProgress => s.lease_until_ms <= now_ms,
         },
@@ -294,7 +299,11 @@ pub fn decide(existing: &ClaimState, fingerprint: Fingerprint, now_ms: u64) -> B
         return Begin::Busy { until_ms: now_ms };
     }
     match existing.status {
-        _ if existing.fingerprint != fingerprint => Begin::Conflict,
+        _ if existing.fingerprint != fingerprint
+            && !lambda_kit::mutation::active("store.ignores_fingerprint") =>
+        {
+            Begin::Conflict
+        }
         Status::Completed => Begin::Done,
         Status::Rejected => Begin::Rejected,
         Status::InProgress => Begin::Busy {

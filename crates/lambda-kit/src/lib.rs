@@ -8,6 +8,8 @@
 //!   [`ManualClock`]), so leases, TTLs and deadlines are decided without sleeping in tests.
 //! - [`env`](mod@env): settings read from the environment once, each component its own, with errors that
 //!   name the variable ([`Env`], [`EnvError`]).
+//! - [`mutation`]: planted bugs the simulator must catch, compiled out unless the `mutations`
+//!   feature is on (only the simulator turns it on).
 //! - [`error_chain`]: an error and its sources on one line, for a log field.
 //!
 //! ```
@@ -25,6 +27,7 @@
 
 pub mod clock;
 pub mod env;
+pub mod mutation;
 
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use env::{Env, EnvError};

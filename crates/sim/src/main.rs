@@ -1,10 +1,16 @@
 //! `make sim`: many seeds of the simulation, with progress and a summary table.
-//! `ORDERS` orders in all (default 1,000,000), `SEEDS` seeds (default 100), each run with
-//! `SimSettings::faulty`. Exits 1 and names the seed when any run breaks an invariant.
+//!
+//! - `ORDERS`: orders in all (default 1,000,000), spread over `SEEDS` seeds (default 100)
+//!   starting at `FIRST_SEED` (default 1);
+//! - `PROFILE`: `standard`, `fifo`, `brownout` or `mixed` (the default: the three in turn);
+//! - `MUTATION`: a planted bug to switch on (`sim::MUTATIONS`), to watch the checks catch it.
+//!
+//! A run that breaks an invariant prints the command that replays it and the story of the
+//! order it broke on; the exit status is then 1.
 
 use std::time::Instant;
 
-use sim::{Faults, SimSettings, run};
+use sim::{Faults, MUTATIONS, SimSettings, run};
 
 fn var(name: &str, default: u64) -> u64 {
     std::env::var(name)
@@ -17,63 +23,115 @@ fn main() {
     let orders = var("ORDERS", 1_000_000);
     let seeds = var("SEEDS", 100).max(1);
     let first_seed = var("FIRST_SEED", 1);
+    let profile = std::env::var("PROFILE").unwrap_or_else(|_| "mixed".into());
+    let mutation = match std::env::var("MUTATION").ok().filter(|m| !m.is_empty()) {
+        None => None,
+        Some(name) => match MUTATIONS.iter().find(|(m, _)| *m == name) {
+            Some((m, _)) => Some(*m),
+            None => {
+                eprintln!("MUTATION={name} is not one of:");
+                for (m, what) in MUTATIONS {
+                    eprintln!("  {m}: {what}");
+                }
+                std::process::exit(2);
+            }
+        },
+    };
     let per_seed = usize::try_from(orders / seeds).unwrap_or(usize::MAX).max(1);
+    if SimSettings::profile(&profile, first_seed, per_seed).is_none() {
+        eprintln!("PROFILE={profile} is not one of standard, fifo, brownout, mixed");
+        std::process::exit(2);
+    }
     let started = Instant::now();
-    let (mut total, mut invocations, mut crashes, mut sim_ms, mut dlq) = (0, 0, 0, 0u64, 0);
+    let (mut total, mut messages, mut invocations, mut sim_ms) = (0, 0, 0, 0u64);
+    let (mut charged, mut declined, mut redriven) = (0, 0, 0);
+    let mut dlq = std::collections::BTreeMap::<String, usize>::new();
+    let mut decisions = std::collections::BTreeMap::<&str, usize>::new();
     let mut faults = Faults::default();
     let mut broken = Vec::new();
     for seed in first_seed..first_seed + seeds {
-        let report = run(&SimSettings::faulty(seed, per_seed));
+        let Some(settings) = SimSettings::profile(&profile, seed, per_seed) else {
+            continue;
+        };
+        let settings = SimSettings {
+            mutation,
+            ..settings
+        };
+        let report = run(&settings);
         total += report.orders;
+        messages += report.messages;
         invocations += report.invocations;
-        crashes += report.crashes;
         sim_ms += report.sim_ms;
-        dlq += report.in_dlq;
-        faults.store_errors += report.faults.store_errors;
-        faults.store_answers_lost += report.faults.store_answers_lost;
-        faults.charge_answers_lost += report.faults.charge_answers_lost;
-        faults.outage_refusals += report.faults.outage_refusals;
-        faults.duplicate_deliveries += report.faults.duplicate_deliveries;
-        let transient: Vec<_> = report
-            .dlq_reasons
-            .keys()
-            .filter(|r| **r != "needs_reconciliation")
-            .collect();
-        if !report.double_charged.is_empty() || !report.lost.is_empty() || !transient.is_empty() {
-            broken.push(format!(
-                "seed {seed}: charged twice {:?}, lost {:?}, transient in the DLQ {transient:?} \
-                 (replay: SEEDS=1 FIRST_SEED={seed} ORDERS={per_seed} make sim)",
-                report.double_charged, report.lost
-            ));
+        charged += report.charged_once;
+        declined += report.declined;
+        redriven += report.redriven;
+        for (reason, count) in &report.dlq_reasons {
+            *dlq.entry(reason.clone()).or_default() += count;
+        }
+        faults.add(&report.faults);
+        for (reason, count) in &report.decisions {
+            *decisions.entry(reason).or_default() += count;
         }
         eprintln!(
-            "seed {seed}: {} orders, {} invocations, digest {:016x}",
-            report.orders, report.invocations, report.digest
+            "seed {seed} ({:?}): {} orders, {} invocations, {} violations, {} mutation hits, outage {:?}, most receives {}, digest {:016x}, {:.0} s so far",
+            settings.queue,
+            report.orders,
+            report.invocations,
+            report.violations.len(),
+            report.mutation_hits,
+            report.windows[0],
+            report.max_receives,
+            report.digest,
+            started.elapsed().as_secs_f64()
         );
+        if let Some(first) = report.violations.first() {
+            broken.push(format!(
+                "seed {seed}: {} violations; the first: {} on {}: {}\nreplay: {}\nwhat happened to {}:\n{}",
+                report.violations.len(),
+                first.rule,
+                first.order_id,
+                first.detail,
+                settings.replay_command(&profile),
+                first.order_id,
+                report.story
+            ));
+        }
     }
     let wall = started.elapsed().as_secs_f64();
     println!("| measure | value |");
     println!("|---|---|");
-    println!("| seeds | {seeds} |");
+    println!("| seeds ({profile}) | {seeds} |");
+    if let Some(m) = mutation {
+        println!("| mutation | {m} |");
+    }
     println!("| orders | {total} |");
+    println!("| messages (with duplicates and reused keys) | {messages} |");
     println!("| invocations | {invocations} |");
-    println!("| crashes | {crashes} |");
-    println!("| store errors | {} |", faults.store_errors);
-    println!("| store answers lost | {} |", faults.store_answers_lost);
-    println!("| charge answers lost | {} |", faults.charge_answers_lost);
-    println!("| outage refusals | {} |", faults.outage_refusals);
-    println!("| duplicate deliveries | {} |", faults.duplicate_deliveries);
-    println!("| in the DLQ (needs_reconciliation) | {dlq} |");
-    println!("| simulated time | {:.1} h |", sim_ms as f64 / 3_600_000.0);
+    for (kind, count) in faults.rows() {
+        println!("| {kind} | {count} |");
+    }
+    for (reason, count) in &decisions {
+        println!("| decisions: {reason} | {count} |");
+    }
+    println!("| charged exactly once | {charged} |");
+    println!("| declined, never charged | {declined} |");
+    println!("| redriven from the DLQ a week later | {redriven} |");
+    for (reason, count) in &dlq {
+        println!("| left in the DLQ: {reason} | {count} |");
+    }
+    println!(
+        "| simulated time | {:.1} days |",
+        sim_ms as f64 / 86_400_000.0
+    );
     println!("| wall time | {wall:.1} s |");
     println!(
         "| simulated orders per second | {:.0} |",
         total as f64 / wall
     );
-    println!("| invariants broken | {} |", broken.len());
+    println!("| seeds that broke an invariant | {} |", broken.len());
     if !broken.is_empty() {
-        for line in &broken {
-            eprintln!("{line}");
+        for text in &broken {
+            eprintln!("\n{text}");
         }
         std::process::exit(1);
     }

@@ -125,6 +125,9 @@ impl BackoffPolicy {
                         .min(MAX_VISIBILITY_S),
                 )
             }
+            (Outcome::Retry, None) if lambda_kit::mutation::active("backoff.retries_at_once") => {
+                Some(0)
+            }
             (Outcome::Retry, None) => Some(self.delay(receive_count, random)),
         }
     }

@@ -437,6 +437,11 @@ impl<H: RecordHandler, C: Clock> BatchProcessor<H, C> {
             span.clone(),
         ))
         .catch_unwind();
+        let budget = if lambda_kit::mutation::active("processor.never_abandons") {
+            Duration::MAX
+        } else {
+            budget
+        };
         let verdict = match tokio::time::timeout(budget, handled).await {
             Ok(Ok(verdict)) => verdict,
             Ok(Err(_)) => Verdict::retry("panic").with_detail("the record handler panicked"),
@@ -572,7 +577,10 @@ impl<H: RecordHandler, C: Clock> BatchProcessor<H, C> {
                 Some(culprit) => RecordStatus::SkippedAfter { culprit },
                 None => self.run_one(&batch[index], deadline_ms).await,
             };
-            if culprit.is_none() && hold.holds(&status) {
+            if culprit.is_none()
+                && hold.holds(&status)
+                && !lambda_kit::mutation::active("processor.fifo_goes_on_after_failure")
+            {
                 culprit = Some(index);
             }
             out.push((index, status));

@@ -1,0 +1,233 @@
+//! The invariants, checked at the end of every run against the provider's ledger and the
+//! queues, and the report that carries what broke with the story of each order that broke it.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+
+use crate::Payload;
+use crate::provider::{Provider, declines};
+use crate::queue::SharedQueue;
+use crate::settings::{QueueShape, SimSettings};
+use crate::world::{Faults, Shared};
+
+/// Reasons that need a person: the DLQ is the right place for them.
+pub const PERSON_REASONS: [&str; 5] = [
+    "needs_reconciliation",
+    "payment_declined",
+    "payment_rejected",
+    "conflict",
+    "payment_key_reused",
+];
+
+/// A broken invariant.
+#[derive(Debug, Clone)]
+pub struct Violation {
+    /// Which invariant.
+    pub rule: &'static str,
+    /// The order it broke on.
+    pub order_id: String,
+    /// What was seen.
+    pub detail: String,
+}
+
+/// What a run did, and what it broke.
+#[derive(Debug, Clone, Default)]
+pub struct Report {
+    /// Orders sent.
+    pub orders: usize,
+    /// Messages sent (duplicates and reused keys included).
+    pub messages: usize,
+    /// Orders the provider charged exactly once.
+    pub charged_once: usize,
+    /// Orders declined, never charged, each in the DLQ.
+    pub declined: usize,
+    /// Messages left in the DLQ at the end, by reason.
+    pub dlq_reasons: BTreeMap<String, usize>,
+    /// Messages the operator redrove a week later.
+    pub redriven: usize,
+    /// Invocations.
+    pub invocations: usize,
+    /// Simulated time until everything drained, ms.
+    pub sim_ms: u64,
+    /// The faults injected.
+    pub faults: Faults,
+    /// A hash of the event log: the same seed, the same digest.
+    pub digest: u64,
+    /// Every broken invariant.
+    pub violations: Vec<Violation>,
+    /// What happened to the order of the first violation, one event per line.
+    pub story: String,
+    /// Decisions the function made, by reason.
+    pub decisions: BTreeMap<&'static str, usize>,
+    /// The most receives any message had.
+    pub max_receives: u32,
+    /// The provider's outage, brownout and key rotation, simulated ms (from, to).
+    pub windows: [(u64, u64); 3],
+    /// How often the run's mutation was reached (0 without one).
+    pub mutation_hits: u64,
+}
+
+impl Report {
+    /// Whether every invariant held.
+    pub fn holds(&self) -> bool {
+        self.violations.is_empty()
+    }
+
+    /// Messages left in the DLQ.
+    pub fn in_dlq(&self) -> usize {
+        self.dlq_reasons.values().sum()
+    }
+}
+
+/// What the check reads from a finished run.
+pub(crate) struct Run<'a> {
+    pub settings: &'a SimSettings,
+    pub payloads: &'a [Payload],
+    pub queue: &'a SharedQueue,
+    pub provider: &'a Provider,
+    pub world: &'a Shared,
+    pub invocations: usize,
+    pub violations: Vec<Violation>,
+    pub windows: [(u64, u64); 3],
+    pub decisions: BTreeMap<&'static str, usize>,
+}
+
+/// Checks the invariants and writes the report.
+pub(crate) fn report(run: &Run<'_>, sim_ms: u64) -> Report {
+    let queue = run.queue.lock();
+    let ledger = run.provider.ledger();
+    let mut violations = run.violations.clone();
+    let mut report = Report {
+        messages: run.payloads.len(),
+        redriven: queue.redriven.iter().map(Vec::len).sum(),
+        invocations: run.invocations,
+        max_receives: queue.max_receives,
+        windows: run.windows,
+        decisions: run.decisions.clone(),
+        sim_ms,
+        ..Report::default()
+    };
+    let mut orders: HashSet<&str> = HashSet::new();
+    for payload in run.payloads {
+        orders.insert(&payload.order_id);
+    }
+    report.orders = orders.len();
+    for order in &orders {
+        let charges = ledger.charges.get(*order).map_or(0, Vec::len);
+        match charges {
+            0 if ledger.declined.contains_key(*order) => report.declined += 1,
+            1 => report.charged_once += 1,
+            n if n > 1 => violations.push(Violation {
+                rule: "charged twice",
+                order_id: (*order).to_owned(),
+                detail: format!("the provider's ledger holds {n} charges"),
+            }),
+            _ => {}
+        }
+    }
+    // Every payload: charged with its own amount, or in the DLQ for a reason a person settles.
+    let in_dlq: HashMap<usize, &str> = queue
+        .dlq
+        .iter()
+        .map(|d| (d.payload, d.reason.as_str()))
+        .collect();
+    for dead in &queue.dlq {
+        *report.dlq_reasons.entry(dead.reason.clone()).or_default() += 1;
+    }
+    // Every message that ever reached the DLQ, the ones redriven since included.
+    for dead in queue.redriven.iter().flatten().chain(&queue.dlq) {
+        if !PERSON_REASONS.contains(&dead.reason.as_str()) {
+            violations.push(Violation {
+                rule: "in the DLQ for a transient reason",
+                order_id: run.payloads[dead.payload].order_id.clone(),
+                detail: format!(
+                    "{}: every outage was shorter than the retry schedule's guarantee",
+                    dead.reason
+                ),
+            });
+        }
+    }
+    for (index, payload) in run.payloads.iter().enumerate() {
+        let charged_with_it = ledger
+            .charges
+            .get(&payload.order_id)
+            .is_some_and(|c| c.iter().any(|(amount, _)| *amount == payload.amount));
+        if charged_with_it || in_dlq.contains_key(&index) {
+            continue;
+        }
+        let fate = match queue.deleted.get(&index) {
+            Some(reason) => format!("deleted after {reason}"),
+            None => "neither deleted nor in the DLQ".into(),
+        };
+        let declined =
+            if declines(payload.amount) || ledger.declined.contains_key(&payload.order_id) {
+                "declined, "
+            } else {
+                ""
+            };
+        violations.push(Violation {
+            rule: "lost",
+            order_id: payload.order_id.clone(),
+            detail: format!(
+                "the message for {} ({declined}not charged with it) was {fate}",
+                payload.amount
+            ),
+        });
+    }
+    if let QueueShape::Fifo { .. } = run.settings.queue {
+        fifo_order(run, &queue, &ledger.charges, &mut violations);
+    }
+    drop(ledger);
+    drop(queue);
+    let world = run.world.lock();
+    report.digest = world.digest();
+    report.faults = world.faults;
+    if let Some(first) = violations.first() {
+        report.story = world.story(&first.order_id);
+    }
+    report.violations = violations;
+    report
+}
+
+/// Within each group, the payloads that never left it are charged in send order.
+fn fifo_order(
+    run: &Run<'_>,
+    queue: &crate::queue::Queue,
+    charges: &HashMap<String, Vec<(u64, u64)>>,
+    violations: &mut Vec<Violation>,
+) {
+    let moved_out: HashSet<usize> = queue
+        .dlq
+        .iter()
+        .chain(queue.redriven.iter().flatten())
+        .map(|d| d.payload)
+        .collect();
+    let mut last_in_group: HashMap<&str, (u64, &str)> = HashMap::new();
+    for (index, payload) in run.payloads.iter().enumerate() {
+        let Some(group) = payload.group.as_deref() else {
+            continue;
+        };
+        if moved_out.contains(&index) {
+            continue;
+        }
+        let Some(at) = charges.get(&payload.order_id).and_then(|c| {
+            c.iter()
+                .find(|(amount, _)| *amount == payload.amount)
+                .map(|(_, at)| *at)
+        }) else {
+            continue;
+        };
+        if let Some((before, earlier)) = last_in_group.get(group)
+            && at < *before
+        {
+            violations.push(Violation {
+                rule: "charged out of order in its group",
+                order_id: payload.order_id.clone(),
+                detail: format!(
+                    "{} in {group} was charged before {earlier}, which was sent before it",
+                    payload.order_id
+                ),
+            });
+        }
+        last_in_group.insert(group, (at, &payload.order_id));
+    }
+}

@@ -1,0 +1,360 @@
+//! The payment provider as the IETF Idempotency-Key draft describes it, at its worst: a key is
+//! remembered for a window (a replay within it returns the first answer, a request while the
+//! first is processed gets 409, another payload under the key 422), charges can be slow or
+//! pending for minutes, answers get lost after the charge was made, the status look-up forgets
+//! after its own retention and sometimes fails, the whole provider goes down for a while, and a
+//! key rotation refuses the cached key for a while. Its ledger is the truth the invariants are
+//! checked against.
+
+use std::collections::HashMap;
+use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
+
+use lambda_kit::Clock;
+use process_orders::payment::{ChargeRequest, ChargeStatus, PaymentError, PaymentGateway};
+
+use crate::world::{EPOCH_MS, Shared, SimClock};
+
+/// What became of a charge request that the provider accepted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Fate {
+    /// Money moved.
+    Charged,
+    /// Refused by the card's bank: no money moved, and never will under this key.
+    Declined,
+}
+
+/// One use of an idempotency key.
+#[derive(Debug, Clone, Copy)]
+struct KeyUse {
+    amount: u64,
+    first_seen_ms: u64,
+    /// Until when the first request is being processed (409 for others meanwhile).
+    done_at_ms: u64,
+    fate: Fate,
+}
+
+/// The provider's books.
+#[derive(Debug, Default)]
+pub struct Ledger {
+    /// Keys inside their window (forgotten after it).
+    keys: HashMap<String, KeyUse>,
+    /// What the status look-up knows (forgotten after its retention).
+    status: HashMap<String, KeyUse>,
+    /// Every charge that moved money, by key: (amount in minor units, provider ms).
+    pub charges: HashMap<String, Vec<(u64, u64)>>,
+    /// Keys whose every accepted request was declined.
+    pub declined: HashMap<String, u64>,
+}
+
+/// Faults and limits of the simulated provider.
+#[derive(Debug, Clone, Copy)]
+pub struct ProviderSettings {
+    /// How long a key is remembered, ms.
+    pub key_window_ms: u64,
+    /// How long the look-up remembers a charge, ms.
+    pub lookup_retention_ms: u64,
+    /// The function's payment timeout, ms: a slower answer is a timeout after sending.
+    pub client_timeout_ms: u64,
+    /// Refuses connections between these simulated ms.
+    pub outage: (u64, u64),
+    /// Refuses the cached key (401) between these simulated ms.
+    pub rotation: (u64, u64),
+    /// Every charge is slower than the client's timeout between these simulated ms.
+    pub brownout: (u64, u64),
+    /// Share of answers lost after the charge was made.
+    pub lost_rate: f64,
+    /// Share of charges answered pending.
+    pub pending_rate: f64,
+    /// Share of charges slower than the client's timeout.
+    pub slow_rate: f64,
+    /// Share of look-ups that fail.
+    pub lookup_error_rate: f64,
+}
+
+/// The provider, shared by every container.
+pub struct Provider {
+    ledger: Mutex<Ledger>,
+    clock: SimClock,
+    world: Shared,
+    settings: ProviderSettings,
+}
+
+/// Amounts whose cents are 13 are declined by the card's bank: the generator knows which
+/// orders to expect in the DLQ for a decline.
+pub fn declines(minor: u64) -> bool {
+    minor % 100 == 13
+}
+
+impl Provider {
+    /// A provider with an empty ledger.
+    pub fn new(clock: SimClock, world: Shared, settings: ProviderSettings) -> Self {
+        Self {
+            ledger: Mutex::default(),
+            clock,
+            world,
+            settings,
+        }
+    }
+
+    /// The books, locked.
+    pub fn ledger(&self) -> MutexGuard<'_, Ledger> {
+        self.ledger.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn sim_ms(&self) -> u64 {
+        self.clock.now_ms().saturating_sub(EPOCH_MS)
+    }
+
+    /// Connection refused during the outage.
+    fn refuse(&self, key: &str, call: &str) -> Result<(), PaymentError> {
+        let at = self.sim_ms();
+        if (self.settings.outage.0..self.settings.outage.1).contains(&at) {
+            self.world.count(|f| f.outage_refusals += 1);
+            self.world
+                .tell(key, || format!("provider {call}: refused (outage)"));
+            return Err(PaymentError::NotSent {
+                reason: "simulated outage: connection refused".into(),
+                source: None,
+            });
+        }
+        Ok(())
+    }
+
+    /// A charge arrives: the provider's answer per the draft, and the money it moves.
+    fn arrive(&self, key: &str, amount: u64, now_ms: u64) -> Arrival {
+        let mut ledger = self.ledger();
+        if let Some(used) = ledger.keys.get(key)
+            && now_ms >= used.done_at_ms
+            && now_ms.saturating_sub(used.first_seen_ms) >= self.settings.key_window_ms
+        {
+            ledger.keys.remove(key);
+        }
+        if let Some(used) = ledger.keys.get(key) {
+            return if used.amount != amount {
+                Arrival::KeyReused
+            } else if now_ms < used.done_at_ms {
+                Arrival::InFlight(used.done_at_ms - now_ms)
+            } else {
+                Arrival::Replay(used.fate)
+            };
+        }
+        let pending = self.world.chance(self.settings.pending_rate);
+        let sim_ms = now_ms.saturating_sub(EPOCH_MS);
+        let browned_out = (self.settings.brownout.0..self.settings.brownout.1).contains(&sim_ms);
+        let slow = !pending && (browned_out || self.world.chance(self.settings.slow_rate));
+        let (processing_ms, fate) = if pending {
+            self.world.count(|f| f.pending_charges += 1);
+            // A bank's review: minutes; a third end declined.
+            let fate = if self.world.chance(1.0 / 3.0) {
+                Fate::Declined
+            } else {
+                Fate::Charged
+            };
+            (self.world.between(30_000..=600_000), fate)
+        } else if slow {
+            self.world.count(|f| f.slow_charges += 1);
+            // Past the client's timeout; one in ten stays in the provider's queue for minutes.
+            let ms = if self.world.chance(0.1) {
+                self.world.between(40_000..=120_000)
+            } else {
+                self.world
+                    .between(self.settings.client_timeout_ms..=self.settings.client_timeout_ms * 4)
+            };
+            (ms, Fate::Charged)
+        } else {
+            (self.world.between(20..=300), Fate::Charged)
+        };
+        let fate = if declines(amount) {
+            Fate::Declined
+        } else {
+            fate
+        };
+        let used = KeyUse {
+            amount,
+            first_seen_ms: now_ms,
+            done_at_ms: now_ms + processing_ms,
+            fate,
+        };
+        ledger.keys.insert(key.to_owned(), used);
+        ledger.status.insert(key.to_owned(), used);
+        match fate {
+            Fate::Charged => {
+                ledger.declined.remove(key);
+                ledger
+                    .charges
+                    .entry(key.to_owned())
+                    .or_default()
+                    .push((amount, now_ms));
+            }
+            Fate::Declined => {
+                *ledger.declined.entry(key.to_owned()).or_default() += 1;
+            }
+        }
+        Arrival::New {
+            processing_ms,
+            pending,
+            fate,
+        }
+    }
+}
+
+/// What the provider makes of an arriving charge.
+enum Arrival {
+    /// 422: another payload under the key.
+    KeyReused,
+    /// 409: the first request is still being processed for this long.
+    InFlight(u64),
+    /// The first request's answer again.
+    Replay(Fate),
+    /// A new charge.
+    New {
+        processing_ms: u64,
+        pending: bool,
+        fate: Fate,
+    },
+}
+
+fn fate_answer(fate: Fate) -> Result<(), PaymentError> {
+    match fate {
+        Fate::Charged => Ok(()),
+        Fate::Declined => Err(PaymentError::Declined {
+            status: Some(402),
+            reason: "card declined (simulated)".into(),
+        }),
+    }
+}
+
+impl PaymentGateway for Provider {
+    async fn charge(&self, request: &ChargeRequest<'_>) -> Result<(), PaymentError> {
+        let key = request.idempotency_key;
+        self.world.latency(50).await;
+        self.refuse(key, "charge")?;
+        let at = self.sim_ms();
+        if (self.settings.rotation.0..self.settings.rotation.1).contains(&at) {
+            self.world.count(|f| f.rotation_refusals += 1);
+            self.world.tell(key, || {
+                "provider charge: 401, the cached key was rotated".into()
+            });
+            return Err(PaymentError::Misconfigured {
+                status: Some(401),
+                reason: "invalid API key (simulated rotation)".into(),
+            });
+        }
+        let amount = request.amount.minor;
+        let arrival = self.arrive(key, amount, self.clock.now_ms());
+        let (processing_ms, fate) = match arrival {
+            Arrival::KeyReused => {
+                self.world
+                    .tell(key, || format!("provider charge {amount}: 422 key reused"));
+                return Err(PaymentError::KeyReused {
+                    status: Some(422),
+                    reason: "idempotency key reused with another payload (simulated)".into(),
+                });
+            }
+            Arrival::InFlight(ms) => {
+                self.world
+                    .tell(key, || format!("provider charge {amount}: 409 in flight"));
+                return Err(PaymentError::InFlight {
+                    retry_after: Some(Duration::from_millis(ms.min(60_000))),
+                });
+            }
+            Arrival::Replay(fate) => {
+                self.world.tell(key, || {
+                    format!("provider charge {amount}: replay of {fate:?}")
+                });
+                return fate_answer(fate);
+            }
+            Arrival::New {
+                processing_ms,
+                pending: true,
+                fate,
+            } => {
+                self.world.tell(key, || {
+                    format!("provider charge {amount}: pending {processing_ms} ms, then {fate:?}")
+                });
+                return Err(PaymentError::InFlight {
+                    retry_after: Some(Duration::from_millis(processing_ms.min(60_000))),
+                });
+            }
+            Arrival::New {
+                processing_ms,
+                fate,
+                ..
+            } => (processing_ms, fate),
+        };
+        self.world.tell(key, || {
+            format!("provider charge {amount}: accepted, {fate:?} in {processing_ms} ms")
+        });
+        // The money has moved (or not) whatever happens to the caller from here on.
+        let timeout_ms = self.settings.client_timeout_ms;
+        tokio::time::sleep(Duration::from_millis(processing_ms.min(timeout_ms))).await;
+        if processing_ms > timeout_ms {
+            self.world
+                .tell(key, || "provider charge: the client timed out".into());
+            return Err(PaymentError::Ambiguous {
+                reason: "simulated: timed out after sending".into(),
+                source: None,
+            });
+        }
+        if self.world.chance(self.settings.lost_rate) {
+            self.world.count(|f| f.charge_answers_lost += 1);
+            self.world
+                .tell(key, || "provider charge: answer lost".into());
+            return Err(PaymentError::Ambiguous {
+                reason: "simulated: charged, answer lost".into(),
+                source: None,
+            });
+        }
+        fate_answer(fate)
+    }
+
+    async fn lookup(&self, request: &ChargeRequest<'_>) -> Result<ChargeStatus, PaymentError> {
+        let key = request.idempotency_key;
+        self.world.latency(50).await;
+        self.refuse(key, "look-up")?;
+        let sim_ms = self.sim_ms();
+        if (self.settings.brownout.0..self.settings.brownout.1).contains(&sim_ms) {
+            tokio::time::sleep(Duration::from_millis(self.settings.client_timeout_ms)).await;
+            self.world.tell(key, || {
+                "provider look-up: the client timed out (brownout)".into()
+            });
+            return Err(PaymentError::Ambiguous {
+                reason: "simulated: the look-up timed out".into(),
+                source: None,
+            });
+        }
+        if self.world.chance(self.settings.lookup_error_rate) {
+            self.world.count(|f| f.lookup_errors += 1);
+            self.world.tell(key, || "provider look-up: 503".into());
+            return Err(PaymentError::Ambiguous {
+                reason: "simulated: the status endpoint failed".into(),
+                source: None,
+            });
+        }
+        let now_ms = self.clock.now_ms();
+        let mut ledger = self.ledger();
+        if let Some(known) = ledger.status.get(key)
+            && now_ms.saturating_sub(known.first_seen_ms) >= self.settings.lookup_retention_ms
+        {
+            ledger.status.remove(key);
+        }
+        let answer = match ledger.status.get(key) {
+            None => Ok(ChargeStatus::Unknown),
+            Some(known) if known.amount != request.amount.minor => Err(PaymentError::KeyReused {
+                status: Some(200),
+                reason: format!(
+                    "the charge under this key is for {} (simulated)",
+                    known.amount
+                ),
+            }),
+            Some(known) if now_ms < known.done_at_ms => Ok(ChargeStatus::Pending),
+            Some(known) if known.fate == Fate::Charged => Ok(ChargeStatus::Succeeded),
+            Some(_) => Ok(ChargeStatus::Failed),
+        };
+        drop(ledger);
+        self.world
+            .tell(key, || format!("provider look-up: {answer:?}"));
+        answer
+    }
+}

@@ -1,0 +1,266 @@
+//! What a run simulates: the deployment as `template.yaml` ships it, and the faults of a bad day.
+
+use std::collections::BTreeMap;
+
+use serde_yaml_ng::Value;
+
+/// The template, read at build time: the simulation runs the configuration users deploy.
+const TEMPLATE: &str = include_str!("../../../template.yaml");
+
+/// What the template ships: the function's environment (parameters at their defaults) and the
+/// event source mappings' and queues' settings.
+#[derive(Debug, Clone)]
+pub struct Shipped {
+    /// The function's environment variables that have a value by default.
+    pub env: BTreeMap<String, String>,
+    /// `FunctionTimeout`, ms.
+    pub timeout_ms: u64,
+    /// The queues' visibility timeout (the template's mapping from the function timeout), ms.
+    pub visibility_ms: u64,
+    /// The queues' `maxReceiveCount`.
+    pub max_receive: u32,
+    /// The standard mapping's batch size.
+    pub batch_size: usize,
+    /// The FIFO mapping's batch size.
+    pub fifo_batch_size: usize,
+    /// The standard mapping's batching window, ms.
+    pub batching_window_ms: u64,
+}
+
+/// Why the template could not be read as the simulator needs it.
+#[derive(Debug, thiserror::Error)]
+pub enum TemplateError {
+    /// Not YAML.
+    #[error("template.yaml does not parse: {0}")]
+    Yaml(#[from] serde_yaml_ng::Error),
+    /// A setting the simulator needs is missing or not a number.
+    #[error("template.yaml: {0} is missing or not a number")]
+    Missing(String),
+}
+
+impl Shipped {
+    /// The template's defaults.
+    pub fn read() -> Result<Self, TemplateError> {
+        let template: Value = serde_yaml_ng::from_str(TEMPLATE)?;
+        let parameters = &template["Parameters"];
+        let default = |name: &str| -> Option<String> {
+            match &parameters[name]["Default"] {
+                Value::String(s) => Some(s.clone()),
+                Value::Number(n) => Some(n.to_string()),
+                Value::Bool(b) => Some(b.to_string()),
+                _ => None,
+            }
+        };
+        let number = |name: &str| -> Result<u64, TemplateError> {
+            default(name)
+                .and_then(|v| v.parse().ok())
+                .ok_or_else(|| TemplateError::Missing(format!("Parameters.{name}.Default")))
+        };
+        let variables =
+            &template["Resources"]["OrdersFunction"]["Properties"]["Environment"]["Variables"];
+        let mut env = BTreeMap::new();
+        if let Value::Mapping(variables) = variables {
+            for (name, value) in variables {
+                let Some(name) = name.as_str() else { continue };
+                let value = match value {
+                    Value::String(s) => Some(s.clone()),
+                    Value::Number(n) => Some(n.to_string()),
+                    // `!Ref Parameter`: the parameter's default; a resource's name has none.
+                    Value::Tagged(tagged) if tagged.tag == "Ref" => {
+                        tagged.value.as_str().and_then(default)
+                    }
+                    // `!If`: an option that is off by default.
+                    _ => None,
+                };
+                if let Some(value) = value.filter(|v| !v.is_empty()) {
+                    env.insert(name.to_owned(), value);
+                }
+            }
+        }
+        if env.is_empty() {
+            return Err(TemplateError::Missing(
+                "OrdersFunction's Environment.Variables".into(),
+            ));
+        }
+        let timeout_s = number("FunctionTimeout")?;
+        let visibility_s =
+            template["Mappings"]["VisibilityTimeout"][timeout_s.to_string()]["Seconds"]
+                .as_u64()
+                .ok_or_else(|| {
+                    TemplateError::Missing(format!("Mappings.VisibilityTimeout.{timeout_s}"))
+                })?;
+        Ok(Self {
+            env,
+            timeout_ms: timeout_s * 1_000,
+            visibility_ms: visibility_s * 1_000,
+            max_receive: u32::try_from(number("MaxReceiveCount")?).unwrap_or(u32::MAX),
+            batch_size: usize::try_from(number("BatchSize")?).unwrap_or(10),
+            fifo_batch_size: usize::try_from(number("FifoBatchSize")?).unwrap_or(10),
+            batching_window_ms: number("BatchingWindow")? * 1_000,
+        })
+    }
+}
+
+/// The queue the orders arrive on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum QueueShape {
+    /// A standard queue: any order, and a message may be delivered twice.
+    Standard,
+    /// A FIFO queue with this many message groups: in order within a group, a group locked
+    /// while any of its messages is in flight.
+    Fifo {
+        /// Message groups the orders are spread over.
+        groups: usize,
+    },
+}
+
+/// What one run simulates.
+#[derive(Debug, Clone)]
+pub struct SimSettings {
+    /// Drives every random choice.
+    pub seed: u64,
+    /// Orders sent.
+    pub orders: usize,
+    /// The queue.
+    pub queue: QueueShape,
+    /// Concurrent pollers of the event source mapping, one container each.
+    pub containers: usize,
+    /// Share of invocations that crash at a random point (the container is replaced).
+    pub crash_rate: f64,
+    /// Share of deliveries a standard queue makes twice.
+    pub duplicate_rate: f64,
+    /// Share of orders a producer sends twice (standard queues only: FIFO deduplicates).
+    pub producer_duplicate_rate: f64,
+    /// Share of orders whose id a producer also sends with another amount (a key reused).
+    pub conflict_rate: f64,
+    /// Share of store calls that fail unapplied (throttling, 5xx after the SDK's retries).
+    pub store_error_rate: f64,
+    /// Share of store calls applied whose answer is lost.
+    pub store_lost_rate: f64,
+    /// Share of store calls throttled, slowed up to the SDK's operation timeout.
+    pub store_slow_rate: f64,
+    /// Share of charges made whose answer is lost (a reset, a timeout after sending).
+    pub charge_lost_rate: f64,
+    /// Share of charges the provider answers "pending" and settles minutes later (a bank's
+    /// review); a third of those end declined.
+    pub pending_rate: f64,
+    /// Share of charges that take longer than the function's payment timeout (charged, then
+    /// the client gives up) or, rarely, hang past the invocation's deadline.
+    pub slow_rate: f64,
+    /// Share of look-ups that fail (the status endpoint's own errors).
+    pub lookup_error_rate: f64,
+    /// Share of visibility changes and DLQ moves SQS fails.
+    pub sqs_error_rate: f64,
+    /// The provider refuses connections for this long, starting at a random time in the
+    /// first minutes (0: no outage).
+    pub outage_ms: u64,
+    /// Every charge is slower than the payment timeout for this long, starting at a random
+    /// time in the first minutes (0: none): batches then run into their deadline.
+    pub brownout_ms: u64,
+    /// The payment key is rotated at a random time and containers' cached keys are refused
+    /// (401) for this long (0: no rotation).
+    pub rotation_ms: u64,
+    /// Containers' clocks differ from the provider's by up to this much, either way.
+    pub skew_ms: u64,
+    /// How long the provider remembers an idempotency key (and the function is told so).
+    pub key_window_s: u64,
+    /// How long the provider's status look-up remembers a charge.
+    pub lookup_retention_s: u64,
+    /// An operator redrives the DLQ back to its queue this long after the queue drained
+    /// (`None`: never).
+    pub redrive_after_ms: Option<u64>,
+    /// One table for every container, as deployed. `false` gives each container a table of its
+    /// own: a broken deployment, for checking that the checks catch double charges.
+    pub shared_store: bool,
+    /// A planted bug switched on for the run ([`crate::MUTATIONS`]).
+    pub mutation: Option<&'static str>,
+}
+
+impl SimSettings {
+    /// A standard queue and faults everywhere, at the rates of a bad day: crashes, duplicates,
+    /// a provider outage of minutes to an hour, a key rotation, lost answers, slow and pending
+    /// charges, declines, reused keys, skewed clocks, a ten-minute key window, and a redrive of
+    /// the DLQ a week later.
+    pub fn faulty(seed: u64, orders: usize) -> Self {
+        // The outage's length varies by seed: from a minute to an hour.
+        let outage_ms = fastrand::Rng::with_seed(seed ^ 0x5eed).u64(60_000..=3_600_000);
+        Self {
+            seed,
+            orders,
+            queue: QueueShape::Standard,
+            containers: 3,
+            crash_rate: 0.05,
+            duplicate_rate: 0.05,
+            producer_duplicate_rate: 0.05,
+            conflict_rate: 0.01,
+            store_error_rate: 0.02,
+            store_lost_rate: 0.02,
+            store_slow_rate: 0.01,
+            charge_lost_rate: 0.03,
+            pending_rate: 0.02,
+            slow_rate: 0.01,
+            lookup_error_rate: 0.05,
+            sqs_error_rate: 0.01,
+            outage_ms,
+            brownout_ms: 300_000,
+            rotation_ms: 90_000,
+            skew_ms: 2_000,
+            // A short window, so that redeliveries often meet a forgotten key and only the
+            // guard's look-up stands between them and a second charge.
+            key_window_s: 600,
+            lookup_retention_s: 3_600,
+            redrive_after_ms: Some(7 * 86_400_000),
+            shared_store: true,
+            mutation: None,
+        }
+    }
+
+    /// As [`SimSettings::faulty`], on a FIFO queue of `groups` message groups.
+    pub fn fifo(seed: u64, orders: usize, groups: usize) -> Self {
+        Self {
+            queue: QueueShape::Fifo { groups },
+            producer_duplicate_rate: 0.0,
+            duplicate_rate: 0.0,
+            ..Self::faulty(seed, orders)
+        }
+    }
+
+    /// As [`SimSettings::faulty`], with the brownout the only provider trouble (no outage, no
+    /// rotation): every charge slower than the payment timeout for five minutes, so full
+    /// batches run into their deadline.
+    pub fn brownout(seed: u64, orders: usize) -> Self {
+        Self {
+            outage_ms: 0,
+            rotation_ms: 0,
+            ..Self::faulty(seed, orders)
+        }
+    }
+
+    /// The settings a profile gives a seed (`make sim PROFILE=...`): `standard`, `fifo` (8
+    /// groups), `brownout`, or `mixed` (the three in turn, by seed).
+    pub fn profile(name: &str, seed: u64, orders: usize) -> Option<Self> {
+        match name {
+            "standard" => Some(Self::faulty(seed, orders)),
+            "fifo" => Some(Self::fifo(seed, orders, 8)),
+            "brownout" => Some(Self::brownout(seed, orders)),
+            "mixed" => match seed % 3 {
+                1 => Some(Self::faulty(seed, orders)),
+                2 => Some(Self::fifo(seed, orders, 8)),
+                _ => Some(Self::brownout(seed, orders)),
+            },
+            _ => None,
+        }
+    }
+
+    /// The one command that replays this run, as `make sim` takes it.
+    pub fn replay_command(&self, profile: &str) -> String {
+        let mutation = self
+            .mutation
+            .map(|m| format!(" MUTATION={m}"))
+            .unwrap_or_default();
+        format!(
+            "make sim SEEDS=1 FIRST_SEED={} ORDERS={} PROFILE={profile}{mutation}",
+            self.seed, self.orders
+        )
+    }
+}

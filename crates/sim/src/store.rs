@@ -1,0 +1,109 @@
+//! The table: the in-memory store's conditional rules (the same rules the DynamoDB store's
+//! contract suite holds both to), behind latency, failures, and writes applied whose answer is
+//! lost.
+
+use std::sync::Arc;
+
+use idempotency::{Begin, ClaimRequest, IdempotencyStore, Lease, MemoryStore, StoreError};
+
+use crate::world::Shared;
+
+/// The shared table as one container's client sees it.
+pub struct SimStore {
+    /// The table.
+    pub inner: Arc<MemoryStore>,
+    /// The run.
+    pub world: Shared,
+    /// Share of calls that fail unapplied.
+    pub error_rate: f64,
+    /// Share of calls applied whose answer is lost.
+    pub lost_rate: f64,
+    /// Share of calls throttled: the SDK's retries take up to the operation timeout.
+    pub slow_rate: f64,
+    /// The SDK's operation timeout (`DYNAMODB_OPERATION_TIMEOUT_MS`), ms.
+    pub operation_timeout_ms: u64,
+}
+
+impl SimStore {
+    /// Before the call: `Err` when it fails unapplied; after: whether to lose the answer.
+    async fn before(&self, key: &str, call: &str) -> Result<bool, StoreError> {
+        if self.world.chance(self.slow_rate) {
+            self.world.count(|f| f.store_throttled += 1);
+            self.world.latency(self.operation_timeout_ms).await;
+        } else {
+            self.world.latency(20).await;
+        }
+        let r = self.world.roll();
+        if r < self.error_rate {
+            self.world.count(|f| f.store_errors += 1);
+            self.world
+                .tell(key, || format!("store {call}: failed, not applied"));
+            return Err(StoreError::Unavailable("simulated store error".into()));
+        }
+        let lost = r < self.error_rate + self.lost_rate;
+        if lost {
+            self.world.count(|f| f.store_answers_lost += 1);
+        }
+        Ok(lost)
+    }
+
+    fn answer<T: std::fmt::Debug>(
+        &self,
+        key: &str,
+        call: &str,
+        lost: bool,
+        result: Result<T, StoreError>,
+    ) -> Result<T, StoreError> {
+        self.world.tell(key, || {
+            let lost = if lost { " (answer lost)" } else { "" };
+            match &result {
+                Ok(v) => format!("store {call}: {v:?}{lost}"),
+                Err(e) => format!("store {call}: {e}{lost}"),
+            }
+        });
+        if lost {
+            return Err(StoreError::Unavailable(
+                "simulated: applied, answer lost".into(),
+            ));
+        }
+        result
+    }
+}
+
+impl IdempotencyStore for SimStore {
+    async fn begin(&self, request: &ClaimRequest<'_>) -> Result<Begin, StoreError> {
+        let lost = self.before(request.key, "begin").await?;
+        let result = self.inner.begin(request).await;
+        self.answer(request.key, "begin", lost, result)
+    }
+
+    async fn complete(&self, key: &str, lease: &Lease, now_ms: u64) -> Result<(), StoreError> {
+        let lost = self.before(key, "complete").await?;
+        let result = self.inner.complete(key, lease, now_ms).await;
+        self.answer(key, "complete", lost, result)
+    }
+
+    async fn mark_attempted(&self, key: &str, lease: &Lease, at_ms: u64) -> Result<(), StoreError> {
+        let lost = self.before(key, "mark_attempted").await?;
+        let result = self.inner.mark_attempted(key, lease, at_ms).await;
+        self.answer(key, "mark_attempted", lost, result)
+    }
+
+    async fn release(&self, key: &str, lease: &Lease) -> Result<(), StoreError> {
+        let lost = self.before(key, "release").await?;
+        let result = self.inner.release(key, lease).await;
+        self.answer(key, "release", lost, result)
+    }
+
+    async fn reject(
+        &self,
+        key: &str,
+        lease: &Lease,
+        now_ms: u64,
+        reason: &str,
+    ) -> Result<(), StoreError> {
+        let lost = self.before(key, "reject").await?;
+        let result = self.inner.reject(key, lease, now_ms, reason).await;
+        self.answer(key, "reject", lost, result)
+    }
+}

@@ -1,0 +1,226 @@
+//! What everything in a run shares: the seeded random source, the event log and its digest, the
+//! faults injected, each order's story, and simulated time.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
+
+use lambda_kit::Clock;
+
+/// Simulated time starts here (epoch ms): 2026-01-01.
+pub const EPOCH_MS: u64 = 1_767_225_600_000;
+
+/// A clock on the runtime's paused time, with an offset (a container's skew).
+#[derive(Debug, Clone)]
+pub struct SimClock {
+    /// The run's start.
+    pub start: tokio::time::Instant,
+    /// How far this clock is off, ms.
+    pub offset_ms: i64,
+}
+
+impl SimClock {
+    /// Simulated ms since the run started, by the true clock.
+    pub fn sim_ms(&self) -> u64 {
+        u64::try_from(self.start.elapsed().as_millis()).unwrap_or(u64::MAX)
+    }
+}
+
+impl Clock for SimClock {
+    fn now_ms(&self) -> u64 {
+        (EPOCH_MS + self.sim_ms()).saturating_add_signed(self.offset_ms)
+    }
+}
+
+/// The faults a run injected, by kind.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Faults {
+    /// Invocations dropped mid-flight (their container replaced).
+    pub crashes: usize,
+    /// Store calls that failed unapplied.
+    pub store_errors: usize,
+    /// Store calls applied whose answer was lost.
+    pub store_answers_lost: usize,
+    /// Store calls slowed by throttling (the SDK's retries).
+    pub store_throttled: usize,
+    /// Charges made whose answer was lost.
+    pub charge_answers_lost: usize,
+    /// Charges answered "pending".
+    pub pending_charges: usize,
+    /// Charges slower than the payment timeout.
+    pub slow_charges: usize,
+    /// Look-ups that failed.
+    pub lookup_errors: usize,
+    /// Provider calls refused during the outage.
+    pub outage_refusals: usize,
+    /// Charges refused with a rotated key (401).
+    pub rotation_refusals: usize,
+    /// Deliveries SQS made twice.
+    pub duplicate_deliveries: usize,
+    /// Visibility changes and DLQ moves SQS failed.
+    pub sqs_errors: usize,
+}
+
+impl Faults {
+    /// Adds another run's faults.
+    pub fn add(&mut self, other: &Faults) {
+        self.crashes += other.crashes;
+        self.store_errors += other.store_errors;
+        self.store_answers_lost += other.store_answers_lost;
+        self.store_throttled += other.store_throttled;
+        self.charge_answers_lost += other.charge_answers_lost;
+        self.pending_charges += other.pending_charges;
+        self.slow_charges += other.slow_charges;
+        self.lookup_errors += other.lookup_errors;
+        self.outage_refusals += other.outage_refusals;
+        self.rotation_refusals += other.rotation_refusals;
+        self.duplicate_deliveries += other.duplicate_deliveries;
+        self.sqs_errors += other.sqs_errors;
+    }
+
+    /// Each kind with its count, for tables.
+    pub fn rows(&self) -> [(&'static str, usize); 12] {
+        [
+            ("crashes", self.crashes),
+            ("store errors", self.store_errors),
+            ("store answers lost", self.store_answers_lost),
+            ("store calls throttled", self.store_throttled),
+            ("charge answers lost", self.charge_answers_lost),
+            ("pending charges", self.pending_charges),
+            ("charges slower than the payment timeout", self.slow_charges),
+            ("look-up errors", self.lookup_errors),
+            ("outage refusals", self.outage_refusals),
+            ("rotated-key refusals", self.rotation_refusals),
+            ("duplicate deliveries", self.duplicate_deliveries),
+            ("SQS call failures", self.sqs_errors),
+        ]
+    }
+}
+
+/// The run's shared state.
+pub struct World {
+    rng: fastrand::Rng,
+    digest: u64,
+    /// The faults injected so far.
+    pub faults: Faults,
+    /// What happened to each order, in order: (simulated ms, what).
+    stories: HashMap<String, Vec<(u64, String)>>,
+    clock: SimClock,
+}
+
+/// The world, shared by the simulated services (which must be `Send + Sync`: they sit behind
+/// the real code's ports).
+#[derive(Clone)]
+pub struct Shared(Arc<Mutex<World>>);
+
+impl Shared {
+    /// A world seeded with `seed`.
+    pub fn new(seed: u64, clock: SimClock) -> Self {
+        Self(Arc::new(Mutex::new(World {
+            rng: fastrand::Rng::with_seed(seed),
+            digest: 0xcbf2_9ce4_8422_2325,
+            faults: Faults::default(),
+            stories: HashMap::new(),
+            clock,
+        })))
+    }
+
+    /// The world, locked (never across an await: everything runs on one thread).
+    pub fn lock(&self) -> MutexGuard<'_, World> {
+        self.0.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// A uniform number in [0, 1).
+    pub fn roll(&self) -> f64 {
+        self.lock().rng.f64()
+    }
+
+    /// Whether an event of probability `p` happens.
+    pub fn chance(&self, p: f64) -> bool {
+        p > 0.0 && self.roll() < p
+    }
+
+    /// A uniform number in `range`.
+    pub fn between(&self, range: std::ops::RangeInclusive<u64>) -> u64 {
+        self.lock().rng.u64(range)
+    }
+
+    /// Waits a random time up to `max_ms`.
+    pub async fn latency(&self, max_ms: u64) {
+        let ms = self.between(0..=max_ms);
+        tokio::time::sleep(Duration::from_millis(ms)).await;
+    }
+
+    /// Counts a fault.
+    pub fn count(&self, fault: impl FnOnce(&mut Faults)) {
+        fault(&mut self.lock().faults);
+    }
+
+    /// Logs an event (into the digest) and adds it to `order`'s story.
+    pub fn tell(&self, order: &str, what: impl FnOnce() -> String) {
+        let mut w = self.lock();
+        let at = w.clock.sim_ms();
+        let what = what();
+        w.log(order, &what, at);
+        w.stories
+            .entry(order.to_owned())
+            .or_default()
+            .push((at, what));
+    }
+
+    /// Logs an event that belongs to no one order.
+    pub fn log(&self, what: &str) {
+        let mut w = self.lock();
+        let at = w.clock.sim_ms();
+        w.log("", what, at);
+    }
+
+    /// Shuffles `items` with the run's random source.
+    pub fn shuffle<T>(&self, items: &mut [T]) {
+        self.lock().rng.shuffle(items);
+    }
+}
+
+impl World {
+    fn log(&mut self, order: &str, event: &str, at_ms: u64) {
+        // FNV-1a over the order, the event and its time.
+        for byte in order
+            .bytes()
+            .chain(event.bytes())
+            .chain(at_ms.to_le_bytes())
+        {
+            self.digest ^= u64::from(byte);
+            self.digest = self.digest.wrapping_mul(0x0100_0000_01b3);
+        }
+    }
+
+    /// The digest of the event log so far.
+    pub fn digest(&self) -> u64 {
+        self.digest
+    }
+
+    /// `order`'s story, one line per event.
+    pub fn story(&self, order: &str) -> String {
+        let mut text = String::new();
+        for (at, what) in self.stories.get(order).into_iter().flatten() {
+            text.push_str(&format!("  {:>12} {what}\n", clock_text(*at)));
+        }
+        text
+    }
+}
+
+/// Simulated ms as `d+hh:mm:ss.mmm`.
+pub fn clock_text(ms: u64) -> String {
+    let (s, ms) = (ms / 1_000, ms % 1_000);
+    let (m, s) = (s / 60, s % 60);
+    let (h, m) = (m / 60, m % 60);
+    let (d, h) = (h / 24, h % 24);
+    format!("{d}+{h:02}:{m:02}:{s:02}.{ms:03}")
+}
+
+impl Shared {
+    /// A uniform signed number in `range`.
+    pub fn lock_rng_i64(&self, range: std::ops::RangeInclusive<i64>) -> i64 {
+        self.lock().rng.i64(range)
+    }
+}
