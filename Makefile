@@ -80,13 +80,18 @@ lint:
 	$(CARGO) clippy --workspace --all-targets --all-features -- -D warnings
 	RUSTDOCFLAGS="-D warnings" $(CARGO) doc --workspace --no-deps --all-features --quiet
 
-# The deterministic simulation at scale (crates/sim): ORDERS orders over SEEDS seeds, a summary
-# table at the end; a broken invariant names its seed and exits 1.
+# The deterministic simulation at scale (crates/sim): ORDERS orders over SEEDS seeds from
+# FIRST_SEED, PROFILE standard, fifo, brownout or mixed (the three in turn), MUTATION a planted bug
+# to watch being caught; a summary table at the end; a broken invariant prints the command that
+# replays it and the story of its order, and exits 1. docs/design.md "Deterministic simulation".
 SEEDS ?= 100
+FIRST_SEED ?= 1
+PROFILE ?= mixed
+MUTATION ?=
 # ORDERS as given (`make sim ORDERS=...`), else a million (the chaos run's default is not ours).
 SIM_ORDERS = $(if $(filter command line environment,$(origin ORDERS)),$(ORDERS),1000000)
 sim:
-	ORDERS=$(SIM_ORDERS) SEEDS=$(SEEDS) $(CARGO) run --quiet --release -p sim
+	ORDERS=$(SIM_ORDERS) SEEDS=$(SEEDS) FIRST_SEED=$(FIRST_SEED) PROFILE=$(PROFILE) MUTATION=$(MUTATION) $(CARGO) run --quiet --release -p sim
 
 # Supply chain: licenses, bans (no OpenSSL) and sources, per deny.toml. Offline.
 deny:
