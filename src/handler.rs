@@ -246,6 +246,8 @@ impl<P: PaymentGateway> GuardedWork for ChargeWork<'_, P> {
                 ChargeStatus::Succeeded => Found::Happened,
                 // A definite failure: the same key may be charged again at any age.
                 ChargeStatus::Failed => Found::NotHappened,
+                // A decline: final, recorded, never sent again.
+                ChargeStatus::Declined => Found::Refused,
                 // Never seen, or forgotten: the guard weighs it against the key window.
                 ChargeStatus::Unknown => Found::Unknown,
                 ChargeStatus::Pending => Found::Pending,

@@ -430,6 +430,11 @@ pub fn classify_lookup(
     let json = provider_json(body);
     let found = match (status.as_u16(), json.as_ref().map(status_field)) {
         (200, Some(Some("succeeded"))) => ChargeStatus::Succeeded,
+        // A failure that names a decline is final: charging again after the key window would
+        // send a declined card to the network again.
+        (200, Some(Some("failed"))) if json.as_ref().is_some_and(is_decline) => {
+            ChargeStatus::Declined
+        }
         (200, Some(Some("failed"))) => ChargeStatus::Failed,
         (200, Some(Some("pending" | "processing"))) | (409, _) => ChargeStatus::Pending,
         // Only the provider's own "no such charge" counts. A 404 may just as well be a missing
@@ -851,6 +856,16 @@ mod tests {
             lookup(200, r#"{"status":"failed"}"#).ok(),
             Some(ChargeStatus::Failed)
         );
+        for declined in [
+            r#"{"status":"failed","decline_code":"insufficient_funds"}"#,
+            r#"{"status":"failed","error":{"type":"card_error","code":"card_declined"}}"#,
+        ] {
+            assert_eq!(
+                lookup(200, declined).ok(),
+                Some(ChargeStatus::Declined),
+                "{declined}"
+            );
+        }
         assert_eq!(
             lookup(200, r#"{"status":"pending"}"#).ok(),
             Some(ChargeStatus::Pending)

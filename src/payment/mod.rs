@@ -42,6 +42,9 @@ pub enum ChargeStatus {
     Succeeded,
     /// Definitely not charged: the same key may be charged again.
     Failed,
+    /// Definitely not charged, and refused for good (a decline, found by the look-up after a
+    /// charge that was pending or unanswered): never sent again, like a decline answered at once.
+    Declined,
     /// Still being processed.
     Pending,
     /// The provider has no charge under the key.

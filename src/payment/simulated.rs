@@ -186,7 +186,7 @@ impl PaymentGateway for SimulatedGateway {
             charged: false,
         };
         let (fate, answer) = if minor > DECLINE_ABOVE {
-            (ChargeStatus::Failed, Err(declined()))
+            (ChargeStatus::Declined, Err(declined()))
         } else if minor == IN_FLIGHT_AMOUNT {
             let for_ms = IN_FLIGHT_FOR.as_millis() as u64;
             used.in_flight_until_ms = Some(now_ms.saturating_add(for_ms));
@@ -296,7 +296,7 @@ mod tests {
         assert!(matches!(err, PaymentError::Declined { .. }));
         assert_eq!(
             g.lookup(&req("o-1", DECLINE_ABOVE + 1)).await.ok(),
-            Some(ChargeStatus::Failed)
+            Some(ChargeStatus::Declined)
         );
         let err = g
             .charge(&req("o-2", MISCONFIGURED_AMOUNT))

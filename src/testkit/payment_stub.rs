@@ -627,11 +627,13 @@ async fn lookup(
         Some(Fate::Failed) => "failed",
     };
     let amount = l.amounts.get(&key).cloned().unwrap_or_default();
-    json_answer(
-        200,
-        &serde_json::json!({ "id": format!("ch_{key}"), "status": status, "amount": amount })
-            .to_string(),
-    )
+    let mut body =
+        serde_json::json!({ "id": format!("ch_{key}"), "status": status, "amount": amount });
+    // The stub's only failures are declines, and a provider's charge object says so.
+    if status == "failed" {
+        body["decline_code"] = "card_declined".into();
+    }
+    json_answer(200, &body.to_string())
 }
 
 /// An address that accepts connections and resets them at once.

@@ -255,7 +255,7 @@ async fn the_lookup_tells_what_became_of_a_key() {
     let _ = charge(&g, "o-2").await;
     assert_eq!(
         lookup(&g, "o-2").await.expect("lookup"),
-        ChargeStatus::Failed
+        ChargeStatus::Declined
     );
     assert_eq!(stub.lookups("o-2"), 1);
     assert!(lookup(&gateway(&refusing_endpoint()), "o-1").await.is_err());

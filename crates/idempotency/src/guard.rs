@@ -15,6 +15,7 @@
 //! | STARTED, fresh key | - | failed, may have happened | mark attempted | `ATTEMPTED` | `Failed` |
 //! | STARTED, prior attempt | happened | - | complete | `COMPLETED` | `Reconciled` |
 //! | STARTED, prior attempt | pending | - | mark attempted | `ATTEMPTED` | `Pending` |
+//! | STARTED, prior attempt | refused for good (a decline) | - | reject | `REJECTED` | `Rejected` |
 //! | STARTED, prior attempt | not happened (a definite failure) | (as a fresh key, but a failure always marks attempted) | | | |
 //! | STARTED, prior attempt | unknown or unavailable, inside the key window | (as above: the same key is safe to resend) | | | |
 //! | STARTED, prior attempt | unknown, past the key window, durable look-up | (as above: "unknown" is proof) | | | |
@@ -69,6 +70,9 @@ pub enum Found {
     Unknown,
     /// It is still being processed.
     Pending,
+    /// It was refused for good (a declined payment): never attempted again. The key is recorded
+    /// as refused, as a refusal answered at once is ([`GuardedWork::refusal`]).
+    Refused,
 }
 
 /// The work a key guards.
@@ -268,6 +272,7 @@ async fn attempt<W: GuardedWork, C: Clock>(
         let unsettled = match found {
             Ok(Found::Happened) => return Guarded::Reconciled,
             Ok(Found::Pending) => return Guarded::Pending,
+            Ok(Found::Refused) => return Guarded::Rejected,
             Ok(Found::NotHappened) => None,
             // Inside the key window the other system still knows the key: resending it returns
             // the earlier attempt's result instead of doing the work twice.
@@ -310,6 +315,17 @@ async fn settle<S: IdempotencyStore, C: Clock, W: GuardedWork>(
     let result = match &outcome {
         Guarded::Performed(_) | Guarded::Reconciled => {
             store.complete(key, lease, clock.now_ms()).await
+        }
+        // Only the look-up gets here with a claim: an earlier attempt was refused for good.
+        Guarded::Rejected => {
+            store
+                .reject(
+                    key,
+                    lease,
+                    clock.now_ms(),
+                    "refused for good, as the look-up found",
+                )
+                .await
         }
         Guarded::Failed {
             error,
@@ -423,6 +439,18 @@ mod tests {
         }
     }
 
+    /// A first attempt whose outcome is unknown: the key is left `ATTEMPTED`.
+    async fn leave_attempted(store: &MemoryStore, clock: &ManualClock, policy: &GuardPolicy) {
+        let _ = run(
+            store,
+            clock,
+            policy,
+            &claim(1),
+            &Scripted::attempts(vec![maybe()]),
+        )
+        .await;
+    }
+
     fn store() -> MemoryStore {
         MemoryStore::new(Duration::from_secs(18 * 86_400))
     }
@@ -481,17 +509,40 @@ mod tests {
         assert_eq!(status_of(&store), Some(Status::Completed));
     }
 
+    /// A charge that was pending, then declined: the look-up's decline is final at any age of
+    /// the key. Before `Found::Refused`, a decline read as "failed" was charged again once the
+    /// key window had passed (the simulator's "charged after a decline").
+    #[tokio::test]
+    async fn an_earlier_attempt_refused_for_good_is_recorded_and_never_redone() {
+        let (store, clock) = (store(), ManualClock::at(T0));
+        leave_attempted(&store, &clock, &POLICY).await;
+        clock.advance_ms(2 * POLICY.key_window_ms);
+        let work = Scripted {
+            look_up: Mutex::new(vec![Ok(Found::Refused)]),
+            attempts: Mutex::new(vec![Ok(())]),
+            ..Scripted::default()
+        };
+        let refused = run(&store, &clock, &POLICY, &claim(1), &work).await;
+        assert!(
+            matches!(refused.outcome, Guarded::Rejected),
+            "{:?}",
+            refused.outcome
+        );
+        assert_eq!(work.performed.load(Ordering::SeqCst), 0);
+        assert_eq!(status_of(&store), Some(Status::Rejected));
+        let again = run(&store, &clock, &POLICY, &claim(1), &work).await;
+        assert!(matches!(again.outcome, Guarded::Rejected));
+        assert_eq!(
+            work.looked_up.load(Ordering::SeqCst),
+            1,
+            "not even looked up again"
+        );
+    }
+
     #[tokio::test]
     async fn a_pending_earlier_attempt_is_not_redone() {
         let (store, clock) = (store(), ManualClock::at(T0));
-        let _ = run(
-            &store,
-            &clock,
-            &POLICY,
-            &claim(1),
-            &Scripted::attempts(vec![maybe()]),
-        )
-        .await;
+        leave_attempted(&store, &clock, &POLICY).await;
         let work = Scripted {
             look_up: Mutex::new(vec![Ok(Found::Pending)]),
             ..Scripted::default()
@@ -505,14 +556,7 @@ mod tests {
     #[tokio::test]
     async fn an_unanswered_look_up_resends_inside_the_key_window_and_never_after_it() {
         let (store, clock) = (store(), ManualClock::at(T0));
-        let _ = run(
-            &store,
-            &clock,
-            &POLICY,
-            &claim(1),
-            &Scripted::attempts(vec![maybe()]),
-        )
-        .await;
+        leave_attempted(&store, &clock, &POLICY).await;
         clock.advance_ms(POLICY.key_window_ms - 1);
         let inside = Scripted {
             look_up: Mutex::new(vec![Err("lookup down")]),
@@ -610,14 +654,7 @@ mod tests {
             ..POLICY
         };
         let (store, clock) = (store(), ManualClock::at(T0));
-        let _ = run(
-            &store,
-            &clock,
-            &policy,
-            &claim(1),
-            &Scripted::attempts(vec![maybe()]),
-        )
-        .await;
+        leave_attempted(&store, &clock, &policy).await;
         // Claimed 20 s before the window ends; the look-up takes 15 s of it.
         clock.advance_ms(POLICY.key_window_ms - 20_000);
         let work = SlowLookUp(&clock, AtomicUsize::new(0));
@@ -635,14 +672,7 @@ mod tests {
     #[tokio::test]
     async fn once_an_effect_may_exist_a_failure_that_did_nothing_keeps_the_record() {
         let (store, clock) = (store(), ManualClock::at(T0));
-        let _ = run(
-            &store,
-            &clock,
-            &POLICY,
-            &claim(1),
-            &Scripted::attempts(vec![maybe()]),
-        )
-        .await;
+        leave_attempted(&store, &clock, &POLICY).await;
         let work = Scripted {
             look_up: Mutex::new(vec![Ok(Found::NotHappened)]),
             attempts: Mutex::new(vec![not_sent()]),
@@ -656,14 +686,7 @@ mod tests {
     #[tokio::test]
     async fn another_payload_never_takes_over_a_key_whose_effect_may_exist() {
         let (store, clock) = (store(), ManualClock::at(T0));
-        let _ = run(
-            &store,
-            &clock,
-            &POLICY,
-            &claim(1),
-            &Scripted::attempts(vec![maybe()]),
-        )
-        .await;
+        leave_attempted(&store, &clock, &POLICY).await;
         let work = Scripted::default();
         let run = run(&store, &clock, &POLICY, &claim(2), &work).await;
         assert!(matches!(run.outcome, Guarded::Conflict));

@@ -9,13 +9,14 @@ use crate::queue::SharedQueue;
 use crate::settings::{QueueShape, SimSettings};
 use crate::world::{Faults, Shared};
 
-/// Reasons that need a person: the DLQ is the right place for them.
-pub const PERSON_REASONS: [&str; 5] = [
+/// Reasons that need a person (the handler's codes): the DLQ is the right place for them.
+pub const PERSON_REASONS: [&str; 4] = [
     "needs_reconciliation",
-    "payment_declined",
+    // A decline, now or recorded before.
     "payment_rejected",
+    // Another payload under the id: in the store, or at the provider (422).
     "conflict",
-    "payment_key_reused",
+    "payment_conflict",
 ];
 
 /// A broken invariant.
@@ -106,12 +107,31 @@ pub(crate) fn report(run: &Run<'_>, sim_ms: u64) -> Report {
         sim_ms,
         ..Report::default()
     };
-    let mut orders: HashSet<&str> = HashSet::new();
-    for payload in run.payloads {
-        orders.insert(&payload.order_id);
-    }
+    // In send order, so that the first violation (and the story printed) is the same every run.
+    let mut seen: HashSet<&str> = HashSet::new();
+    let orders: Vec<&str> = run
+        .payloads
+        .iter()
+        .map(|p| p.order_id.as_str())
+        .filter(|o| seen.insert(o))
+        .collect();
     report.orders = orders.len();
     for order in &orders {
+        if let (Some(declined_ms), Some(charges)) = (
+            ledger.first_declined_ms.get(*order),
+            ledger.charges.get(*order),
+        ) && let Some((_, at)) = charges.iter().find(|(_, at)| at > declined_ms)
+        {
+            violations.push(Violation {
+                rule: "charged after a decline",
+                order_id: (*order).to_owned(),
+                detail: format!(
+                    "declined at {}, then charged again at {} (a decline is final)",
+                    crate::world::clock_text(declined_ms.saturating_sub(crate::world::EPOCH_MS)),
+                    crate::world::clock_text(at.saturating_sub(crate::world::EPOCH_MS)),
+                ),
+            });
+        }
         let charges = ledger.charges.get(*order).map_or(0, Vec::len);
         match charges {
             0 if ledger.declined.contains_key(*order) => report.declined += 1,

@@ -12,11 +12,19 @@ use std::time::Instant;
 
 use sim::{Faults, MUTATIONS, SimSettings, run};
 
+/// A number from the environment, or its default when unset or empty; a value that is not a
+/// number stops the run (a typo must not quietly replay another seed).
 fn var(name: &str, default: u64) -> u64 {
-    std::env::var(name)
-        .ok()
-        .and_then(|v| v.trim().replace('_', "").parse().ok())
-        .unwrap_or(default)
+    let Some(value) = std::env::var(name).ok().filter(|v| !v.trim().is_empty()) else {
+        return default;
+    };
+    match value.trim().replace('_', "").parse() {
+        Ok(n) => n,
+        Err(_) => {
+            eprintln!("{name}={value} is not a number");
+            std::process::exit(2);
+        }
+    }
 }
 
 fn main() {
@@ -65,6 +73,7 @@ fn main() {
         charged += report.charged_once;
         declined += report.declined;
         redriven += report.redriven;
+
         for (reason, count) in &report.dlq_reasons {
             *dlq.entry(reason.clone()).or_default() += count;
         }

@@ -45,6 +45,8 @@ pub struct Ledger {
     pub charges: HashMap<String, Vec<(u64, u64)>>,
     /// Keys whose every accepted request was declined.
     pub declined: HashMap<String, u64>,
+    /// When each key was first declined, provider ms.
+    pub first_declined_ms: HashMap<String, u64>,
 }
 
 /// Faults and limits of the simulated provider.
@@ -189,6 +191,10 @@ impl Provider {
             }
             Fate::Declined => {
                 *ledger.declined.entry(key.to_owned()).or_default() += 1;
+                ledger
+                    .first_declined_ms
+                    .entry(key.to_owned())
+                    .or_insert(now_ms);
             }
         }
         Arrival::New {
@@ -350,7 +356,8 @@ impl PaymentGateway for Provider {
             }),
             Some(known) if now_ms < known.done_at_ms => Ok(ChargeStatus::Pending),
             Some(known) if known.fate == Fate::Charged => Ok(ChargeStatus::Succeeded),
-            Some(_) => Ok(ChargeStatus::Failed),
+            // A provider's charge object names its decline.
+            Some(_) => Ok(ChargeStatus::Declined),
         };
         drop(ledger);
         self.world

@@ -145,17 +145,18 @@ pub struct SimSettings {
     /// review); a third of those end declined.
     pub pending_rate: f64,
     /// Share of charges that take longer than the function's payment timeout (charged, then
-    /// the client gives up) or, rarely, hang past the invocation's deadline.
+    /// the client gives up; one in ten stays in the provider's queue for minutes).
     pub slow_rate: f64,
     /// Share of look-ups that fail (the status endpoint's own errors).
     pub lookup_error_rate: f64,
     /// Share of visibility changes and DLQ moves SQS fails.
     pub sqs_error_rate: f64,
     /// The provider refuses connections for this long, starting at a random time in the
-    /// first minutes (0: no outage).
+    /// second half of the orders' arrival (0: no outage).
     pub outage_ms: u64,
     /// Every charge is slower than the payment timeout for this long, starting at a random
-    /// time in the first minutes (0: none): batches then run into their deadline.
+    /// time in the first half of the orders' arrival (0: none): batches then run into their
+    /// deadline.
     pub brownout_ms: u64,
     /// The payment key is rotated at a random time and containers' cached keys are refused
     /// (401) for this long (0: no rotation).

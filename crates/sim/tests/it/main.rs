@@ -105,6 +105,10 @@ fn caught(mutation: &'static str, profile: &str) {
         let report = run(&settings);
         hits += report.mutation_hits;
         if let Some(first) = report.violations.first() {
+            assert!(
+                hits > 0,
+                "{mutation}: a violation without the bug being reached"
+            );
             eprintln!(
                 "{mutation}: caught by seed {seed} of {max_seeds} ({}: {}); replay: {}",
                 first.rule,
@@ -114,6 +118,7 @@ fn caught(mutation: &'static str, profile: &str) {
             return;
         }
     }
+    assert!(hits > 0, "{mutation}: no check site asks for it");
     panic!("{mutation}: no seed of {max_seeds} ({profile}) broke an invariant ({hits} hits)");
 }
 
@@ -165,6 +170,22 @@ fn fifo_going_on_after_a_failure_is_caught() {
 #[test]
 fn never_abandoning_a_record_at_the_deadline_is_caught() {
     caught("processor.never_abandons", "brownout");
+}
+
+/// The simulator's find in the real code: a charge answered "pending" and then declined by the
+/// bank was charged again once the key window had passed, because the look-up's "failed" read as
+/// "may be charged again". This seed broke the rule before the look-up's decline became final
+/// (`ChargeStatus::Declined`, `Found::Refused`): o-74, declined at 0.3 s, charged at 54 min.
+#[test]
+fn a_decline_found_by_the_look_up_is_final() {
+    let settings = SimSettings::faulty(2, ORDERS);
+    let report = run(&settings);
+    assert!(
+        report.holds(),
+        "{}",
+        explain(&settings, "standard", &report)
+    );
+    assert!(report.faults.pending_charges > 0 && report.declined > 0);
 }
 
 /// Every listed mutation has its test above.
