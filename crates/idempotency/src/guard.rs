@@ -317,15 +317,19 @@ async fn settle<S: IdempotencyStore, C: Clock, W: GuardedWork>(
             store.complete(key, lease, clock.now_ms()).await
         }
         // Only the look-up gets here with a claim: an earlier attempt was refused for good.
+        // Boxed, as the other refusal: a rare path does not grow every record's future.
         Guarded::Rejected => {
-            store
-                .reject(
-                    key,
-                    lease,
-                    clock.now_ms(),
-                    "refused for good, as the look-up found",
-                )
-                .await
+            Box::pin(async move {
+                store
+                    .reject(
+                        key,
+                        lease,
+                        clock.now_ms(),
+                        "refused for good, as the look-up found",
+                    )
+                    .await
+            })
+            .await
         }
         Guarded::Failed {
             error,

@@ -61,6 +61,8 @@ const QUEUE_ARN: &str = "arn:aws:sqs:us-east-1:123456789012:orders";
 const SEND_GAP_MS: u64 = 100;
 /// ...in bursts of this many at once.
 const BURST: u64 = 250;
+/// SQS's longest receive wait.
+const LONG_POLL_MS: u64 = 20_000;
 
 /// The planted bugs, by the name their check site asks for, with what each does wrong.
 pub const MUTATIONS: [(&str, &str); 10] = [
@@ -223,6 +225,8 @@ struct Deployment {
     decisions: RefCell<std::collections::BTreeMap<&'static str, usize>>,
     violations: RefCell<Vec<Violation>>,
     producer_done: RefCell<bool>,
+    /// Wakes the long-polling pollers when the producer sends.
+    sent: tokio::sync::Notify,
 }
 
 impl Deployment {
@@ -235,7 +239,14 @@ impl Deployment {
             .unwrap_or(default)
     }
 
-    /// A cold container: its own clock offset, its own clients, the shared table and provider.
+    /// A cold container: its own clock offset, its own clients, the shared table and provider,
+    /// after its init (tens to hundreds of ms).
+    async fn cold_start(&self) -> (SimApp, SimClock) {
+        self.world.latency(400).await;
+        self.container()
+    }
+
+    /// A new container: its own clock offset, its own clients, the shared table and provider.
     fn container(&self) -> (SimApp, SimClock) {
         let skew = self.settings.skew_ms as i64;
         let offset_ms = self.world.lock_rng_i64(-skew..=skew);
@@ -347,6 +358,7 @@ async fn simulate(settings: SimSettings) -> Report {
         decisions: RefCell::default(),
         violations: RefCell::new(Vec::new()),
         producer_done: RefCell::new(false),
+        sent: tokio::sync::Notify::new(),
     });
     // The producer, then the pollers until the queue drains.
     let producer = tokio::task::spawn_local(produce(deployment.clone()));
@@ -396,8 +408,10 @@ async fn produce(d: Rc<Deployment>) {
             format!("sent, amount {}", payload.amount)
         });
         d.queue.lock().send(index, payload, truth.sim_ms());
+        d.sent.notify_waiters();
     }
     *d.producer_done.borrow_mut() = true;
+    d.sent.notify_waiters();
 }
 
 /// Runs the pollers until the producer is done and the queue is empty.
@@ -419,7 +433,7 @@ async fn poll(index: usize, d: Rc<Deployment>) {
         start: d.start,
         offset_ms: 0,
     };
-    let (mut app, mut clock) = d.container();
+    let (mut app, mut clock) = d.cold_start().await;
     let kind = match d.settings.queue {
         QueueShape::Standard => QueueKind::Standard,
         QueueShape::Fifo { .. } => QueueKind::Fifo,
@@ -430,7 +444,7 @@ async fn poll(index: usize, d: Rc<Deployment>) {
     };
     let timeout_ms = d.shipped.timeout_ms;
     loop {
-        let received = {
+        let mut received = {
             let mut queue = d.queue.lock();
             if queue.is_empty() && *d.producer_done.borrow() {
                 return;
@@ -438,12 +452,30 @@ async fn poll(index: usize, d: Rc<Deployment>) {
             queue.receive(batch_size, truth.sim_ms(), &d.world)
         };
         if received.is_empty() {
-            // Long polling: the mapping waits for messages (its batching window at most).
-            tokio::time::sleep(Duration::from_millis(
-                d.shipped.batching_window_ms.max(1_000),
-            ))
-            .await;
+            // Long polling: the receive returns when a message is sent or becomes visible (a
+            // FIFO group may stay locked past that: then it polls again).
+            let now_ms = truth.sim_ms();
+            let next_ms = d.queue.lock().next_visible_ms(now_ms);
+            let wait_ms = next_ms.map_or(LONG_POLL_MS, |at| (at - now_ms).clamp(1, LONG_POLL_MS));
+            tokio::select! {
+                biased;
+                () = d.sent.notified() => {}
+                () = tokio::time::sleep(Duration::from_millis(wait_ms)) => {}
+            }
             continue;
+        }
+        // A standard mapping's batching window: it keeps receiving until the batch is full or
+        // the window has passed since the first record (which waits, invisible, meanwhile).
+        if kind == QueueKind::Standard {
+            let window_ends = truth.sim_ms() + d.shipped.batching_window_ms;
+            while received.len() < batch_size && truth.sim_ms() < window_ends {
+                tokio::time::sleep(Duration::from_millis(1_000)).await;
+                let more =
+                    d.queue
+                        .lock()
+                        .receive(batch_size - received.len(), truth.sim_ms(), &d.world);
+                received.extend(more);
+            }
         }
         d.world.log(&format!(
             "c{index} receives {}",
@@ -509,7 +541,7 @@ async fn poll(index: usize, d: Rc<Deployment>) {
                     }
                 }
                 drop(batch);
-                (app, clock) = d.container();
+                (app, clock) = d.cold_start().await;
                 continue;
             }
             // The function refused its own batch (a malformed event, or a response that failed

@@ -2,7 +2,8 @@
 //!
 //! - `ORDERS`: orders in all (default 1,000,000), spread over `SEEDS` seeds (default 100)
 //!   starting at `FIRST_SEED` (default 1);
-//! - `PROFILE`: `standard`, `fifo`, `brownout` or `mixed` (the default: the three in turn);
+//! - `PROFILE`: `standard`, `fifo`, `brownout`, `skewed` or `mixed` (the default: the four in
+//!   turn);
 //! - `MUTATION`: a planted bug to switch on (`sim::MUTATIONS`), to watch the checks catch it.
 //!
 //! A run that breaks an invariant prints the command that replays it and the story of the
@@ -47,7 +48,7 @@ fn main() {
     };
     let per_seed = usize::try_from(orders / seeds).unwrap_or(usize::MAX).max(1);
     if SimSettings::profile(&profile, first_seed, per_seed).is_none() {
-        eprintln!("PROFILE={profile} is not one of standard, fifo, brownout, mixed");
+        eprintln!("PROFILE={profile} is not one of standard, fifo, brownout, skewed, mixed");
         std::process::exit(2);
     }
     let started = Instant::now();

@@ -125,6 +125,15 @@ impl Queue {
         );
     }
 
+    /// When the next message that is invisible now becomes visible, simulated ms.
+    pub fn next_visible_ms(&self, now_ms: u64) -> Option<u64> {
+        self.messages
+            .values()
+            .map(|m| m.visible_at_ms)
+            .filter(|at| *at > now_ms)
+            .min()
+    }
+
     /// Whether the source queue is empty.
     pub fn is_empty(&self) -> bool {
         self.messages.is_empty()
@@ -154,7 +163,8 @@ impl Queue {
                 .filter(|(_, m)| m.visible_at_ms <= now_ms)
                 .map(|(seq, _)| *seq)
                 .collect();
-            world.shuffle(&mut visible);
+            // Any `n` of them, at random (a partial shuffle: only the first `n` places).
+            world.choose_first(&mut visible, n);
             visible
         };
         let mut out = Vec::new();

@@ -179,12 +179,12 @@ pub struct SimSettings {
 
 impl SimSettings {
     /// A standard queue and faults everywhere, at the rates of a bad day: crashes, duplicates,
-    /// a provider outage of minutes to an hour, a key rotation, lost answers, slow and pending
+    /// a provider outage of a minute to three hours, a key rotation, lost answers, slow and pending
     /// charges, declines, reused keys, skewed clocks, a ten-minute key window, and a redrive of
     /// the DLQ a week later.
     pub fn faulty(seed: u64, orders: usize) -> Self {
-        // The outage's length varies by seed: from a minute to an hour.
-        let outage_ms = fastrand::Rng::with_seed(seed ^ 0x5eed).u64(60_000..=3_600_000);
+        // The outage's length varies by seed: from a minute to three hours.
+        let outage_ms = fastrand::Rng::with_seed(seed ^ 0x5eed).u64(60_000..=10_800_000);
         Self {
             seed,
             orders,
@@ -237,17 +237,30 @@ impl SimSettings {
         }
     }
 
+    /// As [`SimSettings::faulty`], with clocks as far apart as the template allows for
+    /// (`PAYMENT_CLOCK_SKEW_MS`, 60 s): each container up to 30 s off. Two of them then disagree
+    /// by more than a lease lasts past its deadline, so claims are taken over while their holder
+    /// still works, and the stale holder's writes meet the lease token's fence.
+    pub fn skewed(seed: u64, orders: usize) -> Self {
+        Self {
+            skew_ms: 30_000,
+            ..Self::faulty(seed, orders)
+        }
+    }
+
     /// The settings a profile gives a seed (`make sim PROFILE=...`): `standard`, `fifo` (8
-    /// groups), `brownout`, or `mixed` (the three in turn, by seed).
+    /// groups), `brownout`, `skewed`, or `mixed` (the four in turn, by seed).
     pub fn profile(name: &str, seed: u64, orders: usize) -> Option<Self> {
         match name {
             "standard" => Some(Self::faulty(seed, orders)),
             "fifo" => Some(Self::fifo(seed, orders, 8)),
             "brownout" => Some(Self::brownout(seed, orders)),
-            "mixed" => match seed % 3 {
+            "skewed" => Some(Self::skewed(seed, orders)),
+            "mixed" => match seed % 4 {
                 1 => Some(Self::faulty(seed, orders)),
                 2 => Some(Self::fifo(seed, orders, 8)),
-                _ => Some(Self::brownout(seed, orders)),
+                3 => Some(Self::brownout(seed, orders)),
+                _ => Some(Self::skewed(seed, orders)),
             },
             _ => None,
         }

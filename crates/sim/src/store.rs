@@ -54,6 +54,9 @@ impl SimStore {
         lost: bool,
         result: Result<T, StoreError>,
     ) -> Result<T, StoreError> {
+        if matches!(result, Err(StoreError::LeaseLost)) {
+            self.world.count(|f| f.fenced_writes += 1);
+        }
         self.world.tell(key, || {
             let lost = if lost { " (answer lost)" } else { "" };
             match &result {

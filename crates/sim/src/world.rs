@@ -43,6 +43,8 @@ pub struct Faults {
     pub store_answers_lost: usize,
     /// Store calls slowed by throttling (the SDK's retries).
     pub store_throttled: usize,
+    /// Writes of a holder whose lease was taken over, refused by the lease token's fence.
+    pub fenced_writes: usize,
     /// Charges made whose answer was lost.
     pub charge_answers_lost: usize,
     /// Charges answered "pending".
@@ -68,6 +70,7 @@ impl Faults {
         self.store_errors += other.store_errors;
         self.store_answers_lost += other.store_answers_lost;
         self.store_throttled += other.store_throttled;
+        self.fenced_writes += other.fenced_writes;
         self.charge_answers_lost += other.charge_answers_lost;
         self.pending_charges += other.pending_charges;
         self.slow_charges += other.slow_charges;
@@ -79,12 +82,16 @@ impl Faults {
     }
 
     /// Each kind with its count, for tables.
-    pub fn rows(&self) -> [(&'static str, usize); 12] {
+    pub fn rows(&self) -> [(&'static str, usize); 13] {
         [
             ("crashes", self.crashes),
             ("store errors", self.store_errors),
             ("store answers lost", self.store_answers_lost),
             ("store calls throttled", self.store_throttled),
+            (
+                "stale holders' writes refused by the fence",
+                self.fenced_writes,
+            ),
             ("charge answers lost", self.charge_answers_lost),
             ("pending charges", self.pending_charges),
             ("charges slower than the payment timeout", self.slow_charges),
@@ -175,9 +182,14 @@ impl Shared {
         w.log("", what, at);
     }
 
-    /// Shuffles `items` with the run's random source.
-    pub fn shuffle<T>(&self, items: &mut [T]) {
-        self.lock().rng.shuffle(items);
+    /// Moves `n` items chosen at random to the front of `items` (a partial Fisher-Yates
+    /// shuffle): as random as a whole shuffle for the first `n`, at the cost of `n` draws.
+    pub fn choose_first<T>(&self, items: &mut [T], n: usize) {
+        let mut w = self.lock();
+        for i in 0..n.min(items.len()) {
+            let j = w.rng.usize(i..items.len());
+            items.swap(i, j);
+        }
     }
 }
 
