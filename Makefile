@@ -174,7 +174,8 @@ $(BENCH_STAMP): requirements-bench.txt $(PY_STAMP)
 	touch $@
 
 $(PY_STAMP): requirements-dev.txt
-	python3 -m venv $(VENV)
+	@# A fresh Debian has python3 without its venv module: install it (apt), then make the venv.
+	python3 -m venv $(VENV) || { { (apt-get update -q && apt-get install -y -q python3-venv) || (sudo apt-get update -q && sudo apt-get install -y -q python3-venv); } && python3 -m venv $(VENV); }
 	$(VENV)/bin/pip install --quiet --disable-pip-version-check -r requirements-dev.txt
 	touch $@
 

@@ -249,7 +249,7 @@ impl Deployment {
     /// A new container: its own clock offset, its own clients, the shared table and provider.
     fn container(&self) -> (SimApp, SimClock) {
         let skew = self.settings.skew_ms as i64;
-        let offset_ms = self.world.lock_rng_i64(-skew..=skew);
+        let offset_ms = self.world.between_signed(-skew..=skew);
         let clock = SimClock {
             start: self.start,
             offset_ms,

@@ -152,6 +152,11 @@ impl Shared {
         self.lock().rng.u64(range)
     }
 
+    /// A uniform signed number in `range`.
+    pub fn between_signed(&self, range: std::ops::RangeInclusive<i64>) -> i64 {
+        self.lock().rng.i64(range)
+    }
+
     /// Waits a random time up to `max_ms`.
     pub async fn latency(&self, max_ms: u64) {
         let ms = self.between(0..=max_ms);
@@ -228,11 +233,4 @@ pub fn clock_text(ms: u64) -> String {
     let (h, m) = (m / 60, m % 60);
     let (d, h) = (h / 24, h % 24);
     format!("{d}+{h:02}:{m:02}:{s:02}.{ms:03}")
-}
-
-impl Shared {
-    /// A uniform signed number in `range`.
-    pub fn lock_rng_i64(&self, range: std::ops::RangeInclusive<i64>) -> i64 {
-        self.lock().rng.i64(range)
-    }
 }
