@@ -96,8 +96,7 @@ impl App {
                     table,
                     config.store.retention,
                 )
-                .with_key_prefix(&config.store.key_prefix)
-                .with_unprefixed_lookup(config.find_unprefixed),
+                .with_key_prefix(&config.store.key_prefix),
             ),
             _ => AnyStore::Memory(MemoryStore::new(config.store.retention)),
         };

@@ -34,7 +34,6 @@ const FUNCTION_VARIABLES: &[(&str, Option<&str>)] = &[
     ("PAYMENT_CLOCK_SKEW_MS", Some("60000")),
     ("DEFAULT_CURRENCY", Some("EUR")),
     ("MOVE_POISON_TO_DLQ", Some("false")),
-    ("IDEMPOTENCY_FIND_UNPREFIXED", Some("true")),
     ("METRICS_ENABLED", Some("true")),
     ("POWERTOOLS_METRICS_NAMESPACE", Some("ProcessOrders")),
     ("POWERTOOLS_SERVICE_NAME", Some("process-orders")),
@@ -152,10 +151,6 @@ pub struct Config {
     pub payment_lookup_durable: bool,
     /// `DEFAULT_CURRENCY`: the currency of an order whose body names none.
     pub default_currency: Currency,
-    /// `IDEMPOTENCY_FIND_UNPREFIXED`: a fresh prefixed key also looks up the item a version
-    /// before prefixes wrote for it (one read per new order; turn it off once the retention has
-    /// passed since the upgrade, or at once on a new table).
-    pub find_unprefixed: bool,
     /// `MOVE_POISON_TO_DLQ`: a POISON record is sent to its queue's DLQ by the function at its
     /// first receive, with its reason, and acknowledged (docs/operations.md, "Poison and the DLQ").
     pub move_poison: bool,
@@ -191,10 +186,7 @@ impl Config {
         let deployed = in_lambda && !local;
         // Orders get a prefix of their own, so a table shared with other functions never mixes
         // their keys (an order id `email-once#u-1` is not the email example's user `u-1`).
-        // Orders stored before prefixes had none: a fresh key also looks its unprefixed item up
-        // (IDEMPOTENCY_FIND_UNPREFIXED, on by default) until they have all expired.
         let store = StoreSettings::from_env_with_prefix(env, ORDER_KEY_PREFIX)?;
-        let find_unprefixed = env.flag("IDEMPOTENCY_FIND_UNPREFIXED", true)?;
         if deployed && store.table.is_none() {
             return Err(ConfigError::TableRequiredInLambda);
         }
@@ -252,7 +244,6 @@ impl Config {
             payment_lookup_durable,
             default_currency,
             move_poison: env.flag("MOVE_POISON_TO_DLQ", false)?,
-            find_unprefixed,
             function: format!(
                 "{}:{}",
                 env.text("AWS_LAMBDA_FUNCTION_NAME")
@@ -311,7 +302,6 @@ mod tests {
             c.store.key_prefix, "orders#",
             "orders' keys apart in a shared table"
         );
-        assert!(c.find_unprefixed, "items from before prefixes stay found");
         assert_eq!(
             c.lease,
             LeasePolicy {

@@ -25,8 +25,7 @@
 //!    provider's look-up decides before any second charge (`reconciled`, `payment_pending`,
 //!    `needs_reconciliation`). Then the charge, with the order id as the provider's
 //!    idempotency key, and the outcome recorded: ACK `charged`; a failure per what it proves
-//!    ([`PaymentError`]). An item written before amounts were exact is tried again under its
-//!    old fingerprint before a conflict is final.
+//!    ([`PaymentError`]).
 //! 6. **The verdict** (`OrderDecision::outcome`, `OrderDecision::reason`, `verdict`): ACK,
 //!    RETRY or POISON with a stable reason, the order id as the key, the lease token as the
 //!    correlation id, a detail for people, and when to retry (a configuration error waits
@@ -178,24 +177,7 @@ where
         message_id,
         deadline_ms,
     };
-    let first = guard::run(&store, &ports.clock, &ports.guard, &claim, &work).await;
-    let run = if matches!(first.outcome, Guarded::Conflict) {
-        // An item written before amounts were exact carries the old fingerprint: the same
-        // order, not a conflict. Only a refused claim pays for this second try, boxed (and the
-        // first run dropped) so that every record's future, moved around the batch's queue,
-        // does not grow for a path only conflicts take.
-        drop(first);
-        Box::pin(async {
-            let legacy = Claim {
-                fingerprint: order.legacy_fingerprint(),
-                ..claim
-            };
-            guard::run(&store, &ports.clock, &ports.guard, &legacy, &work).await
-        })
-        .await
-    } else {
-        first
-    };
+    let run = guard::run(&store, &ports.clock, &ports.guard, &claim, &work).await;
     // Only answers from the provider move the breaker; store-only outcomes say nothing of it.
     let provider_answered = matches!(
         run.outcome,

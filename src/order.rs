@@ -22,8 +22,6 @@ pub struct Order<'a> {
     pub order_id: Cow<'a, str>,
     /// The exact amount, in its currency.
     pub amount: Money,
-    /// The amount as a float's bits, as versions before exact amounts fingerprinted it.
-    legacy_amount_bits: u64,
 }
 
 impl Order<'_> {
@@ -37,21 +35,10 @@ impl Order<'_> {
         ])
     }
 
-    /// The fingerprint versions before exact amounts wrote (the id and the amount's float
-    /// bits): an item they claimed is still this order's, for as long as such items are kept
-    /// (`IDEMPOTENCY_RETENTION_DAYS` after the upgrade).
-    pub fn legacy_fingerprint(&self) -> Fingerprint {
-        Fingerprint::of(&[
-            self.order_id.as_bytes(),
-            &self.legacy_amount_bits.to_le_bytes(),
-        ])
-    }
-
     fn into_owned(self) -> Order<'static> {
         Order {
             order_id: Cow::Owned(self.order_id.into_owned()),
             amount: self.amount,
-            legacy_amount_bits: self.legacy_amount_bits,
         }
     }
 }
@@ -237,15 +224,7 @@ fn order_from<'a>(raw: &RawBody<'a>, default_currency: Currency) -> Result<Order
     // The number's own text: exact, never through a float.
     let amount_text = amount.get();
     let amount = Money::parse(amount_text, currency)?;
-    // Valid JSON number text that is exact in minor units always parses as a finite float.
-    let legacy_amount_bits = serde_json::from_str::<f64>(amount_text)
-        .map(f64::to_bits)
-        .unwrap_or_default();
-    Ok(Order {
-        order_id,
-        amount,
-        legacy_amount_bits,
-    })
+    Ok(Order { order_id, amount })
 }
 
 #[cfg(test)]
@@ -427,14 +406,5 @@ mod tests {
         assert_eq!(a.fingerprint(), b.fingerprint());
         assert_ne!(a.fingerprint(), c.fingerprint());
         assert_ne!(a.fingerprint(), d.fingerprint());
-    }
-
-    /// Items claimed before amounts were exact hold the id and the amount's float bits.
-    #[test]
-    fn the_legacy_fingerprint_is_what_earlier_versions_wrote() {
-        let order = decode(r#"{"order_id":"o-1","amount":10.1}"#).expect("order");
-        let earlier = Fingerprint::of(&[b"o-1", &10.1f64.to_bits().to_le_bytes()]);
-        assert_eq!(order.legacy_fingerprint(), earlier);
-        assert_ne!(order.fingerprint(), earlier);
     }
 }

@@ -59,6 +59,24 @@ pub enum Behaviour {
     ChargeThenHugeBody,
 }
 
+/// How the look-up (`GET /charges/{key}`) words its answers: providers differ, and a reader that
+/// knows only one dialect misreads the others.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum LookupDialect {
+    /// The project's own: `status` `succeeded` / `pending` / `failed`, a failure naming its
+    /// `decline_code`.
+    #[default]
+    Draft,
+    /// As the draft, but a failure says only `"status": "failed"`: no code, no decline.
+    BareFailed,
+    /// A Stripe PaymentIntent: `succeeded`, `processing`, and a failed attempt as
+    /// `requires_payment_method` with `last_payment_error` (`type`, `code`, `decline_code`); the
+    /// currency lower-case.
+    Stripe,
+    /// A status nobody documented (`"status": "under_review"`), for every known key.
+    UnknownStatus,
+}
+
 /// Random faults for the chaos run, each a share of new requests.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
 pub struct Faults {
@@ -106,6 +124,8 @@ struct Ledger {
     fates: HashMap<String, Fate>,
     /// The amount each key was first charged for (the lookup answers it).
     amounts: HashMap<String, serde_json::Value>,
+    /// The currency each key was first charged in.
+    currencies: HashMap<String, String>,
     lookup_unavailable: bool,
     /// The look-up forgets a key this long after its first request (`None`: never).
     lookup_retention_ms: Option<u64>,
@@ -115,6 +135,10 @@ struct Ledger {
     strip_key: bool,
     /// A 401 echoes the `Authorization` header in its body.
     echo_authorization: bool,
+    /// A 401 echoes the bare credential after this many characters of other text.
+    echo_key_after: Option<usize>,
+    /// How the look-up words its answers.
+    lookup_dialect: LookupDialect,
     requests: HashMap<String, usize>,
     /// Money that moved per key: above 1 is a double charge.
     charges: HashMap<String, usize>,
@@ -233,6 +257,39 @@ impl PaymentStub {
     /// A 401 echoes the request's `Authorization` header in its body (some gateways do).
     pub fn echo_authorization(&self, echo: bool) {
         self.ledger().echo_authorization = echo;
+    }
+
+    /// A 401 says, after `filler` characters of other text, the bare credential it refused (no
+    /// scheme before it, so nothing but the key's own value can tell it apart).
+    pub fn echo_key_after(&self, filler: Option<usize>) {
+        self.ledger().echo_key_after = filler;
+    }
+
+    /// How the look-up words its answers from now on.
+    pub fn set_lookup_dialect(&self, dialect: LookupDialect) {
+        self.ledger().lookup_dialect = dialect;
+    }
+
+    /// Charges `key` for `amount` minor units in `currency` as another client of the provider
+    /// would (the key then belongs to that payload): the provider's ledger, not our request.
+    pub fn charge_directly(&self, key: &str, amount: u64, currency: &str) {
+        let now_ms = self.shared.clock.now_ms();
+        let mut l = self.ledger();
+        let body = serde_json::json!({ "order_id": key, "amount": amount, "currency": currency });
+        l.keys.insert(
+            key.to_owned(),
+            KeyUse {
+                payload: format!("{}|{}", body["order_id"], body["amount"]),
+                first_seen_ms: now_ms,
+                answer: Some((201, succeeded_body(key))),
+            },
+        );
+        *l.charges.entry(key.to_owned()).or_default() += 1;
+        l.charge_log.push(key.to_owned());
+        l.fates.insert(key.to_owned(), Fate::Succeeded);
+        l.fate_since_ms.insert(key.to_owned(), now_ms);
+        l.amounts.insert(key.to_owned(), body["amount"].clone());
+        l.currencies.insert(key.to_owned(), currency.to_owned());
     }
 
     /// Waits until `key`'s fate (as the lookup would answer it) satisfies `done`.
@@ -380,10 +437,17 @@ fn declined_body() -> String {
     .to_string()
 }
 
-/// A 401, echoing the `Authorization` header it refused when `echo` is set.
-fn unauthorized(echo: bool, authorization: Option<&str>) -> Response {
-    let message = match authorization {
-        Some(sent) if echo => format!("invalid API key in header 'Authorization: {sent}'"),
+/// A 401, echoing the `Authorization` header it refused when the ledger says so.
+fn unauthorized(l: &Ledger, authorization: Option<&str>) -> Response {
+    let message = match (authorization, l.echo_key_after) {
+        (Some(sent), Some(filler)) => format!(
+            "{}{}",
+            &"the request was refused ".repeat(filler / 24 + 1)[..filler],
+            sent.strip_prefix("Bearer ").unwrap_or(sent)
+        ),
+        (Some(sent), None) if l.echo_authorization => {
+            format!("invalid API key in header 'Authorization: {sent}'")
+        }
         _ => "invalid API key".to_owned(),
     };
     json_answer(401, &error_body("authentication_error", &message))
@@ -490,6 +554,7 @@ async fn charge(State(shared): State<Shared>, headers: HeaderMap, body: String) 
     // What a replay must match: the request's payload, whatever its spelling.
     let payload = format!("{}|{}", parsed["order_id"], parsed["amount"]);
     let amount = parsed["amount"].clone();
+    let currency = parsed["currency"].as_str().unwrap_or("EUR").to_owned();
     let behaviour = {
         let mut l = shared.ledger.lock().unwrap();
         *l.requests.entry(key.clone()).or_default() += 1;
@@ -500,7 +565,7 @@ async fn charge(State(shared): State<Shared>, headers: HeaderMap, body: String) 
             && authorization.as_deref() != Some(&format!("Bearer {required}"))
         {
             l.answers.push((key.clone(), 401));
-            return unauthorized(l.echo_authorization, authorization.as_deref());
+            return unauthorized(&l, authorization.as_deref());
         }
         // The key window: past it, the provider has forgotten the key.
         if let (Some(window), Some(record)) = (l.key_window_ms, l.keys.get(&key))
@@ -579,6 +644,7 @@ async fn charge(State(shared): State<Shared>, headers: HeaderMap, body: String) 
         l.fates.insert(key.clone(), Fate::Pending);
         l.fate_since_ms.insert(key.clone(), now_ms);
         l.amounts.insert(key.clone(), amount);
+        l.currencies.insert(key.clone(), currency);
         behaviour
     };
     shared.settled.notify_waiters();
@@ -602,7 +668,7 @@ async fn lookup(
     if let Some(required) = &l.required_key
         && bearer(&headers).as_deref() != Some(&format!("Bearer {required}"))
     {
-        return unauthorized(l.echo_authorization, bearer(&headers).as_deref());
+        return unauthorized(&l, bearer(&headers).as_deref());
     }
     let rate = l.faults.lookup_unavailable;
     if l.lookup_unavailable || l.rng.as_mut().is_some_and(|rng| rng.f64() < rate) {
@@ -613,27 +679,71 @@ async fn lookup(
         (Some(retention), Some(since)) => now_ms.saturating_sub(*since) >= retention,
         _ => false,
     };
-    let status = match l.fates.get(&key).filter(|_| !forgotten) {
-        None => {
-            let body = serde_json::json!({ "error": {
-                "type": "invalid_request_error",
-                "code": "resource_missing",
-                "message": "no charge with this key",
-            } });
-            return json_answer(404, &body.to_string());
-        }
-        Some(Fate::Pending) => "pending",
-        Some(Fate::Succeeded) => "succeeded",
-        Some(Fate::Failed) => "failed",
+    let Some(fate) = l.fates.get(&key).filter(|_| !forgotten).copied() else {
+        let body = serde_json::json!({ "error": {
+            "type": "invalid_request_error",
+            "code": "resource_missing",
+            "message": "no charge with this key",
+        } });
+        return json_answer(404, &body.to_string());
     };
     let amount = l.amounts.get(&key).cloned().unwrap_or_default();
-    let mut body =
-        serde_json::json!({ "id": format!("ch_{key}"), "status": status, "amount": amount });
-    // The stub's only failures are declines, and a provider's charge object says so.
-    if status == "failed" {
-        body["decline_code"] = "card_declined".into();
-    }
+    let currency = l.currencies.get(&key).cloned().unwrap_or_else(|| "EUR".into());
+    let body = lookup_body(l.lookup_dialect, &key, fate, amount, &currency);
     json_answer(200, &body.to_string())
+}
+
+/// A look-up's answer for a known key, in `dialect`. The stub's only failures are declines.
+fn lookup_body(
+    dialect: LookupDialect,
+    key: &str,
+    fate: Fate,
+    amount: serde_json::Value,
+    currency: &str,
+) -> serde_json::Value {
+    use serde_json::json;
+    match dialect {
+        LookupDialect::Draft | LookupDialect::BareFailed => {
+            let status = match fate {
+                Fate::Pending => "pending",
+                Fate::Succeeded => "succeeded",
+                Fate::Failed => "failed",
+            };
+            let mut body = json!({
+                "id": format!("ch_{key}"), "status": status, "amount": amount, "currency": currency,
+            });
+            if fate == Fate::Failed && dialect == LookupDialect::Draft {
+                body["decline_code"] = "card_declined".into();
+            }
+            body
+        }
+        LookupDialect::Stripe => {
+            let mut body = json!({
+                "id": format!("pi_{key}"),
+                "object": "payment_intent",
+                "amount": amount,
+                "currency": currency.to_ascii_lowercase(),
+                "status": match fate {
+                    Fate::Pending => "processing",
+                    Fate::Succeeded => "succeeded",
+                    Fate::Failed => "requires_payment_method",
+                },
+            });
+            if fate == Fate::Failed {
+                body["last_payment_error"] = json!({
+                    "type": "card_error",
+                    "code": "card_declined",
+                    "decline_code": "insufficient_funds",
+                    "message": "Your card has insufficient funds.",
+                });
+            }
+            body
+        }
+        LookupDialect::UnknownStatus => json!({
+            "id": format!("ch_{key}"), "status": "under_review", "amount": amount,
+            "currency": currency,
+        }),
+    }
 }
 
 /// An address that accepts connections and resets them at once.

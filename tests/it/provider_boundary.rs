@@ -5,9 +5,9 @@
 
 use std::sync::Arc;
 
-use lambda_kit::clock::ManualClock;
+use lambda_kit::clock::{Clock, ManualClock};
 use process_orders::config::Config;
-use process_orders::testkit::payment_stub::{Behaviour, PaymentStub};
+use process_orders::testkit::payment_stub::{Behaviour, LookupDialect, PaymentStub};
 use serde_json::json;
 use sqs_batch::processor::{Outcome, RecordStatus};
 
@@ -327,42 +327,6 @@ async fn refusals_of_single_orders_do_not_open_the_breaker() {
     assert_eq!(stub.total_charges(), 2, "the good orders were not sent");
 }
 
-/// An item claimed and completed by a version before exact amounts carries that version's
-/// fingerprint (the id and the amount's float bits). The same order redelivered is still a
-/// duplicate, never a conflict; another amount is still a conflict.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn items_written_before_exact_amounts_still_match_their_order() {
-    use idempotency::{Begin, ClaimRequest, Fingerprint, IdempotencyStore};
-    let clock = ManualClock::at(T0);
-    let stub = PaymentStub::start_with_clock(Arc::new(clock.clone())).await;
-    let app = app(&stub, &clock, None);
-    let store = &app.ports().store;
-    let earlier = Fingerprint::of(&[b"o-1", &10.1f64.to_bits().to_le_bytes()]);
-    let Ok(Begin::Started { lease, .. }) = store
-        .begin(&ClaimRequest {
-            key: "o-1",
-            fingerprint: earlier,
-            now_ms: T0,
-            lease_until_ms: T0 + 60_000,
-            message_id: "m0",
-        })
-        .await
-    else {
-        panic!("claimed");
-    };
-    store.complete("o-1", &lease, T0).await.expect("completed");
-
-    let json = raw_event(&[
-        ("m1", r#"{"order_id":"o-1","amount":10.10}"#),
-        ("m2", r#"{"order_id":"o-1","amount":10.2}"#),
-    ]);
-    let (failed, statuses) = invoke(&app, &json).await;
-    assert_eq!(failed, ["m2"]);
-    assert_eq!(outcome(&statuses[0]), (Outcome::Ack, "duplicate"));
-    assert_eq!(outcome(&statuses[1]), (Outcome::Poison, "conflict"));
-    assert_eq!(stub.all_requests(), 0);
-}
-
 /// A decline is final: the provider is asked once, and neither a redelivery nor a redrive days
 /// later sends the declined card again (card networks penalise retried declines). Each delivery
 /// is POISON `payment_rejected`. Once a person clears the decline (the card was updated), the
@@ -395,4 +359,208 @@ async fn a_declined_order_is_sent_to_the_provider_once() {
     assert!(failed.is_empty(), "{statuses:?}");
     assert_eq!(outcome(&statuses[0]), (Outcome::Ack, "charged"));
     assert_eq!(stub.charges("o-1"), 1);
+}
+
+/// Seams finding 3. The charge times out after it was sent and the provider declines it. Past
+/// the key window the look-up shows the failure, in the provider's own words: a bare
+/// `"status": "failed"`, a Stripe PaymentIntent back at `requires_payment_method` with its
+/// `last_payment_error`, or the draft's failure with a `decline_code`. Each is final: recorded
+/// as a decline, POISON `payment_rejected`, and the card is never sent again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failure_found_by_the_look_up_is_final_in_every_dialect() {
+    for dialect in [
+        LookupDialect::BareFailed,
+        LookupDialect::Stripe,
+        LookupDialect::Draft,
+    ] {
+        let clock = ManualClock::at(T0);
+        let stub = PaymentStub::start_with_clock(Arc::new(clock.clone())).await;
+        stub.set_key_window(Some(std::time::Duration::from_millis(DAY_MS)));
+        stub.set_lookup_dialect(dialect);
+        // Slower than the client's 300 ms: the answer is lost, the decline happens anyway.
+        stub.set(
+            "o-1",
+            Behaviour::SlowDecline(std::time::Duration::from_millis(600)),
+        );
+        let app = app(&stub, &clock, None);
+        let json = event(&[("m1", "o-1", 10.0)], 1);
+        let (_, statuses) = invoke(&app, &json).await;
+        assert_eq!(
+            outcome(&statuses[0]),
+            (Outcome::Retry, "payment_ambiguous"),
+            "{dialect:?}"
+        );
+        stub.settled("o-1").await;
+        clock.advance_ms(2 * DAY_MS);
+        for _ in 0..2 {
+            let (failed, statuses) = invoke(&app, &json).await;
+            assert_eq!(failed, ["m1"]);
+            assert_eq!(
+                outcome(&statuses[0]),
+                (Outcome::Poison, "payment_rejected"),
+                "{dialect:?}: {}",
+                detail(&statuses[0])
+            );
+        }
+        assert_eq!(
+            stub.requests("o-1"),
+            1,
+            "{dialect:?}: the declined card was sent again"
+        );
+    }
+}
+
+/// Seams finding 3, the other half: a look-up whose answer is not understood (a status nobody
+/// documented) settles nothing and charges nothing, even inside the key window where a resend
+/// would be replayed: a person reads the provider's answer (POISON `needs_reconciliation`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_look_up_answer_not_understood_charges_nothing() {
+    let clock = ManualClock::at(T0);
+    let stub = PaymentStub::start_with_clock(Arc::new(clock.clone())).await;
+    stub.set_key_window(Some(std::time::Duration::from_millis(DAY_MS)));
+    stub.set_lookup_dialect(LookupDialect::UnknownStatus);
+    stub.set("o-1", Behaviour::ChargeThen504);
+    let app = app(&stub, &clock, None);
+    let json = event(&[("m1", "o-1", 10.0)], 1);
+    let (_, statuses) = invoke(&app, &json).await;
+    assert_eq!(outcome(&statuses[0]), (Outcome::Retry, "payment_ambiguous"));
+    let (failed, statuses) = invoke(&app, &json).await;
+    assert_eq!(failed, ["m1"]);
+    assert_eq!(
+        outcome(&statuses[0]),
+        (Outcome::Poison, "needs_reconciliation"),
+        "{}",
+        detail(&statuses[0])
+    );
+    assert!(
+        detail(&statuses[0]).contains("not understood"),
+        "{}",
+        detail(&statuses[0])
+    );
+    assert_eq!(stub.requests("o-1"), 1, "sent again on an unread answer");
+    assert_eq!(stub.charges("o-1"), 1);
+}
+
+/// Seams finding 10. An earlier attempt's answer was lost; meanwhile the provider holds a charge
+/// under the order's key for another amount (another client reused the id). The look-up shows
+/// it: CONFLICT (POISON `conflict`) at once, without sending the charge again and leaning on
+/// the provider's 422, which a provider past its key window would not give.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_look_up_showing_another_amount_or_currency_is_a_conflict() {
+    for (amount, currency) in [(2_000, "EUR"), (1_000, "USD")] {
+        let clock = ManualClock::at(T0);
+        let stub = PaymentStub::start_with_clock(Arc::new(clock.clone())).await;
+        stub.set("o-1", Behaviour::Status(503));
+        let app = app(&stub, &clock, None);
+        let json = event(&[("m1", "o-1", 10.0)], 1);
+        let (_, statuses) = invoke(&app, &json).await;
+        assert_eq!(outcome(&statuses[0]), (Outcome::Retry, "payment_ambiguous"));
+        stub.charge_directly("o-1", amount, currency);
+        let (failed, statuses) = invoke(&app, &json).await;
+        assert_eq!(failed, ["m1"]);
+        assert_eq!(
+            outcome(&statuses[0]),
+            (Outcome::Poison, "conflict"),
+            "{amount} {currency}: {}",
+            detail(&statuses[0])
+        );
+        assert_eq!(stub.requests("o-1"), 1, "charged again after the look-up");
+        assert_eq!(stub.lookups("o-1"), 1);
+    }
+}
+
+/// Seams finding 7. A gateway echoes the refused key in its message, past the first 190
+/// characters, with nothing before it that marks it as a credential. No run of eight characters
+/// of the key survives into the verdict's detail (which the log and a DLQ copy carry), though the
+/// log keeps only 200 characters of the provider's text.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_run_of_the_key_survives_the_cut_of_the_provider_text() {
+    const KEY: &str = "QwertyUiopAsdfGhjkLzxcVbnmMnbvCxzL";
+    for filler in [150, 180, 190, 195, 199] {
+        let clock = ManualClock::at(T0);
+        let stub = PaymentStub::start_with_clock(Arc::new(clock.clone())).await;
+        stub.require_api_key(Some("sk_other"));
+        stub.echo_key_after(Some(filler));
+        let app = app(&stub, &clock, Some(KEY));
+        let (_, statuses) = invoke(&app, &event(&[("m1", "o-1", 10.0)], 1)).await;
+        assert_eq!(outcome(&statuses[0]), (Outcome::Retry, "payment_config"));
+        let detail = detail(&statuses[0]);
+        for run in KEY.as_bytes().windows(8) {
+            let run = std::str::from_utf8(run).expect("ascii");
+            assert!(
+                !detail.contains(run),
+                "filler {filler}: {run:?} of the key reached the detail: {detail}"
+            );
+        }
+    }
+}
+
+/// An event of one record carrying a moved copy's failure attribute (as a redrive of the DLQ
+/// delivers it), first failed at `first_failure_ms`.
+fn redriven_event(order_id: &str, first_failure_ms: u64) -> String {
+    let failure = sqs_batch::dead_letter::Failure {
+        reason: "retries_exhausted".into(),
+        detail: Some("payment_ambiguous at receive 200".into()),
+        key: Some(order_id.into()),
+        source_queue_arn: "arn:aws:sqs:us-east-1:123456789012:orders".into(),
+        receive_count: Some(200),
+        first_failure_ms: Some(first_failure_ms),
+        last_failure_ms: first_failure_ms + DAY_MS,
+        moved_by: "orders:3".into(),
+        ..Default::default()
+    };
+    let attribute = serde_json::to_string(&failure).expect("json");
+    json!({ "Records": [{
+        "messageId": "m-redriven",
+        "receiptHandle": "rh-redriven",
+        "body": json!({ "order_id": order_id, "amount": 10.0 }).to_string(),
+        "attributes": { "ApproximateReceiveCount": "1" },
+        "messageAttributes": { sqs_batch::dead_letter::FAILURE_ATTRIBUTE: {
+            "stringValue": attribute, "dataType": "String",
+            "stringListValues": [], "binaryListValues": [] } },
+        "eventSourceARN": "arn:aws:sqs:us-east-1:123456789012:orders",
+    }]})
+    .to_string()
+}
+
+/// Seams finding 9. An order charged and answered 504 gave up and was moved; its copy is
+/// redriven 20 days later, when its idempotency item (18 days) has expired and the provider has
+/// forgotten the key and the charge. The copy's failure history is the only record that a charge
+/// may exist: it counts as a prior attempt, so the look-up comes first, and its "not found" this
+/// long after proves nothing (POISON `needs_reconciliation`, never a second charge). A copy whose
+/// first failure is inside the retention finds its item (or its absence) trustworthy: charged
+/// with no look-up.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_moved_copy_redriven_after_its_item_expired_is_looked_up_before_any_charge() {
+    let clock = ManualClock::at(T0);
+    let stub = PaymentStub::start_with_clock(Arc::new(clock.clone())).await;
+    let window = std::time::Duration::from_millis(DAY_MS);
+    stub.set_key_window(Some(window));
+    stub.set_lookup_retention(Some(window));
+    stub.set("o-9", Behaviour::ChargeThen504);
+    let first = app(&stub, &clock, None);
+    let (_, statuses) = invoke(&first, &event(&[("m1", "o-9", 10.0)], 1)).await;
+    assert_eq!(outcome(&statuses[0]), (Outcome::Retry, "payment_ambiguous"));
+    assert_eq!(stub.charges("o-9"), 1);
+
+    clock.advance_ms(20 * DAY_MS);
+    // A fresh store: the item expired and DynamoDB deleted it.
+    let later = app(&stub, &clock, None);
+    stub.set("o-9", Behaviour::Normal);
+    let (failed, statuses) = invoke(&later, &redriven_event("o-9", T0)).await;
+    assert_eq!(failed, ["m-redriven"]);
+    assert_eq!(
+        outcome(&statuses[0]),
+        (Outcome::Poison, "needs_reconciliation"),
+        "{}",
+        detail(&statuses[0])
+    );
+    assert_eq!(stub.lookups("o-9"), 1, "looked up first");
+    assert_eq!(stub.charges("o-9"), 1, "charged again 20 days later");
+
+    // Moved two days ago (inside the retention): its absent item is proof enough.
+    let (failed, statuses) = invoke(&later, &redriven_event("o-10", clock.now_ms() - 2 * DAY_MS)).await;
+    assert!(failed.is_empty(), "{statuses:?}");
+    assert_eq!(outcome(&statuses[0]), (Outcome::Ack, "charged"));
+    assert_eq!(stub.lookups("o-10"), 0);
 }

@@ -25,7 +25,7 @@ use aws_sdk_dynamodb::types::{AttributeValue, ReturnValue, ReturnValuesOnConditi
 
 use super::{
     Begin, ClaimRequest, ClaimState, Fingerprint, IdempotencyStore, Lease, LeaseToken,
-    PriorAttempt, Status, StoreError, claimable, decide, prior_attempt,
+    PriorAttempt, Status, StoreError, decide, prior_attempt,
 };
 
 /// The item schema. The table's key schema (`template.yaml`) is [`KEY`](attr::KEY) as a string hash key,
@@ -119,13 +119,8 @@ pub async fn create_table(client: &Client, name: &str) -> Result<(), CreateTable
     Ok(())
 }
 
-/// The DynamoDB actions this store calls; IAM grants exactly these on the table. `GetItem` only
-/// looks up a fresh key's item written without a prefix ([`DynamoDbStore::with_unprefixed_lookup`]).
-pub const ACTIONS: &[&str] = &[
-    "dynamodb:UpdateItem",
-    "dynamodb:DeleteItem",
-    "dynamodb:GetItem",
-];
+/// The DynamoDB actions this store calls; IAM grants exactly these on the table. No path reads.
+pub const ACTIONS: &[&str] = &["dynamodb:UpdateItem", "dynamodb:DeleteItem"];
 
 const CLAIM_UPDATE: &str = "SET #status = :in_progress, #lease_token = :token, \
     #lease_until = :lease_until, #fingerprint = :fingerprint, #exp = :exp, \
@@ -142,8 +137,8 @@ const REJECT_UPDATE: &str = "SET #status = :rejected, #exp = :exp, #rejected_at 
     #rejected_reason = :reason REMOVE #lease_token, #lease_until, #first_attempt_at, #attempts";
 const MARK_ATTEMPTED_UPDATE: &str = "SET #status = :attempted, #attempted_at = :now_ms, \
     #exp = :exp REMOVE #lease_token, #lease_until";
-/// Items claimed before attempts were recorded: their first attempt is unknown, so the oldest
-/// possible (see `claimed_state`).
+/// An unfinished item without its first attempt's time (not one this store wrote): unknown,
+/// so the oldest possible (see `claimed_state`).
 const UNKNOWN_FIRST_ATTEMPT_UPDATE: &str = "SET #first_attempt_at = :unknown";
 const HOLDER_CONDITION: &str = "#lease_token = :token";
 
@@ -154,7 +149,6 @@ pub struct DynamoDbStore {
     table: String,
     retention_s: u64,
     key_prefix: String,
-    find_unprefixed: bool,
 }
 
 impl DynamoDbStore {
@@ -165,65 +159,7 @@ impl DynamoDbStore {
             table: table.into(),
             retention_s: retention.as_secs(),
             key_prefix: String::new(),
-            find_unprefixed: false,
         }
-    }
-
-    /// With a key prefix, a claim that finds its key fresh also looks up the same key without
-    /// the prefix (`GetItem`, strongly consistent): the item a version before prefixes wrote.
-    /// Done, rejected, busy or another payload there answer the claim as they would have (the
-    /// new claim is given back); an attempt whose effect may exist there becomes this claim's
-    /// prior attempt, to be looked up before the work is done again. One read per fresh key,
-    /// for as long as such items may be kept (the retention after the upgrade).
-    pub fn with_unprefixed_lookup(mut self, on: bool) -> Self {
-        self.find_unprefixed = on;
-        self
-    }
-
-    /// What an item written without the prefix says of a claim that found its prefixed key
-    /// fresh; `None` when there is none (or it is fresh too).
-    async fn unprefixed(
-        &self,
-        request: &ClaimRequest<'_>,
-        lease: &Lease,
-    ) -> Result<Option<Begin>, StoreError> {
-        let output = self
-            .client
-            .get_item()
-            .table_name(&self.table)
-            .key(attr::KEY, s(request.key))
-            .consistent_read(true)
-            .send()
-            .await
-            .map_err(unavailable)?;
-        let Some(old) = output.item().filter(|item| item.contains_key(attr::STATUS)) else {
-            return Ok(None);
-        };
-        let old = claim_state(old)?;
-        if claimable(Some(&old), request.fingerprint, request.now_ms) {
-            return Ok(prior_attempt(Some(&old)).map(|prior| Begin::Started {
-                lease: *lease,
-                prior: Some(prior),
-            }));
-        }
-        // Answered there: the new claim is given back, so the key stays as it was.
-        self.release(request.key, lease).await?;
-        Ok(Some(decide(&old, request.fingerprint, request.now_ms)))
-    }
-
-    /// A claim that found its key fresh, unless the unprefixed item says otherwise.
-    async fn started_fresh(
-        &self,
-        request: &ClaimRequest<'_>,
-        lease: Lease,
-    ) -> Result<Begin, StoreError> {
-        if self.find_unprefixed
-            && !self.key_prefix.is_empty()
-            && let Some(begin) = self.unprefixed(request, &lease).await?
-        {
-            return Ok(begin);
-        }
-        Ok(Begin::Started { lease, prior: None })
     }
 
     /// Puts `prefix` before every key in the table, so users of a shared table never see each
@@ -452,12 +388,15 @@ impl IdempotencyStore for DynamoDbStore {
                     })),
                     _ => None,
                 };
+                // A finished item past its TTL (completed or refused) is a fresh start, whose
+                // first attempt is this one: only an unfinished item without its first time is
+                // of unknown age.
                 let unknown_first_attempt = replaced.as_ref().is_some_and(|old| {
-                    old.status != Status::Completed && old.first_attempt_ms.is_none()
+                    !old.status.is_final() && old.first_attempt_ms.is_none()
                 });
                 if unknown_first_attempt {
                     // `if_not_exists` just wrote now; only this rare, fenced write can say
-                    // "unknown" (one per item left by an earlier version).
+                    // "unknown" (an item without the time this store always writes).
                     self.holder_update(
                         request.key,
                         &lease,
@@ -467,10 +406,10 @@ impl IdempotencyStore for DynamoDbStore {
                     )
                     .await?;
                 }
-                match prior_attempt(replaced.as_ref()) {
-                    None if replaced.is_none() => self.started_fresh(request, lease).await,
-                    prior => Ok(Begin::Started { lease, prior }),
-                }
+                Ok(Begin::Started {
+                    lease,
+                    prior: prior_attempt(replaced.as_ref()),
+                })
             }
             Err(SdkError::ServiceError(e)) if e.err().is_conditional_check_failed_exception() => {
                 let UpdateItemError::ConditionalCheckFailedException(failed) = e.into_err() else {
@@ -493,10 +432,10 @@ impl IdempotencyStore for DynamoDbStore {
                     // The SDK retried a claim that DynamoDB had applied but whose answer was
                     // lost (a timeout, a reset): the item holds this very claim's token, so the
                     // key is ours, not BUSY until our own lease ends.
-                    return match own_claim_prior(&state, request.now_ms) {
-                        None => self.started_fresh(request, lease).await,
-                        prior => Ok(Begin::Started { lease, prior }),
-                    };
+                    return Ok(Begin::Started {
+                        lease,
+                        prior: own_claim_prior(&state, request.now_ms),
+                    });
                 }
                 Ok(decide(&state, request.fingerprint, request.now_ms))
             }

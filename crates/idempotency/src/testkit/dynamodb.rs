@@ -9,18 +9,18 @@ use super::{FP, RETENTION, claim, t0};
 use crate::dynamodb::attr;
 use crate::{Begin, DynamoDbStore, IdempotencyStore, LeaseToken, PriorAttempt};
 
-/// An item left by the version before attempts were recorded (a `PutItem` claim: no
-/// `first_attempt_at`, no `attempts`), whose holder's lease ran out: taken over, its first
-/// attempt is unknown (0, the oldest possible), and stays so across later takeovers instead of
-/// restarting the provider's key window.
-pub async fn a_claim_left_by_the_earlier_version_is_taken_over_with_an_unknown_first_attempt(
+/// An in-progress item without its first attempt's time or its attempt count (not what this
+/// store writes: a hand-made or damaged item), whose holder's lease ran out: taken over, its
+/// first attempt is unknown (0, the oldest possible), and stays so across later takeovers
+/// instead of restarting the provider's key window.
+pub async fn an_item_without_its_first_attempt_is_taken_over_as_of_unknown_age(
     client: &Client,
     table: &str,
 ) {
     client
         .put_item()
         .table_name(table)
-        .item(attr::KEY, S("legacy".into()))
+        .item(attr::KEY, S("bare".into()))
         .item(attr::STATUS, S("IN_PROGRESS".into()))
         .item(attr::LEASE_TOKEN, S(LeaseToken::new().to_string()))
         .item(attr::LEASE_UNTIL, N((t0() - 1).to_string()))
@@ -32,7 +32,7 @@ pub async fn a_claim_left_by_the_earlier_version_is_taken_over_with_an_unknown_f
         .await
         .expect("seed an old item");
     let store = DynamoDbStore::new(client.clone(), table, RETENTION);
-    let lease = match store.begin(&claim("legacy", t0())).await.expect("claim") {
+    let lease = match store.begin(&claim("bare", t0())).await.expect("claim") {
         Begin::Started { lease, prior } => {
             assert_eq!(
                 prior,
@@ -46,11 +46,11 @@ pub async fn a_claim_left_by_the_earlier_version_is_taken_over_with_an_unknown_f
         other => panic!("{other:?}"),
     };
     store
-        .mark_attempted("legacy", &lease, t0() + 1)
+        .mark_attempted("bare", &lease, t0() + 1)
         .await
         .expect("mark attempted");
     match store
-        .begin(&claim("legacy", t0() + 2))
+        .begin(&claim("bare", t0() + 2))
         .await
         .expect("claim")
     {
@@ -95,74 +95,4 @@ pub async fn key_prefixes_keep_users_of_a_shared_table_apart(client: &Client, ta
     let mut keys = keys;
     keys.sort();
     assert_eq!(keys, ["email#u-1", "u-1"]);
-}
-
-/// A function that gains a key prefix keeps finding the items it wrote without one: a fresh
-/// prefixed key looks its unprefixed item up. Done there is a duplicate, refused for good is
-/// rejected, a live lease is busy, another payload a conflict (and the new claim is given
-/// back each time, so the answer repeats); an attempt whose effect may exist becomes the new
-/// claim's prior attempt; a key never seen is fresh.
-pub async fn unprefixed_items_are_still_found_under_a_prefix(client: &Client, table: &str) {
-    use crate::{ClaimRequest, Fingerprint};
-    let before = DynamoDbStore::new(client.clone(), table, RETENTION);
-    let done = super::started(&before, &claim("done", t0())).await;
-    before
-        .complete("done", &done, t0())
-        .await
-        .expect("complete");
-    let tried = super::started(&before, &claim("tried", t0())).await;
-    before
-        .mark_attempted("tried", &tried, t0())
-        .await
-        .expect("mark");
-    let declined = super::started(&before, &claim("declined", t0())).await;
-    before
-        .reject("declined", &declined, t0(), "card declined")
-        .await
-        .expect("reject");
-    super::started(&before, &claim("held", t0())).await;
-
-    let after = DynamoDbStore::new(client.clone(), table, RETENTION)
-        .with_key_prefix("orders#")
-        .with_unprefixed_lookup(true);
-    let now = t0() + 1_000;
-    for _ in 0..2 {
-        assert_eq!(
-            after.begin(&claim("done", now)).await.expect("begin"),
-            Begin::Done
-        );
-        assert_eq!(
-            after.begin(&claim("declined", now)).await.expect("begin"),
-            Begin::Rejected
-        );
-        assert!(matches!(
-            after.begin(&claim("held", now)).await.expect("begin"),
-            Begin::Busy { .. }
-        ));
-        let other = ClaimRequest {
-            fingerprint: Fingerprint(9),
-            ..claim("done", now)
-        };
-        assert_eq!(after.begin(&other).await.expect("begin"), Begin::Conflict);
-    }
-    match after.begin(&claim("tried", now)).await.expect("begin") {
-        Begin::Started { prior, .. } => assert_eq!(
-            prior,
-            Some(PriorAttempt {
-                first_attempt_ms: t0(),
-                attempts: 1
-            })
-        ),
-        other => panic!("{other:?}"),
-    }
-    assert!(matches!(
-        after.begin(&claim("new", now)).await.expect("begin"),
-        Begin::Started { prior: None, .. }
-    ));
-    // Without the look-up the prefixed key knows nothing of them.
-    let blind = DynamoDbStore::new(client.clone(), table, RETENTION).with_key_prefix("other#");
-    assert!(matches!(
-        blind.begin(&claim("done", now)).await.expect("begin"),
-        Begin::Started { prior: None, .. }
-    ));
 }

@@ -172,6 +172,45 @@ pub async fn a_rejected_key_is_refused_until_it_expires<S: IdempotencyStore>(sto
     );
 }
 
+/// Contract: a finished key past its TTL (completed or refused for good) starts afresh, and the
+/// fresh attempt's own time is its first: an attempt of it left unsettled is judged by its own
+/// age, not as one of unknown age (which would send a new order to a person at its first
+/// ambiguous answer).
+pub async fn an_expired_finished_key_starts_afresh_from_its_own_first_attempt<
+    S: IdempotencyStore,
+>(
+    store: S,
+) {
+    let retention_ms = RETENTION.as_millis() as u64;
+    for (key, reject) in [("done", false), ("declined", true)] {
+        let lease = started(&store, &claim(key, t0())).await;
+        if reject {
+            store
+                .reject(key, &lease, t0(), "card declined")
+                .await
+                .expect("reject");
+        } else {
+            store.complete(key, &lease, t0()).await.expect("complete");
+        }
+        let fresh_at = t0() + retention_ms + 1_000;
+        let (lease, prior) = started_after(&store, &claim(key, fresh_at)).await;
+        assert_eq!(prior, None, "{key}: a fresh start");
+        store
+            .mark_attempted(key, &lease, fresh_at + 10)
+            .await
+            .expect("mark attempted");
+        let (_, prior) = started_after(&store, &claim(key, fresh_at + 20)).await;
+        assert_eq!(
+            prior,
+            Some(PriorAttempt {
+                first_attempt_ms: fresh_at,
+                attempts: 1
+            }),
+            "{key}: the fresh attempt's own time"
+        );
+    }
+}
+
 /// Contract: expired lease is taken over and fences the old holder.
 pub async fn expired_lease_is_taken_over_and_fences_the_old_holder<S: IdempotencyStore>(store: S) {
     let old = started(&store, &claim("k", t0())).await;
@@ -441,6 +480,7 @@ macro_rules! store_contract_tests {
             completing_a_released_key_fails,
             a_done_key_cannot_be_released,
             a_rejected_key_is_refused_until_it_expires,
+            an_expired_finished_key_starts_afresh_from_its_own_first_attempt,
             keys_are_independent,
         );
     };

@@ -36,7 +36,7 @@ pub const BATCH_LIMIT: usize = 10;
 pub const FAILURE_ATTRIBUTE: &str = "dead-letter-failure";
 
 /// Why a record was moved, as its copy in the DLQ carries it ([`FAILURE_ATTRIBUTE`]).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, serde::Deserialize)]
 pub struct Failure {
     /// The verdict's reason code (`invalid_body`, `payment_rejected`, ...).
     pub reason: String,
@@ -59,6 +59,39 @@ pub struct Failure {
     pub last_failure_ms: u64,
     /// What moved it (a function's name and version).
     pub moved_by: String,
+    /// The earlier moves of this message (a redriven copy moved again), oldest first: the
+    /// latest [`MAX_HISTORY`] of them.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub history: Vec<EarlierMove>,
+    /// How many times the message was moved before this move, in all.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub earlier_moves: u32,
+    /// What was left out of the copy to fit SQS's limits (an attribute's name, `detail`,
+    /// `history`), if anything.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub trimmed: Vec<String>,
+}
+
+/// One earlier move of a message, as a later move's [`Failure::history`] keeps it.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, serde::Deserialize)]
+pub struct EarlierMove {
+    /// Its reason code.
+    pub reason: String,
+    /// Its receive count.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub receive_count: Option<u32>,
+    /// When it was moved, epoch ms.
+    pub last_failure_ms: u64,
+    /// What moved it.
+    #[serde(default)]
+    pub moved_by: String,
+}
+
+/// The most earlier moves a [`Failure`] keeps.
+pub const MAX_HISTORY: usize = 5;
+
+fn is_zero(n: &u32) -> bool {
+    *n == 0
 }
 
 /// One record to move.
@@ -160,6 +193,7 @@ pub async fn apply<D: DeadLetterPort>(
                     first_failure_ms: message.first_receive_ms,
                     last_failure_ms: now_ms,
                     moved_by: dead_letters.moved_by.clone(),
+                    ..Failure::default()
                 },
             })
         })
@@ -354,6 +388,7 @@ mod tests {
                     first_failure_ms: Some(999_000),
                     last_failure_ms: 1_000_000,
                     moved_by: "fn:3".into(),
+                    ..Failure::default()
                 }
             )]
         );

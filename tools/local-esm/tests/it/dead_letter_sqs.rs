@@ -328,3 +328,248 @@ async fn a_fifo_record_only_a_person_can_settle_leaves_alone_and_its_group_goes_
     assert_eq!(failure.reason, "needs_reconciliation");
     assert_eq!(failure.receive_count, Some(1));
 }
+
+/// A synthetic event of `records` (message id, body, attributes as name to string value,
+/// receive count) from the queue `arn`, as Lambda delivers it.
+fn event_of(arn: &str, records: &[(String, String, Vec<(String, String)>, u32)]) -> String {
+    let records: Vec<_> = records
+        .iter()
+        .map(|(id, body, attributes, receives)| {
+            let message_attributes: serde_json::Map<String, serde_json::Value> = attributes
+                .iter()
+                .map(|(name, value)| {
+                    (
+                        name.clone(),
+                        json!({ "stringValue": value, "dataType": "String",
+                                "stringListValues": [], "binaryListValues": [] }),
+                    )
+                })
+                .collect();
+            json!({
+                "messageId": id, "receiptHandle": format!("rh-{id}"), "body": body,
+                "attributes": { "ApproximateReceiveCount": receives.to_string(),
+                                "ApproximateFirstReceiveTimestamp": "1767225600000" },
+                "messageAttributes": message_attributes,
+                "eventSource": "aws:sqs", "eventSourceARN": arn, "awsRegion": "us-east-1"
+            })
+        })
+        .collect();
+    json!({ "Records": records }).to_string()
+}
+
+/// What real SQS would refuse of a copy, whatever moto accepts: more than ten attributes, a
+/// value outside SQS's character set, or a copy over `max_bytes` (its body, and each attribute's
+/// name, type and value).
+fn assert_sqs_would_take(copy: &(String, HashMap<String, String>), max_bytes: usize) {
+    let (body, attributes) = copy;
+    assert!(attributes.len() <= 10, "{} attributes", attributes.len());
+    let allowed = |c: char| {
+        matches!(c, '\u{9}' | '\u{a}' | '\u{d}' | '\u{20}'..='\u{d7ff}' | '\u{e000}'..='\u{fffd}')
+            || c >= '\u{10000}'
+    };
+    for (name, value) in attributes {
+        assert!(
+            value.chars().all(allowed),
+            "{name} has characters SQS refuses"
+        );
+    }
+    let size = body.len()
+        + attributes
+            .iter()
+            .map(|(name, value)| name.len() + "String".len() + value.len())
+            .sum::<usize>();
+    assert!(size <= max_bytes, "a copy of {size} bytes, over {max_bytes}");
+}
+
+/// Seams finding 4. A redriven copy carries `dead-letter-failure` and nine attributes of its
+/// own, one of them the claim check's pointer. Poison again, it is moved again with all nine
+/// (the old failure replaced, not counted among them), and the new failure carries the old one's
+/// history: its reason, and the first failure's time.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_copy_moved_twice_keeps_every_attribute_and_its_history() {
+    let endpoint = moto_endpoint();
+    let client = process_orders::aws::sqs(&local_esm::sdk_config(&endpoint), &SQS_SDK);
+    let queues = queue_pair(&client, "dl-twice", false, SETTINGS)
+        .await
+        .expect("queues");
+    let earlier = Failure {
+        reason: "invalid_body".into(),
+        detail: Some("amount is not greater than zero".into()),
+        key: Some("p-1".into()),
+        source_queue_arn: queues.arn.clone(),
+        receive_count: Some(1),
+        first_failure_ms: Some(1_767_000_000_000),
+        last_failure_ms: 1_767_000_000_500,
+        moved_by: "orders-fn:6".into(),
+        ..Failure::default()
+    };
+    let mut attributes: Vec<(String, String)> = (1..=7)
+        .map(|i| (format!("attr-{i}"), format!("v-{i}")))
+        .collect();
+    attributes.push(("payload-pointer".into(), "s3://bucket/key".into()));
+    attributes.push(("trace".into(), "t-1".into()));
+    let originals = attributes.clone();
+    attributes.push((
+        FAILURE_ATTRIBUTE.into(),
+        serde_json::to_string(&earlier).expect("json"),
+    ));
+    let body = r#"{"order_id":"p-1","amount":-5}"#.to_owned();
+    let json = event_of(&queues.arn, &[("m1".into(), body.clone(), attributes, 1)]);
+    let event = sqs_batch::edge::parse_event(&json).expect("event");
+    let deadline_ms = lambda_kit::Clock::now_ms(&SystemClock) + 30_000;
+    let (response, report) = app(&endpoint)
+        .handle_with_report(&event, deadline_ms)
+        .await
+        .expect("handled");
+    assert!(failed_ids(&response).is_empty(), "{report:?}");
+    let moved = dlq_copies(&client, &queues.dlq_url).await;
+    assert_eq!(moved.len(), 1);
+    assert_eq!(moved[0].0, body);
+    for (name, value) in &originals {
+        assert_eq!(
+            moved[0].1.get(name),
+            Some(value),
+            "{name} was dropped: {:?}",
+            moved[0].1.keys()
+        );
+    }
+    assert_sqs_would_take(&moved[0], 262_144);
+    let failure = failure_of(&moved[0].1);
+    assert_eq!(failure.reason, "invalid_body");
+    assert_eq!(failure.moved_by, "orders-fn:7");
+    assert_eq!(
+        failure.first_failure_ms,
+        Some(1_767_000_000_000),
+        "the first failure is the earlier move's"
+    );
+    assert_eq!(failure.earlier_moves, 1);
+    assert_eq!(failure.history.len(), 1, "{failure:?}");
+    assert_eq!(failure.history[0].moved_by, "orders-fn:6");
+    assert_eq!(failure.history[0].last_failure_ms, 1_767_000_000_500);
+}
+
+/// Seams finding 5. Ten poison records of about 120 KB each would make one `SendMessageBatch`
+/// over SQS's 1 MiB: split by size, all ten leave at their first receive. Beside them, poison
+/// whose order id is 200 KB long, or holds U+FFFF (valid JSON, valid in a body, refused in an
+/// attribute value): moved too, their key cut and hashed, every copy within the DLQ's
+/// `MaximumMessageSize` (set low here) and SQS's character set.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn large_and_odd_poison_leaves_at_its_first_receive_within_sqs_limits() {
+    use aws_sdk_sqs::types::QueueAttributeName;
+    let endpoint = moto_endpoint();
+    let client = process_orders::aws::sqs(&local_esm::sdk_config(&endpoint), &SQS_SDK);
+    let queues = queue_pair(&client, "dl-large", false, SETTINGS)
+        .await
+        .expect("queues");
+    const DLQ_MAX: usize = 240_000;
+    client
+        .set_queue_attributes()
+        .queue_url(&queues.dlq_url)
+        .attributes(QueueAttributeName::MaximumMessageSize, DLQ_MAX.to_string())
+        .send()
+        .await
+        .expect("set the DLQ's size");
+    let mut records: Vec<(String, String, Vec<(String, String)>, u32)> = (0..10)
+        .map(|i| {
+            let body = json!({ "order_id": format!("big-{i}"), "amount": -1,
+                               "note": "x".repeat(120_000) })
+            .to_string();
+            (format!("m{i}"), body, vec![("trace".into(), format!("t-{i}"))], 1)
+        })
+        .collect();
+    let long_id = "L".repeat(200_000);
+    records.push((
+        "long".into(),
+        json!({ "order_id": long_id, "amount": 1 }).to_string(),
+        vec![],
+        1,
+    ));
+    records.push((
+        "odd".into(),
+        r#"{"order_id":"o-\uffff","amount":1}"#.into(),
+        vec![],
+        1,
+    ));
+    for chunk in [&records[..6], &records[6..]] {
+        let json = event_of(&queues.arn, chunk);
+        let event = sqs_batch::edge::parse_event(&json).expect("event");
+        let deadline_ms = lambda_kit::Clock::now_ms(&SystemClock) + 30_000;
+        let (response, report) = app(&endpoint)
+            .handle_with_report(&event, deadline_ms)
+            .await
+            .expect("handled");
+        assert!(failed_ids(&response).is_empty(), "{report:?}");
+        assert_eq!(report.counts().moved, chunk.len());
+    }
+    let mut moved = Vec::new();
+    for _ in 0..4 {
+        moved.extend(dlq_copies(&client, &queues.dlq_url).await);
+    }
+    assert_eq!(moved.len(), 12, "every record has its copy");
+    for copy in &moved {
+        assert_sqs_would_take(copy, DLQ_MAX);
+        let failure = failure_of(&copy.1);
+        let key = failure.key.expect("a key");
+        assert!(key.len() <= 256, "a key of {} bytes", key.len());
+    }
+    let odd = moved
+        .iter()
+        .find(|(body, _)| body.contains("\\uffff"))
+        .expect("the odd copy");
+    let key = failure_of(&odd.1).key.expect("key");
+    assert!(key.starts_with("o-") && key.contains('#'), "{key:?}");
+}
+
+/// Seams finding 8. The function is deployed for the template's 201 receives, and an operator
+/// lowers the queue's `maxReceiveCount` to 5 in the console. The queue's `RedrivePolicy` is the
+/// source: a record still failing at receive 4 gives up and leaves with its reason
+/// (`retries_exhausted`), instead of being taken by SQS's redrive at receive 6 without one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_queues_redrive_policy_decides_when_a_retry_gives_up() {
+    let endpoint = moto_endpoint();
+    let client = process_orders::aws::sqs(&local_esm::sdk_config(&endpoint), &SQS_SDK);
+    let queues = queue_pair(
+        &client,
+        "dl-lowered",
+        false,
+        QueueSettings {
+            visibility_timeout_s: 30,
+            max_receive_count: 5,
+        },
+    )
+    .await
+    .expect("queues");
+    let config = Config::from_lookup(|k| match k {
+        "METRICS_ENABLED" => Some("false".into()),
+        "MAX_RECEIVE_COUNT" => Some("201".into()),
+        _ => None,
+    })
+    .expect("config");
+    let app = App::with_ports(
+        &config,
+        MemoryStore::new(config.store.retention),
+        SimulatedGateway::new(),
+        SystemClock,
+    )
+    .with_dead_letters(Some(sqs_dead_letters(
+        local_esm::sdk_config(&endpoint),
+        "orders-fn:7".to_owned(),
+    )));
+    // 401.01 is the simulated provider's refused configuration: RETRY at every receive.
+    let body = r#"{"order_id":"r-1","amount":401.01}"#.to_owned();
+    for (receives, moved) in [(3, false), (4, true)] {
+        let json = event_of(&queues.arn, &[("m1".into(), body.clone(), vec![], receives)]);
+        let event = sqs_batch::edge::parse_event(&json).expect("event");
+        let deadline_ms = lambda_kit::Clock::now_ms(&SystemClock) + 30_000;
+        let (_, report) = app
+            .handle_with_report(&event, deadline_ms)
+            .await
+            .expect("handled");
+        assert_eq!(report.counts().moved, usize::from(moved), "{report:?}");
+    }
+    let copies = dlq_copies(&client, &queues.dlq_url).await;
+    assert_eq!(copies.len(), 1);
+    let failure = failure_of(&copies[0].1);
+    assert_eq!(failure.reason, "retries_exhausted");
+    assert_eq!(failure.receive_count, Some(4));
+}

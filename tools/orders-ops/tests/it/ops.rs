@@ -130,6 +130,7 @@ async fn inspect_reads_dlq_messages_without_consuming_them() {
         first_failure_ms: Some(1_767_225_600_000),
         last_failure_ms: 1_767_225_600_500,
         moved_by: "process-orders:3".into(),
+        ..Default::default()
     };
     sqs.send_message()
         .queue_url(&queue.dlq_url)
