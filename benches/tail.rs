@@ -262,6 +262,7 @@ async fn tail_latency(plan: &Plan, levels: &[usize]) {
                 api_key: process_orders::payment::KeySetting::None,
                 connect_timeout: Duration::from_secs(1),
                 timeout: PAYMENT_TIMEOUT,
+                retryable_failures: process_orders::payment::http::RetryableFailures::default(),
             })
             .expect("gateway"),
             work: Arc::clone(&work),

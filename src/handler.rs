@@ -233,6 +233,10 @@ impl<P: PaymentGateway> GuardedWork for ChargeWork<'_, P> {
                 // Never seen, or forgotten: the guard weighs it against the key window.
                 ChargeStatus::Unknown => Found::Unknown,
                 ChargeStatus::Pending => Found::Pending,
+                // Another amount or currency under the order's key: not this order's charge.
+                ChargeStatus::Conflict => Found::Conflict,
+                // An answer not understood settles nothing and charges nothing.
+                ChargeStatus::Unclear => Found::Unclear,
             },
         )
     }
@@ -291,7 +295,7 @@ impl OrderDecision {
                 ..
             }
             | Guarded::NeedsReconciliation {
-                why: Unsettled::NotFound,
+                why: Unsettled::NotFound | Unsettled::Unclear,
                 ..
             } => Outcome::Poison,
             Guarded::Busy { .. }
@@ -322,6 +326,7 @@ impl OrderDecision {
                 PaymentError::Declined { .. } => "payment_rejected",
                 PaymentError::KeyReused { .. } => "payment_conflict",
                 PaymentError::Misconfigured { .. } => "payment_config",
+                PaymentError::Failed { .. } => "payment_failed",
                 PaymentError::Refused { .. } => "payment_refused",
             },
             Guarded::Pending => "payment_pending",
@@ -429,11 +434,17 @@ fn verdict(
                  which past the window may only mean it forgot: not charged again; settle it \
                  with the provider (PAYMENT_LOOKUP_DURABLE=true if its lookup keeps every charge)"
             ),
+            Unsettled::Unclear => format!(
+                "an earlier charge may exist (first attempt at {first_attempt_ms}) and the \
+                 provider's lookup answered in a shape or status not understood, which settles \
+                 nothing: not charged again; read the charge at the provider"
+            ),
         }),
         Guarded::Store(e) => verdict.with_detail(error_chain(&e)),
-        Guarded::Conflict => {
-            verdict.with_detail("order_id belongs to a different payload (another amount)")
-        }
+        Guarded::Conflict => verdict.with_detail(
+            "order_id belongs to a different payload (another amount or currency), in the \
+             idempotency table or at the provider (its lookup under the key)",
+        ),
         Guarded::Rejected => verdict.with_detail(
             "declined before (recorded in the idempotency item): not sent to the provider again; \
              orders-ops clear-decline lets it be charged",

@@ -2,9 +2,11 @@
 //! `Idempotency-Key`, and `GET {PAYMENT_API_URL}/charges/{key}` to look a key up.
 //!
 //! How each answer to a charge is read (what it proves decides what the store keeps):
-//! - 2xx whose JSON says `"status": "succeeded"`: charged. `"pending"`/`"processing"`: in flight;
-//!   `"failed"`: declined. Any other 2xx (no body, not JSON, a proxy's page, cut off) proves
-//!   nothing: ambiguous.
+//! - 2xx whose JSON says what became of the charge, in any dialect [`read_charge`] knows (the
+//!   draft's and Stripe's `status`, Adyen's `resultCode`): succeeded is charged, pending or
+//!   processing is in flight, and a failure is a decline, final, unless it names a failure the
+//!   deployment lists as retryable (`PAYMENT_RETRYABLE_FAILURES`). Any other 2xx (no body, not
+//!   JSON, a proxy's page, cut off, a status not known) proves nothing: ambiguous.
 //! - 409: a request with this key is still being processed (IETF draft): in flight, never
 //!   charged-yet, with `Retry-After` when given.
 //! - 402, or 400/422 whose JSON names a decline: declined.
@@ -20,8 +22,9 @@
 //! - anything else (401, 403, 404, 405, 407, 3xx, other 4xx, a 400/422 that is not the
 //!   provider's JSON): our configuration is wrong. Redirects are never followed for a charge.
 //!
-//! Provider text is kept only short and redacted ([`super::redact`]), and the API key itself is
-//! scrubbed from every error a call returns.
+//! Provider text is kept only short and redacted ([`super::redact`]), and every run of the API
+//! key is scrubbed from every error a call returns before its text is cut
+//! ([`PaymentError::for_log`]).
 
 use std::future::Future;
 use std::time::Duration;
@@ -38,7 +41,7 @@ use crate::config::ConfigError;
 use crate::money::Money;
 use lambda_kit::{Env, EnvError};
 
-/// The longest provider reason kept for the log.
+/// The longest provider reason kept for the log, in characters.
 const REASON_MAX: usize = 200;
 /// The most of an answer's body that is read. A provider's JSON is small; anything larger is
 /// not it (a proxy's page, a misrouted download) and is not worth the memory.
@@ -56,6 +59,58 @@ pub struct HttpSettings {
     pub connect_timeout: Duration,
     /// The whole request, response body included.
     pub timeout: Duration,
+    /// The provider's failure codes that do not make a failed charge final.
+    pub retryable_failures: RetryableFailures,
+}
+
+/// `PAYMENT_RETRYABLE_FAILURES`: the failure codes (comma-separated, empty by default) that a
+/// failed charge may name and still be charged again, such as a processor's transient
+/// `processing_error`. Every other failure is final, like a decline: recorded, moved with its
+/// reason, never sent again. A code that names a decline is refused at start-up, and an answer
+/// that names a decline anywhere is final whatever its code.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RetryableFailures(Vec<String>);
+
+impl RetryableFailures {
+    /// The codes, as `PAYMENT_RETRYABLE_FAILURES` gives them.
+    pub fn from_env(env: &Env<'_>) -> Result<Self, EnvError> {
+        let Some(text) = env.text("PAYMENT_RETRYABLE_FAILURES") else {
+            return Ok(Self::default());
+        };
+        let mut codes = Vec::new();
+        for code in text.split(',').map(str::trim).filter(|c| !c.is_empty()) {
+            let code = code.to_ascii_lowercase();
+            if code.len() > 64
+                || !code
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b"_.-".contains(&b))
+            {
+                return Err(EnvError::invalid(
+                    "PAYMENT_RETRYABLE_FAILURES",
+                    &text,
+                    "failure codes of letters, digits, '_', '.' and '-', separated by commas",
+                ));
+            }
+            if code.contains("declin") {
+                return Err(EnvError::invalid(
+                    "PAYMENT_RETRYABLE_FAILURES",
+                    &text,
+                    "no decline: a declined card is never sent again",
+                ));
+            }
+            codes.push(code);
+        }
+        Ok(Self(codes))
+    }
+
+    /// These codes.
+    pub fn of(codes: &[&str]) -> Self {
+        Self(codes.iter().map(|c| c.to_ascii_lowercase()).collect())
+    }
+
+    fn contains(&self, code: &str) -> bool {
+        self.0.iter().any(|c| c.eq_ignore_ascii_case(code))
+    }
 }
 
 impl HttpSettings {
@@ -78,6 +133,7 @@ impl HttpSettings {
                 60_000,
             )?),
             timeout: Duration::from_millis(env.ranged("PAYMENT_TIMEOUT_MS", 5_000, 10, 300_000)?),
+            retryable_failures: RetryableFailures::from_env(env)?,
         }))
     }
 
@@ -151,6 +207,7 @@ pub struct HttpGateway {
     client: reqwest::Client,
     charges_url: reqwest::Url,
     key: ApiKey,
+    retryable: RetryableFailures,
 }
 
 /// The charge as the provider receives it: the amount in integer minor units (`1050` for
@@ -189,7 +246,18 @@ impl HttpGateway {
             client,
             charges_url,
             key,
+            retryable: settings.retryable_failures.clone(),
         })
+    }
+
+    /// How this gateway reads an answer to a request that carried `authorization`.
+    fn reading<'a>(&'a self, authorization: Option<&'a HeaderValue>) -> Reading<'a> {
+        Reading {
+            retryable: &self.retryable,
+            secret: authorization
+                .and_then(|h| h.to_str().ok())
+                .map(|h| h.strip_prefix("Bearer ").unwrap_or(h)),
+        }
     }
 
     /// The key, for the invocation's bookkeeping (see [`PaymentGateway::new_invocation`]).
@@ -234,18 +302,22 @@ impl HttpGateway {
     }
 }
 
-/// `result` with the key of `authorization` scrubbed from its error's text.
+/// `result` with every run of the key of `authorization` scrubbed from its error's text.
 fn scrubbed<T>(
     result: Result<T, PaymentError>,
     authorization: Option<&Authorization>,
 ) -> Result<T, PaymentError> {
-    let secret = authorization
-        .and_then(|a| a.header.to_str().ok())
-        .map(|h| h.strip_prefix("Bearer ").unwrap_or(h));
-    match (result, secret) {
+    match (result, secret_of(authorization)) {
         (Err(e), Some(secret)) => Err(e.scrub(secret)),
         (result, _) => result,
     }
+}
+
+/// The key a request carried, as a gateway would echo it (without the scheme).
+fn secret_of(authorization: Option<&Authorization>) -> Option<&str> {
+    authorization
+        .and_then(|a| a.header.to_str().ok())
+        .map(|h| h.strip_prefix("Bearer ").unwrap_or(h))
 }
 
 fn authorized(
@@ -311,12 +383,14 @@ impl PaymentGateway for HttpGateway {
                 .header(CONTENT_TYPE, "application/json")
                 .body(body.clone());
             async move {
+                let sent = authorization.clone();
                 let response = authorized(call, authorization)
                     .send()
                     .await
                     .map_err(transport_error)?;
                 let (status, retry_after, body) = read_answer(response).await;
-                classify(status, retry_after, body.as_deref())
+                let reading = self.reading(sent.as_ref());
+                classify(status, retry_after, body.as_deref(), reading)
             }
         })
         .await
@@ -333,12 +407,14 @@ impl PaymentGateway for HttpGateway {
         self.keyed(request.order_id, |authorization| {
             let call = self.client.get(url.clone());
             async move {
+                let sent = authorization.clone();
                 let response = authorized(call, authorization)
                     .send()
                     .await
                     .map_err(transport_error)?;
                 let (status, _, body) = read_answer(response).await;
-                classify_lookup(status, request.amount, body.as_deref())
+                let reading = self.reading(sent.as_ref());
+                classify_lookup(status, request.amount, body.as_deref(), reading)
             }
         })
         .await
@@ -350,6 +426,27 @@ impl PaymentGateway for HttpGateway {
 
     fn take_key_refreshes(&self) -> u64 {
         self.key.take_refreshes()
+    }
+}
+
+/// What reading an answer needs besides the answer itself.
+#[derive(Debug, Clone, Copy)]
+pub struct Reading<'a> {
+    /// The failures the deployment lets be charged again.
+    pub retryable: &'a RetryableFailures,
+    /// The key the request carried: every run of it is scrubbed from the provider's text
+    /// before that text is cut for the log.
+    pub secret: Option<&'a str>,
+}
+
+/// No failure retryable, no key sent.
+impl Default for Reading<'_> {
+    fn default() -> Self {
+        static NONE: RetryableFailures = RetryableFailures(Vec::new());
+        Self {
+            retryable: &NONE,
+            secret: None,
+        }
     }
 }
 
@@ -366,23 +463,145 @@ fn status_field(json: &serde_json::Map<String, serde_json::Value>) -> Option<&st
     json.get("status").and_then(serde_json::Value::as_str)
 }
 
+/// What a provider's JSON says became of a charge.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ChargeState {
+    /// Charged.
+    Succeeded,
+    /// Still being processed.
+    Pending,
+    /// Not charged.
+    Failed {
+        /// The provider's failure code, if it gives one (lower case).
+        code: Option<String>,
+        /// Whether the answer names a decline anywhere.
+        decline: bool,
+    },
+}
+
+/// What `json` says became of a charge, in the dialects this reader knows, or `None` when it
+/// does not say in a way known here (then it proves nothing):
+/// - `status` (the IETF draft's examples, a Stripe Charge or PaymentIntent): `succeeded`;
+///   `pending`, `processing`; `failed`, `canceled`, and a PaymentIntent back at
+///   `requires_payment_method` after a failed attempt (`last_payment_error`);
+/// - `resultCode` (Adyen): `Authorised`; `Pending`, `Received`; `Refused` (a decline),
+///   `Cancelled`, `Error`.
+///
+/// Anything else (`requires_action`, `requires_capture`, `refunded`, `RedirectShopper`, a status
+/// not documented) is not understood.
+pub fn read_charge(json: &serde_json::Map<String, serde_json::Value>) -> Option<ChargeState> {
+    let failed = |decline: bool| ChargeState::Failed {
+        code: failure_code(json),
+        decline: decline || names_decline(json),
+    };
+    if let Some(status) = status_field(json) {
+        return match status.to_ascii_lowercase().as_str() {
+            "succeeded" => Some(ChargeState::Succeeded),
+            "pending" | "processing" => Some(ChargeState::Pending),
+            "failed" | "canceled" | "cancelled" => Some(failed(false)),
+            "requires_payment_method" if json.get("last_payment_error").is_some() => {
+                Some(failed(false))
+            }
+            _ => None,
+        };
+    }
+    match json.get("resultCode").and_then(serde_json::Value::as_str)? {
+        "Authorised" => Some(ChargeState::Succeeded),
+        "Pending" | "Received" => Some(ChargeState::Pending),
+        "Refused" => Some(failed(true)),
+        "Cancelled" | "Error" => Some(failed(false)),
+        _ => None,
+    }
+}
+
+/// A failure's code, lower case: the charge's `failure_code` (Stripe Charge), the attempt's
+/// `last_payment_error.code` (Stripe PaymentIntent), `error.code`, `code`, or Adyen's
+/// `refusalReasonCode`.
+fn failure_code(json: &serde_json::Map<String, serde_json::Value>) -> Option<String> {
+    let nested = |outer: &str, inner: &str| json.get(outer).and_then(|o| o.get(inner));
+    [
+        json.get("failure_code"),
+        nested("last_payment_error", "code"),
+        nested("error", "code"),
+        json.get("code"),
+        json.get("refusalReasonCode"),
+    ]
+    .into_iter()
+    .flatten()
+    .find_map(|v| match v {
+        serde_json::Value::String(text) => Some(text.to_ascii_lowercase()),
+        serde_json::Value::Number(n) => Some(n.to_string()),
+        _ => None,
+    })
+}
+
+/// Whether an answer names a decline anywhere: a `decline_code` (top level, in `error` or in
+/// Stripe's `last_payment_error`), Stripe's `outcome.type` `issuer_declined` or `blocked`, or a
+/// type or code that says "declin" or `card_error`.
+fn names_decline(json: &serde_json::Map<String, serde_json::Value>) -> bool {
+    let nested = |outer: &str, inner: &str| json.get(outer).and_then(|o| o.get(inner));
+    let decline_code = json.get("decline_code").is_some()
+        || nested("error", "decline_code").is_some()
+        || nested("last_payment_error", "decline_code").is_some();
+    let outcome = nested("outcome", "type")
+        .and_then(serde_json::Value::as_str)
+        .is_some_and(|t| matches!(t, "issuer_declined" | "blocked"));
+    let words = [
+        json.get("failure_code"),
+        nested("last_payment_error", "code"),
+        nested("last_payment_error", "type"),
+    ]
+    .into_iter()
+    .flatten()
+    .filter_map(serde_json::Value::as_str)
+    .any(|t| {
+        let t = t.to_ascii_lowercase();
+        t.contains("declin")
+    });
+    decline_code || outcome || words || names(json, &["card_error", "declin"])
+}
+
+/// A failure as a charge's answer: a decline, final, unless the deployment lists its code as
+/// retryable and the answer names no decline.
+fn failed_charge(
+    status: StatusCode,
+    body: Option<&str>,
+    code: Option<String>,
+    decline: bool,
+    reading: Reading<'_>,
+) -> PaymentError {
+    let reason = short_reason(status, body, reading.secret);
+    match code {
+        Some(code) if !decline && reading.retryable.contains(&code) => PaymentError::Failed {
+            status: Some(status.as_u16()),
+            code,
+            reason,
+        },
+        _ => PaymentError::Declined {
+            status: Some(status.as_u16()),
+            reason,
+        },
+    }
+}
+
 /// The decision for a provider's answer to a charge.
 pub fn classify(
     status: StatusCode,
     retry_after: Option<Duration>,
     body: Option<&str>,
+    reading: Reading<'_>,
 ) -> Result<(), PaymentError> {
+    let secret = reading.secret;
     let code = status.as_u16();
     if status.is_success() {
         let json = provider_json(body);
-        return match json.as_ref().and_then(status_field) {
-            Some("succeeded") => Ok(()),
-            Some("pending" | "processing") => Err(PaymentError::InFlight { retry_after }),
-            Some("failed") => Err(PaymentError::Declined {
-                status: Some(code),
-                reason: short_reason(status, body),
-            }),
-            _ => Err(PaymentError::Ambiguous {
+        return match json.as_ref().and_then(read_charge) {
+            Some(ChargeState::Succeeded) => Ok(()),
+            Some(ChargeState::Pending) => Err(PaymentError::InFlight { retry_after }),
+            Some(ChargeState::Failed { code, decline }) => {
+                Err(failed_charge(status, body, code, decline, reading))
+            }
+            None => Err(PaymentError::Ambiguous {
                 reason: format!(
                     "HTTP {code} without the provider's JSON (body {})",
                     match body {
@@ -398,96 +617,123 @@ pub fn classify(
         409 => Err(PaymentError::InFlight { retry_after }),
         402 => Err(PaymentError::Declined {
             status: Some(code),
-            reason: short_reason(status, body),
+            reason: short_reason(status, body, secret),
         }),
         400 | 422 => match provider_json(body) {
             Some(json) if names_idempotency(&json) => {
-                Err(idempotency_refusal(status, retry_after, &json, body))
+                Err(idempotency_refusal(status, retry_after, &json, body, secret))
             }
             Some(json) if is_decline(&json) => Err(PaymentError::Declined {
                 status: Some(code),
-                reason: short_reason(status, body),
+                reason: short_reason(status, body, secret),
             }),
+            // Adyen answers a refusal 200 and an error 422 with its `resultCode`.
+            Some(json) if json.contains_key("resultCode") => match read_charge(&json) {
+                Some(ChargeState::Failed { code, decline }) => {
+                    Err(failed_charge(status, body, code, decline, reading))
+                }
+                _ => Err(PaymentError::Refused {
+                    status: Some(code),
+                    reason: short_reason(status, body, secret),
+                }),
+            },
             // The provider's JSON, but no decline: a missing parameter, a contract change. This
             // request is wrong, never POISON; other orders may well pass.
             Some(_) => Err(PaymentError::Refused {
                 status: Some(code),
-                reason: short_reason(status, body),
+                reason: short_reason(status, body, secret),
             }),
             // Not the provider's JSON: a validator or a WAF in front of it. Our setup.
-            None => Err(misconfigured(status, body)),
+            None => Err(misconfigured(status, body, secret)),
         },
-        _ => Err(unanswered(status, body)),
+        _ => Err(unanswered(status, body, secret)),
     }
 }
 
 /// The decision for a provider's answer to a lookup of `amount`'s charge.
+///
+/// | answer | status |
+/// |---|---|
+/// | 2xx, succeeded | `Succeeded` |
+/// | 2xx, pending or processing; 409 | `Pending` |
+/// | 2xx, a failure whose code is listed retryable and that names no decline | `Failed` |
+/// | 2xx, any other failure | `Declined` (final) |
+/// | 2xx, the provider's JSON in a shape or status not known here | `Unclear` (nothing charged) |
+/// | 2xx, any of the above for another amount or currency | `Conflict` |
+/// | 404 that is the provider's "no such charge" | `Unknown` |
+/// | 2xx without JSON, any other 404 | an error: cannot tell now |
+/// | anything else | an error, as a charge's answer would be |
 pub fn classify_lookup(
     status: StatusCode,
     amount: Money,
     body: Option<&str>,
+    reading: Reading<'_>,
 ) -> Result<ChargeStatus, PaymentError> {
     let json = provider_json(body);
-    let found = match (status.as_u16(), json.as_ref().map(status_field)) {
-        (200, Some(Some("succeeded"))) => ChargeStatus::Succeeded,
-        // A failure that names a decline is final: charging again after the key window would
-        // send a declined card to the network again.
-        (200, Some(Some("failed"))) if json.as_ref().is_some_and(is_decline) => {
-            ChargeStatus::Declined
-        }
-        (200, Some(Some("failed"))) => ChargeStatus::Failed,
-        (200, Some(Some("pending" | "processing"))) | (409, _) => ChargeStatus::Pending,
+    let found = match (status.as_u16(), &json) {
+        (409, _) => ChargeStatus::Pending,
+        (200..=299, Some(json)) => match read_charge(json) {
+            Some(ChargeState::Succeeded) => ChargeStatus::Succeeded,
+            Some(ChargeState::Pending) => ChargeStatus::Pending,
+            // Listed as retryable and no decline: definitely not charged, may be again.
+            Some(ChargeState::Failed {
+                code: Some(code),
+                decline: false,
+            }) if reading.retryable.contains(&code) => ChargeStatus::Failed,
+            // Any other failure is final: charging again after the key window would send a
+            // declined card (or a failure nobody said may be retried) to the network again.
+            Some(ChargeState::Failed { .. }) => ChargeStatus::Declined,
+            None => ChargeStatus::Unclear,
+        },
         // Only the provider's own "no such charge" counts. A 404 may just as well be a missing
         // route (an API gateway answers those in JSON too), and reading that as "never charged"
         // would charge again.
-        (404, _) if json.as_ref().is_some_and(names_missing_charge) => {
-            return Ok(ChargeStatus::Unknown);
-        }
+        (404, Some(json)) if names_missing_charge(json) => return Ok(ChargeStatus::Unknown),
         (200..=299 | 404, _) => {
             return Err(PaymentError::Ambiguous {
                 reason: format!("lookup answered HTTP {status} without a known status"),
                 source: None,
             });
         }
-        _ => return Err(unanswered(status, body)),
+        _ => return Err(unanswered(status, body, reading.secret)),
     };
     // A charge under our key for another amount (minor units, as sent) or another currency is
-    // not this order's charge.
-    let field = |name| json.as_ref().and_then(|j| j.get(name));
-    let other_amount = field("amount")
+    // not this order's charge: the draft's and Stripe's `amount` and `currency`, Adyen's
+    // `amount.value` and `amount.currency`.
+    let Some(json) = json.as_ref() else {
+        return Ok(found);
+    };
+    let (charged_amount, charged_currency) = match json.get("amount") {
+        Some(serde_json::Value::Object(money)) => (money.get("value"), money.get("currency")),
+        other => (other, json.get("currency")),
+    };
+    let other_amount = charged_amount
         .and_then(serde_json::Value::as_u64)
-        .filter(|charged| *charged != amount.minor);
-    let other_currency = field("currency")
+        .is_some_and(|charged| charged != amount.minor);
+    let other_currency = charged_currency
         .and_then(serde_json::Value::as_str)
-        .filter(|code| !code.eq_ignore_ascii_case(amount.currency.as_str()));
-    if other_amount.is_some() || other_currency.is_some() {
-        return Err(PaymentError::KeyReused {
-            status: Some(status.as_u16()),
-            reason: format!(
-                "the provider's charge under this key is for {} {} minor units, not {amount}",
-                redact(other_currency.unwrap_or(amount.currency.as_str())),
-                other_amount.unwrap_or(amount.minor),
-            ),
-        });
+        .is_some_and(|code| !code.eq_ignore_ascii_case(amount.currency.as_str()));
+    if other_amount || other_currency {
+        return Ok(ChargeStatus::Conflict);
     }
     Ok(found)
 }
 
 /// A status that is neither an answer nor a refusal of the charge itself.
-fn unanswered(status: StatusCode, body: Option<&str>) -> PaymentError {
+fn unanswered(status: StatusCode, body: Option<&str>, secret: Option<&str>) -> PaymentError {
     match status.as_u16() {
         408 | 429 | 500..=599 => PaymentError::Ambiguous {
             reason: format!("HTTP {}", status.as_u16()),
             source: None,
         },
-        _ => misconfigured(status, body),
+        _ => misconfigured(status, body, secret),
     }
 }
 
-fn misconfigured(status: StatusCode, body: Option<&str>) -> PaymentError {
+fn misconfigured(status: StatusCode, body: Option<&str>, secret: Option<&str>) -> PaymentError {
     PaymentError::Misconfigured {
         status: Some(status.as_u16()),
-        reason: short_reason(status, body),
+        reason: short_reason(status, body, secret),
     }
 }
 
@@ -529,6 +775,7 @@ fn idempotency_refusal(
     retry_after: Option<Duration>,
     json: &serde_json::Map<String, serde_json::Value>,
     body: Option<&str>,
+    secret: Option<&str>,
 ) -> PaymentError {
     let text = problem_text(json);
     let says = |words: &[&str]| words.iter().any(|w| text.contains(w));
@@ -549,7 +796,7 @@ fn idempotency_refusal(
         "format",
         "too long",
     ]) {
-        return misconfigured(status, body);
+        return misconfigured(status, body, secret);
     }
     if status == StatusCode::UNPROCESSABLE_ENTITY
         || says(&[
@@ -562,10 +809,10 @@ fn idempotency_refusal(
     {
         return PaymentError::KeyReused {
             status: Some(status.as_u16()),
-            reason: short_reason(status, body),
+            reason: short_reason(status, body, secret),
         };
     }
-    misconfigured(status, body)
+    misconfigured(status, body, secret)
 }
 
 /// The provider's words about an error, lower-cased: the problem's `title` and `detail`, the
@@ -664,9 +911,11 @@ fn certificate_error(error: &reqwest::Error) -> Option<String> {
 }
 
 /// A short reason from a provider's error body (`message`, `error.message`, `error`, `reason`,
-/// or a problem's `title`), else the status text; with the provider's error code when it gives
-/// one, cut to [`REASON_MAX`] characters and redacted ([`redact`]).
-fn short_reason(status: StatusCode, body: Option<&str>) -> String {
+/// or a problem's `title`), else the status text; every run of the key the request carried
+/// scrubbed from the whole text first ([`super::redact::scrub_key`], so a key that straddles the
+/// cut is still found), then cut to [`REASON_MAX`] characters, with the provider's error code
+/// when it gives one, redacted ([`redact`]).
+fn short_reason(status: StatusCode, body: Option<&str>, secret: Option<&str>) -> String {
     let json = body.and_then(|b| serde_json::from_str::<serde_json::Value>(b).ok());
     let field = |names: &[Option<&serde_json::Value>]| {
         names
@@ -688,6 +937,10 @@ fn short_reason(status: StatusCode, body: Option<&str>) -> String {
         .and_then(|v| field(&[v.get("error").and_then(|e| e.get("code")), v.get("code")]));
     let reason =
         from_body.unwrap_or_else(|| status.canonical_reason().unwrap_or("rejected").to_owned());
+    let reason = match secret.and_then(|key| super::redact::scrub_key(&reason, key)) {
+        Some(scrubbed) => scrubbed,
+        None => reason,
+    };
     let reason = match reason.char_indices().nth(REASON_MAX) {
         Some((cut, _)) => format!("{}...", &reason[..cut]),
         None => reason,
@@ -709,7 +962,7 @@ mod tests {
     }
 
     fn charge(code: u16, body: &str) -> Result<(), PaymentError> {
-        classify(status(code), None, Some(body))
+        classify(status(code), None, Some(body), Reading::default())
     }
 
     const SUCCEEDED: &str = r#"{"id":"ch_1","status":"succeeded"}"#;
@@ -727,6 +980,7 @@ mod tests {
             Err(PaymentError::KeyReused { .. }) => "key reused",
             Err(PaymentError::Misconfigured { .. }) => "misconfigured",
             Err(PaymentError::Refused { .. }) => "refused",
+            Err(PaymentError::Failed { .. }) => "failed",
         };
         let declined = r#"{"error":{"type":"card_error","message":"card declined"}}"#;
         let reused = r#"{"error":{"type":"idempotency_error","message":"reused"}}"#;
@@ -799,7 +1053,47 @@ mod tests {
         for (code, body, expected) in cases {
             assert_eq!(kind(charge(*code, body)), *expected, "{code} {body}");
         }
-        assert_eq!(kind(classify(status(200), None, None)), "ambiguous");
+        assert_eq!(
+            kind(classify(status(200), None, None, Reading::default())),
+            "ambiguous"
+        );
+        // Other dialects: Stripe's PaymentIntent and Charge, Adyen's resultCode.
+        let dialects: &[(u16, &str, &str)] = &[
+            (200, r#"{"object":"payment_intent","status":"processing"}"#, "in flight"),
+            (
+                200,
+                r#"{"object":"payment_intent","status":"requires_payment_method","last_payment_error":{"type":"card_error","code":"card_declined","decline_code":"generic_decline"}}"#,
+                "declined",
+            ),
+            (200, r#"{"object":"payment_intent","status":"requires_action"}"#, "ambiguous"),
+            (200, r#"{"status":"failed","outcome":{"type":"issuer_declined"}}"#, "declined"),
+            (200, r#"{"resultCode":"Authorised","pspReference":"x"}"#, "charged"),
+            (200, r#"{"resultCode":"Refused","refusalReason":"Not enough balance"}"#, "declined"),
+            (200, r#"{"resultCode":"Received"}"#, "in flight"),
+            (200, r#"{"resultCode":"RedirectShopper"}"#, "ambiguous"),
+            (422, r#"{"resultCode":"Refused","refusalReason":"CVC Declined"}"#, "declined"),
+        ];
+        for (code, body, expected) in dialects {
+            assert_eq!(kind(charge(*code, body)), *expected, "{code} {body}");
+        }
+        // A failure the deployment lists as retryable, and names no decline: not final.
+        let retryable = RetryableFailures::of(&["processing_error"]);
+        let reading = Reading {
+            retryable: &retryable,
+            secret: None,
+        };
+        let processing = r#"{"status":"failed","failure_code":"processing_error"}"#;
+        assert_eq!(
+            kind(classify(status(200), None, Some(processing), reading)),
+            "failed"
+        );
+        assert_eq!(kind(charge(200, processing)), "declined", "unless listed");
+        let declined_too = r#"{"status":"failed","failure_code":"processing_error","decline_code":"do_not_honor"}"#;
+        assert_eq!(
+            kind(classify(status(200), None, Some(declined_too), reading)),
+            "declined",
+            "a decline is never retryable"
+        );
     }
 
     #[test]
@@ -827,7 +1121,7 @@ mod tests {
         headers.insert(RETRY_AFTER, HeaderValue::from_static("7"));
         let wait = retry_after(&headers);
         assert_eq!(wait, Some(Duration::from_secs(7)));
-        match classify(status(409), wait, Some("{}")) {
+        match classify(status(409), wait, Some("{}"), Reading::default()) {
             Err(PaymentError::InFlight { retry_after }) => {
                 assert_eq!(retry_after, Some(Duration::from_secs(7)))
             }
@@ -843,61 +1137,97 @@ mod tests {
     #[test]
     fn a_lookup_answer_has_its_meaning() {
         let ten = Money::parse("10", crate::money::Currency::EUR).expect("amount");
-        let lookup = |code, body: &str| classify_lookup(status(code), ten, Some(body));
-        assert_eq!(
-            lookup(
+        let retryable = RetryableFailures::of(&["processing_error"]);
+        let reading = Reading {
+            retryable: &retryable,
+            secret: None,
+        };
+        let lookup = |code, body: &str| classify_lookup(status(code), ten, Some(body), reading);
+        let cases: &[(u16, &str, ChargeStatus)] = &[
+            (
                 200,
-                r#"{"status":"succeeded","amount":1000,"currency":"eur"}"#
-            )
-            .ok(),
-            Some(ChargeStatus::Succeeded)
-        );
-        assert_eq!(
-            lookup(200, r#"{"status":"failed"}"#).ok(),
-            Some(ChargeStatus::Failed)
-        );
-        for declined in [
-            r#"{"status":"failed","decline_code":"insufficient_funds"}"#,
-            r#"{"status":"failed","error":{"type":"card_error","code":"card_declined"}}"#,
-        ] {
-            assert_eq!(
-                lookup(200, declined).ok(),
-                Some(ChargeStatus::Declined),
-                "{declined}"
-            );
-        }
-        assert_eq!(
-            lookup(200, r#"{"status":"pending"}"#).ok(),
-            Some(ChargeStatus::Pending)
-        );
-        assert_eq!(lookup(409, "{}").ok(), Some(ChargeStatus::Pending));
-        for missing in [
-            r#"{"error":{"code":"resource_missing","message":"No such charge"}}"#,
-            r#"{"status":"not_found"}"#,
-        ] {
-            assert_eq!(
-                lookup(404, missing).ok(),
-                Some(ChargeStatus::Unknown),
-                "{missing}"
-            );
+                r#"{"status":"succeeded","amount":1000,"currency":"eur"}"#,
+                ChargeStatus::Succeeded,
+            ),
+            (200, r#"{"status":"pending"}"#, ChargeStatus::Pending),
+            (409, "{}", ChargeStatus::Pending),
+            // Any failure is final, whatever it names, unless listed retryable.
+            (200, r#"{"status":"failed"}"#, ChargeStatus::Declined),
+            (
+                200,
+                r#"{"status":"failed","decline_code":"insufficient_funds"}"#,
+                ChargeStatus::Declined,
+            ),
+            (
+                200,
+                r#"{"status":"failed","error":{"type":"card_error","code":"card_declined"}}"#,
+                ChargeStatus::Declined,
+            ),
+            (
+                200,
+                r#"{"status":"failed","failure_code":"processing_error"}"#,
+                ChargeStatus::Failed,
+            ),
+            (
+                200,
+                r#"{"status":"failed","failure_code":"processing_error","outcome":{"type":"blocked"}}"#,
+                ChargeStatus::Declined,
+            ),
+            // Stripe's PaymentIntent after a declined attempt, and Adyen's refusal.
+            (
+                200,
+                r#"{"object":"payment_intent","amount":1000,"currency":"eur","status":"requires_payment_method","last_payment_error":{"type":"card_error","code":"card_declined","decline_code":"insufficient_funds"}}"#,
+                ChargeStatus::Declined,
+            ),
+            (
+                200,
+                r#"{"resultCode":"Refused","amount":{"value":1000,"currency":"EUR"}}"#,
+                ChargeStatus::Declined,
+            ),
+            (
+                200,
+                r#"{"resultCode":"Authorised","amount":{"value":1000,"currency":"EUR"}}"#,
+                ChargeStatus::Succeeded,
+            ),
+            // The provider's JSON, but a status (or no status) not known here: unclear.
+            (200, r#"{"status":"under_review"}"#, ChargeStatus::Unclear),
+            (200, r#"{"id":"ch_1"}"#, ChargeStatus::Unclear),
+            (
+                200,
+                r#"{"object":"payment_intent","status":"requires_capture"}"#,
+                ChargeStatus::Unclear,
+            ),
+            // A charge under the key for another amount or currency is not this order's.
+            (
+                200,
+                r#"{"status":"succeeded","amount":1100}"#,
+                ChargeStatus::Conflict,
+            ),
+            (
+                200,
+                r#"{"status":"succeeded","amount":1000,"currency":"USD"}"#,
+                ChargeStatus::Conflict,
+            ),
+            (
+                200,
+                r#"{"resultCode":"Authorised","amount":{"value":999,"currency":"EUR"}}"#,
+                ChargeStatus::Conflict,
+            ),
+            (
+                404,
+                r#"{"error":{"code":"resource_missing","message":"No such charge"}}"#,
+                ChargeStatus::Unknown,
+            ),
+            (404, r#"{"status":"not_found"}"#, ChargeStatus::Unknown),
+        ];
+        for (code, body, expected) in cases {
+            assert_eq!(lookup(*code, body).ok(), Some(*expected), "{code} {body}");
         }
         // A 404 that is not the provider's "no such charge" (a missing route, an API gateway's
         // JSON) cannot tell: never read as "never charged".
         for foreign in ["Not Found", r#"{"message":"Not Found"}"#, ""] {
             assert!(lookup(404, foreign).is_err(), "{foreign}");
         }
-        // A charge under the key for another amount is not this order's.
-        assert!(matches!(
-            lookup(200, r#"{"status":"succeeded","amount":1100}"#),
-            Err(PaymentError::KeyReused { .. })
-        ));
-        assert!(matches!(
-            lookup(
-                200,
-                r#"{"status":"succeeded","amount":1000,"currency":"USD"}"#
-            ),
-            Err(PaymentError::KeyReused { .. })
-        ));
         assert!(matches!(
             lookup(200, "<html>"),
             Err(PaymentError::Ambiguous { .. })
@@ -910,6 +1240,36 @@ mod tests {
             lookup(401, ""),
             Err(PaymentError::Misconfigured { .. })
         ));
+    }
+
+    /// The key echoed past the cut: scrubbed from the whole text before it is cut, by runs.
+    #[test]
+    fn the_key_is_scrubbed_before_the_reason_is_cut() {
+        const KEY: &str = "QwertyUiopAsdfGhjkLzxcVbnmMnbvCxzL";
+        for filler in [180, 190, 199] {
+            let body = format!(
+                r#"{{"error":{{"message":"{}{KEY}"}}}}"#,
+                "r".repeat(filler)
+            );
+            let reading = Reading {
+                secret: Some(KEY),
+                ..Reading::default()
+            };
+            let Err(PaymentError::Misconfigured { reason, .. }) =
+                classify(status(401), None, Some(&body), reading)
+            else {
+                panic!("refused");
+            };
+            if filler < 190 {
+                assert!(reason.contains("[redacted]"), "{filler}: {reason}");
+            }
+            for run in KEY.as_bytes().windows(8) {
+                assert!(
+                    !reason.contains(std::str::from_utf8(run).expect("ascii")),
+                    "{filler}: {reason}"
+                );
+            }
+        }
     }
 
     #[test]
@@ -954,6 +1314,7 @@ mod tests {
             api_key: KeySetting::Value(crate::payment::Secret::new("sk_live_SECRET")),
             connect_timeout: Duration::from_secs(1),
             timeout: Duration::from_secs(5),
+            retryable_failures: RetryableFailures::default(),
         };
         assert!(!format!("{settings:?}").contains("SECRET"));
         let gateway = HttpGateway::new(&settings).expect("gateway");

@@ -40,15 +40,23 @@ pub struct ChargeRequest<'a> {
 pub enum ChargeStatus {
     /// Charged.
     Succeeded,
-    /// Definitely not charged: the same key may be charged again.
+    /// Definitely not charged, for a reason the deployment lists as retryable
+    /// (`PAYMENT_RETRYABLE_FAILURES`): the same key may be charged again.
     Failed,
-    /// Definitely not charged, and refused for good (a decline, found by the look-up after a
-    /// charge that was pending or unanswered): never sent again, like a decline answered at once.
+    /// Definitely not charged, and final: any failure the deployment does not list as
+    /// retryable, a decline above all (found by the look-up after a charge that was pending or
+    /// unanswered). Never sent again, like a decline answered at once.
     Declined,
     /// Still being processed.
     Pending,
     /// The provider has no charge under the key.
     Unknown,
+    /// The provider holds a charge under the key for another amount or currency: the key is not
+    /// this order's (CONFLICT).
+    Conflict,
+    /// The provider answered, in a shape or with a status this reader does not understand: it
+    /// settles nothing, and nothing is charged on it.
+    Unclear,
 }
 
 /// Why a charge did not (or may not) happen. The variants follow what the answer proves.
@@ -105,6 +113,18 @@ pub enum PaymentError {
         /// The provider's words, redacted.
         reason: String,
     },
+    /// The provider says the charge failed, for a reason the deployment lists as retryable
+    /// (`PAYMENT_RETRYABLE_FAILURES`: a processing error, never a decline). Nothing was charged;
+    /// the order is retried.
+    #[error("the charge failed ({code}){}: {reason}", http_status(*status))]
+    Failed {
+        /// The HTTP status, if the answer came over HTTP.
+        status: Option<u16>,
+        /// The provider's failure code, as listed.
+        code: String,
+        /// The provider's words, redacted.
+        reason: String,
+    },
     /// The provider refused this order's request as invalid (400/422 with its JSON, neither a
     /// decline nor a key reuse: a missing parameter, a contract change). Our request is wrong,
     /// so it is retried like a configuration error, but it says nothing of the other orders.
@@ -134,6 +154,7 @@ impl PaymentError {
             Self::NotSent { .. }
             | Self::Declined { .. }
             | Self::KeyReused { .. }
+            | Self::Failed { .. }
             | Self::Misconfigured { .. }
             | Self::Refused { .. } => Effect::None,
         }
@@ -149,21 +170,21 @@ impl PaymentError {
         matches!(self, Self::Misconfigured { .. })
     }
 
-    /// The error with every occurrence of `secret` in the provider's text replaced: a gateway
-    /// may echo the credential it refused.
+    /// The error with every run of `secret` in the provider's text replaced
+    /// ([`redact::scrub_key`]): a gateway may echo the credential it refused, whole, cut or
+    /// split. The provider's own reason was scrubbed before it was cut (`http::short_reason`);
+    /// this covers every other text an error carries.
     pub fn scrub(mut self, secret: &str) -> Self {
-        if secret.is_empty() {
-            return self;
-        }
         match &mut self {
             Self::Declined { reason, .. }
             | Self::KeyReused { reason, .. }
             | Self::Misconfigured { reason, .. }
             | Self::Refused { reason, .. }
+            | Self::Failed { reason, .. }
             | Self::NotSent { reason, .. }
             | Self::Ambiguous { reason, .. } => {
-                if reason.contains(secret) {
-                    *reason = reason.replace(secret, redact::REDACTED);
+                if let Some(scrubbed) = redact::scrub_key(reason, secret) {
+                    *reason = scrubbed;
                 }
             }
             Self::InFlight { .. } => {}
@@ -181,8 +202,8 @@ pub trait PaymentGateway: Send + Sync {
     ) -> impl Future<Output = Result<(), PaymentError>> + Send;
 
     /// What became of the charge under `request.idempotency_key`. A charge found with another
-    /// amount is [`PaymentError::KeyReused`]: it is not this order's. An error means the provider
-    /// cannot tell now.
+    /// amount or currency is [`ChargeStatus::Conflict`]: it is not this order's. An error means
+    /// the provider cannot tell now.
     fn lookup(
         &self,
         request: &ChargeRequest<'_>,

@@ -60,6 +60,58 @@ fn looks_like_a_key(word: &str) -> bool {
         && word.chars().any(|c| c.is_ascii_alphabetic())
 }
 
+/// The shortest run of a key's characters that is scrubbed wherever it appears: a gateway may
+/// echo a key cut, split or wrapped, and any eight of its characters in a row narrow it down.
+pub const MIN_KEY_RUN: usize = 8;
+
+/// `text` with every run of [`MIN_KEY_RUN`] or more characters of `key` (every substring of it
+/// that long) replaced by [`REDACTED`], and the whole key wherever it stands if it is shorter.
+/// `None` when nothing of it is there.
+pub fn scrub_key(text: &str, key: &str) -> Option<String> {
+    let (text_bytes, key_bytes) = (text.as_bytes(), key.as_bytes());
+    if key.is_empty() {
+        return None;
+    }
+    let window = key_bytes.len().min(MIN_KEY_RUN);
+    // Every byte of `text` inside a match of one of the key's windows: overlapping windows of
+    // a longer run cover it whole.
+    let mut covered = vec![false; text_bytes.len()];
+    let mut found = false;
+    for piece in key_bytes.windows(window) {
+        let mut from = 0;
+        while let Some(at) = find(&text_bytes[from..], piece) {
+            let start = from + at;
+            covered[start..start + window].fill(true);
+            found = true;
+            from = start + 1;
+        }
+    }
+    if !found {
+        return None;
+    }
+    let mut out = String::with_capacity(text.len());
+    let mut index = 0;
+    while index < text_bytes.len() {
+        if covered[index] {
+            out.push_str(REDACTED);
+            while index < text_bytes.len() && covered[index] {
+                index += 1;
+            }
+        } else {
+            // A run is made of the key's bytes, which are visible ASCII (a header value), so
+            // whatever lies outside runs is copied whole characters at a time.
+            let width = text[index..].chars().next().map_or(1, char::len_utf8);
+            out.push_str(&text[index..index + width]);
+            index += width;
+        }
+    }
+    Some(out)
+}
+
+fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
+    haystack.windows(needle.len()).position(|w| w == needle)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -91,5 +143,25 @@ mod tests {
         for (text, expected) in cases {
             assert_eq!(redact(text), expected, "{text}");
         }
+    }
+
+    #[test]
+    fn every_run_of_eight_characters_of_the_key_is_scrubbed() {
+        const KEY: &str = "QwertyUiopAsdfGhjk";
+        let cases = [
+            ("refused QwertyUiopAsdfGhjk here", Some("refused [redacted] here")),
+            // Cut short, or only its end: still eight in a row.
+            ("refused QwertyUi", Some("refused [redacted]")),
+            ("…dfGhjk and UiopAsdf…", Some("…dfGhjk and [redacted]…")),
+            // Seven in a row is not enough to narrow the key down.
+            ("refused QwertyU", None),
+            ("nothing of it", None),
+        ];
+        for (text, expected) in cases {
+            assert_eq!(scrub_key(text, KEY).as_deref(), expected, "{text}");
+        }
+        // A key shorter than a run is scrubbed whole.
+        assert_eq!(scrub_key("k=abc;", "abc").as_deref(), Some("k=[redacted];"));
+        assert_eq!(scrub_key("anything", ""), None);
     }
 }

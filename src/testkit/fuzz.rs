@@ -7,7 +7,7 @@ use reqwest::StatusCode;
 
 use crate::money::{Currency, Money};
 use crate::payment::PaymentError;
-use crate::payment::http::{classify, classify_lookup};
+use crate::payment::http::{Reading, classify, classify_lookup};
 
 /// A provider's answer from fuzz bytes: the first two bytes pick the status (100 to 599), the
 /// rest is the body (lossy UTF-8; an empty rest is an unreadable body).
@@ -31,7 +31,7 @@ fn answer(data: &[u8]) -> (StatusCode, Option<String>) {
 pub fn answer_properties(data: &[u8]) {
     let (status, body) = answer(data);
     let body = body.as_deref();
-    let charged = classify(status, Some(Duration::from_secs(1)), body);
+    let charged = classify(status, Some(Duration::from_secs(1)), body, Reading::default());
     let code = status.as_u16();
     if code >= 500 || code == 429 {
         assert!(
@@ -57,7 +57,7 @@ pub fn answer_properties(data: &[u8]) {
         minor: 1_000,
         currency: Currency::EUR,
     };
-    let looked_up = classify_lookup(status, amount, body);
+    let looked_up = classify_lookup(status, amount, body, Reading::default());
     for text in [
         charged.err().map(|e| lambda_kit::error_chain(&e)),
         looked_up.err().map(|e| lambda_kit::error_chain(&e)),

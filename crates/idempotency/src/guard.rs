@@ -16,6 +16,8 @@
 //! | STARTED, prior attempt | happened | - | complete | `COMPLETED` | `Reconciled` |
 //! | STARTED, prior attempt | pending | - | mark attempted | `ATTEMPTED` | `Pending` |
 //! | STARTED, prior attempt | refused for good (a decline) | - | reject | `REJECTED` | `Rejected` |
+//! | STARTED, prior attempt | another payload's work under the key | - | mark attempted | `ATTEMPTED` | `Conflict` |
+//! | STARTED, prior attempt | not understood | - | mark attempted | `ATTEMPTED` | `NeedsReconciliation` |
 //! | STARTED, prior attempt | not happened (a definite failure) | (as a fresh key, but a failure always marks attempted) | | | |
 //! | STARTED, prior attempt | unknown or unavailable, inside the key window | (as above: the same key is safe to resend) | | | |
 //! | STARTED, prior attempt | unknown, past the key window, durable look-up | (as above: "unknown" is proof) | | | |
@@ -73,6 +75,12 @@ pub enum Found {
     /// It was refused for good (a declined payment): never attempted again. The key is recorded
     /// as refused, as a refusal answered at once is ([`GuardedWork::refusal`]).
     Refused,
+    /// The other system holds work under the key for another payload (another amount): the key
+    /// is not this payload's. Never attempted; the run is a [`Guarded::Conflict`].
+    Conflict,
+    /// The other system answered in a way the caller does not understand (a status nobody
+    /// documented): it settles nothing, and the work is not done on it, at any age of the key.
+    Unclear,
 }
 
 /// The work a key guards.
@@ -131,6 +139,8 @@ pub enum Unsettled<E> {
     LookUpFailed(E),
     /// The look-up answered that the key is unknown, which past the key window proves nothing.
     NotFound,
+    /// The look-up answered in a way not understood ([`Found::Unclear`]).
+    Unclear,
 }
 
 /// One key's work to guard.
@@ -160,7 +170,8 @@ pub enum Guarded<T, E> {
         /// Epoch ms.
         until_ms: u64,
     },
-    /// The key belongs to another payload.
+    /// The key belongs to another payload (in the store, or as the other system's look-up
+    /// found).
     Conflict,
     /// Refused for good before with the same payload ([`GuardedWork::refusal`]): not attempted.
     Rejected,
@@ -174,9 +185,10 @@ pub enum Guarded<T, E> {
         /// Whether it may have taken effect.
         effect: Effect,
     },
-    /// An earlier attempt may have taken effect, the other system has forgotten the key by now,
-    /// and the look-up failed or does not know the key: redoing the work could do it twice, so
-    /// it was not done.
+    /// An earlier attempt may have taken effect and the look-up could not settle it: past the key
+    /// window it failed or did not know the key (the other system may have forgotten), or at any
+    /// age it answered in a way not understood. Redoing the work could do it twice, so it was not
+    /// done.
     NeedsReconciliation {
         /// Why the look-up could not settle it.
         why: Unsettled<E>,
@@ -273,6 +285,9 @@ async fn attempt<W: GuardedWork, C: Clock>(
             Ok(Found::Happened) => return Guarded::Reconciled,
             Ok(Found::Pending) => return Guarded::Pending,
             Ok(Found::Refused) => return Guarded::Rejected,
+            // Not this payload's key, whatever its age: nothing is done under it.
+            Ok(Found::Conflict) => return Guarded::Conflict,
+            Ok(Found::Unclear) => Some(Unsettled::Unclear),
             Ok(Found::NotHappened) => None,
             // Inside the key window the other system still knows the key: resending it returns
             // the earlier attempt's result instead of doing the work twice.

@@ -255,6 +255,7 @@ impl<S: IdempotencyStore, M: Mailer, C: Clock> RecordHandler for WelcomeEmails<S
                 .with_detail(match why {
                     Unsettled::LookUpFailed(error) => error.to_string(),
                     Unsettled::NotFound => "the provider no longer knows the key".to_owned(),
+                    Unsettled::Unclear => "the provider's answer was not understood".to_owned(),
                 }),
             Guarded::Store(error) => {
                 Verdict::retry("store_unavailable").with_detail(lambda_kit::error_chain(&error))
