@@ -337,8 +337,9 @@ mod tests {
         let size = std::mem::size_of_val(&future);
         eprintln!("a record's future: {size} bytes");
         // 1,024 bytes before amounts became exact decimals (an order carries its currency and
-        // the legacy fingerprint's bits: 1,040), declines were recorded (1,072) and each store
-        // and provider call became a trace span (1,112). The bound catches kilobytes, not words.
+        // the legacy fingerprint's bits: 1,040), declines were recorded (1,072), each store and
+        // provider call became a trace span (1,112), and the claim took a moved copy's history
+        // as the legacy bits went (1,120). The bound catches kilobytes, not words.
         assert!(size <= 1_128, "a record's future is {size} bytes");
     }
 }

@@ -125,10 +125,9 @@ where
             message_id = message.message_id
         );
         // Steps 4 and 5: the breaker, then the guard.
-        let (decision, lease) =
-            handle_order(&order, &self.ports, context.deadline_ms, message.message_id)
-                .instrument(span)
-                .await;
+        let (decision, lease) = handle_order(&order, &self.ports, message, context.deadline_ms)
+            .instrument(span)
+            .await;
         // Step 6: the verdict.
         verdict(decision, order, lease, self.ports.clock.now_ms())
     }
@@ -153,8 +152,8 @@ fn order_span(order_id: &str) -> tracing::Span {
 pub(crate) async fn handle_order<S, P, C>(
     order: &Order<'_>,
     ports: &Ports<S, P, C>,
+    message: &Message<'_>,
     deadline_ms: u64,
-    message_id: &str,
 ) -> (OrderDecision, Option<LeaseToken>)
 where
     S: IdempotencyStore,
@@ -174,8 +173,11 @@ where
     let claim = Claim {
         key,
         fingerprint: order.fingerprint(),
-        message_id,
+        message_id: message.message_id,
         deadline_ms,
+        // A copy redriven from the DLQ carries its history: if its item may have expired since,
+        // the provider is asked before any charge (shared/DESIGN.md section 6).
+        earlier_attempt_ms: sqs_batch::dead_letter::earlier_attempt_ms(message),
     };
     let run = guard::run(&store, &ports.clock, &ports.guard, &claim, &work).await;
     // Only answers from the provider move the breaker; store-only outcomes say nothing of it.

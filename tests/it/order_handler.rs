@@ -201,6 +201,7 @@ async fn a_key_held_elsewhere_is_busy_with_the_lease_end() {
             now_ms: clock.now_ms(),
             lease_until_ms: T0 + 9_000,
             message_id: "other",
+            earlier_attempt_ms: None,
         })
         .await
         .unwrap();
@@ -257,6 +258,7 @@ impl PaymentGateway for TakeoverGateway {
             now_ms,
             lease_until_ms: now_ms + 30_000,
             message_id: "m-other",
+            earlier_attempt_ms: None,
         };
         assert!(matches!(
             self.store.begin(&takeover).await,
@@ -300,6 +302,7 @@ async fn a_lease_taken_over_during_the_charge_is_retry_and_fenced() {
         now_ms: clock.now_ms(),
         lease_until_ms: clock.now_ms() + 1,
         message_id: "probe",
+        earlier_attempt_ms: None,
     };
     assert!(matches!(store.begin(&probe).await, Ok(Begin::Busy { .. })));
 }

@@ -25,7 +25,8 @@ use aws_sdk_dynamodb::types::{AttributeValue, ReturnValue, ReturnValuesOnConditi
 
 use super::{
     Begin, ClaimRequest, ClaimState, Fingerprint, IdempotencyStore, Lease, LeaseToken,
-    PriorAttempt, Status, StoreError, decide, prior_attempt,
+    PriorAttempt, Status, StoreError, decide, earlier_attempt, first_attempt_of_fresh,
+    prior_attempt,
 };
 
 /// The item schema. The table's key schema (`template.yaml`) is [`KEY`](attr::KEY) as a string hash key,
@@ -58,11 +59,21 @@ pub mod attr {
     pub const COMPLETED_AT: &str = "completed_at";
     /// When the work was refused for good, epoch ms (N).
     pub const REJECTED_AT: &str = "rejected_at";
+    /// The item format's version (N), [`SCHEMA_VERSION`](super::SCHEMA_VERSION), written by
+    /// every claim.
+    pub const SCHEMA: &str = "schema";
     /// Why it was refused (S), for the person who may clear it.
     pub const REJECTED_REASON: &str = "rejected_reason";
 }
 
 pub use attr::{EXPIRES_AT as TTL_ATTRIBUTE, KEY as KEY_ATTRIBUTE};
+
+/// The version of the item format this store writes ([`attr::SCHEMA`]). A claim never takes
+/// over an item of a later version (a rollback meeting a newer build's items): it is refused and
+/// read as malformed, so its record is retried rather than misread. A change of the format, the
+/// key or the fingerprint raises it, and ships only with a simulation of both versions side by
+/// side on one table (docs/design.md, "Item format").
+pub const SCHEMA_VERSION: u64 = 1;
 
 /// Why the table could not be created.
 #[derive(Debug, thiserror::Error)]
@@ -125,12 +136,13 @@ pub const ACTIONS: &[&str] = &["dynamodb:UpdateItem", "dynamodb:DeleteItem"];
 const CLAIM_UPDATE: &str = "SET #status = :in_progress, #lease_token = :token, \
     #lease_until = :lease_until, #fingerprint = :fingerprint, #exp = :exp, \
     #message_id = :message_id, #claimed_at = :now_ms, \
-    #first_attempt_at = if_not_exists(#first_attempt_at, :now_ms) \
+    #schema = :schema, #first_attempt_at = if_not_exists(#first_attempt_at, :first_attempt) \
     REMOVE #completed_at, #rejected_at, #rejected_reason ADD #attempts :one";
 const CLAIM_CONDITION: &str = "attribute_not_exists(#pk) \
-    OR ((#status = :completed OR #status = :rejected) AND #exp <= :now_s) \
-    OR (#fingerprint = :fingerprint AND (#status = :attempted \
-        OR (#status = :in_progress AND #lease_until <= :now_ms)))";
+    OR ((attribute_not_exists(#schema) OR #schema <= :schema) \
+        AND (((#status = :completed OR #status = :rejected) AND #exp <= :now_s) \
+        OR (#fingerprint = :fingerprint AND (#status = :attempted \
+            OR (#status = :in_progress AND #lease_until <= :now_ms)))))";
 const COMPLETE_UPDATE: &str = "SET #status = :completed, #exp = :exp, #completed_at = :now_ms \
     REMOVE #lease_token, #lease_until, #first_attempt_at, #attempts";
 const REJECT_UPDATE: &str = "SET #status = :rejected, #exp = :exp, #rejected_at = :now_ms, \
@@ -176,6 +188,10 @@ impl DynamoDbStore {
 
     fn expires_at(&self, now_ms: u64) -> u64 {
         (now_ms / 1_000).saturating_add(self.retention_s)
+    }
+
+    fn retention_ms(&self) -> u64 {
+        self.retention_s.saturating_mul(1_000)
     }
 
     /// Clears a refusal ([`Status::Rejected`]) on `key`, so the next delivery does the work
@@ -291,6 +307,13 @@ fn claim_state(item: &HashMap<String, AttributeValue>) -> Result<ClaimState, Sto
             .map_err(|_| StoreError::Malformed(format!("{name} is not an unsigned integer"))),
         Some(_) => Err(StoreError::Malformed(format!("{name} is not a number"))),
     };
+    // Absent on items from before the version was written, which read as version 1.
+    let schema = number(attr::SCHEMA)?;
+    if schema > SCHEMA_VERSION {
+        return Err(StoreError::Malformed(format!(
+            "the item is of format version {schema}, later than this build's {SCHEMA_VERSION}"
+        )));
+    }
     let status = text(attr::STATUS)?;
     let status = Status::parse(status)
         .ok_or_else(|| StoreError::Malformed(format!("unknown status {status:?}")))?;
@@ -315,12 +338,20 @@ fn claim_state(item: &HashMap<String, AttributeValue>) -> Result<ClaimState, Sto
 /// What our own claim took over, read back from the item it wrote (its first answer, which
 /// said so, was lost): a claim count above one means an earlier attempt, whose first time the
 /// item kept. A first time equal to this claim's own `now` with earlier attempts can only come
-/// from an item that had none recorded: unknown, so the oldest possible.
-fn own_claim_prior(state: &ClaimState, now_ms: u64) -> Option<PriorAttempt> {
-    (state.attempts > 1).then(|| PriorAttempt {
+/// from an item that had none recorded: unknown, so the oldest possible. A first claim of the
+/// key is fresh, unless the request knows of an earlier attempt that counts ([`earlier_attempt`]).
+fn own_claim_prior(
+    state: &ClaimState,
+    request: &ClaimRequest<'_>,
+    retention_ms: u64,
+) -> Option<PriorAttempt> {
+    if state.attempts <= 1 {
+        return earlier_attempt(request, retention_ms);
+    }
+    Some(PriorAttempt {
         first_attempt_ms: state
             .first_attempt_ms
-            .filter(|first| *first != now_ms)
+            .filter(|first| *first != request.now_ms)
             .unwrap_or(0),
         attempts: state.attempts - 1,
     })
@@ -352,6 +383,7 @@ impl IdempotencyStore for DynamoDbStore {
             .expression_attribute_names("#rejected_at", attr::REJECTED_AT)
             .expression_attribute_names("#rejected_reason", attr::REJECTED_REASON)
             .expression_attribute_names("#attempts", attr::ATTEMPTS)
+            .expression_attribute_names("#schema", attr::SCHEMA)
             .expression_attribute_values(":in_progress", s(Status::InProgress.as_str()))
             .expression_attribute_values(":attempted", s(Status::Attempted.as_str()))
             .expression_attribute_values(":completed", s(Status::Completed.as_str()))
@@ -364,6 +396,11 @@ impl IdempotencyStore for DynamoDbStore {
             .expression_attribute_values(":now_ms", n(request.now_ms))
             .expression_attribute_values(":now_s", n(request.now_ms / 1_000))
             .expression_attribute_values(":one", n(1))
+            .expression_attribute_values(":schema", n(SCHEMA_VERSION))
+            .expression_attribute_values(
+                ":first_attempt",
+                n(first_attempt_of_fresh(request, self.retention_ms())),
+            )
             .return_values(ReturnValue::AllOld)
             .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
             .send()
@@ -408,7 +445,7 @@ impl IdempotencyStore for DynamoDbStore {
                 }
                 Ok(Begin::Started {
                     lease,
-                    prior: prior_attempt(replaced.as_ref()),
+                    prior: prior_attempt(replaced.as_ref(), request, self.retention_ms()),
                 })
             }
             Err(SdkError::ServiceError(e)) if e.err().is_conditional_check_failed_exception() => {
@@ -434,7 +471,7 @@ impl IdempotencyStore for DynamoDbStore {
                     // key is ours, not BUSY until our own lease ends.
                     return Ok(Begin::Started {
                         lease,
-                        prior: own_claim_prior(&state, request.now_ms),
+                        prior: own_claim_prior(&state, request, self.retention_ms()),
                     });
                 }
                 Ok(decide(&state, request.fingerprint, request.now_ms))
@@ -638,6 +675,9 @@ mod tests {
                     ":now_ms",
                     ":now_s",
                     ":one",
+                    "#schema",
+                    ":schema",
+                    ":first_attempt",
                 ][..],
             ),
             (

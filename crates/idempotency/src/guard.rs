@@ -154,6 +154,11 @@ pub struct Claim<'a> {
     pub message_id: &'a str,
     /// The invocation's deadline, epoch ms: the lease never outlives it by much.
     pub deadline_ms: u64,
+    /// When an attempt under the key may already have been made, as the message itself says (a
+    /// dead-lettered copy's failure history, `sqs_batch::dead_letter::Failure::earliest_ms`):
+    /// once the store may have forgotten it, the work is looked up before it is done again
+    /// ([`crate::ClaimRequest::earlier_attempt_ms`]). `None` for most messages.
+    pub earlier_attempt_ms: Option<u64>,
 }
 
 /// What the guarded run came to.
@@ -242,6 +247,7 @@ where
                 policy.lease.margin_ms,
             ),
             message_id: claim.message_id,
+            earlier_attempt_ms: claim.earlier_attempt_ms,
         })
         .await;
     let (lease, prior) = match begun {
@@ -455,6 +461,7 @@ mod tests {
             fingerprint: Fingerprint(fingerprint),
             message_id: "m",
             deadline_ms: u64::MAX,
+            earlier_attempt_ms: None,
         }
     }
 

@@ -62,6 +62,7 @@
 //!     fingerprint: Fingerprint::of(&[b"u-1", b"welcome"]),
 //!     message_id: "m-1",
 //!     deadline_ms: 1_767_225_660_000,
+//!     earlier_attempt_ms: None,
 //! };
 //! let first = guard::run(&store, &clock, &policy, &claim, &Welcome { user_id: "u-1" }).await;
 //! assert!(matches!(first.outcome, Guarded::Performed(())));
@@ -204,6 +205,30 @@ pub struct ClaimRequest<'a> {
     pub lease_until_ms: u64,
     /// Kept on the item for forensics.
     pub message_id: &'a str,
+    /// When an attempt under the key may already have been made, as known from outside the
+    /// store (a dead-lettered message's failure history), epoch ms. A claim that finds the key
+    /// fresh counts it as a prior attempt when an item written since then may have expired
+    /// ([`earlier_attempt`]), and keeps it as the first attempt's time.
+    pub earlier_attempt_ms: Option<u64>,
+}
+
+/// How much older than the retention an earlier attempt must be before its item may have
+/// expired: the stores' clocks and the time a message carries (SQS's) may disagree.
+pub const EXPIRY_MARGIN_MS: u64 = 3_600_000;
+
+/// The earlier attempt a claim that found its key fresh (absent, or finished and past its TTL)
+/// must assume, from [`ClaimRequest::earlier_attempt_ms`]: only when an item written at that
+/// time could have expired by now (it is kept `retention_ms` after its last write). Until then,
+/// every item written since is still there, so its absence is proof; after, the store may
+/// simply have forgotten.
+pub fn earlier_attempt(request: &ClaimRequest<'_>, retention_ms: u64) -> Option<PriorAttempt> {
+    let at = request.earlier_attempt_ms?;
+    (request.now_ms.saturating_add(EXPIRY_MARGIN_MS) >= at.saturating_add(retention_ms)).then_some(
+        PriorAttempt {
+            first_attempt_ms: at,
+            attempts: 0,
+        },
+    )
 }
 
 /// The state of a key.
@@ -314,30 +339,40 @@ pub fn decide(existing: &ClaimState, fingerprint: Fingerprint, now_ms: u64) -> B
     }
 }
 
-/// What a successful claim took over: the item that was there before it, if any. A completed
-/// item (past its TTL) is a fresh start; anything else may carry an earlier attempt's effect.
-pub fn prior_attempt(replaced: Option<&ClaimState>) -> Option<PriorAttempt> {
-    let old = replaced.filter(|s| !s.status.is_final())?;
-    Some(PriorAttempt {
-        // Unknown (an item from before attempts were recorded): the oldest possible, so a key
-        // window can never be assumed to still hold.
-        first_attempt_ms: old.first_attempt_ms.unwrap_or(0),
-        attempts: old.attempts,
-    })
+/// What a successful claim took over: the item that was there before it, if any. A finished
+/// item (past its TTL) is a fresh start, as is no item, unless the request knows of an earlier
+/// attempt that the store may have forgotten ([`earlier_attempt`]); anything else may carry an
+/// earlier attempt's effect.
+pub fn prior_attempt(
+    replaced: Option<&ClaimState>,
+    request: &ClaimRequest<'_>,
+    retention_ms: u64,
+) -> Option<PriorAttempt> {
+    match replaced.filter(|s| !s.status.is_final()) {
+        Some(old) => Some(PriorAttempt {
+            // Unknown (an item without its first time): the oldest possible, so a key window
+            // can never be assumed to still hold.
+            first_attempt_ms: old.first_attempt_ms.unwrap_or(0),
+            attempts: old.attempts,
+        }),
+        None => earlier_attempt(request, retention_ms),
+    }
 }
 
 /// The item a successful claim writes, given the one it replaces: the first attempt's time and
 /// the attempt count carry over (DynamoDB: `if_not_exists` and `ADD`; completion clears both).
 /// A takeover of an item whose first attempt is unknown records it as 0, the oldest possible,
-/// as [`prior_attempt`] reads it.
+/// as [`prior_attempt`] reads it; a fresh key's first attempt is now, or the earlier attempt the
+/// request knows of when it counts ([`earlier_attempt`]).
 pub fn claimed_state(
     replaced: Option<&ClaimState>,
     request: &ClaimRequest<'_>,
     expires_at_s: u64,
+    retention_ms: u64,
 ) -> ClaimState {
     let first_attempt_ms = match replaced {
         Some(old) if !old.status.is_final() => old.first_attempt_ms.unwrap_or(0),
-        _ => request.now_ms,
+        _ => first_attempt_of_fresh(request, retention_ms),
     };
     ClaimState {
         status: Status::InProgress,
@@ -347,6 +382,12 @@ pub fn claimed_state(
         first_attempt_ms: Some(first_attempt_ms),
         attempts: replaced.map_or(0, |s| s.attempts).saturating_add(1),
     }
+}
+
+/// The first attempt's time a claim that found its key fresh writes: the earlier attempt it
+/// must assume ([`earlier_attempt`]), else now.
+pub fn first_attempt_of_fresh(request: &ClaimRequest<'_>, retention_ms: u64) -> u64 {
+    earlier_attempt(request, retention_ms).map_or(request.now_ms, |p| p.first_attempt_ms)
 }
 
 /// How leases are sized.
@@ -624,42 +665,92 @@ mod tests {
         );
     }
 
+    fn request(now_ms: u64, earlier_attempt_ms: Option<u64>) -> ClaimRequest<'static> {
+        ClaimRequest {
+            key: "k",
+            fingerprint: FP,
+            now_ms,
+            lease_until_ms: now_ms + 10_000,
+            message_id: "m",
+            earlier_attempt_ms,
+        }
+    }
+
     #[test]
     fn a_takeover_reports_the_first_attempt_and_a_fresh_key_does_not() {
-        assert_eq!(prior_attempt(None), None);
-        assert_eq!(prior_attempt(Some(&state(Status::Completed, 0, 1))), None);
+        let fresh = request(9_000, None);
+        assert_eq!(prior_attempt(None, &fresh, 1_000), None);
+        assert_eq!(
+            prior_attempt(Some(&state(Status::Completed, 0, 1)), &fresh, 1_000),
+            None
+        );
         let prior = Some(PriorAttempt {
             first_attempt_ms: 500,
             attempts: 1,
         });
-        assert_eq!(prior_attempt(Some(&state(Status::Attempted, 0, 9))), prior);
-        assert_eq!(prior_attempt(Some(&state(Status::InProgress, 1, 9))), prior);
-        let legacy = ClaimState {
+        assert_eq!(
+            prior_attempt(Some(&state(Status::Attempted, 0, 9)), &fresh, 1_000),
+            prior
+        );
+        assert_eq!(
+            prior_attempt(Some(&state(Status::InProgress, 1, 9)), &fresh, 1_000),
+            prior
+        );
+        let unknown = ClaimState {
             first_attempt_ms: None,
             ..state(Status::InProgress, 1, 9)
         };
         assert_eq!(
-            prior_attempt(Some(&legacy)).map(|p| p.first_attempt_ms),
+            prior_attempt(Some(&unknown), &fresh, 1_000).map(|p| p.first_attempt_ms),
             Some(0)
         );
     }
 
+    /// A moved message's history says an attempt may have been made at 1,000: a fresh key
+    /// counts it only once an item written then may have expired (retention, less a margin).
+    #[test]
+    fn an_earlier_attempt_known_from_outside_counts_once_its_item_may_have_expired() {
+        const RETENTION_MS: u64 = 18 * 86_400_000;
+        let expired_by = 1_000 + RETENTION_MS - EXPIRY_MARGIN_MS;
+        let earlier = Some(PriorAttempt {
+            first_attempt_ms: 1_000,
+            attempts: 0,
+        });
+        assert_eq!(
+            prior_attempt(None, &request(expired_by - 1, Some(1_000)), RETENTION_MS),
+            None,
+            "its item would still be kept: absent means never left unsettled"
+        );
+        assert_eq!(
+            prior_attempt(None, &request(expired_by, Some(1_000)), RETENTION_MS),
+            earlier
+        );
+        // An expired finished item is a fresh start too, and the history still counts.
+        assert_eq!(
+            prior_attempt(
+                Some(&state(Status::Completed, 0, 1)),
+                &request(expired_by, Some(1_000)),
+                RETENTION_MS
+            ),
+            earlier
+        );
+        // The claim keeps that time as its first attempt, so the next one judges the same age.
+        let claimed = claimed_state(None, &request(expired_by, Some(1_000)), 77, RETENTION_MS);
+        assert_eq!(claimed.first_attempt_ms, Some(1_000));
+        let claimed = claimed_state(None, &request(expired_by - 1, Some(1_000)), 77, RETENTION_MS);
+        assert_eq!(claimed.first_attempt_ms, Some(expired_by - 1));
+    }
+
     #[test]
     fn a_claim_keeps_the_first_attempt_and_counts_attempts() {
-        let request = ClaimRequest {
-            key: "k",
-            fingerprint: FP,
-            now_ms: 9_000,
-            lease_until_ms: 19_000,
-            message_id: "m",
-        };
-        let fresh = claimed_state(None, &request, 77);
+        let request = request(9_000, None);
+        let fresh = claimed_state(None, &request, 77, 1_000);
         assert_eq!((fresh.first_attempt_ms, fresh.attempts), (Some(9_000), 1));
         assert_eq!(
             (fresh.status, fresh.lease_until_ms),
             (Status::InProgress, 19_000)
         );
-        let again = claimed_state(Some(&state(Status::Attempted, 0, 9)), &request, 77);
+        let again = claimed_state(Some(&state(Status::Attempted, 0, 9)), &request, 77, 1_000);
         assert_eq!((again.first_attempt_ms, again.attempts), (Some(500), 2));
     }
 

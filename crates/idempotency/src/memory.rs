@@ -120,13 +120,18 @@ impl IdempotencyStore for MemoryStore {
             until_ms: request.lease_until_ms,
         };
         let item = Item {
-            state: claimed_state(existing.as_ref(), request, self.expires_at(request.now_ms)),
+            state: claimed_state(
+                existing.as_ref(),
+                request,
+                self.expires_at(request.now_ms),
+                self.retention_s * 1_000,
+            ),
             token: Some(lease.token),
         };
         items.insert(request.key.to_owned(), item);
         Ok(Begin::Started {
             lease,
-            prior: prior_attempt(existing.as_ref()),
+            prior: prior_attempt(existing.as_ref(), request, self.retention_s * 1_000),
         })
     }
 

@@ -229,6 +229,7 @@ impl<S: IdempotencyStore, M: Mailer, C: Clock> RecordHandler for WelcomeEmails<S
             fingerprint: welcome.fingerprint(),
             message_id: message.message_id,
             deadline_ms: context.deadline_ms,
+            earlier_attempt_ms: sqs_batch::dead_letter::earlier_attempt_ms(message),
         };
         let work = SendWelcome {
             mailer: &self.mailer,

@@ -42,6 +42,7 @@ pub fn claim(key: &str, now_ms: u64) -> ClaimRequest<'_> {
         now_ms,
         lease_until_ms: now_ms + LEASE_MS,
         message_id: "msg-1",
+        earlier_attempt_ms: None,
     }
 }
 

@@ -35,8 +35,11 @@ pub const BATCH_LIMIT: usize = 10;
 /// SQS allows a message ten.
 pub const FAILURE_ATTRIBUTE: &str = "dead-letter-failure";
 
-/// Why a record was moved, as its copy in the DLQ carries it ([`FAILURE_ATTRIBUTE`]).
+/// Why a record was moved, as its copy in the DLQ carries it ([`FAILURE_ATTRIBUTE`]). Read
+/// leniently (every field may be missing): a copy moved by another build still tells its
+/// history.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, serde::Deserialize)]
+#[serde(default)]
 pub struct Failure {
     /// The verdict's reason code (`invalid_body`, `payment_rejected`, ...).
     pub reason: String,
@@ -85,6 +88,34 @@ pub struct EarlierMove {
     /// What moved it.
     #[serde(default)]
     pub moved_by: String,
+}
+
+impl Failure {
+    /// The failure a moved copy carries, if `message` is one (a redrive of the DLQ delivers it
+    /// with its [`FAILURE_ATTRIBUTE`]).
+    pub fn of(message: &Message<'_>) -> Option<Self> {
+        let text = message.attributes.string(FAILURE_ATTRIBUTE)?;
+        serde_json::from_str(&text).ok()
+    }
+
+    /// The earliest time the history names, epoch ms: the first failure of the first move (0
+    /// when it gives none, the oldest possible). The message's work may have been attempted
+    /// since then.
+    pub fn earliest_ms(&self) -> u64 {
+        let first = self.first_failure_ms.unwrap_or(0);
+        self.history
+            .iter()
+            .map(|earlier| earlier.last_failure_ms)
+            .fold(first, u64::min)
+    }
+}
+
+/// When the work of `message` may first have been attempted, if it is a moved copy (redriven
+/// from the DLQ): for an idempotency claim's `earlier_attempt_ms`, so that a copy redriven
+/// after its idempotency item expired is looked up before its work is done again (only moved
+/// copies pay for reading their attributes).
+pub fn earlier_attempt_ms(message: &Message<'_>) -> Option<u64> {
+    Failure::of(message).map(|failure| failure.earliest_ms())
 }
 
 /// The most earlier moves a [`Failure`] keeps.

@@ -284,6 +284,7 @@ async fn a_fifo_record_only_a_person_can_settle_leaves_alone_and_its_group_goes_
             now_ms: two_days_ago,
             lease_until_ms: two_days_ago + 1_000,
             message_id: "m-earlier",
+            earlier_attempt_ms: None,
         })
         .await
     else {

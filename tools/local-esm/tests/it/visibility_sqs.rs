@@ -130,6 +130,7 @@ async fn reported_records_come_back_on_their_own_schedule() {
             now_ms: now,
             lease_until_ms: now + 4_000,
             message_id: "elsewhere",
+            earlier_attempt_ms: None,
         })
         .await
         .unwrap();
