@@ -10,7 +10,7 @@ use sqs_batch::dead_letter::SqsDeadLetters;
 use sqs_batch::visibility::SqsVisibility;
 use sqs_batch::{
     Backoff, Batch, BatchProcessor, BatchReport, DeadLetters, EventError, EventView,
-    SqsBatchResponse, SqsEvent,
+    RedriveCheck, SqsBatchResponse, SqsEvent,
 };
 
 use crate::aws::{self, SdkSettings};
@@ -48,6 +48,8 @@ pub struct App<S = AnyStore, P = AnyGateway, C = SystemClock, V = SqsVisibility,
     dead_letters: Option<DeadLetters<D>>,
     /// EMF metrics, when on, and where they are written.
     metrics: Option<(MetricsSettings, MetricsSink)>,
+    /// What the deployment expects of its queues' redrive policy.
+    redrive: RedriveCheck,
     /// Set once the container has served its first invocation (the `ColdStart` metric).
     warm: std::sync::atomic::AtomicBool,
 }
@@ -175,6 +177,7 @@ where
                 .metrics
                 .clone()
                 .map(|settings| (settings, MetricsSink::Stdout)),
+            redrive: config.redrive,
             warm: std::sync::atomic::AtomicBool::new(false),
         }
     }
@@ -203,6 +206,7 @@ where
             backoff,
             dead_letters,
             metrics: self.metrics,
+            redrive: self.redrive,
             warm: self.warm,
         }
     }
@@ -289,6 +293,18 @@ where
             self.dead_letters.as_ref(),
         )
         .await?;
+        // The queue's own maxReceiveCount, when the batch learned it, against the deployment's.
+        let redrive_problem = processed.max_receive_count.and_then(|learned| {
+            self.redrive
+                .problem(learned, self.backoff.as_ref().map(|b| &b.policy))
+        });
+        if let Some(problem) = &redrive_problem {
+            tracing::warn!(
+                queue = batch.queue_arn,
+                problem = problem.as_str(),
+                "the queue's redrive policy is not what the function was deployed for"
+            );
+        }
         if let Some((settings, sink)) = &self.metrics {
             let calls = &self.ports().calls;
             let invocation = metrics::Invocation {
@@ -300,6 +316,7 @@ where
                 store: calls.store.take(),
                 payment: calls.payment.take(),
                 key_refreshes: self.ports().gateway.take_key_refreshes(),
+                redrive_mismatch: redrive_problem.is_some(),
             };
             sink.write(&metrics::document(settings, &invocation));
             if !self.warm.swap(true, std::sync::atomic::Ordering::Relaxed) {

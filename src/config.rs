@@ -9,7 +9,7 @@ use std::time::Duration;
 use claim_check::ClaimCheckSettings;
 use idempotency::{LeasePolicy, StoreSettings};
 use lambda_kit::{Env, EnvError};
-use sqs_batch::{BackoffPolicy, BatchOptions};
+use sqs_batch::{BackoffPolicy, BatchOptions, RedriveCheck};
 
 use crate::aws::SdkSettings;
 use crate::metrics::MetricsSettings;
@@ -134,6 +134,9 @@ pub struct Config {
     pub batch: BatchOptions,
     /// Visibility backoff for reported records; `None` when off.
     pub backoff: Option<BackoffPolicy>,
+    /// What the deployment expects of its queues' redrive policy (`MAX_RECEIVE_COUNT`,
+    /// `RETRY_SURVIVAL_HOURS`), held against each queue's own when it is learned.
+    pub redrive: RedriveCheck,
     /// Claim check through S3; `None` when off.
     pub claim_check: Option<ClaimCheckSettings>,
     /// Retry and timeout bounds for DynamoDB calls.
@@ -191,6 +194,7 @@ impl Config {
             return Err(ConfigError::TableRequiredInLambda);
         }
         let backoff = BackoffPolicy::from_env(env)?;
+        let redrive = RedriveCheck::from_env(env)?;
         let claim_check = ClaimCheckSettings::from_env(env)?;
         if claim_check.is_some() && !cfg!(feature = "s3-claim-check") {
             return Err(ConfigError::ClaimCheckNotBuilt);
@@ -236,6 +240,7 @@ impl Config {
             lease,
             batch,
             backoff,
+            redrive,
             claim_check,
             dynamodb,
             payment,

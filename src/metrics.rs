@@ -140,6 +140,9 @@ pub struct Invocation<'a> {
     pub payment: LatencySnapshot,
     /// Reads of the payment API key after the provider refused it (a rotation seen).
     pub key_refreshes: u64,
+    /// The queue's redrive policy, learned this invocation, is not what the function was
+    /// deployed for (another `maxReceiveCount`, or one too low for the survival hours).
+    pub redrive_mismatch: bool,
 }
 
 /// The queue's name: the last field of its ARN.
@@ -224,6 +227,11 @@ pub fn document(settings: &MetricsSettings, inv: &Invocation<'_>) -> String {
         ("PaymentLatencySum", "Milliseconds", inv.payment.sum_ms),
         ("PaymentLatencyMax", "Milliseconds", inv.payment.max_ms),
         ("PaymentKeyRefreshes", "Count", inv.key_refreshes as f64),
+        (
+            "RedrivePolicyMismatch",
+            "Count",
+            f64::from(u8::from(inv.redrive_mismatch)),
+        ),
     ]);
     debug_assert!(metrics.len() <= MAX_METRICS);
     let definitions: Vec<Value> = metrics

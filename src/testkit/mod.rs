@@ -80,6 +80,7 @@ pub fn emitted_metrics() -> std::collections::BTreeSet<String> {
         store: none,
         payment: none,
         key_refreshes: 0,
+        redrive_mismatch: false,
     };
     let cold: serde_json::Value =
         serde_json::from_str(&crate::metrics::cold_start_document(&settings, 0)).expect("EMF JSON");

@@ -97,17 +97,13 @@ pub struct Fingerprint(pub u64);
 impl Fingerprint {
     /// The fingerprint of a payload given as its parts (each part's length is hashed too).
     pub fn of(parts: &[&[u8]]) -> Self {
-        const OFFSET: u64 = 0xcbf2_9ce4_8422_2325;
-        const PRIME: u64 = 0x0000_0100_0000_01b3;
-        let mut hash = OFFSET;
+        let mut hash = lambda_kit::Fnv1a::new();
         for part in parts {
-            // A separator byte and the length keep ("ab","c") and ("a","bc") apart.
-            for byte in (part.len() as u64).to_le_bytes().iter().chain(part.iter()) {
-                hash ^= u64::from(*byte);
-                hash = hash.wrapping_mul(PRIME);
-            }
+            // The length before each part keeps ("ab","c") and ("a","bc") apart.
+            hash.write(&(part.len() as u64).to_le_bytes());
+            hash.write(part);
         }
-        Self(hash)
+        Self(hash.finish())
     }
 }
 

@@ -11,6 +11,7 @@
 //! - [`mutation`]: planted bugs the simulator must catch, compiled out unless the `mutations`
 //!   feature is on (only the simulator turns it on).
 //! - [`error_chain`]: an error and its sources on one line, for a log field.
+//! - [`Fnv1a`]: a hash that stays the same across builds and platforms, for what is stored.
 //!
 //! ```
 //! use lambda_kit::{Clock, Env, ManualClock};
@@ -44,8 +45,55 @@ pub fn error_chain(error: &dyn std::error::Error) -> String {
     text
 }
 
+/// FNV-1a, 64 bits: stable across builds and platforms (what it hashes is stored for weeks and
+/// compared later), cheap, and not for anything an adversary could exploit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Fnv1a(u64);
+
+impl Fnv1a {
+    const OFFSET: u64 = 0xcbf2_9ce4_8422_2325;
+    const PRIME: u64 = 0x0000_0100_0000_01b3;
+
+    /// An empty hash.
+    pub const fn new() -> Self {
+        Self(Self::OFFSET)
+    }
+
+    /// Hashes `bytes` in.
+    pub fn write(&mut self, bytes: &[u8]) {
+        for byte in bytes {
+            self.0 ^= u64::from(*byte);
+            self.0 = self.0.wrapping_mul(Self::PRIME);
+        }
+    }
+
+    /// The hash so far.
+    pub const fn finish(self) -> u64 {
+        self.0
+    }
+}
+
+impl Default for Fnv1a {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn fnv1a_is_the_published_function() {
+        // The FNV test vectors for 64-bit FNV-1a.
+        let hash = |text: &str| {
+            let mut h = super::Fnv1a::new();
+            h.write(text.as_bytes());
+            h.finish()
+        };
+        assert_eq!(hash(""), 0xcbf2_9ce4_8422_2325);
+        assert_eq!(hash("a"), 0xaf63_dc4c_8601_ec8c);
+        assert_eq!(hash("foobar"), 0x8594_4171_f739_67e8);
+    }
+
     #[derive(Debug, thiserror::Error)]
     #[error("outer")]
     struct Outer(#[source] std::io::Error);

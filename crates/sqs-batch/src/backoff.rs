@@ -47,23 +47,15 @@ impl BackoffPolicy {
             ));
         }
         let policy = Self { base_s, cap_s };
-        // The source queue's maxReceiveCount, when the deployment states it (0: unknown): the
-        // schedule must then keep a transiently failing record for RETRY_SURVIVAL_HOURS before
-        // SQS's redrive can move it.
-        let max_receive_count: u32 = env.ranged("MAX_RECEIVE_COUNT", 0, 0, 1_000)?;
-        let survival_hours: u64 = env.ranged("RETRY_SURVIVAL_HOURS", 24, 0, 336)?;
-        // A record fails its receives 1..=M-2 with their delays; at receive M-1 it gives up and
-        // leaves (`BatchOptions::give_up_at_receive`), before SQS's redrive would take it at M+1
-        // with the FIFO records behind it.
-        let survival_s = policy.guaranteed_survival_s(max_receive_count.saturating_sub(2));
-        if max_receive_count > 0 && survival_s < survival_hours * 3_600 {
+        let redrive = RedriveCheck::from_env(env)?;
+        if let Some(count) = redrive.max_receive_count
+            && let Some(problem) = redrive.survival_problem(count, &policy)
+        {
             return Err(EnvError::invalid(
                 "MAX_RECEIVE_COUNT",
-                &max_receive_count.to_string(),
+                &count.to_string(),
                 format!(
-                    "a count whose retries last RETRY_SURVIVAL_HOURS ({survival_hours} h): with \
-                     BACKOFF_BASE_SECONDS={base_s} and BACKOFF_CAP_SECONDS={cap_s} a record \
-                     failing at every receive is guaranteed only {survival_s} s; raise \
+                    "a count whose retries last RETRY_SURVIVAL_HOURS: {problem}; raise \
                      maxReceiveCount or the cap"
                 ),
             ));
@@ -130,6 +122,63 @@ impl BackoffPolicy {
             }
             (Outcome::Retry, None) => Some(self.delay(receive_count, random)),
         }
+    }
+}
+
+/// What a deployment expects of its queue's redrive policy: `MAX_RECEIVE_COUNT` (0 or unset:
+/// not stated) and `RETRY_SURVIVAL_HOURS` (24). Checked at start-up against the backoff, and
+/// again against the queue's own `maxReceiveCount` whenever it is learned ([`Self::problem`]),
+/// since an operator may edit the policy without a deploy.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RedriveCheck {
+    /// The `maxReceiveCount` the deployment states.
+    pub max_receive_count: Option<u32>,
+    /// How long a transiently failing record must be retried before it can leave, hours.
+    pub survival_hours: u64,
+}
+
+impl RedriveCheck {
+    /// `MAX_RECEIVE_COUNT` (0-1000, 0: not stated) and `RETRY_SURVIVAL_HOURS` (24, 0-336).
+    pub fn from_env(env: &Env<'_>) -> Result<Self, EnvError> {
+        let count: u32 = env.ranged("MAX_RECEIVE_COUNT", 0, 0, 1_000)?;
+        Ok(Self {
+            max_receive_count: (count > 0).then_some(count),
+            survival_hours: env.ranged("RETRY_SURVIVAL_HOURS", 24, 0, 336)?,
+        })
+    }
+
+    /// Why retries under `max_receive_count` receives would not last the survival hours with
+    /// `policy`, if they would not. A record fails its receives 1..=M-2 with their delays; at
+    /// receive M-1 it gives up and leaves ([`crate::BatchOptions::give_up_at_receive`]), before
+    /// SQS's redrive would take it at M+1 with the FIFO records behind it.
+    pub fn survival_problem(&self, max_receive_count: u32, policy: &BackoffPolicy) -> Option<String> {
+        let survival_s = policy.guaranteed_survival_s(max_receive_count.saturating_sub(2));
+        (survival_s < self.survival_hours * 3_600).then(|| {
+            format!(
+                "with BACKOFF_BASE_SECONDS={} and BACKOFF_CAP_SECONDS={} a record failing at \
+                 every one of {max_receive_count} receives is guaranteed only {survival_s} s, \
+                 less than RETRY_SURVIVAL_HOURS ({} h)",
+                policy.base_s, policy.cap_s, self.survival_hours
+            )
+        })
+    }
+
+    /// What is wrong with a queue whose redrive policy says `learned`, if anything: another count
+    /// than the deployment states (the give-up follows the queue), or one whose retries do not
+    /// last the survival hours under `backoff`.
+    pub fn problem(&self, learned: u32, backoff: Option<&BackoffPolicy>) -> Option<String> {
+        let mut problems = Vec::new();
+        if let Some(stated) = self.max_receive_count.filter(|stated| *stated != learned) {
+            problems.push(format!(
+                "the queue's RedrivePolicy says maxReceiveCount {learned}, the deployment \
+                 MAX_RECEIVE_COUNT {stated}: retries give up at receive {}",
+                learned.saturating_sub(1)
+            ));
+        }
+        if let Some(problem) = backoff.and_then(|policy| self.survival_problem(learned, policy)) {
+            problems.push(problem);
+        }
+        (!problems.is_empty()).then(|| problems.join("; "))
     }
 }
 
@@ -229,6 +278,31 @@ mod tests {
         );
         // Unknown count: nothing to check.
         assert_eq!(read(&[on]), Ok(Some(POLICY)));
+    }
+
+    /// A queue whose policy an operator edited: another count than the deployment's is named,
+    /// and a count too low for the survival hours says why.
+    #[test]
+    fn a_learned_count_is_held_against_the_deployment() {
+        let check = RedriveCheck {
+            max_receive_count: Some(201),
+            survival_hours: 24,
+        };
+        assert_eq!(check.problem(201, Some(&POLICY)), None);
+        let lowered = check.problem(5, Some(&POLICY)).expect("a problem");
+        assert!(lowered.contains("maxReceiveCount 5"), "{lowered}");
+        assert!(lowered.contains("RETRY_SURVIVAL_HOURS"), "{lowered}");
+        // Without the backoff there is no schedule to outlast: only the mismatch is named.
+        let no_backoff = check.problem(5, None).expect("a problem");
+        assert!(!no_backoff.contains("RETRY_SURVIVAL_HOURS"), "{no_backoff}");
+        // Raised above the deployment's: a mismatch, but the schedule lasts.
+        let raised = check.problem(400, Some(&POLICY)).expect("a problem");
+        assert!(!raised.contains("RETRY_SURVIVAL_HOURS"), "{raised}");
+        let unstated = RedriveCheck {
+            max_receive_count: None,
+            ..check
+        };
+        assert_eq!(unstated.problem(400, Some(&POLICY)), None);
     }
 
     #[test]

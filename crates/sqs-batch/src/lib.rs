@@ -79,7 +79,7 @@ pub mod testkit;
 pub mod visibility;
 
 pub use aws_lambda_events::sqs::{SqsBatchResponse, SqsEvent};
-pub use backoff::BackoffPolicy;
+pub use backoff::{BackoffPolicy, RedriveCheck};
 pub use dead_letter::DeadLetters;
 pub use edge::{
     Batch, EventError, EventView, Message, MessageAttributes, QueueKind, ResponseError,
@@ -123,6 +123,10 @@ pub struct Processed {
     pub response: SqsBatchResponse,
     /// Every record's status, in batch order.
     pub report: BatchReport,
+    /// The `maxReceiveCount` of the queue's redrive policy, when this batch needed it and it
+    /// was learned (see [`process_batch`]): for the caller to hold against what it was
+    /// deployed with.
+    pub max_receive_count: Option<u32>,
 }
 
 /// One invocation from Lambda's payload: parse ([`EventView`]), process, build and check the
@@ -152,7 +156,10 @@ pub async fn process_event<H: RecordHandler, C: Clock>(
 /// `aws_lambda_events`' types), with the POISON records moved to their queue's dead-letter queue
 /// when `dead_letters` is given (a moved record is acknowledged; one that could not be moved
 /// becomes RETRY), then the visibility changes for the reported records when `backoff` is given.
-/// Both get the time left before `deadline_ms` minus a quarter of the deadline margin.
+/// Both get the time left before `deadline_ms` minus a quarter of the deadline margin. With
+/// `dead_letters`, a RETRY gives up at the receive before the queue's own `maxReceiveCount`
+/// ([`dead_letter::DeadLetterPort::max_receive_count`]), else at
+/// [`BatchOptions::give_up_at_receive`].
 pub async fn process_batch<H, C, V, D>(
     processor: &BatchProcessor<H, C>,
     batch: &Batch<'_>,
@@ -176,8 +183,33 @@ where
         kind = batch.kind.as_str(),
         records = records.len()
     );
+    // The give-up's receive comes from the queue's redrive policy, the one source of its
+    // maxReceiveCount (an operator may lower it in the console), learned through the DLQ port
+    // (kept per container for minutes). Only a batch with a record received before asks: a
+    // first receive gives up only under a policy of two receives, which no schedule survives.
+    let max_receive_count = match (dead_letters, batch.queue_arn) {
+        (Some(dead_letters), Some(arn))
+            if records.iter().any(|m| m.receive_count.is_some_and(|n| n >= 2)) =>
+        {
+            let budget = Duration::from_millis(
+                deadline_ms
+                    .saturating_sub(processor.clock().now_ms())
+                    .min(LEARN_BUDGET_MS.saturating_mul(4))
+                    / 4,
+            );
+            tokio::time::timeout(budget, dead_letters.port.max_receive_count(arn))
+                .await
+                .ok()
+                .flatten()
+        }
+        _ => None,
+    };
+    let give_up_at_receive = match max_receive_count {
+        Some(count) => (count >= 2).then(|| count - 1),
+        None => processor.options().give_up_at_receive,
+    };
     let mut report = processor
-        .process(records, batch.kind, deadline_ms)
+        .process_until(records, batch.kind, deadline_ms, give_up_at_receive)
         .instrument(span.clone())
         .await;
     // A quarter of the margin stays free for the response itself.
@@ -222,8 +254,16 @@ where
         .instrument(tracing::debug_span!(parent: &span, "sqs.change_visibility"))
         .await;
     }
-    Ok(Processed { response, report })
+    Ok(Processed {
+        response,
+        report,
+        max_receive_count,
+    })
 }
+
+/// The longest a batch waits to learn its queue's `maxReceiveCount` before it starts (a
+/// quarter of the time left, at most this): past it, `MAX_RECEIVE_COUNT` applies.
+const LEARN_BUDGET_MS: u64 = 2_000;
 
 /// A POISON record after its move: moved (acknowledged), or RETRY when its copy could not be
 /// sent, so it is never acknowledged without one and comes back after its backoff.

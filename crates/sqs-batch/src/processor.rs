@@ -379,6 +379,24 @@ impl<H: RecordHandler, C: Clock> BatchProcessor<H, C> {
         kind: QueueKind,
         deadline_ms: u64,
     ) -> BatchReport {
+        self.process_until(batch, kind, deadline_ms, self.options.give_up_at_receive)
+            .await
+    }
+
+    /// As [`BatchProcessor::process`], with the receive from which a RETRY gives up learned for
+    /// this batch (from its queue's redrive policy) instead of
+    /// [`BatchOptions::give_up_at_receive`].
+    pub async fn process_until(
+        &self,
+        batch: &[Message<'_>],
+        kind: QueueKind,
+        deadline_ms: u64,
+        give_up_at_receive: Option<u32>,
+    ) -> BatchReport {
+        let limits = Limits {
+            deadline_ms,
+            give_up_at_receive,
+        };
         let started_ms = self.clock.now_ms();
         if !batch.is_empty()
             && deadline_ms.saturating_sub(started_ms) < self.options.deadline_margin_ms
@@ -393,9 +411,9 @@ impl<H: RecordHandler, C: Clock> BatchProcessor<H, C> {
             );
         }
         let statuses = match (kind, self.options.fifo_scope) {
-            (QueueKind::Standard, _) => self.concurrent(batch, deadline_ms).await,
-            (QueueKind::Fifo, FifoScope::Batch) => self.in_order(batch, deadline_ms).await,
-            (QueueKind::Fifo, FifoScope::Group) => self.by_group(batch, deadline_ms).await,
+            (QueueKind::Standard, _) => self.concurrent(batch, limits).await,
+            (QueueKind::Fifo, FifoScope::Batch) => self.in_order(batch, limits).await,
+            (QueueKind::Fifo, FifoScope::Group) => self.by_group(batch, limits).await,
         };
         let report = BatchReport { kind, statuses };
         log_report(
@@ -408,7 +426,8 @@ impl<H: RecordHandler, C: Clock> BatchProcessor<H, C> {
     }
 
     /// Runs one record unless the deadline is too close; a panic becomes RETRY.
-    async fn run_one(&self, message: &Message<'_>, deadline_ms: u64) -> RecordStatus {
+    async fn run_one(&self, message: &Message<'_>, limits: Limits) -> RecordStatus {
+        let deadline_ms = limits.deadline_ms;
         let remaining = deadline_ms.saturating_sub(self.clock.now_ms());
         if remaining < self.options.deadline_margin_ms {
             return RecordStatus::SkippedDeadline;
@@ -452,58 +471,73 @@ impl<H: RecordHandler, C: Clock> BatchProcessor<H, C> {
                     "still running when the invocation's time was nearly up: abandoned and reported",
                 ),
         };
-        let verdict = self.give_up_if_exhausted(verdict, message.receive_count);
+        let verdict = give_up_if_exhausted(verdict, message.receive_count, limits.give_up_at_receive);
         span.record("key", verdict.key.as_deref());
         span.record("outcome", verdict.outcome.as_str());
         span.record("reason", verdict.reason);
         RecordStatus::Handled(verdict)
     }
 
-    /// A RETRY at or past [`BatchOptions::give_up_at_receive`] becomes POISON
-    /// `retries_exhausted`: it has outlived its retry schedule, and only a person can settle it.
-    fn give_up_if_exhausted(&self, verdict: Verdict, receive_count: Option<u32>) -> Verdict {
-        match (self.options.give_up_at_receive, receive_count) {
-            (Some(last), Some(n)) if n >= last && verdict.outcome == Outcome::Retry => {
-                let detail = format!(
-                    "{} at receive {n}, the last before the queue's redrive{}",
-                    verdict.reason,
-                    verdict
-                        .detail
-                        .as_deref()
-                        .map(|d| format!(": {d}"))
-                        .unwrap_or_default()
-                );
-                Verdict {
-                    outcome: Outcome::Poison,
-                    reason: "retries_exhausted",
-                    detail: Some(detail.into()),
-                    retry_after_ms: None,
-                    ..verdict
-                }
-            }
-            _ => verdict,
-        }
-    }
+}
 
+/// What bounds one batch's records: its deadline, and the receive from which a RETRY gives up.
+#[derive(Debug, Clone, Copy)]
+struct Limits {
+    deadline_ms: u64,
+    give_up_at_receive: Option<u32>,
+}
+
+/// A RETRY at or past `give_up_at_receive` ([`BatchOptions::give_up_at_receive`], or the
+/// queue's own) becomes POISON `retries_exhausted`: it has outlived its retry schedule, and only
+/// a person can settle it.
+fn give_up_if_exhausted(
+    verdict: Verdict,
+    receive_count: Option<u32>,
+    give_up_at_receive: Option<u32>,
+) -> Verdict {
+    match (give_up_at_receive, receive_count) {
+        (Some(last), Some(n)) if n >= last && verdict.outcome == Outcome::Retry => {
+            let detail = format!(
+                "{} at receive {n}, the last before the queue's redrive{}",
+                verdict.reason,
+                verdict
+                    .detail
+                    .as_deref()
+                    .map(|d| format!(": {d}"))
+                    .unwrap_or_default()
+            );
+            Verdict {
+                outcome: Outcome::Poison,
+                reason: "retries_exhausted",
+                detail: Some(detail.into()),
+                retry_after_ms: None,
+                ..verdict
+            }
+        }
+        _ => verdict,
+    }
+}
+
+impl<H: RecordHandler, C: Clock> BatchProcessor<H, C> {
     // The two concurrent modes below feed `FuturesUnordered` from plain loops,
     // not from stream closures: a closure returning a borrowing future hits a compiler limit
     // (rust-lang/rust#110338) that makes the whole batch future fail to prove `Send`.
 
-    async fn concurrent(&self, batch: &[Message<'_>], deadline_ms: u64) -> Vec<RecordStatus> {
+    async fn concurrent(&self, batch: &[Message<'_>], limits: Limits) -> Vec<RecordStatus> {
         let limit = self.options.max_concurrency.get();
         let mut pending = batch.iter().enumerate();
         let mut in_flight = FuturesUnordered::new();
         // Every slot is written once a record finishes; the placeholder is never reported.
         let mut statuses = vec![RecordStatus::SkippedDeadline; batch.len()];
         for (index, message) in pending.by_ref().take(limit) {
-            in_flight.push(self.run_at(index, message, deadline_ms));
+            in_flight.push(self.run_at(index, message, limits));
         }
         // Whichever record finishes first frees its slot for the next one; the statuses go back
         // into batch order by index.
         while let Some((index, status)) = in_flight.next().await {
             statuses[index] = status;
             if let Some((index, message)) = pending.next() {
-                in_flight.push(self.run_at(index, message, deadline_ms));
+                in_flight.push(self.run_at(index, message, limits));
             }
         }
         statuses
@@ -513,21 +547,21 @@ impl<H: RecordHandler, C: Clock> BatchProcessor<H, C> {
         &self,
         index: usize,
         message: &Message<'_>,
-        deadline_ms: u64,
+        limits: Limits,
     ) -> (usize, RecordStatus) {
-        (index, self.run_one(message, deadline_ms).await)
+        (index, self.run_one(message, limits).await)
     }
 
-    async fn in_order(&self, batch: &[Message<'_>], deadline_ms: u64) -> Vec<RecordStatus> {
+    async fn in_order(&self, batch: &[Message<'_>], limits: Limits) -> Vec<RecordStatus> {
         // The whole batch is one group.
         let all = (0..batch.len()).collect();
         let statuses = self
-            .run_group(batch, all, deadline_ms, Hold::AnyFailure)
+            .run_group(batch, all, limits, Hold::AnyFailure)
             .await;
         statuses.into_iter().map(|(_, status)| status).collect()
     }
 
-    async fn by_group(&self, batch: &[Message<'_>], deadline_ms: u64) -> Vec<RecordStatus> {
+    async fn by_group(&self, batch: &[Message<'_>], limits: Limits) -> Vec<RecordStatus> {
         // Records without a group id share one anonymous group: ordered, never reordered.
         let mut group_of: HashMap<Option<&str>, usize> = HashMap::new();
         let mut groups: Vec<Vec<usize>> = Vec::new();
@@ -543,13 +577,13 @@ impl<H: RecordHandler, C: Clock> BatchProcessor<H, C> {
         let mut pending = groups.into_iter();
         let mut in_flight = FuturesUnordered::new();
         for members in pending.by_ref().take(limit) {
-            in_flight.push(self.run_group(batch, members, deadline_ms, Hold::RetryOnly));
+            in_flight.push(self.run_group(batch, members, limits, Hold::RetryOnly));
         }
         let mut per_group = Vec::new();
         while let Some(done) = in_flight.next().await {
             per_group.push(done);
             if let Some(members) = pending.next() {
-                in_flight.push(self.run_group(batch, members, deadline_ms, Hold::RetryOnly));
+                in_flight.push(self.run_group(batch, members, limits, Hold::RetryOnly));
             }
         }
         let mut statuses = vec![RecordStatus::SkippedDeadline; batch.len()];
@@ -567,7 +601,7 @@ impl<H: RecordHandler, C: Clock> BatchProcessor<H, C> {
         &self,
         batch: &[Message<'_>],
         members: Vec<usize>,
-        deadline_ms: u64,
+        limits: Limits,
         hold: Hold,
     ) -> Vec<(usize, RecordStatus)> {
         let mut out = Vec::with_capacity(members.len());
@@ -575,7 +609,7 @@ impl<H: RecordHandler, C: Clock> BatchProcessor<H, C> {
         for index in members {
             let status = match culprit {
                 Some(culprit) => RecordStatus::SkippedAfter { culprit },
-                None => self.run_one(&batch[index], deadline_ms).await,
+                None => self.run_one(&batch[index], limits).await,
             };
             if culprit.is_none()
                 && hold.holds(&status)

@@ -4,6 +4,13 @@
 //! "how fast poison leaves" apart from "how many receives a transient failure may use", so a
 //! queue can allow a day of retries without poison costing a day of receives.
 //!
+//! A copy keeps the body and every attribute of the message it copies, and carries why in one
+//! attribute ([`FAILURE_ATTRIBUTE`], a [`Failure`]). A copy moved again (a redrive that failed
+//! again) replaces its old failure attribute with the new one, which folds the old one's history
+//! in ([`Failure::history`], the earliest first failure). Every text in it is bounded and in
+//! SQS's character set ([`attribute_text`]): an order id of 200 KB or with U+FFFF in it is cut and
+//! hashed, never refused by SQS. The adapter fits each copy and each call within SQS's sizes.
+//!
 //! A move that fails leaves the record reported, as RETRY with its backoff: it is never
 //! acknowledged without its copy. A move that succeeded, followed by a crash before the
 //! response, leaves a copy in the DLQ and the message in its queue: the next receive is POISON
@@ -120,6 +127,98 @@ pub fn earlier_attempt_ms(message: &Message<'_>) -> Option<u64> {
 
 /// The most earlier moves a [`Failure`] keeps.
 pub const MAX_HISTORY: usize = 5;
+/// The longest key a failure carries, in bytes; a longer one is cut and hashed
+/// ([`attribute_key`]).
+pub const MAX_KEY_BYTES: usize = 256;
+/// The longest detail a failure carries, in characters.
+pub const MAX_DETAIL_CHARS: usize = 1_024;
+/// The longest reason or mover an earlier move keeps, in characters.
+const MAX_NAME_CHARS: usize = 128;
+
+impl Failure {
+    /// This failure as the next move of a message that was moved before with `earlier`: the
+    /// earlier move joins the history (the latest [`MAX_HISTORY`]), the moves are counted, and
+    /// the first failure is the earliest either knows. Every text taken from the old attribute
+    /// is bounded and cleaned ([`attribute_text`]).
+    pub fn after(mut self, earlier: Option<Failure>) -> Self {
+        let Some(earlier) = earlier else {
+            return self;
+        };
+        let name = |text: &str| bounded(text, MAX_NAME_CHARS);
+        self.earlier_moves = earlier.earlier_moves.saturating_add(1);
+        self.first_failure_ms = match (earlier.first_failure_ms, self.first_failure_ms) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
+        let mut history: Vec<EarlierMove> = earlier
+            .history
+            .iter()
+            .map(|e| EarlierMove {
+                reason: name(&e.reason),
+                receive_count: e.receive_count,
+                last_failure_ms: e.last_failure_ms,
+                moved_by: name(&e.moved_by),
+            })
+            .collect();
+        history.push(EarlierMove {
+            reason: name(&earlier.reason),
+            receive_count: earlier.receive_count,
+            last_failure_ms: earlier.last_failure_ms,
+            moved_by: name(&earlier.moved_by),
+        });
+        let skip = history.len().saturating_sub(MAX_HISTORY);
+        self.history = history.split_off(skip);
+        self
+    }
+}
+
+/// Whether SQS takes `c` in a message attribute's value (and a body): `#x9 | #xA | #xD |
+/// #x20-#xD7FF | #xE000-#xFFFD | #x10000-#x10FFFF`.
+pub fn sqs_allows(c: char) -> bool {
+    matches!(c, '\u{9}' | '\u{a}' | '\u{d}' | '\u{20}'..='\u{d7ff}' | '\u{e000}'..='\u{fffd}')
+        || c >= '\u{10000}'
+}
+
+/// `text` with every character SQS refuses in an attribute replaced by U+FFFD.
+pub fn attribute_text(text: &str) -> std::borrow::Cow<'_, str> {
+    if text.chars().all(sqs_allows) {
+        std::borrow::Cow::Borrowed(text)
+    } else {
+        text.chars()
+            .map(|c| if sqs_allows(c) { c } else { '\u{fffd}' })
+            .collect::<String>()
+            .into()
+    }
+}
+
+/// `text` cleaned ([`attribute_text`]) and cut to `max_chars` characters ("..." marks a cut).
+fn bounded(text: &str, max_chars: usize) -> String {
+    let text = attribute_text(text);
+    match text.char_indices().nth(max_chars) {
+        Some((cut, _)) => format!("{}...", &text[..cut]),
+        None => text.into_owned(),
+    }
+}
+
+/// A key as a failure carries it: as it is when it is at most [`MAX_KEY_BYTES`] and every
+/// character is one SQS takes; else its first characters (cleaned) and `#` with the FNV-1a hash
+/// of the whole key, so a person can still match it against the body and the logs.
+pub fn attribute_key(key: &str) -> String {
+    if key.len() <= MAX_KEY_BYTES && key.chars().all(sqs_allows) {
+        return key.to_owned();
+    }
+    let mut hash = lambda_kit::Fnv1a::new();
+    hash.write(key.as_bytes());
+    let mut cut = 200.min(key.len());
+    while !key.is_char_boundary(cut) {
+        cut -= 1;
+    }
+    format!(
+        "{}...#{:016x}",
+        attribute_text(&key[..cut]),
+        hash.finish()
+    )
+}
 
 fn is_zero(n: &u32) -> bool {
     *n == 0
@@ -153,6 +252,14 @@ pub trait DeadLetterPort: Send + Sync {
         source_arn: &str,
         moves: &[Move<'_>],
     ) -> impl Future<Output = Vec<MoveFailure>> + Send;
+
+    /// The `maxReceiveCount` of the redrive policy of `source_arn`, if it can be learned now:
+    /// the source of the give-up's receive and of the survival check, so that a policy edited
+    /// in the console cannot silently void them ([`crate::process_batch`]). `None` by default.
+    fn max_receive_count(&self, source_arn: &str) -> impl Future<Output = Option<u32>> + Send {
+        let _ = source_arn;
+        async { None }
+    }
 }
 
 /// No dead-letter port: the type to name when a function runs without moves.
@@ -213,19 +320,20 @@ pub async fn apply<D: DeadLetterPort>(
                 return None;
             };
             let message = &batch[index];
+            let failure = Failure {
+                reason: verdict.reason.to_owned(),
+                detail: verdict.detail.as_deref().map(|d| bounded(d, MAX_DETAIL_CHARS)),
+                key: verdict.key.as_deref().map(attribute_key),
+                source_queue_arn: source_arn.to_owned(),
+                receive_count: message.receive_count,
+                first_failure_ms: message.first_receive_ms,
+                last_failure_ms: now_ms,
+                moved_by: dead_letters.moved_by.clone(),
+                ..Failure::default()
+            };
             Some(Move {
                 message,
-                failure: Failure {
-                    reason: verdict.reason.to_owned(),
-                    detail: verdict.detail.as_deref().map(str::to_owned),
-                    key: verdict.key.clone(),
-                    source_queue_arn: source_arn.to_owned(),
-                    receive_count: message.receive_count,
-                    first_failure_ms: message.first_receive_ms,
-                    last_failure_ms: now_ms,
-                    moved_by: dead_letters.moved_by.clone(),
-                    ..Failure::default()
-                },
+                failure: failure.after(Failure::of(message)),
             })
         })
         .collect();

@@ -1,36 +1,64 @@
-//! The SQS adapter of the dead-letter port: each source queue's DLQ learned from its
-//! `RedrivePolicy` (`GetQueueAttributes`, once per queue per container: no setting to drift from
-//! the queue), and `SendMessageBatch` to it. The client is built at the first move.
+//! The SQS adapter of the dead-letter port: each source queue's DLQ and `maxReceiveCount` learned
+//! from its `RedrivePolicy`, and the DLQ's `MaximumMessageSize` (`GetQueueAttributes`, kept per
+//! queue per container for [`POLICY_TTL`], so a policy edited in the console is seen within
+//! minutes, not at the next deploy), and `SendMessageBatch` to it. The client is built at the
+//! first use.
+//!
+//! Every copy fits SQS whatever the input: at most ten attributes, at most the DLQ's maximum
+//! message size (body, and every attribute's name, type and value), and calls of at most ten
+//! entries and [`BATCH_BYTES`]. What does not fit is trimmed from the failure first (its detail,
+//! then its history), then the largest original attributes, and the failure names what was
+//! trimmed; the body is always kept whole. A copy whose body alone is over the DLQ's size
+//! cannot be moved (the DLQ is smaller than its source queue): it stays reported, for SQS's
+//! own redrive.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock};
+use std::time::{Duration, Instant};
 
 use aws_sdk_sqs::Client;
 use aws_sdk_sqs::primitives::Blob;
 use aws_sdk_sqs::types::{MessageAttributeValue, QueueAttributeName, SendMessageBatchRequestEntry};
 
-use super::{FAILURE_ATTRIBUTE, Move, MoveFailure};
+use super::{FAILURE_ATTRIBUTE, Failure, Move, MoveFailure};
 use crate::visibility::queue_url;
 
-/// The SQS actions this adapter calls: `GetQueueAttributes` on the source queues,
-/// `SendMessage` on their dead-letter queues.
+/// The SQS actions this adapter calls: `GetQueueAttributes` on the source queues and their
+/// dead-letter queues, `SendMessage` on the dead-letter queues.
 pub const ACTIONS: &[&str] = &["sqs:GetQueueAttributes", "sqs:SendMessage"];
 
 /// SQS allows a message at most this many message attributes.
-const MAX_ATTRIBUTES: usize = 10;
+pub const MAX_ATTRIBUTES: usize = 10;
+/// SQS allows one `SendMessageBatch` at most this many bytes, all its entries together.
+pub const BATCH_BYTES: usize = 1_048_576;
+/// The maximum message size assumed when the DLQ's own cannot be read: SQS's smallest default.
+pub const ASSUMED_MAX_MESSAGE_BYTES: usize = 262_144;
+/// How long a learned policy is kept before it is read again.
+pub const POLICY_TTL: Duration = Duration::from_secs(300);
 
 type Build = Box<dyn Fn() -> Client + Send + Sync>;
 
-/// The dead-letter port over SQS. Cheap to clone; the client and the learned DLQs are shared.
+/// The dead-letter port over SQS. Cheap to clone; the client and the learned policies are
+/// shared.
 #[derive(Clone)]
 pub struct SqsDeadLetters(Arc<Inner>);
 
 struct Inner {
     build: Build,
     client: OnceLock<Client>,
-    /// Source queue ARN to its DLQ's URL, once learned. A queue without a redrive policy is not
-    /// cached: one may be added without a redeploy.
-    dlqs: Mutex<HashMap<String, String>>,
+    /// Source queue ARN to its learned policy. A queue without a redrive policy is not kept:
+    /// one may be added without a redeploy.
+    policies: Mutex<HashMap<String, (Instant, Policy)>>,
+}
+
+/// What a source queue's attributes say of its dead-letter queue.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Policy {
+    dlq_url: String,
+    /// The policy's `maxReceiveCount`.
+    max_receive_count: Option<u32>,
+    /// The DLQ's `MaximumMessageSize`.
+    max_message_bytes: usize,
 }
 
 impl std::fmt::Debug for SqsDeadLetters {
@@ -47,7 +75,7 @@ impl SqsDeadLetters {
         Self(Arc::new(Inner {
             build: Box::new(build),
             client: OnceLock::new(),
-            dlqs: Mutex::new(HashMap::new()),
+            policies: Mutex::new(HashMap::new()),
         }))
     }
 
@@ -55,143 +83,271 @@ impl SqsDeadLetters {
         self.0.client.get_or_init(&self.0.build)
     }
 
-    /// The DLQ URL of `source_arn`, from the cache or its `RedrivePolicy`.
-    async fn dlq_url(&self, source_arn: &str) -> Result<String, String> {
-        if let Some(url) = self.cached(source_arn) {
-            return Ok(url);
+    fn policies(&self) -> std::sync::MutexGuard<'_, HashMap<String, (Instant, Policy)>> {
+        self.0
+            .policies
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// The policy of `source_arn`, kept or read again.
+    async fn policy(&self, source_arn: &str) -> Result<Policy, String> {
+        if let Some((at, policy)) = self.policies().get(source_arn)
+            && at.elapsed() < POLICY_TTL
+        {
+            return Ok(policy.clone());
         }
-        let source_url =
-            queue_url(source_arn).ok_or_else(|| format!("{source_arn} is not an SQS queue ARN"))?;
+        let policy = self.learn(source_arn).await?;
+        self.policies()
+            .insert(source_arn.to_owned(), (Instant::now(), policy.clone()));
+        Ok(policy)
+    }
+
+    async fn attribute(&self, url: &str, name: QueueAttributeName) -> Result<Option<String>, String> {
         let output = self
             .client()
             .get_queue_attributes()
-            .queue_url(source_url)
-            .attribute_names(QueueAttributeName::RedrivePolicy)
+            .queue_url(url)
+            .attribute_names(name.clone())
             .send()
             .await
             .map_err(|e| lambda_kit::error_chain(&e))?;
-        let policy = output
-            .attributes()
-            .and_then(|a| a.get(&QueueAttributeName::RedrivePolicy))
+        Ok(output.attributes().and_then(|a| a.get(&name)).cloned())
+    }
+
+    async fn learn(&self, source_arn: &str) -> Result<Policy, String> {
+        let source_url =
+            queue_url(source_arn).ok_or_else(|| format!("{source_arn} is not an SQS queue ARN"))?;
+        let text = self
+            .attribute(&source_url, QueueAttributeName::RedrivePolicy)
+            .await?
             .ok_or_else(|| format!("{source_arn} has no redrive policy (no dead-letter queue)"))?;
-        let url = dlq_from_policy(policy)
+        let (dlq_url, max_receive_count) = read_policy(&text)
             .ok_or_else(|| format!("the redrive policy of {source_arn} names no usable queue"))?;
-        self.0
-            .dlqs
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .insert(source_arn.to_owned(), url.clone());
-        Ok(url)
-    }
-
-    fn cached(&self, source_arn: &str) -> Option<String> {
-        self.0
-            .dlqs
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .get(source_arn)
-            .cloned()
+        let max_message_bytes = match self
+            .attribute(&dlq_url, QueueAttributeName::MaximumMessageSize)
+            .await
+        {
+            Ok(Some(size)) => size.parse().unwrap_or(ASSUMED_MAX_MESSAGE_BYTES),
+            Ok(None) => ASSUMED_MAX_MESSAGE_BYTES,
+            Err(error) => {
+                tracing::warn!(
+                    dlq = dlq_url,
+                    error,
+                    "the dead-letter queue's MaximumMessageSize could not be read; copies are \
+                     kept within 256 KiB"
+                );
+                ASSUMED_MAX_MESSAGE_BYTES
+            }
+        };
+        Ok(Policy {
+            dlq_url,
+            max_receive_count,
+            max_message_bytes,
+        })
     }
 }
 
-/// The DLQ URL a `RedrivePolicy` names (`{"deadLetterTargetArn": "...", "maxReceiveCount": N}`).
-fn dlq_from_policy(policy: &str) -> Option<String> {
+/// The DLQ URL and `maxReceiveCount` a `RedrivePolicy` names
+/// (`{"deadLetterTargetArn": "...", "maxReceiveCount": N}`, the count a number or a string).
+fn read_policy(policy: &str) -> Option<(String, Option<u32>)> {
     let policy: serde_json::Value = serde_json::from_str(policy).ok()?;
-    queue_url(policy.get("deadLetterTargetArn")?.as_str()?)
+    let url = queue_url(policy.get("deadLetterTargetArn")?.as_str()?)?;
+    let count = match policy.get("maxReceiveCount") {
+        Some(serde_json::Value::Number(n)) => n.as_u64().and_then(|n| u32::try_from(n).ok()),
+        Some(serde_json::Value::String(text)) => text.trim().parse().ok(),
+        _ => None,
+    };
+    Some((url, count))
 }
 
-/// The copy's attributes: the original ones (at most nine, by name, so the failure fits SQS's
-/// ten) and the failure.
-fn attributes(one: &Move<'_>) -> HashMap<String, MessageAttributeValue> {
-    let mut original: Vec<_> = one.message.attributes.to_map().into_iter().collect();
-    original.sort_by(|a, b| a.0.cmp(&b.0));
-    if original.len() >= MAX_ATTRIBUTES {
-        let dropped: Vec<&str> = original[MAX_ATTRIBUTES - 1..]
-            .iter()
-            .map(|(name, _)| name.as_str())
-            .collect();
-        tracing::warn!(
-            message_id = one.message.message_id,
-            dropped = %dropped.join(","),
-            "the moved copy keeps nine of the message's attributes, to carry the failure"
-        );
-    }
-    let mut attributes: HashMap<String, MessageAttributeValue> = original
+/// A copy ready to send, and its size as SQS counts it.
+struct Copy {
+    attributes: HashMap<String, MessageAttributeValue>,
+    bytes: usize,
+}
+
+/// One of the message's own attributes, and what it counts towards the copy's size.
+struct Original {
+    name: String,
+    value: MessageAttributeValue,
+    bytes: usize,
+}
+
+/// The message's own attributes, without an earlier failure (which the new one replaces), by
+/// name.
+fn originals(one: &Move<'_>) -> Vec<Original> {
+    let mut originals: Vec<Original> = one
+        .message
+        .attributes
+        .to_map()
         .into_iter()
-        .take(MAX_ATTRIBUTES - 1)
+        .filter(|(name, _)| name != FAILURE_ATTRIBUTE)
         .filter_map(|(name, value)| {
             let data_type = value.data_type.unwrap_or_else(|| "String".to_owned());
+            let mut bytes = name.len() + data_type.len();
             let mut builder = MessageAttributeValue::builder().data_type(data_type);
             if let Some(text) = value.string_value {
+                bytes += text.len();
                 builder = builder.string_value(text);
             }
-            if let Some(bytes) = value.binary_value {
-                builder = builder.binary_value(Blob::new(bytes.0));
+            if let Some(data) = value.binary_value {
+                bytes += data.0.len();
+                builder = builder.binary_value(Blob::new(data.0));
             }
-            builder.build().ok().map(|v| (name, v))
+            let value = builder.build().ok()?;
+            Some(Original { name, value, bytes })
         })
         .collect();
-    if let Ok(failure) = serde_json::to_string(&one.failure)
-        && let Ok(value) = MessageAttributeValue::builder()
-            .data_type("String")
-            .string_value(failure)
-            .build()
-    {
-        attributes.insert(FAILURE_ATTRIBUTE.to_owned(), value);
+    originals.sort_by(|a, b| a.name.cmp(&b.name));
+    originals
+}
+
+/// Drops the largest original attribute, naming it in the failure; whether there was one.
+fn drop_largest(originals: &mut Vec<Original>, failure: &mut Failure) -> bool {
+    let Some(largest) = (0..originals.len()).max_by_key(|&i| originals[i].bytes) else {
+        return false;
+    };
+    let dropped = originals.remove(largest);
+    failure.trimmed.push(format!("attribute {}", dropped.name));
+    true
+}
+
+/// The copy of `one` within `max_bytes` and SQS's ten attributes, or why it cannot be.
+fn fit(one: &Move<'_>, max_bytes: usize) -> Result<Copy, String> {
+    let body = one.message.body.len();
+    let mut failure = one.failure.clone();
+    let mut originals = originals(one);
+    while originals.len() >= MAX_ATTRIBUTES {
+        drop_largest(&mut originals, &mut failure);
     }
-    attributes
+    loop {
+        let text = serde_json::to_string(&failure).map_err(|e| e.to_string())?;
+        let failure_bytes = FAILURE_ATTRIBUTE.len() + "String".len() + text.len();
+        let bytes = body + failure_bytes + originals.iter().map(|o| o.bytes).sum::<usize>();
+        if bytes <= max_bytes {
+            let mut attributes: HashMap<String, MessageAttributeValue> = originals
+                .into_iter()
+                .map(|o| (o.name, o.value))
+                .collect();
+            let value = MessageAttributeValue::builder()
+                .data_type("String")
+                .string_value(text)
+                .build()
+                .map_err(|e| e.to_string())?;
+            attributes.insert(FAILURE_ATTRIBUTE.to_owned(), value);
+            return Ok(Copy { attributes, bytes });
+        }
+        // What a person needs least goes first; the body and the reason always stay.
+        if failure.detail.take().is_some() {
+            failure.trimmed.push("detail".to_owned());
+        } else if !failure.history.is_empty() {
+            failure.history.clear();
+            failure.trimmed.push("history".to_owned());
+        } else if !drop_largest(&mut originals, &mut failure) {
+            return Err(format!(
+                "the copy cannot fit the dead-letter queue's MaximumMessageSize ({max_bytes} \
+                 bytes): its body alone is {body} bytes"
+            ));
+        }
+    }
 }
 
 impl super::DeadLetterPort for SqsDeadLetters {
     async fn send(&self, source_arn: &str, moves: &[Move<'_>]) -> Vec<MoveFailure> {
-        let fail_all = |reason: String| -> Vec<MoveFailure> {
-            moves
-                .iter()
-                .map(|one| MoveFailure {
-                    message_id: one.message.message_id.to_owned(),
-                    reason: reason.clone(),
-                })
-                .collect()
+        let fail = |one: &Move<'_>, reason: String| MoveFailure {
+            message_id: one.message.message_id.to_owned(),
+            reason,
         };
-        let dlq = match self.dlq_url(source_arn).await {
-            Ok(url) => url,
-            Err(reason) => return fail_all(reason),
+        let policy = match self.policy(source_arn).await {
+            Ok(policy) => policy,
+            Err(reason) => return moves.iter().map(|one| fail(one, reason.clone())).collect(),
         };
-        let fifo = dlq.ends_with(".fifo");
-        let entries: Vec<_> = moves
-            .iter()
-            .enumerate()
-            .filter_map(|(index, one)| {
-                let mut entry = SendMessageBatchRequestEntry::builder()
-                    // Unique in the call; a message id may repeat in a batch.
-                    .id(index.to_string())
-                    .message_body(one.message.body)
-                    .set_message_attributes(Some(attributes(one)));
-                if fifo {
-                    // The same group keeps the copies of one group in order, and the source
-                    // message's id deduplicates a move repeated after a crash.
-                    entry = entry
-                        .message_group_id(one.message.group_id.unwrap_or("dead-letter"))
-                        .message_deduplication_id(one.message.message_id);
+        let fifo = policy.dlq_url.ends_with(".fifo");
+        let mut failures = Vec::new();
+        // Calls of at most ten entries and BATCH_BYTES, in the moves' order.
+        let mut calls: Vec<Vec<(usize, Copy)>> = Vec::new();
+        let mut call_bytes = 0;
+        for (index, one) in moves.iter().enumerate() {
+            let copy = match fit(one, policy.max_message_bytes) {
+                Ok(copy) => copy,
+                Err(reason) => {
+                    tracing::error!(
+                        message_id = one.message.message_id,
+                        reason,
+                        "a POISON record cannot be moved; it stays reported for SQS's redrive"
+                    );
+                    failures.push(fail(one, reason));
+                    continue;
                 }
-                entry.build().ok()
-            })
-            .collect();
-        let result = self
-            .client()
-            .send_message_batch()
-            .queue_url(&dlq)
-            .set_entries(Some(entries))
-            .send()
-            .await;
-        match result {
-            Ok(output) => crate::sqs_entries::failed_entries(output.failed(), |i| {
-                moves.get(i).map(|one| one.message.message_id)
-            })
-            .into_iter()
-            .map(|(message_id, reason)| MoveFailure { message_id, reason })
-            .collect(),
-            Err(error) => fail_all(lambda_kit::error_chain(&error)),
+            };
+            match calls.last_mut() {
+                Some(call) if call.len() < super::BATCH_LIMIT && call_bytes + copy.bytes <= BATCH_BYTES => {
+                    call_bytes += copy.bytes;
+                    call.push((index, copy));
+                }
+                _ => {
+                    call_bytes = copy.bytes;
+                    calls.push(vec![(index, copy)]);
+                }
+            }
+        }
+        for call in calls {
+            let indexes: Vec<usize> = call.iter().map(|(index, _)| *index).collect();
+            let entries: Vec<_> = call
+                .into_iter()
+                .filter_map(|(index, copy)| {
+                    let one = &moves[index];
+                    let mut entry = SendMessageBatchRequestEntry::builder()
+                        // Unique in the call; a message id may repeat in a batch.
+                        .id(index.to_string())
+                        .message_body(one.message.body)
+                        .set_message_attributes(Some(copy.attributes));
+                    if fifo {
+                        // The same group keeps the copies of one group in order, and the source
+                        // message's id deduplicates a move repeated after a crash.
+                        entry = entry
+                            .message_group_id(one.message.group_id.unwrap_or("dead-letter"))
+                            .message_deduplication_id(one.message.message_id);
+                    }
+                    entry.build().ok()
+                })
+                .collect();
+            let result = self
+                .client()
+                .send_message_batch()
+                .queue_url(&policy.dlq_url)
+                .set_entries(Some(entries))
+                .send()
+                .await;
+            match result {
+                Ok(output) => failures.extend(
+                    crate::sqs_entries::failed_entries(output.failed(), |i| {
+                        moves.get(i).map(|one| one.message.message_id)
+                    })
+                    .into_iter()
+                    .map(|(message_id, reason)| MoveFailure { message_id, reason }),
+                ),
+                Err(error) => {
+                    let reason = lambda_kit::error_chain(&error);
+                    failures.extend(indexes.iter().map(|&i| fail(&moves[i], reason.clone())));
+                }
+            }
+        }
+        failures
+    }
+
+    async fn max_receive_count(&self, source_arn: &str) -> Option<u32> {
+        match self.policy(source_arn).await {
+            Ok(policy) => policy.max_receive_count,
+            Err(reason) => {
+                tracing::warn!(
+                    queue = source_arn,
+                    reason,
+                    "the queue's maxReceiveCount could not be learned; MAX_RECEIVE_COUNT applies"
+                );
+                None
+            }
         }
     }
 }
@@ -199,17 +355,82 @@ impl super::DeadLetterPort for SqsDeadLetters {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::edge::{Message, MessageAttributes};
 
     #[test]
-    fn the_dlq_comes_from_the_redrive_policy() {
+    fn the_dlq_and_the_count_come_from_the_redrive_policy() {
         assert_eq!(
-            dlq_from_policy(
+            read_policy(
                 r#"{"deadLetterTargetArn":"arn:aws:sqs:eu-west-1:123456789012:orders-dlq","maxReceiveCount":"200"}"#
-            )
-            .as_deref(),
-            Some("https://sqs.eu-west-1.amazonaws.com/123456789012/orders-dlq")
+            ),
+            Some((
+                "https://sqs.eu-west-1.amazonaws.com/123456789012/orders-dlq".to_owned(),
+                Some(200)
+            ))
         );
-        assert_eq!(dlq_from_policy("{}"), None);
-        assert_eq!(dlq_from_policy("not json"), None);
+        assert_eq!(
+            read_policy(r#"{"deadLetterTargetArn":"arn:aws:sqs:eu-west-1:1:q","maxReceiveCount":5}"#)
+                .and_then(|p| p.1),
+            Some(5)
+        );
+        assert_eq!(read_policy("{}"), None);
+        assert_eq!(read_policy("not json"), None);
+    }
+
+    fn attributes_json(count: usize, value_len: usize) -> String {
+        let entries: Vec<String> = (0..count)
+            .map(|i| {
+                format!(
+                    r#""a{i}":{{"stringValue":"{}","dataType":"String"}}"#,
+                    "v".repeat(value_len)
+                )
+            })
+            .collect();
+        format!("{{{}}}", entries.join(","))
+    }
+
+    /// Ten attributes of its own: the copy keeps nine, drops the largest and says so; a copy
+    /// over the DLQ's size loses its detail first, then its largest attribute; a body over it
+    /// cannot be moved.
+    #[test]
+    fn a_copy_fits_ten_attributes_and_the_dlqs_size() {
+        let raw = attributes_json(10, 10);
+        let raw: Box<serde_json::value::RawValue> =
+            serde_json::from_str(&raw).expect("raw attributes");
+        let message = Message {
+            attributes: MessageAttributes::Raw(&raw),
+            ..Message::new("m1", "body")
+        };
+        let one = Move {
+            message: &message,
+            failure: Failure {
+                reason: "invalid_body".into(),
+                detail: Some("d".repeat(500)),
+                ..Failure::default()
+            },
+        };
+        let copy = fit(&one, 262_144).expect("fits");
+        assert_eq!(copy.attributes.len(), MAX_ATTRIBUTES);
+        let failure: Failure = serde_json::from_str(
+            copy.attributes[FAILURE_ATTRIBUTE]
+                .string_value()
+                .expect("failure"),
+        )
+        .expect("json");
+        assert_eq!(failure.trimmed.len(), 1, "{failure:?}");
+        assert!(failure.detail.is_some());
+
+        let small = fit(&one, copy.bytes - 100).expect("fits smaller");
+        assert!(small.bytes <= copy.bytes - 100);
+        let failure: Failure = serde_json::from_str(
+            small.attributes[FAILURE_ATTRIBUTE]
+                .string_value()
+                .expect("failure"),
+        )
+        .expect("json");
+        assert!(failure.detail.is_none());
+        assert!(failure.trimmed.contains(&"detail".to_owned()), "{failure:?}");
+
+        assert!(fit(&one, 3).is_err(), "a body over the size cannot fit");
     }
 }
