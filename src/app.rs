@@ -9,8 +9,8 @@ use lambda_kit::{Clock, SystemClock};
 use sqs_batch::dead_letter::SqsDeadLetters;
 use sqs_batch::visibility::SqsVisibility;
 use sqs_batch::{
-    Backoff, Batch, BatchProcessor, BatchReport, DeadLetters, EventError, EventView,
-    RedriveCheck, SqsBatchResponse, SqsEvent,
+    Backoff, Batch, BatchProcessor, BatchReport, DeadLetters, EventError, EventView, RedriveCheck,
+    SqsBatchResponse, SqsEvent,
 };
 
 use crate::aws::{self, SdkSettings};

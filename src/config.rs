@@ -31,6 +31,7 @@ const FUNCTION_VARIABLES: &[(&str, Option<&str>)] = &[
     ("PAYMENT_TIMEOUT_MS", Some("5000")),
     ("PAYMENT_KEY_WINDOW_SECONDS", Some("86400")),
     ("PAYMENT_LOOKUP_DURABLE", Some("false")),
+    ("PAYMENT_RETRYABLE_FAILURES", None),
     ("PAYMENT_CLOCK_SKEW_MS", Some("60000")),
     ("DEFAULT_CURRENCY", Some("EUR")),
     ("MOVE_POISON_TO_DLQ", Some("false")),

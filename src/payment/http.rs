@@ -23,8 +23,8 @@
 //!   provider's JSON): our configuration is wrong. Redirects are never followed for a charge.
 //!
 //! Provider text is kept only short and redacted ([`super::redact`]), and every run of the API
-//! key is scrubbed from every error a call returns before its text is cut
-//! ([`PaymentError::for_log`]).
+//! key is scrubbed from the provider's text before it is cut ([`Reading::secret`]) and from
+//! every error a call returns ([`PaymentError::scrub`]).
 
 use std::future::Future;
 use std::time::Duration;
@@ -620,9 +620,13 @@ pub fn classify(
             reason: short_reason(status, body, secret),
         }),
         400 | 422 => match provider_json(body) {
-            Some(json) if names_idempotency(&json) => {
-                Err(idempotency_refusal(status, retry_after, &json, body, secret))
-            }
+            Some(json) if names_idempotency(&json) => Err(idempotency_refusal(
+                status,
+                retry_after,
+                &json,
+                body,
+                secret,
+            )),
             Some(json) if is_decline(&json) => Err(PaymentError::Declined {
                 status: Some(code),
                 reason: short_reason(status, body, secret),
@@ -1059,19 +1063,43 @@ mod tests {
         );
         // Other dialects: Stripe's PaymentIntent and Charge, Adyen's resultCode.
         let dialects: &[(u16, &str, &str)] = &[
-            (200, r#"{"object":"payment_intent","status":"processing"}"#, "in flight"),
+            (
+                200,
+                r#"{"object":"payment_intent","status":"processing"}"#,
+                "in flight",
+            ),
             (
                 200,
                 r#"{"object":"payment_intent","status":"requires_payment_method","last_payment_error":{"type":"card_error","code":"card_declined","decline_code":"generic_decline"}}"#,
                 "declined",
             ),
-            (200, r#"{"object":"payment_intent","status":"requires_action"}"#, "ambiguous"),
-            (200, r#"{"status":"failed","outcome":{"type":"issuer_declined"}}"#, "declined"),
-            (200, r#"{"resultCode":"Authorised","pspReference":"x"}"#, "charged"),
-            (200, r#"{"resultCode":"Refused","refusalReason":"Not enough balance"}"#, "declined"),
+            (
+                200,
+                r#"{"object":"payment_intent","status":"requires_action"}"#,
+                "ambiguous",
+            ),
+            (
+                200,
+                r#"{"status":"failed","outcome":{"type":"issuer_declined"}}"#,
+                "declined",
+            ),
+            (
+                200,
+                r#"{"resultCode":"Authorised","pspReference":"x"}"#,
+                "charged",
+            ),
+            (
+                200,
+                r#"{"resultCode":"Refused","refusalReason":"Not enough balance"}"#,
+                "declined",
+            ),
             (200, r#"{"resultCode":"Received"}"#, "in flight"),
             (200, r#"{"resultCode":"RedirectShopper"}"#, "ambiguous"),
-            (422, r#"{"resultCode":"Refused","refusalReason":"CVC Declined"}"#, "declined"),
+            (
+                422,
+                r#"{"resultCode":"Refused","refusalReason":"CVC Declined"}"#,
+                "declined",
+            ),
         ];
         for (code, body, expected) in dialects {
             assert_eq!(kind(charge(*code, body)), *expected, "{code} {body}");
@@ -1247,10 +1275,7 @@ mod tests {
     fn the_key_is_scrubbed_before_the_reason_is_cut() {
         const KEY: &str = "QwertyUiopAsdfGhjkLzxcVbnmMnbvCxzL";
         for filler in [180, 190, 199] {
-            let body = format!(
-                r#"{{"error":{{"message":"{}{KEY}"}}}}"#,
-                "r".repeat(filler)
-            );
+            let body = format!(r#"{{"error":{{"message":"{}{KEY}"}}}}"#, "r".repeat(filler));
             let reading = Reading {
                 secret: Some(KEY),
                 ..Reading::default()

@@ -149,7 +149,10 @@ mod tests {
     fn every_run_of_eight_characters_of_the_key_is_scrubbed() {
         const KEY: &str = "QwertyUiopAsdfGhjk";
         let cases = [
-            ("refused QwertyUiopAsdfGhjk here", Some("refused [redacted] here")),
+            (
+                "refused QwertyUiopAsdfGhjk here",
+                Some("refused [redacted] here"),
+            ),
             // Cut short, or only its end: still eight in a row.
             ("refused QwertyUi", Some("refused [redacted]")),
             ("…dfGhjk and UiopAsdf…", Some("…dfGhjk and [redacted]…")),

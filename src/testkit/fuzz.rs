@@ -31,7 +31,12 @@ fn answer(data: &[u8]) -> (StatusCode, Option<String>) {
 pub fn answer_properties(data: &[u8]) {
     let (status, body) = answer(data);
     let body = body.as_deref();
-    let charged = classify(status, Some(Duration::from_secs(1)), body, Reading::default());
+    let charged = classify(
+        status,
+        Some(Duration::from_secs(1)),
+        body,
+        Reading::default(),
+    );
     let code = status.as_u16();
     if code >= 500 || code == 429 {
         assert!(

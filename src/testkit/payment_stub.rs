@@ -688,7 +688,11 @@ async fn lookup(
         return json_answer(404, &body.to_string());
     };
     let amount = l.amounts.get(&key).cloned().unwrap_or_default();
-    let currency = l.currencies.get(&key).cloned().unwrap_or_else(|| "EUR".into());
+    let currency = l
+        .currencies
+        .get(&key)
+        .cloned()
+        .unwrap_or_else(|| "EUR".into());
     let body = lookup_body(l.lookup_dialect, &key, fate, amount, &currency);
     json_answer(200, &body.to_string())
 }

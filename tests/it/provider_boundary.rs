@@ -37,6 +37,13 @@ fn detail(status: &RecordStatus) -> String {
     }
 }
 
+/// The record's outcome and reason, and words its detail must name.
+fn assert_decided(status: &RecordStatus, expected: (Outcome, &str), names: &str) {
+    let detail = detail(status);
+    assert_eq!(outcome(status), expected, "{detail}");
+    assert!(detail.contains(names), "{detail}");
+}
+
 fn config(vars: &[(&str, &str)]) -> Config {
     let vars: Vec<(String, String)> = vars
         .iter()
@@ -144,14 +151,10 @@ async fn not_found_past_the_key_window_is_not_a_licence_to_charge_again() {
     for _ in 0..2 {
         let (failed, statuses) = invoke(&app, &json).await;
         assert_eq!(failed, ["m1"]);
-        assert_eq!(
-            outcome(&statuses[0]),
-            (Outcome::Poison, "needs_reconciliation")
-        );
-        assert!(
-            detail(&statuses[0]).contains("no charge"),
-            "{}",
-            detail(&statuses[0])
+        assert_decided(
+            &statuses[0],
+            (Outcome::Poison, "needs_reconciliation"),
+            "no charge",
         );
     }
     assert_eq!(stub.charges("o-1"), 1, "charged again past the key window");
@@ -426,16 +429,10 @@ async fn a_look_up_answer_not_understood_charges_nothing() {
     assert_eq!(outcome(&statuses[0]), (Outcome::Retry, "payment_ambiguous"));
     let (failed, statuses) = invoke(&app, &json).await;
     assert_eq!(failed, ["m1"]);
-    assert_eq!(
-        outcome(&statuses[0]),
+    assert_decided(
+        &statuses[0],
         (Outcome::Poison, "needs_reconciliation"),
-        "{}",
-        detail(&statuses[0])
-    );
-    assert!(
-        detail(&statuses[0]).contains("not understood"),
-        "{}",
-        detail(&statuses[0])
+        "not understood",
     );
     assert_eq!(stub.requests("o-1"), 1, "sent again on an unread answer");
     assert_eq!(stub.charges("o-1"), 1);
@@ -559,7 +556,8 @@ async fn a_moved_copy_redriven_after_its_item_expired_is_looked_up_before_any_ch
     assert_eq!(stub.charges("o-9"), 1, "charged again 20 days later");
 
     // Moved two days ago (inside the retention): its absent item is proof enough.
-    let (failed, statuses) = invoke(&later, &redriven_event("o-10", clock.now_ms() - 2 * DAY_MS)).await;
+    let (failed, statuses) =
+        invoke(&later, &redriven_event("o-10", clock.now_ms() - 2 * DAY_MS)).await;
     assert!(failed.is_empty(), "{statuses:?}");
     assert_eq!(outcome(&statuses[0]), (Outcome::Ack, "charged"));
     assert_eq!(stub.lookups("o-10"), 0);

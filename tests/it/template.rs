@@ -231,9 +231,9 @@ fn the_retry_schedule_survives_a_day_of_outage_with_no_delay_over_15_minutes() {
 }
 
 /// POISON is sent to the DLQs by the function: `sqs:SendMessage` on exactly the two DLQs, and
-/// nothing else on them.
+/// `sqs:GetQueueAttributes` to read their `MaximumMessageSize`; nothing else on them.
 #[test]
-fn the_function_may_only_send_to_the_dlqs() {
+fn the_function_may_only_send_to_the_dlqs_and_read_their_size() {
     let t = template();
     let dlqs: BTreeSet<String> = ["OrdersDlq", "OrdersFifoDlq"]
         .iter()
@@ -248,10 +248,17 @@ fn the_function_may_only_send_to_the_dlqs() {
         })
         .flat_map(actions)
         .collect();
-    assert_eq!(on_dlqs, BTreeSet::from(["sqs:SendMessage".to_owned()]));
+    assert_eq!(
+        on_dlqs,
+        BTreeSet::from([
+            "sqs:GetQueueAttributes".to_owned(),
+            "sqs:SendMessage".to_owned()
+        ])
+    );
     let env = &function(&t)["Environment"]["Variables"];
     assert_eq!(env["MOVE_POISON_TO_DLQ"].as_str(), Some("true"));
-    // And what the adapter calls is granted: GetQueueAttributes on the sources, SendMessage here.
+    // And what the adapter calls is granted: GetQueueAttributes on the sources and the DLQs,
+    // SendMessage here.
     let granted: BTreeSet<String> = statements(&t).into_iter().flat_map(actions).collect();
     for action in sqs_batch::dead_letter::sqs::ACTIONS {
         assert!(granted.contains(*action), "{action}");

@@ -428,9 +428,9 @@ impl IdempotencyStore for DynamoDbStore {
                 // A finished item past its TTL (completed or refused) is a fresh start, whose
                 // first attempt is this one: only an unfinished item without its first time is
                 // of unknown age.
-                let unknown_first_attempt = replaced.as_ref().is_some_and(|old| {
-                    !old.status.is_final() && old.first_attempt_ms.is_none()
-                });
+                let unknown_first_attempt = replaced
+                    .as_ref()
+                    .is_some_and(|old| !old.status.is_final() && old.first_attempt_ms.is_none());
                 if unknown_first_attempt {
                     // `if_not_exists` just wrote now; only this rare, fenced write can say
                     // "unknown" (an item without the time this store always writes).

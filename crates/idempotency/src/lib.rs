@@ -733,7 +733,12 @@ mod tests {
         // The claim keeps that time as its first attempt, so the next one judges the same age.
         let claimed = claimed_state(None, &request(expired_by, Some(1_000)), 77, RETENTION_MS);
         assert_eq!(claimed.first_attempt_ms, Some(1_000));
-        let claimed = claimed_state(None, &request(expired_by - 1, Some(1_000)), 77, RETENTION_MS);
+        let claimed = claimed_state(
+            None,
+            &request(expired_by - 1, Some(1_000)),
+            77,
+            RETENTION_MS,
+        );
         assert_eq!(claimed.first_attempt_ms, Some(expired_by - 1));
     }
 

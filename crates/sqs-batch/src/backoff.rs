@@ -151,7 +151,11 @@ impl RedriveCheck {
     /// `policy`, if they would not. A record fails its receives 1..=M-2 with their delays; at
     /// receive M-1 it gives up and leaves ([`crate::BatchOptions::give_up_at_receive`]), before
     /// SQS's redrive would take it at M+1 with the FIFO records behind it.
-    pub fn survival_problem(&self, max_receive_count: u32, policy: &BackoffPolicy) -> Option<String> {
+    pub fn survival_problem(
+        &self,
+        max_receive_count: u32,
+        policy: &BackoffPolicy,
+    ) -> Option<String> {
         let survival_s = policy.guaranteed_survival_s(max_receive_count.saturating_sub(2));
         (survival_s < self.survival_hours * 3_600).then(|| {
             format!(

@@ -189,7 +189,9 @@ where
     // first receive gives up only under a policy of two receives, which no schedule survives.
     let max_receive_count = match (dead_letters, batch.queue_arn) {
         (Some(dead_letters), Some(arn))
-            if records.iter().any(|m| m.receive_count.is_some_and(|n| n >= 2)) =>
+            if records
+                .iter()
+                .any(|m| m.receive_count.is_some_and(|n| n >= 2)) =>
         {
             let budget = Duration::from_millis(
                 deadline_ms

@@ -471,13 +471,13 @@ impl<H: RecordHandler, C: Clock> BatchProcessor<H, C> {
                     "still running when the invocation's time was nearly up: abandoned and reported",
                 ),
         };
-        let verdict = give_up_if_exhausted(verdict, message.receive_count, limits.give_up_at_receive);
+        let verdict =
+            give_up_if_exhausted(verdict, message.receive_count, limits.give_up_at_receive);
         span.record("key", verdict.key.as_deref());
         span.record("outcome", verdict.outcome.as_str());
         span.record("reason", verdict.reason);
         RecordStatus::Handled(verdict)
     }
-
 }
 
 /// What bounds one batch's records: its deadline, and the receive from which a RETRY gives up.
@@ -555,9 +555,7 @@ impl<H: RecordHandler, C: Clock> BatchProcessor<H, C> {
     async fn in_order(&self, batch: &[Message<'_>], limits: Limits) -> Vec<RecordStatus> {
         // The whole batch is one group.
         let all = (0..batch.len()).collect();
-        let statuses = self
-            .run_group(batch, all, limits, Hold::AnyFailure)
-            .await;
+        let statuses = self.run_group(batch, all, limits, Hold::AnyFailure).await;
         statuses.into_iter().map(|(_, status)| status).collect()
     }
 

@@ -49,11 +49,7 @@ pub async fn an_item_without_its_first_attempt_is_taken_over_as_of_unknown_age(
         .mark_attempted("bare", &lease, t0() + 1)
         .await
         .expect("mark attempted");
-    match store
-        .begin(&claim("bare", t0() + 2))
-        .await
-        .expect("claim")
-    {
+    match store.begin(&claim("bare", t0() + 2)).await.expect("claim") {
         Begin::Started { prior, .. } => assert_eq!(
             prior,
             Some(PriorAttempt {

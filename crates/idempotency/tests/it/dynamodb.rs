@@ -35,7 +35,6 @@ async fn an_item_without_its_first_attempt_is_taken_over_as_of_unknown_age() {
     cases::an_item_without_its_first_attempt_is_taken_over_as_of_unknown_age(&client, &table).await;
 }
 
-
 #[tokio::test]
 async fn key_prefixes_keep_users_of_a_shared_table_apart() {
     let (client, table) = table().await;

@@ -213,11 +213,7 @@ pub fn attribute_key(key: &str) -> String {
     while !key.is_char_boundary(cut) {
         cut -= 1;
     }
-    format!(
-        "{}...#{:016x}",
-        attribute_text(&key[..cut]),
-        hash.finish()
-    )
+    format!("{}...#{:016x}", attribute_text(&key[..cut]), hash.finish())
 }
 
 fn is_zero(n: &u32) -> bool {
@@ -322,7 +318,10 @@ pub async fn apply<D: DeadLetterPort>(
             let message = &batch[index];
             let failure = Failure {
                 reason: verdict.reason.to_owned(),
-                detail: verdict.detail.as_deref().map(|d| bounded(d, MAX_DETAIL_CHARS)),
+                detail: verdict
+                    .detail
+                    .as_deref()
+                    .map(|d| bounded(d, MAX_DETAIL_CHARS)),
                 key: verdict.key.as_deref().map(attribute_key),
                 source_queue_arn: source_arn.to_owned(),
                 receive_count: message.receive_count,

@@ -103,7 +103,11 @@ impl SqsDeadLetters {
         Ok(policy)
     }
 
-    async fn attribute(&self, url: &str, name: QueueAttributeName) -> Result<Option<String>, String> {
+    async fn attribute(
+        &self,
+        url: &str,
+        name: QueueAttributeName,
+    ) -> Result<Option<String>, String> {
         let output = self
             .client()
             .get_queue_attributes()
@@ -226,10 +230,8 @@ fn fit(one: &Move<'_>, max_bytes: usize) -> Result<Copy, String> {
         let failure_bytes = FAILURE_ATTRIBUTE.len() + "String".len() + text.len();
         let bytes = body + failure_bytes + originals.iter().map(|o| o.bytes).sum::<usize>();
         if bytes <= max_bytes {
-            let mut attributes: HashMap<String, MessageAttributeValue> = originals
-                .into_iter()
-                .map(|o| (o.name, o.value))
-                .collect();
+            let mut attributes: HashMap<String, MessageAttributeValue> =
+                originals.into_iter().map(|o| (o.name, o.value)).collect();
             let value = MessageAttributeValue::builder()
                 .data_type("String")
                 .string_value(text)
@@ -282,7 +284,10 @@ impl super::DeadLetterPort for SqsDeadLetters {
                 }
             };
             match calls.last_mut() {
-                Some(call) if call.len() < super::BATCH_LIMIT && call_bytes + copy.bytes <= BATCH_BYTES => {
+                Some(call)
+                    if call.len() < super::BATCH_LIMIT
+                        && call_bytes + copy.bytes <= BATCH_BYTES =>
+                {
                     call_bytes += copy.bytes;
                     call.push((index, copy));
                 }
@@ -369,8 +374,10 @@ mod tests {
             ))
         );
         assert_eq!(
-            read_policy(r#"{"deadLetterTargetArn":"arn:aws:sqs:eu-west-1:1:q","maxReceiveCount":5}"#)
-                .and_then(|p| p.1),
+            read_policy(
+                r#"{"deadLetterTargetArn":"arn:aws:sqs:eu-west-1:1:q","maxReceiveCount":5}"#
+            )
+            .and_then(|p| p.1),
             Some(5)
         );
         assert_eq!(read_policy("{}"), None);
@@ -429,7 +436,10 @@ mod tests {
         )
         .expect("json");
         assert!(failure.detail.is_none());
-        assert!(failure.trimmed.contains(&"detail".to_owned()), "{failure:?}");
+        assert!(
+            failure.trimmed.contains(&"detail".to_owned()),
+            "{failure:?}"
+        );
 
         assert!(fit(&one, 3).is_err(), "a body over the size cannot fit");
     }

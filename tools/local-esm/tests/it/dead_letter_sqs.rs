@@ -331,30 +331,56 @@ async fn a_fifo_record_only_a_person_can_settle_leaves_alone_and_its_group_goes_
     assert_eq!(failure.receive_count, Some(1));
 }
 
-/// A synthetic event of `records` (message id, body, attributes as name to string value,
-/// receive count) from the queue `arn`, as Lambda delivers it.
-fn event_of(arn: &str, records: &[(String, String, Vec<(String, String)>, u32)]) -> String {
+/// One record of a synthetic event.
+struct Record {
+    id: String,
+    body: String,
+    /// Name to string value.
+    attributes: Vec<(String, String)>,
+    receives: u32,
+}
+
+impl Record {
+    fn new(id: &str, body: String, attributes: Vec<(String, String)>, receives: u32) -> Self {
+        Self {
+            id: id.to_owned(),
+            body,
+            attributes,
+            receives,
+        }
+    }
+}
+
+/// A synthetic event of `records` from the queue `arn`, as Lambda delivers it.
+fn event_of(arn: &str, records: &[Record]) -> String {
     let records: Vec<_> = records
         .iter()
-        .map(|(id, body, attributes, receives)| {
-            let message_attributes: serde_json::Map<String, serde_json::Value> = attributes
-                .iter()
-                .map(|(name, value)| {
-                    (
-                        name.clone(),
-                        json!({ "stringValue": value, "dataType": "String",
+        .map(
+            |Record {
+                 id,
+                 body,
+                 attributes,
+                 receives,
+             }| {
+                let message_attributes: serde_json::Map<String, serde_json::Value> = attributes
+                    .iter()
+                    .map(|(name, value)| {
+                        (
+                            name.clone(),
+                            json!({ "stringValue": value, "dataType": "String",
                                 "stringListValues": [], "binaryListValues": [] }),
-                    )
+                        )
+                    })
+                    .collect();
+                json!({
+                    "messageId": id, "receiptHandle": format!("rh-{id}"), "body": body,
+                    "attributes": { "ApproximateReceiveCount": receives.to_string(),
+                                    "ApproximateFirstReceiveTimestamp": "1767225600000" },
+                    "messageAttributes": message_attributes,
+                    "eventSource": "aws:sqs", "eventSourceARN": arn, "awsRegion": "us-east-1"
                 })
-                .collect();
-            json!({
-                "messageId": id, "receiptHandle": format!("rh-{id}"), "body": body,
-                "attributes": { "ApproximateReceiveCount": receives.to_string(),
-                                "ApproximateFirstReceiveTimestamp": "1767225600000" },
-                "messageAttributes": message_attributes,
-                "eventSource": "aws:sqs", "eventSourceARN": arn, "awsRegion": "us-east-1"
-            })
-        })
+            },
+        )
         .collect();
     json!({ "Records": records }).to_string()
 }
@@ -380,7 +406,10 @@ fn assert_sqs_would_take(copy: &(String, HashMap<String, String>), max_bytes: us
             .iter()
             .map(|(name, value)| name.len() + "String".len() + value.len())
             .sum::<usize>();
-    assert!(size <= max_bytes, "a copy of {size} bytes, over {max_bytes}");
+    assert!(
+        size <= max_bytes,
+        "a copy of {size} bytes, over {max_bytes}"
+    );
 }
 
 /// Seams finding 4. A redriven copy carries `dead-letter-failure` and nine attributes of its
@@ -416,7 +445,10 @@ async fn a_copy_moved_twice_keeps_every_attribute_and_its_history() {
         serde_json::to_string(&earlier).expect("json"),
     ));
     let body = r#"{"order_id":"p-1","amount":-5}"#.to_owned();
-    let json = event_of(&queues.arn, &[("m1".into(), body.clone(), attributes, 1)]);
+    let json = event_of(
+        &queues.arn,
+        &[Record::new("m1", body.clone(), attributes, 1)],
+    );
     let event = sqs_batch::edge::parse_event(&json).expect("event");
     let deadline_ms = lambda_kit::Clock::now_ms(&SystemClock) + 30_000;
     let (response, report) = app(&endpoint)
@@ -475,23 +507,24 @@ async fn large_and_odd_poison_leaves_at_its_first_receive_within_sqs_limits() {
         .send()
         .await
         .expect("set the DLQ's size");
-    let mut records: Vec<(String, String, Vec<(String, String)>, u32)> = (0..10)
+    let mut records: Vec<Record> = (0..10)
         .map(|i| {
             let body = json!({ "order_id": format!("big-{i}"), "amount": -1,
                                "note": "x".repeat(120_000) })
             .to_string();
-            (format!("m{i}"), body, vec![("trace".into(), format!("t-{i}"))], 1)
+            let trace = vec![("trace".into(), format!("t-{i}"))];
+            Record::new(&format!("m{i}"), body, trace, 1)
         })
         .collect();
     let long_id = "L".repeat(200_000);
-    records.push((
-        "long".into(),
+    records.push(Record::new(
+        "long",
         json!({ "order_id": long_id, "amount": 1 }).to_string(),
         vec![],
         1,
     ));
-    records.push((
-        "odd".into(),
+    records.push(Record::new(
+        "odd",
         r#"{"order_id":"o-\uffff","amount":1}"#.into(),
         vec![],
         1,
@@ -564,7 +597,10 @@ async fn the_queues_redrive_policy_decides_when_a_retry_gives_up() {
     // 401.01 is the simulated provider's refused configuration: RETRY at every receive.
     let body = r#"{"order_id":"r-1","amount":401.01}"#.to_owned();
     for (receives, moved) in [(3, false), (4, true)] {
-        let json = event_of(&queues.arn, &[("m1".into(), body.clone(), vec![], receives)]);
+        let json = event_of(
+            &queues.arn,
+            &[Record::new("m1", body.clone(), vec![], receives)],
+        );
         let event = sqs_batch::edge::parse_event(&json).expect("event");
         let deadline_ms = lambda_kit::Clock::now_ms(&SystemClock) + 30_000;
         let (_, report) = app
