@@ -91,11 +91,11 @@ impl RetryableFailures {
                     "failure codes of letters, digits, '_', '.' and '-', separated by commas",
                 ));
             }
-            if code.contains("declin") {
+            if is_decline_code(&code) {
                 return Err(EnvError::invalid(
                     "PAYMENT_RETRYABLE_FAILURES",
                     &text,
-                    "no decline: a declined card is never sent again",
+                    format!("no decline ({code} is one): a declined card is never sent again"),
                 ));
             }
             codes.push(code);
@@ -499,7 +499,8 @@ pub fn read_charge(json: &serde_json::Map<String, serde_json::Value>) -> Option<
             "succeeded" => Some(ChargeState::Succeeded),
             "pending" | "processing" => Some(ChargeState::Pending),
             "failed" | "canceled" | "cancelled" => Some(failed(false)),
-            "requires_payment_method" if json.get("last_payment_error").is_some() => {
+            // After a failed attempt; one never attempted carries `last_payment_error: null`.
+            "requires_payment_method" if present(json.get("last_payment_error")) => {
                 Some(failed(false))
             }
             _ => None,
@@ -540,9 +541,9 @@ fn failure_code(json: &serde_json::Map<String, serde_json::Value>) -> Option<Str
 /// type or code that says "declin" or `card_error`.
 fn names_decline(json: &serde_json::Map<String, serde_json::Value>) -> bool {
     let nested = |outer: &str, inner: &str| json.get(outer).and_then(|o| o.get(inner));
-    let decline_code = json.get("decline_code").is_some()
-        || nested("error", "decline_code").is_some()
-        || nested("last_payment_error", "decline_code").is_some();
+    let decline_code = present(json.get("decline_code"))
+        || present(nested("error", "decline_code"))
+        || present(nested("last_payment_error", "decline_code"));
     let outcome = nested("outcome", "type")
         .and_then(serde_json::Value::as_str)
         .is_some_and(|t| matches!(t, "issuer_declined" | "blocked"));
@@ -554,11 +555,63 @@ fn names_decline(json: &serde_json::Map<String, serde_json::Value>) -> bool {
     .into_iter()
     .flatten()
     .filter_map(serde_json::Value::as_str)
-    .any(|t| {
-        let t = t.to_ascii_lowercase();
-        t.contains("declin")
-    });
-    decline_code || outcome || words || names(json, &["card_error", "declin"])
+    .any(|t| is_decline_code(t) || t.to_ascii_lowercase().contains("declin"));
+    let code = failure_code(json).is_some_and(|code| is_decline_code(&code));
+    decline_code || outcome || words || code || names(json, &["card_error", "declin"])
+}
+
+/// Whether a JSON field is there and not `null` (Stripe sends absent objects as `null`).
+fn present(value: Option<&serde_json::Value>) -> bool {
+    value.is_some_and(|v| !v.is_null())
+}
+
+/// Card networks' and providers' codes that are declines whatever else an answer says (Stripe's
+/// decline codes, Adyen's refusal reasons): a failure naming one is final, and
+/// `PAYMENT_RETRYABLE_FAILURES` may not list one.
+const DECLINE_CODES: &[&str] = &[
+    "authentication_required",
+    "call_issuer",
+    "card_not_supported",
+    "card_velocity_exceeded",
+    "currency_not_supported",
+    "do_not_honor",
+    "do_not_try_again",
+    "expired_card",
+    "fraudulent",
+    "incorrect_cvc",
+    "incorrect_number",
+    "incorrect_pin",
+    "incorrect_zip",
+    "insufficient_funds",
+    "invalid_account",
+    "invalid_amount",
+    "invalid_cvc",
+    "invalid_expiry_month",
+    "invalid_expiry_year",
+    "invalid_number",
+    "lost_card",
+    "merchant_blacklist",
+    "new_account_information_available",
+    "no_action_taken",
+    "not_permitted",
+    "pickup_card",
+    "restricted_card",
+    "revocation_of_all_authorizations",
+    "revocation_of_authorization",
+    "security_violation",
+    "service_not_allowed",
+    "stolen_card",
+    "stop_payment_order",
+    "testmode_decline",
+    "transaction_not_allowed",
+    "try_again_later",
+    "withdrawal_count_limit_exceeded",
+];
+
+/// Whether `code` is one of [`DECLINE_CODES`], or names a decline.
+fn is_decline_code(code: &str) -> bool {
+    let code = code.to_ascii_lowercase();
+    code.contains("declin") || DECLINE_CODES.contains(&code.as_str())
 }
 
 /// A failure as a charge's answer: a decline, final, unless the deployment lists its code as
@@ -1078,6 +1131,12 @@ mod tests {
                 r#"{"object":"payment_intent","status":"requires_action"}"#,
                 "ambiguous",
             ),
+            // Created and never attempted: Stripe sends the absent error as null.
+            (
+                200,
+                r#"{"object":"payment_intent","status":"requires_payment_method","last_payment_error":null}"#,
+                "ambiguous",
+            ),
             (
                 200,
                 r#"{"status":"failed","outcome":{"type":"issuer_declined"}}"#,
@@ -1219,6 +1278,22 @@ mod tests {
             ),
             // The provider's JSON, but a status (or no status) not known here: unclear.
             (200, r#"{"status":"under_review"}"#, ChargeStatus::Unclear),
+            (
+                200,
+                r#"{"object":"payment_intent","status":"requires_payment_method","last_payment_error":null,"decline_code":null}"#,
+                ChargeStatus::Unclear,
+            ),
+            // A null decline code names no decline; a known decline code does, without one.
+            (
+                200,
+                r#"{"status":"failed","failure_code":"processing_error","decline_code":null}"#,
+                ChargeStatus::Failed,
+            ),
+            (
+                200,
+                r#"{"status":"failed","code":"insufficient_funds"}"#,
+                ChargeStatus::Declined,
+            ),
             (200, r#"{"id":"ch_1"}"#, ChargeStatus::Unclear),
             (
                 200,
@@ -1268,6 +1343,38 @@ mod tests {
             lookup(401, ""),
             Err(PaymentError::Misconfigured { .. })
         ));
+    }
+
+    /// A deployment can list a processing error as retryable, never a decline.
+    #[test]
+    fn retryable_failures_never_name_a_decline() {
+        let read = |value: &str| {
+            let value = value.to_owned();
+            RetryableFailures::from_env(&Env::new(move |name| {
+                (name == "PAYMENT_RETRYABLE_FAILURES").then(|| value.clone())
+            }))
+        };
+        assert_eq!(
+            read(" processing_error, Issuer_Unavailable "),
+            Ok(RetryableFailures::of(&[
+                "processing_error",
+                "issuer_unavailable"
+            ]))
+        );
+        for decline in [
+            "card_declined",
+            "insufficient_funds",
+            "do_not_honor",
+            "expired_card",
+        ] {
+            let refused = read(&format!("processing_error,{decline}")).expect_err(decline);
+            assert!(
+                refused.to_string().contains("PAYMENT_RETRYABLE_FAILURES"),
+                "{refused}"
+            );
+        }
+        assert!(read("bad code!").is_err());
+        assert_eq!(read(""), Ok(RetryableFailures::default()));
     }
 
     /// The key echoed past the cut: scrubbed from the whole text before it is cut, by runs.

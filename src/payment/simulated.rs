@@ -217,10 +217,8 @@ impl PaymentGateway for SimulatedGateway {
         ledger.settle(request.idempotency_key, self.clock.now_ms());
         match ledger.fates.get(request.idempotency_key) {
             None => Ok(ChargeStatus::Unknown),
-            Some((_, amount)) if *amount != request.amount => Err(PaymentError::KeyReused {
-                status: Some(200),
-                reason: format!("the charge under this key is for {amount} (simulated)"),
-            }),
+            // Another payload's charge under the key: not this order's.
+            Some((_, amount)) if *amount != request.amount => Ok(ChargeStatus::Conflict),
             Some((status, _)) => Ok(*status),
         }
     }
@@ -271,6 +269,11 @@ mod tests {
         g.charge(&req("o-1", 1_000)).await.expect("first charge");
         let err = g.charge(&req("o-1", 1_100)).await.expect_err("reuse");
         assert!(matches!(err, PaymentError::KeyReused { .. }));
+        // Its look-up shows another payload's charge under the key.
+        assert_eq!(
+            g.lookup(&req("o-1", 1_100)).await.ok(),
+            Some(ChargeStatus::Conflict)
+        );
     }
 
     #[tokio::test]

@@ -124,14 +124,18 @@ impl IdempotencyStore for MemoryStore {
                 existing.as_ref(),
                 request,
                 self.expires_at(request.now_ms),
-                self.retention_s * 1_000,
+                self.retention_s.saturating_mul(1_000),
             ),
             token: Some(lease.token),
         };
         items.insert(request.key.to_owned(), item);
         Ok(Begin::Started {
             lease,
-            prior: prior_attempt(existing.as_ref(), request, self.retention_s * 1_000),
+            prior: prior_attempt(
+                existing.as_ref(),
+                request,
+                self.retention_s.saturating_mul(1_000),
+            ),
         })
     }
 

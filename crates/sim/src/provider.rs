@@ -347,13 +347,8 @@ impl PaymentGateway for Provider {
         }
         let answer = match ledger.status.get(key) {
             None => Ok(ChargeStatus::Unknown),
-            Some(known) if known.amount != request.amount.minor => Err(PaymentError::KeyReused {
-                status: Some(200),
-                reason: format!(
-                    "the charge under this key is for {} (simulated)",
-                    known.amount
-                ),
-            }),
+            // Another payload's charge under the key: not this order's.
+            Some(known) if known.amount != request.amount.minor => Ok(ChargeStatus::Conflict),
             Some(known) if now_ms < known.done_at_ms => Ok(ChargeStatus::Pending),
             Some(known) if known.fate == Fate::Charged => Ok(ChargeStatus::Succeeded),
             // A provider's charge object names its decline.

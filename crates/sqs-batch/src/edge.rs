@@ -157,12 +157,18 @@ impl<'a> MessageAttributes<'a> {
         }
     }
 
-    /// Every attribute, parsed (for comparisons and dead-letter copies, not the hot path).
+    /// Every attribute, parsed (for comparisons and dead-letter copies, not the hot path); none
+    /// when they cannot be read.
     pub(crate) fn to_map(self) -> HashMap<String, SqsMessageAttribute> {
+        self.try_to_map().unwrap_or_default()
+    }
+
+    /// Every attribute, parsed, or `None` when Lambda's raw attributes cannot be read.
+    pub(crate) fn try_to_map(self) -> Option<HashMap<String, SqsMessageAttribute>> {
         match self {
-            Self::None => HashMap::new(),
-            Self::Raw(raw) => serde_json::from_str(raw.get()).unwrap_or_default(),
-            Self::Parsed(map) => map.clone(),
+            Self::None => Some(HashMap::new()),
+            Self::Raw(raw) => serde_json::from_str(raw.get()).ok(),
+            Self::Parsed(map) => Some(map.clone()),
         }
     }
 }

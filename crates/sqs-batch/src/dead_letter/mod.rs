@@ -84,6 +84,7 @@ pub struct Failure {
 
 /// One earlier move of a message, as a later move's [`Failure::history`] keeps it.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, serde::Deserialize)]
+#[serde(default)]
 pub struct EarlierMove {
     /// Its reason code.
     pub reason: String,
@@ -99,10 +100,16 @@ pub struct EarlierMove {
 
 impl Failure {
     /// The failure a moved copy carries, if `message` is one (a redrive of the DLQ delivers it
-    /// with its [`FAILURE_ATTRIBUTE`]).
+    /// with its [`FAILURE_ATTRIBUTE`]). An attribute that is there but cannot be read (another
+    /// tool's, a damaged one) still says the message was moved: it reads as a move of unknown
+    /// reason and time (0, the oldest possible), never as no move at all.
     pub fn of(message: &Message<'_>) -> Option<Self> {
         let text = message.attributes.string(FAILURE_ATTRIBUTE)?;
-        serde_json::from_str(&text).ok()
+        Some(serde_json::from_str(&text).unwrap_or_else(|_| Failure {
+            reason: "unreadable".to_owned(),
+            first_failure_ms: Some(0),
+            ..Failure::default()
+        }))
     }
 
     /// The earliest time the history names, epoch ms: the first failure of the first move (0
@@ -209,11 +216,13 @@ pub fn attribute_key(key: &str) -> String {
     }
     let mut hash = lambda_kit::Fnv1a::new();
     hash.write(key.as_bytes());
-    let mut cut = 200.min(key.len());
-    while !key.is_char_boundary(cut) {
+    // Cut after cleaning: a replacement character is three bytes, whatever it replaced.
+    let clean = attribute_text(key);
+    let mut cut = 200.min(clean.len());
+    while !clean.is_char_boundary(cut) {
         cut -= 1;
     }
-    format!("{}...#{:016x}", attribute_text(&key[..cut]), hash.finish())
+    format!("{}...#{:016x}", &clean[..cut], hash.finish())
 }
 
 fn is_zero(n: &u32) -> bool {
@@ -539,6 +548,31 @@ mod tests {
             .map(|c| c.0.clone())
             .collect();
         assert_eq!(changed, ["m3"]);
+    }
+
+    /// A redriven copy's history says when its work may first have been tried; one whose failure
+    /// attribute cannot be read still says it was moved, as of unknown time (the oldest).
+    #[test]
+    fn a_moved_copys_history_names_its_earliest_failure() {
+        let with = |failure: &str| {
+            let raw = serde_json::json!({ FAILURE_ATTRIBUTE: {
+                "stringValue": failure, "dataType": "String" } })
+            .to_string();
+            let raw: Box<serde_json::value::RawValue> = serde_json::from_str(&raw).expect("raw");
+            let message = Message {
+                attributes: crate::edge::MessageAttributes::Raw(&raw),
+                ..Message::new("m1", "{}")
+            };
+            earlier_attempt_ms(&message)
+        };
+        let moved_twice = serde_json::json!({
+            "reason": "retries_exhausted", "first_failure_ms": 5_000, "last_failure_ms": 9_000,
+            "history": [{ "reason": "invalid_body", "last_failure_ms": 3_000 }],
+        });
+        assert_eq!(with(&moved_twice.to_string()), Some(3_000));
+        assert_eq!(with(r#"{"reason":"x","history":[{"reason":7}]}"#), Some(0));
+        assert_eq!(with("not json"), Some(0));
+        assert_eq!(earlier_attempt_ms(&Message::new("m1", "{}")), None);
     }
 
     /// A move that fails is never acknowledged: the record is RETRY, reported, and backs off

@@ -179,12 +179,12 @@ struct Original {
 }
 
 /// The message's own attributes, without an earlier failure (which the new one replaces), by
-/// name.
-fn originals(one: &Move<'_>) -> Vec<Original> {
+/// name; `None` when they cannot be read.
+fn originals(one: &Move<'_>) -> Option<Vec<Original>> {
     let mut originals: Vec<Original> = one
         .message
         .attributes
-        .to_map()
+        .try_to_map()?
         .into_iter()
         .filter(|(name, _)| name != FAILURE_ATTRIBUTE)
         .filter_map(|(name, value)| {
@@ -204,7 +204,7 @@ fn originals(one: &Move<'_>) -> Vec<Original> {
         })
         .collect();
     originals.sort_by(|a, b| a.name.cmp(&b.name));
-    originals
+    Some(originals)
 }
 
 /// Drops the largest original attribute, naming it in the failure; whether there was one.
@@ -221,7 +221,10 @@ fn drop_largest(originals: &mut Vec<Original>, failure: &mut Failure) -> bool {
 fn fit(one: &Move<'_>, max_bytes: usize) -> Result<Copy, String> {
     let body = one.message.body.len();
     let mut failure = one.failure.clone();
-    let mut originals = originals(one);
+    let mut originals = originals(one).unwrap_or_else(|| {
+        failure.trimmed.push("attributes (unreadable)".to_owned());
+        Vec::new()
+    });
     while originals.len() >= MAX_ATTRIBUTES {
         drop_largest(&mut originals, &mut failure);
     }
@@ -298,26 +301,34 @@ impl super::DeadLetterPort for SqsDeadLetters {
             }
         }
         for call in calls {
-            let indexes: Vec<usize> = call.iter().map(|(index, _)| *index).collect();
-            let entries: Vec<_> = call
-                .into_iter()
-                .filter_map(|(index, copy)| {
-                    let one = &moves[index];
-                    let mut entry = SendMessageBatchRequestEntry::builder()
-                        // Unique in the call; a message id may repeat in a batch.
-                        .id(index.to_string())
-                        .message_body(one.message.body)
-                        .set_message_attributes(Some(copy.attributes));
-                    if fifo {
-                        // The same group keeps the copies of one group in order, and the source
-                        // message's id deduplicates a move repeated after a crash.
-                        entry = entry
-                            .message_group_id(one.message.group_id.unwrap_or("dead-letter"))
-                            .message_deduplication_id(one.message.message_id);
+            let mut indexes = Vec::with_capacity(call.len());
+            let mut entries = Vec::with_capacity(call.len());
+            for (index, copy) in call {
+                let one = &moves[index];
+                let mut entry = SendMessageBatchRequestEntry::builder()
+                    // Unique in the call; a message id may repeat in a batch.
+                    .id(index.to_string())
+                    .message_body(one.message.body)
+                    .set_message_attributes(Some(copy.attributes));
+                if fifo {
+                    // The same group keeps the copies of one group in order, and the source
+                    // message's id deduplicates a move repeated after a crash.
+                    entry = entry
+                        .message_group_id(one.message.group_id.unwrap_or("dead-letter"))
+                        .message_deduplication_id(one.message.message_id);
+                }
+                // A copy that cannot be built is a failed move, never one left out unnoticed.
+                match entry.build() {
+                    Ok(entry) => {
+                        indexes.push(index);
+                        entries.push(entry);
                     }
-                    entry.build().ok()
-                })
-                .collect();
+                    Err(error) => failures.push(fail(one, error.to_string())),
+                }
+            }
+            if entries.is_empty() {
+                continue;
+            }
             let result = self
                 .client()
                 .send_message_batch()

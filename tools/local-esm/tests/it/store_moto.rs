@@ -34,6 +34,12 @@ async fn an_item_without_its_first_attempt_is_taken_over_as_of_unknown_age() {
 }
 
 #[tokio::test]
+async fn an_item_of_a_later_format_is_never_taken_over() {
+    let (client, table) = table().await;
+    cases::an_item_of_a_later_format_is_never_taken_over(&client, &table).await;
+}
+
+#[tokio::test]
 async fn key_prefixes_keep_users_of_a_shared_table_apart() {
     let (client, table) = table().await;
     cases::key_prefixes_keep_users_of_a_shared_table_apart(&client, &table).await;
