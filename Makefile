@@ -160,9 +160,11 @@ build: $(PY_STAMP) $(IAC_STAMP) $(AUDITABLE_BIN) $(SBOM_BIN)
 
 # sam build && sam deploy: guided the first time (no samconfig deploy answers saved yet).
 # Names the account, region and stack, and deploys only once the account is confirmed
-# (DEPLOY_ACCOUNT=<account id>, or typed at the prompt).
+# (DEPLOY_ACCOUNT=<account id>, or typed at the prompt). PARAMETERS="Name=value ..." overrides
+# template parameters; every change of code or parameter publishes a version for the live alias
+# (ConfigurationHash, scripts/configuration_hash.py).
 deploy: build
-	@PATH="$(IAC_VENV)/bin:$$PATH" PYTHON="$(IAC_VENV)/bin/python" scripts/deploy.sh
+	@PATH="$(IAC_VENV)/bin:$$PATH" PYTHON="$(IAC_VENV)/bin/python" PARAMETERS="$(PARAMETERS)" scripts/deploy.sh
 
 $(IAC_STAMP): requirements-iac.txt
 	python3 -m venv $(IAC_VENV)

@@ -11,23 +11,16 @@
 //! Under `cargo test --all-targets` (no `--bench` argument) this runs a small smoke version.
 //! Benchmarks, not tests: nothing here passes or fails on time.
 
-use std::process::Stdio;
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use axum::Router;
-use axum::extract::State;
-use axum::http::HeaderMap;
-use axum::response::IntoResponse;
-use axum::routing::{get, post};
 use idempotency::{Begin, ClaimRequest, IdempotencyStore, Lease, MemoryStore, StoreError};
 use lambda_kit::clock::{Clock, SystemClock};
 use process_orders::app::App;
 use process_orders::config::Config;
 use process_orders::payment::SimulatedGateway;
 use process_orders::testkit::generated_body;
+use process_orders::testkit::runtime_api::RuntimeApi;
 use sqs_batch::testkit::{self as event, EventShape};
-use tokio::sync::mpsc;
 
 /// Lambda's invocation payload limit for a synchronous invoke (the ESM's batch limit).
 const PAYLOAD_LIMIT: usize = 6 * 1024 * 1024;
@@ -55,138 +48,18 @@ fn main() {
     });
 }
 
-// ---------------------------------------------------------------------------------------------
-// A local Lambda Runtime API: hands out one queued event, then reports the function's answer.
-
-#[derive(Clone)]
-struct RuntimeApi {
-    addr: String,
-    next: Arc<Mutex<Option<String>>>,
-    answers: Arc<tokio::sync::Mutex<mpsc::UnboundedReceiver<Result<String, String>>>>,
-}
-
-#[derive(Clone)]
-struct ApiState {
-    next: Arc<Mutex<Option<String>>>,
-    answers: mpsc::UnboundedSender<Result<String, String>>,
-}
-
-impl RuntimeApi {
-    async fn start() -> Self {
-        let next = Arc::new(Mutex::new(None));
-        let (tx, rx) = mpsc::unbounded_channel();
-        let state = ApiState {
-            next: Arc::clone(&next),
-            answers: tx,
-        };
-        let app = Router::new()
-            .route("/2018-06-01/runtime/invocation/next", get(next_event))
-            .route(
-                "/2018-06-01/runtime/invocation/{id}/response",
-                post(|State(s): State<ApiState>, body: String| async move {
-                    let _ = s.answers.send(Ok(body));
-                    "{}"
-                }),
-            )
-            .route(
-                "/2018-06-01/runtime/invocation/{id}/error",
-                post(|State(s): State<ApiState>, body: String| async move {
-                    let _ = s.answers.send(Err(body));
-                    "{}"
-                }),
-            )
-            .route(
-                "/2018-06-01/runtime/init/error",
-                post(|State(s): State<ApiState>, body: String| async move {
-                    let _ = s.answers.send(Err(format!("init error: {body}")));
-                    "{}"
-                }),
-            )
-            .with_state(state);
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-            .await
-            .expect("bind");
-        let addr = listener.local_addr().expect("addr").to_string();
-        tokio::spawn(async move { axum::serve(listener, app).await });
-        Self {
-            addr,
-            next,
-            answers: Arc::new(tokio::sync::Mutex::new(rx)),
-        }
+/// One invocation of `bin` over the local Runtime API: its time to the answer and its peak RSS.
+async fn serve_one(
+    api: &RuntimeApi,
+    bin: &str,
+    env: &[(&str, &str)],
+    event: &str,
+) -> (Duration, u64) {
+    let served = api.serve_one(bin, env, event).await;
+    if let Err(e) = &served.answer {
+        panic!("{bin} failed: {e}");
     }
-
-    /// Spawns `bin` against this API with `event` queued; returns the time from spawn to the
-    /// answer, and the child's peak RSS (VmHWM, KiB) read before it is killed.
-    async fn serve_one(&self, bin: &str, env: &[(&str, &str)], event: &str) -> (Duration, u64) {
-        *self.next.lock().expect("lock") = Some(event.to_owned());
-        let mut answers = self.answers.lock().await;
-        let started = Instant::now();
-        let mut child = tokio::process::Command::new(bin)
-            .env_clear()
-            .env("AWS_LAMBDA_RUNTIME_API", &self.addr)
-            .env("AWS_LAMBDA_FUNCTION_NAME", "bench")
-            .env("AWS_LAMBDA_FUNCTION_MEMORY_SIZE", "1024")
-            .env("AWS_LAMBDA_FUNCTION_VERSION", "$LATEST")
-            .env("AWS_LAMBDA_LOG_STREAM_NAME", "bench")
-            .env("AWS_LAMBDA_LOG_GROUP_NAME", "/aws/lambda/bench")
-            .env("AWS_REGION", "us-east-1")
-            .env("AWS_ACCESS_KEY_ID", "bench")
-            .env("AWS_SECRET_ACCESS_KEY", "bench")
-            .envs(env.iter().copied())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .kill_on_drop(true)
-            .spawn()
-            .unwrap_or_else(|e| panic!("spawn {bin}: {e}"));
-        let answer = tokio::time::timeout(Duration::from_secs(60), answers.recv())
-            .await
-            .unwrap_or_else(|_| panic!("{bin} did not answer within 60 s"))
-            .expect("channel open");
-        let took = started.elapsed();
-        if let Err(e) = answer {
-            panic!("{bin} failed: {e}");
-        }
-        let rss = child.id().map_or(0, vm_hwm_kib);
-        let _ = child.kill().await;
-        (took, rss)
-    }
-}
-
-async fn next_event(State(s): State<ApiState>) -> impl IntoResponse {
-    let event = s.next.lock().expect("lock").take();
-    match event {
-        Some(body) => {
-            let deadline = SystemClock.now_ms() + 60_000;
-            let mut headers = HeaderMap::new();
-            let mut put = |k: &'static str, v: String| {
-                headers.insert(k, v.parse().expect("header value"));
-            };
-            put("lambda-runtime-aws-request-id", "req-1".into());
-            put("lambda-runtime-deadline-ms", deadline.to_string());
-            put(
-                "lambda-runtime-invoked-function-arn",
-                "arn:aws:lambda:us-east-1:123456789012:function:bench".into(),
-            );
-            put(
-                "lambda-runtime-trace-id",
-                "Root=1-00000000-000000000000000000000000".into(),
-            );
-            (headers, body)
-        }
-        // One event per process: later polls wait until the process is killed.
-        None => std::future::pending().await,
-    }
-}
-
-fn vm_hwm_kib(pid: u32) -> u64 {
-    std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find_map(|l| l.strip_prefix("VmHWM:"))
-                .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-        })
-        .unwrap_or(0)
+    (served.took, served.peak_rss_kib)
 }
 
 fn median(mut values: Vec<Duration>) -> Duration {
@@ -278,12 +151,16 @@ async fn init(api: &RuntimeApi, dir: &str, runs: usize) {
         .to_string();
         let order_secret = order.replace("first-", "secret-");
         // Alternate, so drift on the machine touches every variant alike.
-        h.push(api.serve_one(&hello, &[], empty).await.0);
-        f.push(api.serve_one(&function, &env, empty).await.0);
-        fs.push(api.serve_one(&function, &env_secret, empty).await.0);
-        hf.push(api.serve_one(&hello, &[], &order).await.0);
-        ff.push(api.serve_one(&function, &env, &order).await.0);
-        ffs.push(api.serve_one(&function, &env_secret, &order_secret).await.0);
+        h.push(serve_one(api, &hello, &[], empty).await.0);
+        f.push(serve_one(api, &function, &env, empty).await.0);
+        fs.push(serve_one(api, &function, &env_secret, empty).await.0);
+        hf.push(serve_one(api, &hello, &[], &order).await.0);
+        ff.push(serve_one(api, &function, &env, &order).await.0);
+        ffs.push(
+            serve_one(api, &function, &env_secret, &order_secret)
+                .await
+                .0,
+        );
     }
     assert_eq!(
         stub.total_charges(),
@@ -343,8 +220,8 @@ async fn peak_rss(api: &RuntimeApi, dir: &str, limit: usize) {
     let function = format!("{dir}/process-orders");
     // In-memory store and simulated payments: the whole event is processed without network.
     let local = &[("PROCESS_ORDERS_LOCAL", "1")];
-    let (ht, hr) = api.serve_one(&hello, &[], &json).await;
-    let (ft, fr) = api.serve_one(&function, local, &json).await;
+    let (ht, hr) = serve_one(api, &hello, &[], &json).await;
+    let (ft, fr) = serve_one(api, &function, local, &json).await;
     println!(
         "\n(c) peak RSS (VmHWM), one event of {records} records, {} bytes",
         json.len()

@@ -39,8 +39,9 @@ INPUTS = {
     "alarm_per_metric_per_month": 0.10,
     "dashboard_per_month": 3.00,
     "secret_per_month": 0.40,
-    # Custom metrics: 21 per queue for two queues, and ColdStart once (docs/operations.md).
-    "custom_metrics": 43,
+    # Custom metrics: 21 per queue for two queues, 3 per live version, and ColdStart once
+    # (docs/operations.md).
+    "custom_metrics": 46,
 }
 
 

@@ -1,14 +1,19 @@
 #!/usr/bin/env bash
 # `make deploy`: says which account, region and stack it is about to change, and goes on only when
 # the account is confirmed, as `orders-ops redrive` does: DEPLOY_ACCOUNT=<account id> for scripts
-# and CI, or the account id typed at the prompt. Then `sam deploy` (guided the first time).
+# and CI, or the account id typed at the prompt. Then `sam deploy` (guided the first time), with
+# ConfigurationHash computed over the built bootstrap and every parameter value the stack will
+# have (scripts/configuration_hash.py), so a parameter-only change reaches the live alias.
+# PARAMETERS="Key=Value ..." adds overrides to samconfig.toml's.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 python="${PYTHON:-python3}"
 sam="${SAM:-sam}"
+samconfig="${SAMCONFIG:-samconfig.toml}"
+bootstrap="${BOOTSTRAP:-.aws-sam/build/OrdersFunction/bootstrap}"
 # What sam deploy will use: samconfig.toml's profile and region when it names them, else the
 # environment's (and a guided first deployment asks for the region).
-setting() { sed -n "s/^$1 *= *\"\(.*\)\"/\1/p" samconfig.toml | head -1; }
+setting() { sed -n "s/^$1 *= *\"\(.*\)\"/\1/p" "$samconfig" | head -1; }
 stack=$(setting stack_name)
 profile=$(setting profile)
 saved_region=$(setting region)
@@ -42,7 +47,14 @@ if [ "${DEPLOY_ACCOUNT:-}" != "$account" ]; then
     exit 1
   fi
 fi
-args=()
+[ -f "$bootstrap" ] || { echo "no built bootstrap at $bootstrap: run make build first" >&2; exit 1; }
+# shellcheck disable=SC2086 # PARAMETERS is a list of Key=Value words.
+overrides=$("$python" scripts/configuration_hash.py deploy-overrides --bootstrap "$bootstrap" \
+  --stack "${stack:-process-orders}" --samconfig "$samconfig" --profile "$profile" \
+  --region "${saved_region:-$region}" ${PARAMETERS:-})
+echo "ConfigurationHash ${overrides##*ConfigurationHash=}: a new version for the live alias whenever code or configuration changed."
+args=(--parameter-overrides "$overrides")
+[ "$samconfig" != samconfig.toml ] && args+=(--config-file "$samconfig")
 # Confirmed without a terminal: sam must not stop at its own change-set prompt either.
 [ -n "${DEPLOY_ACCOUNT:-}" ] && args+=(--no-confirm-changeset)
 if [ -n "$stack" ] && [ -n "$saved_region" ]; then

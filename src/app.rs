@@ -126,6 +126,15 @@ impl App {
                     .map_err(HttpSetupError::from)?,
             )?),
         };
+        if let Some(level) = config.metrics.as_ref().and_then(|m| m.level) {
+            // Lambda reads a JSON line without `level` as INFO and drops it at this filter.
+            tracing::warn!(
+                document_level = level,
+                "Lambda's log level drops INFO lines: the metric documents carry this level so \
+                 CloudWatch still extracts them (leave them out of level queries with \
+                 `filter not ispresent(_aws)`)"
+            );
+        }
         let payloads = match (&config.claim_check, &sdk) {
             #[cfg(feature = "s3-claim-check")]
             (Some(settings), Some(sdk)) => Payloads::S3(claim_check::s3::S3Payloads::new(

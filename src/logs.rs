@@ -80,10 +80,16 @@ where
     let traces = crate::telemetry::layer(crate::telemetry::TraceSettings::from_env(|name| {
         std::env::var(name).ok()
     }));
-    // The log filter applies to the log lines only; the trace layer has its own.
+    // The log filter applies to the log lines only; the trace layer has its own. Spans of INFO
+    // and above pass it whatever the level: they carry the context (the request and trace ids,
+    // the order and message ids), and a WARN line, the one an on-call engineer reads first,
+    // must not lose it because the level filters INFO events out.
+    let context = tracing_subscriber::filter::filter_fn(|meta| {
+        meta.is_span() && *meta.level() <= tracing::Level::INFO
+    });
     let logs = tracing_subscriber::Layer::with_filter(
         tracing_subscriber::Layer::and_then(json, text),
-        filter,
+        tracing_subscriber::filter::FilterExt::or(filter, context),
     );
     drop(
         tracing_subscriber::registry()
@@ -98,7 +104,8 @@ where
 pub struct PowertoolsJson {
     service: String,
     function_name: Option<String>,
-    function_memory_size: Option<String>,
+    /// An integer, as Powertools writes it.
+    function_memory_size: Option<u64>,
 }
 
 impl PowertoolsJson {
@@ -109,7 +116,8 @@ impl PowertoolsJson {
         Self {
             service: var("POWERTOOLS_SERVICE_NAME").unwrap_or_else(|| "process-orders".into()),
             function_name: var("AWS_LAMBDA_FUNCTION_NAME"),
-            function_memory_size: var("AWS_LAMBDA_FUNCTION_MEMORY_SIZE"),
+            function_memory_size: var("AWS_LAMBDA_FUNCTION_MEMORY_SIZE")
+                .and_then(|size| size.trim().parse().ok()),
         }
     }
 }
@@ -151,9 +159,11 @@ where
         if let Some(name) = &self.function_name {
             line.insert("function_name".into(), name.clone().into());
         }
-        if let Some(size) = &self.function_memory_size {
-            line.insert("function_memory_size".into(), size.clone().into());
+        if let Some(size) = self.function_memory_size {
+            line.insert("function_memory_size".into(), size.into());
         }
+        // Powertools' key; this logger does not sample (every line at the level is written).
+        line.insert("sampling_rate".into(), 0.into());
         // The spans' fields, outermost first, so an inner span's value wins: the invocation's
         // request id, then the record's order and message ids. JsonFields stored each span's
         // fields as a JSON object when it was created.
@@ -165,7 +175,8 @@ where
                 };
                 if let Ok(Value::Object(fields)) = serde_json::from_str::<Value>(&fields.fields) {
                     for (key, value) in fields {
-                        line.insert(key_of(&key).to_owned(), value);
+                        let key = key_of(&key);
+                        line.insert(key.to_owned(), value_of(key, value));
                     }
                 }
             }
@@ -175,6 +186,24 @@ where
         let text = serde_json::to_string(&line).map_err(|_| fmt::Error)?;
         writeln!(writer, "{text}")
     }
+}
+
+/// A value as Powertools writes it: `xray_trace_id` is the trace's root id
+/// (`1-5759e988-bd862e3fe1be46a994272793`), not the whole `Root=...;Parent=...;Sampled=...`
+/// header Lambda passes.
+fn value_of(key: &str, value: Value) -> Value {
+    match (key, value) {
+        ("xray_trace_id", Value::String(header)) => Value::String(root_id(&header).to_owned()),
+        (_, value) => value,
+    }
+}
+
+/// The `Root=` part of an X-Ray trace header, or the header when it has none.
+fn root_id(header: &str) -> &str {
+    header
+        .split(';')
+        .find_map(|part| part.trim().strip_prefix("Root="))
+        .unwrap_or(header)
 }
 
 /// Collects an event's fields into the line, `message` included.
@@ -249,6 +278,20 @@ mod tests {
         assert_eq!(parse_level("CRITICAL"), Some(LevelFilter::ERROR));
         // RUST_LOG's directives are not one level: the next source, or INFO, decides.
         assert_eq!(parse_level("idempotency=debug"), None);
+    }
+
+    #[test]
+    fn the_trace_id_is_the_root_id_as_powertools_writes_it() {
+        assert_eq!(
+            root_id("Root=1-5759e988-bd862e3fe1be46a994272793;Parent=53995c3f42cd8ad8;Sampled=1"),
+            "1-5759e988-bd862e3fe1be46a994272793"
+        );
+        assert_eq!(
+            root_id("Parent=x;Root=1-2-3"),
+            "1-2-3",
+            "wherever it stands"
+        );
+        assert_eq!(root_id("1-2-3"), "1-2-3");
     }
 
     #[test]

@@ -11,6 +11,7 @@ use process_orders::config::Config;
 use process_orders::metrics::MetricsSink;
 use process_orders::{logs, telemetry};
 use serde_json::value::RawValue;
+use tracing::Instrument;
 
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> ExitCode {
@@ -59,11 +60,19 @@ async fn main() -> ExitCode {
             let app = &app;
             // The payload is kept as raw JSON and read borrowed by the app (see sqs::EventView).
             let handler = service_fn(move |event: LambdaEvent<Box<RawValue>>| async move {
+                // Every log line of the invocation names the function's ARN, as Powertools'.
+                let span = tracing::info_span!(
+                    "invocation",
+                    function_arn = event.context.invoked_function_arn.as_str()
+                );
                 let deadline_ms = lambda_kit::clock::invocation_deadline(
                     event.context.deadline,
                     SystemClock.now_ms(),
                 );
-                let response = app.handle_json(event.payload.get(), deadline_ms).await;
+                let response = app
+                    .handle_json(event.payload.get(), deadline_ms)
+                    .instrument(span)
+                    .await;
                 // Before the response (Lambda may freeze the container right after it), and
                 // within the invocation's time.
                 telemetry::flush(deadline_ms).await;

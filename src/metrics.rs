@@ -14,6 +14,14 @@ use sqs_batch::{BatchReport, Outcome, QueueKind, RecordStatus};
 /// dimension `service`, in lower case, so its dashboards do not find these metrics as they are.
 pub const DIMENSIONS: [&str; 4] = ["Service", "FunctionName", "QueueName", "QueueKind"];
 
+/// The dimensions of the per-version metrics ([`VERSION_METRICS`]): what a canary deployment's
+/// rollback alarms watch, the new version's own records apart from the old one's.
+pub const VERSION_DIMENSIONS: [&str; 3] = ["Service", "FunctionName", "ExecutedVersion"];
+
+/// The metrics also written per version, for the rollback alarms: the records, and the two
+/// outcomes a bad release causes (bodies misread, the provider refusing its configuration).
+pub const VERSION_METRICS: [&str; 3] = ["Records", "Poisoned", "PaymentConfigErrors"];
+
 /// The most metrics one EMF directive may define.
 pub const MAX_METRICS: usize = 100;
 
@@ -26,6 +34,25 @@ pub struct MetricsSettings {
     pub service: String,
     /// The `FunctionName` dimension: `AWS_LAMBDA_FUNCTION_NAME`, or `process-orders` locally.
     pub function_name: String,
+    /// The `ExecutedVersion` dimension: `AWS_LAMBDA_FUNCTION_VERSION`, or `$LATEST`.
+    pub function_version: String,
+    /// The `level` each document carries, when Lambda's log-level filtering
+    /// (`AWS_LAMBDA_LOG_LEVEL`) would drop a line without one: Lambda reads a JSON line without
+    /// `level` as INFO, so at WARN every metric (and the alarms on them) would go silent. The
+    /// documents then carry the filter's own level, the least that it keeps.
+    pub level: Option<&'static str>,
+}
+
+/// The `level` a metric document needs to pass Lambda's application log-level filter
+/// `filter` (`AWS_LAMBDA_LOG_LEVEL`: TRACE, DEBUG, INFO, WARN, ERROR, FATAL), or `None` when a
+/// line without one (INFO) passes.
+pub fn document_level(filter: Option<&str>) -> Option<&'static str> {
+    match filter?.trim().to_ascii_uppercase().as_str() {
+        "WARN" | "WARNING" => Some("WARN"),
+        "ERROR" => Some("ERROR"),
+        "FATAL" | "CRITICAL" => Some("FATAL"),
+        _ => None,
+    }
 }
 
 impl MetricsSettings {
@@ -33,7 +60,8 @@ impl MetricsSettings {
     /// Powertools reads it, else `METRICS_NAMESPACE`), `POWERTOOLS_SERVICE_NAME` and Lambda's
     /// `AWS_LAMBDA_FUNCTION_NAME`; `None` when metrics are off.
     pub fn from_env(env: &lambda_kit::Env<'_>) -> Result<Option<Self>, lambda_kit::EnvError> {
-        if !env.flag("METRICS_ENABLED", true)? {
+        // Powertools' own switch is honoured beside ours.
+        if !env.flag("METRICS_ENABLED", true)? || env.flag("POWERTOOLS_METRICS_DISABLED", false)? {
             return Ok(None);
         }
         let (variable, namespace) = match env.text("POWERTOOLS_METRICS_NAMESPACE") {
@@ -59,6 +87,10 @@ impl MetricsSettings {
             function_name: env
                 .text("AWS_LAMBDA_FUNCTION_NAME")
                 .unwrap_or_else(|| "process-orders".to_owned()),
+            function_version: env
+                .text("AWS_LAMBDA_FUNCTION_VERSION")
+                .unwrap_or_else(|| "$LATEST".to_owned()),
+            level: document_level(env.text("AWS_LAMBDA_LOG_LEVEL").as_deref()),
         }))
     }
 }
@@ -238,6 +270,12 @@ pub fn document(settings: &MetricsSettings, inv: &Invocation<'_>) -> String {
         .iter()
         .map(|(name, unit, _)| json!({ "Name": name, "Unit": unit }))
         .collect();
+    // The same values again, per version: a second directive names them (EMF reads each value
+    // once, from the document's root, for every directive that lists it).
+    let per_version: Vec<Value> = VERSION_METRICS
+        .iter()
+        .map(|name| json!({ "Name": name, "Unit": "Count" }))
+        .collect();
     let mut doc = Map::new();
     doc.insert(
         "_aws".into(),
@@ -247,11 +285,22 @@ pub fn document(settings: &MetricsSettings, inv: &Invocation<'_>) -> String {
                 "Namespace": settings.namespace,
                 "Dimensions": [DIMENSIONS],
                 "Metrics": definitions,
+            }, {
+                "Namespace": settings.namespace,
+                "Dimensions": [VERSION_DIMENSIONS],
+                "Metrics": per_version,
             }],
         }),
     );
     doc.insert("Service".into(), settings.service.clone().into());
     doc.insert("FunctionName".into(), settings.function_name.clone().into());
+    doc.insert(
+        "ExecutedVersion".into(),
+        settings.function_version.clone().into(),
+    );
+    if let Some(level) = settings.level {
+        doc.insert("level".into(), level.into());
+    }
     doc.insert("QueueName".into(), queue_name(inv.queue_arn).into());
     doc.insert("QueueKind".into(), inv.kind.as_str().into());
     for (name, _, value) in metrics {
@@ -265,7 +314,7 @@ pub fn document(settings: &MetricsSettings, inv: &Invocation<'_>) -> String {
 /// `service`, so Powertools' cold-start dashboards and queries read it unchanged. A metric that
 /// is 0 on every warm invocation would only cost data points.
 pub fn cold_start_document(settings: &MetricsSettings, timestamp_ms: u64) -> String {
-    json!({
+    let mut doc = json!({
         "_aws": {
             "Timestamp": timestamp_ms,
             "CloudWatchMetrics": [{
@@ -277,8 +326,11 @@ pub fn cold_start_document(settings: &MetricsSettings, timestamp_ms: u64) -> Str
         "function_name": settings.function_name,
         "service": settings.service,
         "ColdStart": 1,
-    })
-    .to_string()
+    });
+    if let Some(level) = settings.level {
+        doc["level"] = level.into();
+    }
+    doc.to_string()
 }
 
 /// Where the documents are written.

@@ -6,6 +6,7 @@ pub mod fuzz;
 pub mod logs;
 pub mod payment_stub;
 pub mod ports;
+pub mod runtime_api;
 
 use std::path::PathBuf;
 
@@ -62,6 +63,8 @@ pub fn failed_ids(response: &sqs_batch::SqsBatchResponse) -> Vec<String> {
 /// are written when they are not zero).
 pub fn emitted_metrics() -> std::collections::BTreeSet<String> {
     let settings = crate::metrics::MetricsSettings {
+        function_version: "7".to_owned(),
+        level: None,
         namespace: "ProcessOrders".into(),
         service: "process-orders".into(),
         function_name: "f".into(),

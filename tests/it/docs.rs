@@ -486,3 +486,77 @@ fn the_deployers_permissions_cover_every_resource_type_in_the_template() {
     assert!(services.len() >= 8, "{services:?}");
     assert!(missing.is_empty(), "{missing:?} in {rows:?}");
 }
+
+/// The variables a production source file reads by name (`var("X")`, `text("X")`, `flag`,
+/// `ranged`, `var_os`), its tests left out.
+fn variables_read_in(text: &str) -> BTreeSet<String> {
+    let code = text.split("#[cfg(test)]").next().unwrap_or_default();
+    let mut names = BTreeSet::new();
+    for call in ["var(", "text(", "flag(", "ranged(", "var_os("] {
+        for (at, _) in code.match_indices(call) {
+            let rest = code[at + call.len()..].trim_start();
+            let Some(rest) = rest.strip_prefix('"') else {
+                continue;
+            };
+            let name: String = rest
+                .chars()
+                .take_while(|c| c.is_ascii_uppercase() || c.is_ascii_digit() || *c == '_')
+                .collect();
+            if rest[name.len()..].starts_with('"') && is_variable(&name) {
+                names.insert(name);
+            }
+        }
+    }
+    names
+}
+
+/// The README's configuration table names every variable the function reads, wherever the
+/// reading is (the function, the libraries it composes, the log and trace layers): a variable
+/// added to the code without a row fails here.
+#[test]
+fn the_readme_configuration_table_names_every_variable_the_function_reads() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let readme = read(root.join("README.md"));
+    let table = readme
+        .split("\n## Configuration")
+        .nth(1)
+        .and_then(|rest| rest.split("\n## ").next())
+        .expect("the README's Configuration section");
+    let mut read_by = BTreeSet::new();
+    let mut files = Vec::new();
+    for dir in [
+        "src",
+        "crates/sqs-batch/src",
+        "crates/idempotency/src",
+        "crates/claim-check/src",
+        "crates/lambda-kit/src",
+    ] {
+        let mut stack = vec![root.join(dir)];
+        while let Some(path) = stack.pop() {
+            for entry in std::fs::read_dir(&path).expect("dir").flatten() {
+                let path = entry.path();
+                // Test support reads its own variables (MOTO_SERVER, HOME): not the function's.
+                if path.is_dir() && !path.ends_with("testkit") {
+                    stack.push(path);
+                } else if path.extension().is_some_and(|e| e == "rs") {
+                    files.push(path);
+                }
+            }
+        }
+    }
+    for file in &files {
+        read_by.extend(variables_read_in(&read(file)));
+    }
+    for (name, _) in process_orders::config::variables() {
+        read_by.insert(name.to_owned());
+    }
+    assert!(read_by.len() >= 40, "{read_by:?}");
+    let missing: Vec<&String> = read_by
+        .iter()
+        .filter(|name| !table.contains(&format!("`{name}`")))
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "read by the function, missing from the README's configuration table: {missing:?}"
+    );
+}

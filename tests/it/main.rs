@@ -12,6 +12,7 @@ mod exactly_once;
 mod fuzz_regressions;
 mod layout;
 mod log_leak;
+mod log_levels;
 mod metrics_emf;
 mod oneshot;
 mod order_handler;

@@ -573,15 +573,16 @@ fn alarms_watch_the_dlqs_the_queue_age_errors_and_throttles() {
         );
     }
     assert_eq!(watched("ApproximateAgeOfOldestMessage").len(), 2);
-    // The function's errors, and the live alias's (the canary's rollback trigger).
+    // The function's errors, the live alias's, and the newest version's (the canary's
+    // rollback trigger).
     let errors = watched("Errors");
-    assert_eq!(errors.len(), 2);
+    assert_eq!(errors.len(), 3);
     assert_eq!(
         errors
             .iter()
             .filter(|a| a["Dimensions"][1]["Name"].as_str() == Some("Resource"))
             .count(),
-        1
+        2
     );
     assert_eq!(watched("Throttles").len(), 1);
 }
@@ -627,9 +628,16 @@ fn an_alarm_for_each_queue(metric: &str) {
         .as_str()
         .unwrap()
         .to_owned();
+    // Per queue, not per version (the canary's rollback alarms name `ExecutedVersion`).
+    let per_version = |a: &Value| {
+        a["Dimensions"].as_sequence().is_some_and(|dims| {
+            dims.iter()
+                .any(|d| d["Name"].as_str() == Some("ExecutedVersion"))
+        })
+    };
     let alarms: Vec<&Value> = resources_of_type(&t, "AWS::CloudWatch::Alarm")
         .into_iter()
-        .filter(|(_, a)| a["MetricName"].as_str() == Some(metric))
+        .filter(|(_, a)| a["MetricName"].as_str() == Some(metric) && !per_version(a))
         .map(|(_, a)| a)
         .collect();
     let mut queues = BTreeSet::new();
@@ -1181,9 +1189,11 @@ fn the_sam_local_env_vars_file_runs_the_function_without_aws() {
 
 /// Every deployment publishes a version behind the `live` alias, which CodeDeploy shifts by a
 /// canary by default and moves back when any rollback alarm fires; the queues invoke the alias,
-/// so their traffic follows it.
+/// so their traffic follows it. Each rollback alarm watches the new version alone
+/// (`ExecutedVersion` is the version being deployed), never the alias or the function as a whole,
+/// whose numbers carry the old version's trouble too.
 #[test]
-fn deployments_shift_the_alias_by_canary_and_roll_back_on_its_errors() {
+fn deployments_shift_the_alias_by_canary_and_roll_back_on_the_new_versions_signals() {
     let t = template();
     let f = function(&t);
     assert_eq!(f["AutoPublishAlias"].as_str(), Some("live"));
@@ -1206,12 +1216,42 @@ fn deployments_shift_the_alias_by_canary_and_roll_back_on_its_errors() {
             "{alarm}"
         );
     }
-    // Only the new version's own errors: the function's metrics carry no version, so an alarm
-    // on them would also roll back the deployment that fixes what the old version does.
     assert_eq!(
         alarms,
-        BTreeSet::from(["OrdersFunctionAliasErrorsAlarm".to_owned()])
+        BTreeSet::from([
+            "NewVersionPaymentConfigErrorsAlarm".to_owned(),
+            "NewVersionPoisonRateAlarm".to_owned(),
+            "OrdersFunctionNewVersionErrorsAlarm".to_owned(),
+        ])
     );
+    for alarm in &alarms {
+        let properties = resource(&t, alarm);
+        let mut dimension_sets: Vec<&serde_yaml_ng::Value> = Vec::new();
+        if let Some(dimensions) = properties["Dimensions"].as_sequence() {
+            dimension_sets.push(&properties["Dimensions"]);
+            assert!(!dimensions.is_empty());
+        }
+        for query in properties["Metrics"].as_sequence().into_iter().flatten() {
+            if !query["MetricStat"].is_null() {
+                dimension_sets.push(&query["MetricStat"]["Metric"]["Dimensions"]);
+            }
+        }
+        assert!(!dimension_sets.is_empty(), "{alarm}: no metric");
+        for dimensions in dimension_sets {
+            let version = dimensions
+                .as_sequence()
+                .expect("dimensions")
+                .iter()
+                .find(|d| d["Name"].as_str() == Some("ExecutedVersion"))
+                .unwrap_or_else(|| panic!("{alarm}: no ExecutedVersion dimension"));
+            let (tag, value) = tagged(&version["Value"]).expect("!GetAtt");
+            assert_eq!(
+                (tag.as_str(), value.as_str()),
+                ("!GetAtt", Some("OrdersFunction.Version.Version")),
+                "{alarm}"
+            );
+        }
+    }
     // The alias's own errors: the new version's, during the canary.
     let alias_errors = resource(&t, "OrdersFunctionAliasErrorsAlarm");
     let resource_dim = alias_errors["Dimensions"]
