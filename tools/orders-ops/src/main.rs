@@ -4,6 +4,12 @@
 //! `--queue` names the source queue; `inspect` and `redrive` work on its DLQ (from the redrive
 //! policy). Without `--endpoint-url` the AWS SDK's configuration applies (`--profile`, SSO and
 //! `credential_process` profiles included, `--region`, or the environment).
+//!
+//! As the AWS CLI: `--output json|text`, and exit codes by class: 0 done, 1 not done (not
+//! confirmed, nothing to change), 130 interrupted (Ctrl-C), 252 the command line is wrong, 253
+//! the configuration cannot make a request (no region, no credentials), 254 the service answered
+//! with an error, 255 anything else. Every command that changes something names the account
+//! first and takes `--dry-run`.
 
 use std::io::{BufRead, Write};
 use std::path::PathBuf;
@@ -11,9 +17,9 @@ use std::process::ExitCode;
 use std::time::{Duration, SystemTime};
 
 use aws_sdk_sqs::Client;
-use clap::{Args, Parser, Subcommand};
+use clap::{Args, Parser, Subcommand, ValueEnum};
 use orders_ops::{self as ops, Queue};
-use sqs_admin::{ToolError, progress_bar, sdk_config};
+use sqs_admin::{FailureClass, ToolError, progress_bar, sdk_config};
 
 /// On-call tool for the order queues: depth, DLQ inspection, redrive, and sending an order.
 #[derive(Debug, Parser)]
@@ -53,6 +59,17 @@ struct Target {
     /// The AWS profile from ~/.aws/config (default: AWS_PROFILE, or `default`).
     #[arg(long, global = true)]
     profile: Option<String>,
+    /// `text` (tables and sentences) or `json` (one JSON object a line on stdout; what is said
+    /// to a person goes to stderr).
+    #[arg(long, global = true, value_enum, default_value_t = OutputFormat::Text)]
+    output: OutputFormat,
+}
+
+/// How results are printed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum OutputFormat {
+    Text,
+    Json,
 }
 
 #[derive(Debug, Subcommand)]
@@ -99,6 +116,9 @@ enum Command {
         /// Do not ask for confirmation.
         #[arg(long)]
         yes: bool,
+        /// Say what would move, and move nothing.
+        #[arg(long)]
+        dry_run: bool,
     },
     /// Lets a declined order be charged again: removes the decline its idempotency item records,
     /// after a confirmation. Only for a decline a person knows no longer holds (the card was
@@ -120,6 +140,9 @@ enum Command {
         /// Do not ask for confirmation.
         #[arg(long)]
         yes: bool,
+        /// Say what would change (and whether the order has a recorded decline), change nothing.
+        #[arg(long)]
+        dry_run: bool,
     },
     /// Sends one order body from a file to the queue.
     #[command(after_help = "Examples:
@@ -143,7 +166,69 @@ enum Command {
         #[arg(long, default_value_t = ops::INLINE_LIMIT as u32,
               value_parser = clap::value_parser!(u32).range(1..=(ops::INLINE_LIMIT as i64)))]
         threshold: u32,
+        /// Say what would be sent, and send nothing.
+        #[arg(long)]
+        dry_run: bool,
     },
+}
+
+/// Why a command did not succeed, in the AWS CLI's exit-code classes.
+#[derive(Debug)]
+enum Failure {
+    /// It ran and changed nothing: not confirmed, or nothing to change.
+    NotDone(String),
+    /// Ctrl-C.
+    Interrupted(String),
+    /// This configuration cannot make a request (no region, no credentials).
+    Configuration(String),
+    /// The service answered with an error.
+    Service(String),
+    /// Anything else.
+    Other(String),
+}
+
+impl Failure {
+    /// The exit code, as the AWS CLI v2 uses them.
+    fn code(&self) -> u8 {
+        match self {
+            Self::NotDone(_) => 1,
+            Self::Interrupted(_) => 130,
+            Self::Configuration(_) => 253,
+            Self::Service(_) => 254,
+            Self::Other(_) => 255,
+        }
+    }
+
+    fn message(&self) -> &str {
+        match self {
+            Self::NotDone(m)
+            | Self::Interrupted(m)
+            | Self::Configuration(m)
+            | Self::Service(m)
+            | Self::Other(m) => m,
+        }
+    }
+}
+
+impl From<ToolError> for Failure {
+    fn from(error: ToolError) -> Self {
+        let text = lambda_kit::error_chain(&error);
+        match error.class() {
+            FailureClass::Service => Self::Service(text),
+            FailureClass::Configuration => Self::Configuration(text),
+            FailureClass::Other => Self::Other(text),
+        }
+    }
+}
+
+/// The exit code for a command line clap refused (252), or 0 for `--help` and `--version`.
+fn usage_code(error: &clap::Error) -> u8 {
+    match error.kind() {
+        clap::error::ErrorKind::DisplayHelp
+        | clap::error::ErrorKind::DisplayVersion
+        | clap::error::ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand => 0,
+        _ => 252,
+    }
 }
 
 #[derive(Debug, Args)]
@@ -156,18 +241,33 @@ struct QueueArg {
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> ExitCode {
     sqs_admin::init_tool_logging();
-    let cli = Cli::parse();
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(error) => {
+            let _ = error.print();
+            return ExitCode::from(usage_code(&error));
+        }
+    };
     match run(cli).await {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("orders-ops: {e}");
-            ExitCode::FAILURE
+            eprintln!("orders-ops: {}", e.message());
+            ExitCode::from(e.code())
         }
     }
 }
 
-async fn run(cli: Cli) -> Result<(), String> {
+async fn run(cli: Cli) -> Result<(), Failure> {
     let target = &cli.target;
+    let json = cli.target.output == OutputFormat::Json;
+    // What is said to a person: stdout for text, stderr when stdout carries JSON.
+    let say = |text: &str| {
+        if json {
+            eprintln!("{text}");
+        } else {
+            println!("{text}");
+        }
+    };
     let sdk = match (&target.endpoint, &target.profile) {
         // A local server: its endpoint and static test credentials, in the region asked for.
         (Some(endpoint), None) => {
@@ -195,63 +295,96 @@ async fn run(cli: Cli) -> Result<(), String> {
             loader.load().await
         }
     };
+    if sdk.region().is_none() {
+        return Err(Failure::Configuration(
+            "no region: give --region, set AWS_REGION, or use a profile that names one".into(),
+        ));
+    }
     let sqs = Client::new(&sdk);
+    // Where a change lands, said before it is made: the account (from the resource's ARN), the
+    // region, the endpoint and the profile.
+    let place = |arn: &str| {
+        format!(
+            "account {}, region {}, endpoint {}{}",
+            ops::arn_part(arn, 4).unwrap_or("unknown"),
+            ops::arn_part(arn, 3).unwrap_or("unknown"),
+            sdk.endpoint_url()
+                .unwrap_or("the AWS SDK's default for the region"),
+            cli.target
+                .profile
+                .as_deref()
+                .map(|p| format!(", profile {p}"))
+                .unwrap_or_default()
+        )
+    };
     match cli.command {
-        Command::Depth { queue, json } => {
-            let source = ops::resolve(&sqs, &queue.queue).await.map_err(text)?;
-            depth(&sqs, &source, json).await
+        Command::Depth {
+            queue,
+            json: json_flag,
+        } => {
+            let source = ops::resolve(&sqs, &queue.queue).await?;
+            depth(&sqs, &source, json || json_flag).await
         }
-        Command::Inspect { queue, max, json } => {
-            let source = ops::resolve(&sqs, &queue.queue).await.map_err(text)?;
-            inspect(&sqs, &source, usize::from(max), json).await
+        Command::Inspect {
+            queue,
+            max,
+            json: json_flag,
+        } => {
+            let source = ops::resolve(&sqs, &queue.queue).await?;
+            inspect(&sqs, &source, usize::from(max), json || json_flag).await
         }
         Command::Redrive {
             queue,
             manual,
             rate,
             yes,
+            dry_run,
         } => {
-            let source = ops::resolve(&sqs, &queue.queue).await.map_err(text)?;
-            let dlq = ops::dead_letter_queue(&sqs, &source).await.map_err(text)?;
-            println!("{}", ops::REDRIVE_CHECKLIST);
-            // Say where before anything moves: the queue's ARN names its account and region.
-            println!(
-                "Account {} (region {}), endpoint {}{}.",
-                ops::arn_part(&source.arn, 4).unwrap_or("unknown"),
-                ops::arn_part(&source.arn, 3).unwrap_or("unknown"),
-                sdk.endpoint_url()
-                    .unwrap_or("the AWS SDK's default for the region"),
-                cli.target
-                    .profile
-                    .as_deref()
-                    .map(|p| format!(", profile {p}"))
-                    .unwrap_or_default()
-            );
-            let waiting = ops::depth(&sqs, &dlq.url).await.map_err(text)?;
-            println!(
-                "Move the {} message(s) of {} back to {} at {rate}/s.",
+            let source = ops::resolve(&sqs, &queue.queue).await?;
+            let dlq = ops::dead_letter_queue(&sqs, &source).await?;
+            say(ops::REDRIVE_CHECKLIST);
+            let waiting = ops::depth(&sqs, &dlq.url).await?;
+            say(&format!(
+                "Move the {} message(s) of {} back to {} at {rate}/s ({}).",
                 waiting.visible,
                 dlq.name(),
-                source.name()
-            );
-            if !yes && !confirm()? {
-                return Err("not confirmed; nothing moved".into());
+                source.name(),
+                place(&source.arn)
+            ));
+            if dry_run {
+                say("Dry run: nothing moved.");
+                if json {
+                    println!(
+                        "{}",
+                        serde_json::json!({ "dry_run": true, "dlq": dlq.name(),
+                            "queue": source.name(), "messages": waiting.visible })
+                    );
+                }
+                return Ok(());
+            }
+            if !yes && !confirm(json)? {
+                return Err(Failure::NotDone("not confirmed; nothing moved".into()));
             }
             if manual {
                 let bar = progress_bar(waiting.visible, "moved");
                 let moved = ops::redrive_manual(&sqs, &dlq, &source, u32::from(rate), |m| {
                     bar.set_position(m.moved as u64);
                 })
-                .await
-                .map_err(text)?;
+                .await?;
                 bar.finish_and_clear();
-                println!(
+                say(&format!(
                     "moved {} message(s); {} refused by the source queue",
                     moved.moved, moved.failed
-                );
+                ));
+                if json {
+                    println!(
+                        "{}",
+                        serde_json::json!({ "moved": moved.moved, "refused": moved.failed })
+                    );
+                }
                 Ok(())
             } else {
-                move_task(&sqs, &dlq, &source, i32::from(rate)).await
+                move_task(&sqs, &dlq, &source, i32::from(rate), json).await
             }
         }
         Command::ClearDecline {
@@ -259,39 +392,65 @@ async fn run(cli: Cli) -> Result<(), String> {
             order_id,
             key_prefix,
             yes,
+            dry_run,
         } => {
-            // Say where before anything changes: the table, the account's region, the endpoint.
-            println!(
-                "Table {table} (region {}), endpoint {}{}: clear the recorded decline of order \
-                 {order_id}, so its next delivery is charged.",
-                sdk.region().map_or("unknown", |r| r.as_ref()),
-                sdk.endpoint_url()
-                    .unwrap_or("the AWS SDK's default for the region"),
-                cli.target
-                    .profile
-                    .as_deref()
-                    .map(|p| format!(", profile {p}"))
-                    .unwrap_or_default()
-            );
-            if !yes && !confirm()? {
-                return Err("not confirmed; nothing changed".into());
+            let dynamodb = aws_sdk_dynamodb::Client::new(&sdk);
+            // The table's ARN names the account the change lands in.
+            let described = dynamodb
+                .describe_table()
+                .table_name(&table)
+                .send()
+                .await
+                .map_err(|e| ToolError::aws(format!("describe table {table}"), e))?;
+            let arn = described
+                .table()
+                .and_then(|t| t.table_arn())
+                .unwrap_or_default()
+                .to_owned();
+            say(&format!(
+                "Table {table} ({}): clear the recorded decline of order {order_id}, so its next \
+                 delivery is charged.",
+                place(&arn)
+            ));
+            if dry_run {
+                say("Dry run: nothing changed.");
+                if json {
+                    println!(
+                        "{}",
+                        serde_json::json!({ "dry_run": true, "table": table, "order_id": order_id })
+                    );
+                }
+                return Ok(());
             }
-            let store = idempotency::DynamoDbStore::new(
-                aws_sdk_dynamodb::Client::new(&sdk),
-                table,
-                std::time::Duration::ZERO,
-            )
-            .with_key_prefix(key_prefix);
+            if !yes && !confirm(json)? {
+                return Err(Failure::NotDone("not confirmed; nothing changed".into()));
+            }
+            let store = idempotency::DynamoDbStore::new(dynamodb, table, std::time::Duration::ZERO)
+                .with_key_prefix(key_prefix);
             match store.clear_rejected(&order_id).await {
                 Ok(Some(reason)) => {
-                    println!("cleared the decline of {order_id} ({reason}); redrive or resend it");
+                    say(&format!(
+                        "cleared the decline of {order_id} ({reason}); redrive or resend it"
+                    ));
+                    if json {
+                        println!(
+                            "{}",
+                            serde_json::json!({ "order_id": order_id, "cleared": true,
+                                "reason": reason })
+                        );
+                    }
                     Ok(())
                 }
-                Ok(None) => Err(format!(
+                Ok(None) => Err(Failure::NotDone(format!(
                     "order {order_id} has no recorded decline (absent, charged, or in progress): \
                      nothing changed"
-                )),
-                Err(e) => Err(lambda_kit::error_chain(&e)),
+                ))),
+                Err(idempotency::StoreError::Unavailable(source)) => Err(ToolError::Aws {
+                    what: "clear the decline".into(),
+                    source,
+                }
+                .into()),
+                Err(e) => Err(Failure::Other(lambda_kit::error_chain(&e))),
             }
         }
         Command::Send {
@@ -300,10 +459,28 @@ async fn run(cli: Cli) -> Result<(), String> {
             group,
             bucket,
             threshold,
+            dry_run,
         } => {
-            let source = ops::resolve(&sqs, &queue.queue).await.map_err(text)?;
-            let body =
-                std::fs::read_to_string(&file).map_err(|e| format!("{}: {e}", file.display()))?;
+            let source = ops::resolve(&sqs, &queue.queue).await?;
+            let body = std::fs::read_to_string(&file)
+                .map_err(|e| Failure::Other(format!("{}: {e}", file.display())))?;
+            say(&format!(
+                "Send {} bytes to {} ({}).",
+                body.len(),
+                source.name(),
+                place(&source.arn)
+            ));
+            if dry_run {
+                say("Dry run: nothing sent.");
+                if json {
+                    println!(
+                        "{}",
+                        serde_json::json!({ "dry_run": true, "queue": source.name(),
+                            "bytes": body.len() })
+                    );
+                }
+                return Ok(());
+            }
             #[cfg(feature = "s3-claim-check")]
             let s3 = aws_sdk_s3::Client::from_conf(
                 aws_sdk_s3::config::Builder::from(&sdk)
@@ -316,10 +493,9 @@ async fn run(cli: Cli) -> Result<(), String> {
                 bucket,
                 threshold: threshold as usize,
             });
-            let offloaded = ops::send_order(&sqs, &source, &body, group.as_deref(), offload)
-                .await
-                .map_err(text)?;
-            println!(
+            let offloaded =
+                ops::send_order(&sqs, &source, &body, group.as_deref(), offload).await?;
+            say(&format!(
                 "sent {} bytes to {}{}",
                 body.len(),
                 source.name(),
@@ -328,37 +504,48 @@ async fn run(cli: Cli) -> Result<(), String> {
                 } else {
                     ""
                 }
-            );
+            ));
+            if json {
+                println!(
+                    "{}",
+                    serde_json::json!({ "queue": source.name(), "bytes": body.len(),
+                        "claim_check": offloaded })
+                );
+            }
             Ok(())
         }
     }
 }
 
-fn text(e: ToolError) -> String {
-    lambda_kit::error_chain(&e)
-}
-
-fn confirm() -> Result<bool, String> {
-    print!("Type yes to go on: ");
-    std::io::stdout().flush().map_err(|e| e.to_string())?;
+/// Asks for `yes` (on stderr when stdout carries JSON).
+fn confirm(json: bool) -> Result<bool, Failure> {
+    let prompt = "Type yes to go on: ";
+    let shown = if json {
+        eprint!("{prompt}");
+        std::io::stderr().flush()
+    } else {
+        print!("{prompt}");
+        std::io::stdout().flush()
+    };
+    shown.map_err(|e| Failure::Other(e.to_string()))?;
     let mut line = String::new();
     std::io::stdin()
         .lock()
         .read_line(&mut line)
-        .map_err(|e| e.to_string())?;
+        .map_err(|e| Failure::Other(e.to_string()))?;
     Ok(line.trim() == "yes")
 }
 
-async fn depth(sqs: &Client, source: &Queue, json: bool) -> Result<(), String> {
+async fn depth(sqs: &Client, source: &Queue, json: bool) -> Result<(), Failure> {
     let mut queues = vec![source.clone()];
     if source.dlq_arn.is_some() {
-        queues.push(ops::dead_letter_queue(sqs, source).await.map_err(text)?);
+        queues.push(ops::dead_letter_queue(sqs, source).await?);
     }
     if !json {
         println!("| queue | visible | in flight | delayed |\n|---|---|---|---|");
     }
     for q in &queues {
-        let d = ops::depth(sqs, &q.url).await.map_err(text)?;
+        let d = ops::depth(sqs, &q.url).await?;
         if json {
             println!(
                 "{}",
@@ -394,9 +581,9 @@ fn utc(ms: u64) -> String {
         .replacen('T', " ", 1)
 }
 
-async fn inspect(sqs: &Client, source: &Queue, max: usize, json: bool) -> Result<(), String> {
-    let dlq = ops::dead_letter_queue(sqs, source).await.map_err(text)?;
-    let peeked = ops::inspect(sqs, &dlq.url, max).await.map_err(text)?;
+async fn inspect(sqs: &Client, source: &Queue, max: usize, json: bool) -> Result<(), Failure> {
+    let dlq = ops::dead_letter_queue(sqs, source).await?;
+    let peeked = ops::inspect(sqs, &dlq.url, max).await?;
     if json {
         for p in peeked {
             println!(
@@ -446,7 +633,13 @@ async fn inspect(sqs: &Client, source: &Queue, max: usize, json: bool) -> Result
 
 /// SQS's own redrive: a message move task at `rate` per second, followed until it ends and
 /// cancelled on Ctrl-C.
-async fn move_task(sqs: &Client, dlq: &Queue, source: &Queue, rate: i32) -> Result<(), String> {
+async fn move_task(
+    sqs: &Client,
+    dlq: &Queue,
+    source: &Queue,
+    rate: i32,
+    json: bool,
+) -> Result<(), Failure> {
     let started = sqs
         .start_message_move_task()
         .source_arn(&dlq.arn)
@@ -455,21 +648,28 @@ async fn move_task(sqs: &Client, dlq: &Queue, source: &Queue, rate: i32) -> Resu
         .send()
         .await
         .map_err(|e| {
-            format!(
-                "{} (a server without message move tasks, such as moto, needs --manual)",
-                lambda_kit::error_chain(&e)
+            ToolError::aws(
+                "start the message move task (a server without move tasks, such as moto, \
+                 needs --manual)",
+                e,
             )
         })?;
     let handle = started.task_handle().unwrap_or_default().to_owned();
-    println!("move task started: {handle}");
+    if json {
+        eprintln!("move task started: {handle}");
+    } else {
+        println!("move task started: {handle}");
+    }
     let bar = progress_bar(0, "moved");
     loop {
         tokio::select! {
             _ = tokio::signal::ctrl_c() => {
                 bar.abandon();
                 sqs.cancel_message_move_task().task_handle(&handle).send().await
-                    .map_err(|e| lambda_kit::error_chain(&e))?;
-                return Err("cancelled; messages already moved stay moved".into());
+                    .map_err(|e| ToolError::aws("cancel the move task", e))?;
+                return Err(Failure::Interrupted(
+                    "cancelled; messages already moved stay moved".into(),
+                ));
             }
             _ = tokio::time::sleep(Duration::from_secs(5)) => {}
         }
@@ -479,7 +679,7 @@ async fn move_task(sqs: &Client, dlq: &Queue, source: &Queue, rate: i32) -> Resu
             .max_results(1)
             .send()
             .await
-            .map_err(|e| lambda_kit::error_chain(&e))?;
+            .map_err(|e| ToolError::aws("follow the move task", e))?;
         let Some(task) = tasks.results().first() else {
             continue;
         };
@@ -489,18 +689,20 @@ async fn move_task(sqs: &Client, dlq: &Queue, source: &Queue, rate: i32) -> Resu
         match task.status() {
             Some("COMPLETED") => {
                 bar.finish_and_clear();
-                println!(
-                    "COMPLETED: {} of {to_move} moved",
-                    task.approximate_number_of_messages_moved()
-                );
+                let moved = task.approximate_number_of_messages_moved();
+                if json {
+                    println!("{}", serde_json::json!({ "moved": moved, "of": to_move }));
+                } else {
+                    println!("COMPLETED: {moved} of {to_move} moved");
+                }
                 return Ok(());
             }
             Some("FAILED" | "CANCELLED") => {
                 bar.abandon();
-                return Err(format!(
+                return Err(Failure::Service(format!(
                     "move task ended: {}",
                     task.failure_reason().unwrap_or("no reason given")
-                ));
+                )));
             }
             _ => {}
         }

@@ -58,7 +58,32 @@ pub enum ToolError {
     Other(String),
 }
 
+/// What kind of failure an error is, for a command line's exit code (the AWS CLI's classes).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FailureClass {
+    /// The service answered with an error (no such queue, access denied, throttled).
+    Service,
+    /// The request could not be made from this configuration (no region, no credentials, a
+    /// malformed endpoint): nothing reached the service.
+    Configuration,
+    /// Anything else: the network, a timeout, an answer that could not be read.
+    Other,
+}
+
 impl ToolError {
+    /// Which class of failure this is: an AWS call's is read from the SDK's error kind (its
+    /// display names it: "service error", "failed to construct request", ...).
+    pub fn class(&self) -> FailureClass {
+        match self {
+            Self::Aws { source, .. } => match source.to_string().as_str() {
+                "service error" => FailureClass::Service,
+                "failed to construct request" => FailureClass::Configuration,
+                _ => FailureClass::Other,
+            },
+            Self::Other(_) => FailureClass::Other,
+        }
+    }
+
     /// An AWS call's failure, saying what the tool was doing.
     pub fn aws(
         what: impl Into<String>,

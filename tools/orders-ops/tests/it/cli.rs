@@ -1,6 +1,7 @@
 //! The command line as a user types it: a typo stops the tool before any AWS call, every
-//! command explains itself with examples, numbers are checked against their ranges, and a
-//! redrive says which account and endpoint it is about to touch before it asks.
+//! command explains itself with examples, numbers are checked against their ranges, a change
+//! names its account first and can be tried with `--dry-run`, results come as JSON with
+//! `--output json`, and the exit code tells the AWS CLI's classes of failure apart.
 
 use std::io::Write;
 use std::process::{Command, Output, Stdio};
@@ -50,7 +51,7 @@ fn an_unknown_flag_is_an_error_and_nothing_is_called() {
         let output = ops(args, "");
         assert_eq!(
             output.status.code(),
-            Some(2),
+            Some(252),
             "{args:?}: {}",
             stderr(&output)
         );
@@ -110,7 +111,7 @@ fn numbers_are_checked_against_their_ranges() {
         (&["inspect", "--queue", "q", "--max", "1001"], "1001"),
     ] {
         let output = ops(args, "");
-        assert_eq!(output.status.code(), Some(2), "{args:?}");
+        assert_eq!(output.status.code(), Some(252), "{args:?}");
         assert!(
             stderr(&output).contains(&format!("'{bad}'")),
             "{args:?}: {}",
@@ -119,7 +120,7 @@ fn numbers_are_checked_against_their_ranges() {
     }
     // The --x=y form works too.
     let output = ops(&["redrive", "--queue=q", "--rate=0"], "");
-    assert_eq!(output.status.code(), Some(2));
+    assert_eq!(output.status.code(), Some(252));
 }
 
 /// Before `yes` is asked, the redrive names the account and region (from the queue's ARN) and
@@ -148,14 +149,115 @@ async fn a_redrive_names_the_account_and_endpoint_before_it_asks() {
     let account = queue.dlq_url.split('/').nth(3).expect("account in the URL");
     assert!(
         stdout.contains(&format!(
-            "Account {account} (region us-east-1), endpoint {endpoint}"
+            "account {account}, region us-east-1, endpoint {endpoint}"
         )),
         "{stdout}"
     );
     let asked = stdout.find("Type yes").expect("asked");
-    assert!(stdout.find("Account").expect("named") < asked, "{stdout}");
-    assert!(!output.status.success());
+    assert!(stdout.find("account").expect("named") < asked, "{stdout}");
+    assert_eq!(output.status.code(), Some(1), "not done");
     assert!(stderr(&output).contains("not confirmed; nothing moved"));
+}
+
+/// The exit code says which class of failure it was, as the AWS CLI's: 252 the command line,
+/// 253 a configuration that cannot make a request (no region), 254 the service's error (no such
+/// queue), 1 not done (not confirmed), 0 help.
+#[tokio::test]
+async fn exit_codes_follow_the_aws_clis_classes() {
+    let endpoint = moto_endpoint();
+    assert_eq!(ops(&["--help"], "").status.code(), Some(0));
+    assert_eq!(
+        ops(&["depth", "--queue", "q", "--bogus"], "").status.code(),
+        Some(252)
+    );
+    // Nothing configured at all: no region to make a request in.
+    let unconfigured = ops(&["depth", "--queue", "orders"], "");
+    assert_eq!(
+        unconfigured.status.code(),
+        Some(253),
+        "{}",
+        stderr(&unconfigured)
+    );
+    let missing = ops(
+        &[
+            "depth",
+            "--queue",
+            "no-such-queue-at-all",
+            "--endpoint-url",
+            &endpoint,
+        ],
+        "",
+    );
+    assert_eq!(missing.status.code(), Some(254), "{}", stderr(&missing));
+}
+
+/// `--dry-run` says where and what, and changes nothing; with `--output json` the result is one
+/// JSON object on stdout and the checklist goes to stderr.
+#[tokio::test]
+async fn a_dry_run_redrive_names_the_account_and_moves_nothing() {
+    let endpoint = moto_endpoint();
+    let sqs = Client::new(&sdk_config(&endpoint));
+    let name = format!("cli-dry-{}-{}", std::process::id(), fastrand::u32(..));
+    let queue = setup::queue_pair(
+        &sqs,
+        &name,
+        false,
+        QueueSettings {
+            visibility_timeout_s: 30,
+            max_receive_count: 3,
+        },
+    )
+    .await
+    .expect("queues");
+    for i in 0..3 {
+        sqs.send_message()
+            .queue_url(&queue.dlq_url)
+            .message_body(format!("poison {i}"))
+            .send()
+            .await
+            .expect("send");
+    }
+    let account = queue.dlq_url.split('/').nth(3).expect("account in the URL");
+    let output = ops(
+        &[
+            "redrive",
+            "--queue",
+            &queue.name,
+            "--endpoint-url",
+            &endpoint,
+            "--dry-run",
+            "--output",
+            "json",
+        ],
+        "",
+    );
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    let result: serde_json::Value =
+        serde_json::from_slice(&output.stdout).expect("one JSON object on stdout");
+    assert_eq!(result["dry_run"], true);
+    assert_eq!(result["messages"], 3);
+    assert!(
+        stderr(&output).contains(&format!("account {account}")),
+        "{}",
+        stderr(&output)
+    );
+    let depth = sqs
+        .get_queue_attributes()
+        .queue_url(&queue.dlq_url)
+        .attribute_names(aws_sdk_sqs::types::QueueAttributeName::ApproximateNumberOfMessages)
+        .send()
+        .await
+        .expect("depth");
+    assert_eq!(
+        depth
+            .attributes()
+            .and_then(
+                |a| a.get(&aws_sdk_sqs::types::QueueAttributeName::ApproximateNumberOfMessages)
+            )
+            .map(String::as_str),
+        Some("3"),
+        "a dry run moved messages"
+    );
 }
 
 /// A decline recorded in the idempotency table is cleared only after the tool has named the
@@ -195,6 +297,22 @@ async fn clear_decline_asks_first_and_then_lets_the_order_be_charged() {
         "--endpoint",
         &endpoint,
     ];
+    // A dry run names the account (from the table's ARN) and changes nothing.
+    let dry = tokio::task::spawn_blocking({
+        let mut args: Vec<String> = args.iter().map(|a| (*a).to_owned()).collect();
+        args.push("--dry-run".into());
+        move || ops(&args.iter().map(String::as_str).collect::<Vec<_>>(), "")
+    })
+    .await
+    .expect("run");
+    assert_eq!(dry.status.code(), Some(0), "{}", stderr(&dry));
+    let stdout = String::from_utf8_lossy(&dry.stdout);
+    assert!(stdout.contains("account 123456789012"), "{stdout}");
+    assert_eq!(
+        store.begin(&claim("o-1", t0() + 1)).await.expect("begin"),
+        Begin::Rejected,
+        "a dry run cleared the decline"
+    );
 
     let refused = tokio::task::spawn_blocking({
         let args: Vec<String> = args.iter().map(|a| (*a).to_owned()).collect();
