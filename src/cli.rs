@@ -67,7 +67,11 @@ pub fn parse_args(args: impl IntoIterator<Item = String>) -> Result<Mode, CliErr
 pub async fn run_once(app: &App, source: &str) -> Result<String, CliError> {
     let text = read_source(source)?;
     let deadline_ms = SystemClock.now_ms().saturating_add(ONE_SHOT_BUDGET_MS);
-    let response = app.handle_json(&text, deadline_ms).await?;
+    let response = tracing::Instrument::instrument(
+        app.handle_json(&text, deadline_ms),
+        crate::telemetry::invocation_span("one-shot", ""),
+    )
+    .await?;
     serde_json::to_string(&response).map_err(CliError::Encode)
 }
 

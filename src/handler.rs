@@ -222,25 +222,21 @@ impl<P: PaymentGateway> GuardedWork for ChargeWork<'_, P> {
     async fn look_up(&self) -> Result<Found, PaymentError> {
         let request = self.request();
         let look_up = self.latency.time(self.gateway.lookup(&request));
-        Ok(
-            match look_up
-                .instrument(tracing::debug_span!("payment.look_up"))
-                .await?
-            {
-                ChargeStatus::Succeeded => Found::Happened,
-                // A definite failure: the same key may be charged again at any age.
-                ChargeStatus::Failed => Found::NotHappened,
-                // A decline: final, recorded, never sent again.
-                ChargeStatus::Declined => Found::Refused,
-                // Never seen, or forgotten: the guard weighs it against the key window.
-                ChargeStatus::Unknown => Found::Unknown,
-                ChargeStatus::Pending => Found::Pending,
-                // Another amount or currency under the order's key: not this order's charge.
-                ChargeStatus::Conflict => Found::Conflict,
-                // An answer not understood settles nothing and charges nothing.
-                ChargeStatus::Unclear => Found::Unclear,
-            },
-        )
+        let span = tracing::debug_span!("payment.look_up", error = tracing::field::Empty);
+        Ok(match crate::telemetry::traced(span, look_up).await? {
+            ChargeStatus::Succeeded => Found::Happened,
+            // A definite failure: the same key may be charged again at any age.
+            ChargeStatus::Failed => Found::NotHappened,
+            // A decline: final, recorded, never sent again.
+            ChargeStatus::Declined => Found::Refused,
+            // Never seen, or forgotten: the guard weighs it against the key window.
+            ChargeStatus::Unknown => Found::Unknown,
+            ChargeStatus::Pending => Found::Pending,
+            // Another amount or currency under the order's key: not this order's charge.
+            ChargeStatus::Conflict => Found::Conflict,
+            // An answer not understood settles nothing and charges nothing.
+            ChargeStatus::Unclear => Found::Unclear,
+        })
     }
 
     /// A decline is final: recorded in the item, so no redelivery or redrive of the order is
@@ -252,9 +248,8 @@ impl<P: PaymentGateway> GuardedWork for ChargeWork<'_, P> {
 
     async fn perform(&self) -> Result<(), Failed<PaymentError>> {
         let request = self.request();
-        self.latency
-            .time(self.gateway.charge(&request))
-            .instrument(tracing::debug_span!("payment.charge"))
+        let span = tracing::debug_span!("payment.charge", error = tracing::field::Empty);
+        crate::telemetry::traced(span, self.latency.time(self.gateway.charge(&request)))
             .await
             .map_err(|error| Failed {
                 effect: error.effect(),

@@ -97,6 +97,9 @@ where
             .with(traces)
             .try_init(),
     );
+    if let Some(why) = crate::telemetry::unsupported_protocol(|name| std::env::var(name).ok()) {
+        tracing::warn!("{why}");
+    }
 }
 
 /// The line format of Powertools' logger: flat JSON with the function's context.

@@ -60,10 +60,11 @@ async fn main() -> ExitCode {
             let app = &app;
             // The payload is kept as raw JSON and read borrowed by the app (see sqs::EventView).
             let handler = service_fn(move |event: LambdaEvent<Box<RawValue>>| async move {
-                // Every log line of the invocation names the function's ARN, as Powertools'.
-                let span = tracing::info_span!(
-                    "invocation",
-                    function_arn = event.context.invoked_function_arn.as_str()
+                // Every log line of the invocation names the function's ARN, as Powertools', and
+                // the trace's root is the invocation.
+                let span = telemetry::invocation_span(
+                    &event.context.request_id,
+                    &event.context.invoked_function_arn,
                 );
                 let deadline_ms = lambda_kit::clock::invocation_deadline(
                     event.context.deadline,

@@ -81,31 +81,47 @@ impl<'a, S> Timed<'a, S> {
 /// Each store request is also a trace span (DEBUG: free unless traces are on).
 impl<S: IdempotencyStore> IdempotencyStore for Timed<'_, S> {
     async fn begin(&self, request: &ClaimRequest<'_>) -> Result<Begin, StoreError> {
-        self.latency
+        let span = tracing::debug_span!("store.begin", error = tracing::field::Empty);
+        let out = self
+            .latency
             .time(self.store.begin(request))
-            .instrument(tracing::debug_span!("store.begin"))
-            .await
+            .instrument(span.clone())
+            .await;
+        crate::telemetry::record_error(&span, &out);
+        out
     }
 
     async fn complete(&self, key: &str, lease: &Lease, now_ms: u64) -> Result<(), StoreError> {
-        self.latency
+        let span = tracing::debug_span!("store.complete", error = tracing::field::Empty);
+        let out = self
+            .latency
             .time(self.store.complete(key, lease, now_ms))
-            .instrument(tracing::debug_span!("store.complete"))
-            .await
+            .instrument(span.clone())
+            .await;
+        crate::telemetry::record_error(&span, &out);
+        out
     }
 
     async fn mark_attempted(&self, key: &str, lease: &Lease, at_ms: u64) -> Result<(), StoreError> {
-        self.latency
+        let span = tracing::debug_span!("store.mark_attempted", error = tracing::field::Empty);
+        let out = self
+            .latency
             .time(self.store.mark_attempted(key, lease, at_ms))
-            .instrument(tracing::debug_span!("store.mark_attempted"))
-            .await
+            .instrument(span.clone())
+            .await;
+        crate::telemetry::record_error(&span, &out);
+        out
     }
 
     async fn release(&self, key: &str, lease: &Lease) -> Result<(), StoreError> {
-        self.latency
+        let span = tracing::debug_span!("store.release", error = tracing::field::Empty);
+        let out = self
+            .latency
             .time(self.store.release(key, lease))
-            .instrument(tracing::debug_span!("store.release"))
-            .await
+            .instrument(span.clone())
+            .await;
+        crate::telemetry::record_error(&span, &out);
+        out
     }
 
     async fn reject(
@@ -115,9 +131,13 @@ impl<S: IdempotencyStore> IdempotencyStore for Timed<'_, S> {
         now_ms: u64,
         reason: &str,
     ) -> Result<(), StoreError> {
-        self.latency
+        let span = tracing::debug_span!("store.reject", error = tracing::field::Empty);
+        let out = self
+            .latency
             .time(self.store.reject(key, lease, now_ms, reason))
-            .instrument(tracing::debug_span!("store.reject"))
-            .await
+            .instrument(span.clone())
+            .await;
+        crate::telemetry::record_error(&span, &out);
+        out
     }
 }

@@ -3,11 +3,23 @@
 //! When `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT` (a full URL) or `OTEL_EXPORTER_OTLP_ENDPOINT` (a
 //! base, `/v1/traces` appended) is set, a [`tracing`] layer turns the code's trace spans into
 //! OTLP spans and [`flush`] sends them at the end of each invocation, before Lambda freezes the
-//! container. The spans: one per batch (`batch`, a child of Lambda's own X-Ray segment through
-//! `_X_AMZN_TRACE_ID`), one per record (`record`, with `message_id`, `key` (the order id),
-//! `outcome` and `reason`, linked to the producer's trace from its `AWSTraceHeader`), the
-//! order's (`order`), and one per call: `store.*` (each idempotency store request),
-//! `payment.look_up`, `payment.charge`, `sqs.change_visibility`, `sqs.dead_letter_moves`.
+//! container. The spans follow OpenTelemetry's FaaS and messaging conventions:
+//!
+//! | span | kind | what |
+//! |---|---|---|
+//! | the function's name | SERVER | the invocation: `faas.invocation_id`, `faas.trigger` `pubsub`, `cloud.resource_id` (the function's ARN); a child of Lambda's own X-Ray segment (`_X_AMZN_TRACE_ID`) |
+//! | `process <queue>` | CONSUMER | the batch: `messaging.system` `aws_sqs`, `messaging.operation.*` `process`, `messaging.destination.name`, `messaging.batch.message_count`, a link to each producer's trace |
+//! | `process <queue>` | CONSUMER | each record: `messaging.message.id`, `process_orders.key` (the order id), `.outcome` and `.reason`; a link to its producer's trace (`AWSTraceHeader`); status ERROR with its reason unless acknowledged |
+//! | `order` | INTERNAL | the order (`process_orders.order_id`) |
+//! | `store.*`, `payment.look_up`, `payment.charge`, `sqs.*` | CLIENT | each call; status ERROR with the error when it failed |
+//!
+//! The exporter reads the OpenTelemetry SDK's variables: `OTEL_SDK_DISABLED`, the endpoint,
+//! `OTEL_EXPORTER_OTLP_[TRACES_]HEADERS`, `_TIMEOUT` (1 s by default here, not the SDK's 10 s:
+//! the export runs inside the invocation's billed time) and `_PROTOCOL` (only `http/json` is
+//! spoken: `http/protobuf` is sent as JSON, which OTLP/HTTP receivers take, and `grpc` turns the
+//! traces off with a warning), `OTEL_SERVICE_NAME`, `OTEL_RESOURCE_ATTRIBUTES`, and
+//! `OTEL_TRACES_SAMPLER` with `OTEL_TRACES_SAMPLER_ARG` (default `parentbased_always_on`: Lambda's
+//! `Sampled` flag decides).
 //!
 //! Off, there is no layer: the trace spans are DEBUG spans of the workspace's crates, which the
 //! log filter (INFO by default) disables where they are written, so they cost a check each.
@@ -45,27 +57,216 @@ const MAX_SPANS: usize = 20_000;
 const SPANS_PER_REQUEST: usize = 1_000;
 
 /// Where the spans go, and who sends them.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct TraceSettings {
     /// The collector's traces URL.
     pub endpoint: String,
     /// `service.name`: `OTEL_SERVICE_NAME`, else `POWERTOOLS_SERVICE_NAME`, else `process-orders`.
     pub service: String,
+    /// Sent with every export (`OTEL_EXPORTER_OTLP_[TRACES_]HEADERS`).
+    pub headers: Vec<(String, String)>,
+    /// How long one export may take (`OTEL_EXPORTER_OTLP_[TRACES_]TIMEOUT`, ms).
+    pub timeout: Duration,
+    /// `OTEL_RESOURCE_ATTRIBUTES`, added to the resource.
+    pub resource: Vec<(String, String)>,
+    /// `OTEL_TRACES_SAMPLER` and its argument.
+    pub sampler: Sampler,
+}
+
+/// Which traces are kept, as `OTEL_TRACES_SAMPLER` names them. The parent of every trace here is
+/// Lambda's X-Ray segment, whose `Sampled` flag is the parent's decision.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Sampler {
+    /// `always_on`.
+    AlwaysOn,
+    /// `always_off`.
+    AlwaysOff,
+    /// `traceidratio`: this share of the traces, by trace id.
+    Ratio(f64),
+    /// `parentbased_*`: the parent's decision, else the inner sampler's.
+    ParentBased(ParentlessSampler),
+}
+
+/// What a parent-based sampler does for a trace without a parent decision.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum ParentlessSampler {
+    /// `parentbased_always_on` (the default).
+    AlwaysOn,
+    /// `parentbased_always_off`.
+    AlwaysOff,
+    /// `parentbased_traceidratio`.
+    Ratio(f64),
+}
+
+impl Sampler {
+    /// `OTEL_TRACES_SAMPLER` and `OTEL_TRACES_SAMPLER_ARG` (a ratio, 1.0 when unreadable); an
+    /// unknown sampler is the default, as the SDK reads it.
+    fn from_env(name: Option<&str>, arg: Option<&str>) -> Self {
+        let ratio = arg
+            .and_then(|a| a.trim().parse::<f64>().ok())
+            .filter(|r| (0.0..=1.0).contains(r))
+            .unwrap_or(1.0);
+        match name.map(str::trim) {
+            Some("always_on") => Self::AlwaysOn,
+            Some("always_off") => Self::AlwaysOff,
+            Some("traceidratio") => Self::Ratio(ratio),
+            Some("parentbased_always_off") => Self::ParentBased(ParentlessSampler::AlwaysOff),
+            Some("parentbased_traceidratio") => Self::ParentBased(ParentlessSampler::Ratio(ratio)),
+            _ => Self::ParentBased(ParentlessSampler::AlwaysOn),
+        }
+    }
+
+    /// Whether a trace is kept: `parent` is Lambda's `Sampled` flag, when it gave one.
+    pub fn keeps(&self, trace_id: u128, parent: Option<bool>) -> bool {
+        // The SDK's rule: the trace id's lower 64 bits against the ratio of u64's range.
+        let by_ratio = |ratio: f64| (trace_id as u64) < (ratio * u64::MAX as f64) as u64;
+        match (*self, parent) {
+            (Self::AlwaysOn, _) => true,
+            (Self::AlwaysOff, _) => false,
+            (Self::Ratio(r), _) => by_ratio(r),
+            (Self::ParentBased(_), Some(sampled)) => sampled,
+            (Self::ParentBased(ParentlessSampler::AlwaysOn), None) => true,
+            (Self::ParentBased(ParentlessSampler::AlwaysOff), None) => false,
+            (Self::ParentBased(ParentlessSampler::Ratio(r)), None) => by_ratio(r),
+        }
+    }
+}
+
+/// Why traces are off though an endpoint is set, when it is the protocol: for a start-up
+/// warning, once logging is up.
+pub fn unsupported_protocol(var: impl Fn(&str) -> Option<String>) -> Option<&'static str> {
+    let endpoint =
+        var("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT").or_else(|| var("OTEL_EXPORTER_OTLP_ENDPOINT"));
+    let protocol =
+        var("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL").or_else(|| var("OTEL_EXPORTER_OTLP_PROTOCOL"));
+    (endpoint.is_some() && protocol.is_some_and(|p| p.trim() == "grpc")).then_some(
+        "OTEL_EXPORTER_OTLP_PROTOCOL is grpc, which this exporter does not speak: traces are off \
+         (use http/json or http/protobuf and the collector's HTTP port)",
+    )
+}
+
+/// `key=value` pairs separated by commas, percent-decoded, as the OpenTelemetry SDK reads its
+/// header and resource variables; a pair without `=` is skipped.
+fn pairs(text: &str) -> Vec<(String, String)> {
+    text.split(',')
+        .filter_map(|pair| {
+            let (key, value) = pair.split_once('=')?;
+            let key = percent_decode(key.trim());
+            (!key.is_empty()).then(|| (key, percent_decode(value.trim())))
+        })
+        .collect()
+}
+
+/// `%XX` escapes replaced by their bytes (W3C Baggage's encoding, which the SDK's variables use).
+fn percent_decode(text: &str) -> String {
+    let bytes = text.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        let hex = bytes
+            .get(i + 1..i + 3)
+            .and_then(|h| std::str::from_utf8(h).ok())
+            .and_then(|h| u8::from_str_radix(h, 16).ok());
+        match (bytes[i], hex) {
+            (b'%', Some(byte)) => {
+                out.push(byte);
+                i += 3;
+            }
+            (byte, _) => {
+                out.push(byte);
+                i += 1;
+            }
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// The invocation's span, on every line it logs and the root of its trace: Lambda's request id
+/// (`function_request_id`, OpenTelemetry's `faas.invocation_id`) and the function's ARN.
+pub fn invocation_span(request_id: &str, function_arn: &str) -> tracing::Span {
+    tracing::info_span!("invocation", function_request_id = request_id, function_arn)
+}
+
+/// Records `out`'s error on `span` (whose `error` field must be declared empty): the trace
+/// shows the call's status, ERROR with what went wrong.
+pub fn record_error<T, E: std::fmt::Display>(span: &tracing::Span, out: &Result<T, E>) {
+    if let Err(error) = out {
+        span.record("error", tracing::field::display(error));
+    }
+}
+
+/// `call` in `span` (whose `error` field must be declared empty), recording its error there:
+/// the trace shows the call's status, ERROR with what went wrong.
+// Not an `async fn`: its future would hold `call` twice (the argument and the instrumented
+// copy), and every record's future is as large as the largest call it makes.
+pub fn traced<T, E, F>(
+    span: tracing::Span,
+    call: F,
+) -> tracing::instrument::Instrumented<impl std::future::Future<Output = Result<T, E>>>
+where
+    E: std::fmt::Display,
+    F: std::future::Future<Output = Result<T, E>>,
+{
+    use tracing::Instrument;
+    async move {
+        let out = call.await;
+        if let Err(error) = &out {
+            tracing::Span::current().record("error", tracing::field::display(error));
+        }
+        out
+    }
+    .instrument(span)
 }
 
 impl TraceSettings {
-    /// The OpenTelemetry SDK's variables; `None` (off) when no endpoint is set.
+    /// The OpenTelemetry SDK's variables; `None` (off) when no endpoint is set, when
+    /// `OTEL_SDK_DISABLED` is `true`, or when the protocol asked for is gRPC, which this
+    /// exporter does not speak.
     pub fn from_env(var: impl Fn(&str) -> Option<String>) -> Option<Self> {
         let var = |name: &str| var(name).filter(|v| !v.trim().is_empty());
+        // A signal's own variable first, then the general one, as the SDK reads them.
+        let either = |traces: &str, general: &str| var(traces).or_else(|| var(general));
+        if var("OTEL_SDK_DISABLED").is_some_and(|v| v.trim().eq_ignore_ascii_case("true")) {
+            return None;
+        }
         let endpoint = var("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT").or_else(|| {
             var("OTEL_EXPORTER_OTLP_ENDPOINT")
                 .map(|base| format!("{}/v1/traces", base.trim_end_matches('/')))
         })?;
+        let protocol = either(
+            "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL",
+            "OTEL_EXPORTER_OTLP_PROTOCOL",
+        );
+        // Said once the log layer is up ([`unsupported_protocol`]).
+        if protocol.as_deref().is_some_and(|p| p.trim() == "grpc") {
+            return None;
+        }
+        let timeout = either(
+            "OTEL_EXPORTER_OTLP_TRACES_TIMEOUT",
+            "OTEL_EXPORTER_OTLP_TIMEOUT",
+        )
+        .and_then(|ms| ms.trim().parse::<u64>().ok())
+        .map_or(EXPORT_TIMEOUT, Duration::from_millis);
+        let headers = either(
+            "OTEL_EXPORTER_OTLP_TRACES_HEADERS",
+            "OTEL_EXPORTER_OTLP_HEADERS",
+        )
+        .map(|text| pairs(&text))
+        .unwrap_or_default();
         Some(Self {
             endpoint: endpoint.trim().to_owned(),
             service: var("OTEL_SERVICE_NAME")
                 .or_else(|| var("POWERTOOLS_SERVICE_NAME"))
                 .unwrap_or_else(|| "process-orders".to_owned()),
+            headers,
+            timeout,
+            resource: var("OTEL_RESOURCE_ATTRIBUTES")
+                .map(|text| pairs(&text))
+                .unwrap_or_default(),
+            sampler: Sampler::from_env(
+                var("OTEL_TRACES_SAMPLER").as_deref(),
+                var("OTEL_TRACES_SAMPLER_ARG").as_deref(),
+            ),
         })
     }
 }
@@ -91,7 +292,7 @@ where
     let tls = crate::tls::client_config().ok()?;
     let client = reqwest::Client::builder()
         .tls_backend_preconfigured(tls)
-        .timeout(EXPORT_TIMEOUT)
+        .timeout(settings.timeout)
         .build()
         .ok()?;
     let _ = EXPORTER.set(Exporter {
@@ -136,7 +337,7 @@ pub async fn flush(deadline_ms: u64) {
         .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
     let left =
         Duration::from_millis(deadline_ms.saturating_sub(now_ms)).saturating_sub(EXPORT_RESERVE);
-    let budget = left.min(EXPORT_TIMEOUT);
+    let budget = left.min(exporter.settings.timeout);
     if budget.is_zero() {
         tracing::warn!(
             spans = spans.len(),
@@ -146,12 +347,15 @@ pub async fn flush(deadline_ms: u64) {
     }
     let send = async {
         for chunk in spans.chunks(SPANS_PER_REQUEST) {
-            let body = request(&exporter.settings.service, chunk);
-            exporter
+            let body = request(&exporter.settings, chunk);
+            let mut post = exporter
                 .client
                 .post(&exporter.settings.endpoint)
-                .header(reqwest::header::CONTENT_TYPE, "application/json")
-                .body(body.to_string())
+                .header(reqwest::header::CONTENT_TYPE, "application/json");
+            for (name, value) in &exporter.settings.headers {
+                post = post.header(name.as_str(), value.as_str());
+            }
+            post.body(body.to_string())
                 .send()
                 .await
                 .and_then(reqwest::Response::error_for_status)?;
@@ -207,14 +411,22 @@ where
         });
         let (trace_id, parent_id, sampled) = match parent {
             Some((trace_id, span_id, sampled)) => (trace_id, Some(span_id), sampled),
-            None => match std::env::var("_X_AMZN_TRACE_ID").ok() {
-                // Lambda's sampling decision holds for the whole trace.
-                Some(header) => match xray(&header) {
-                    Some((trace_id, parent)) => (trace_id, parent, !unsampled(&header)),
-                    None => (fastrand::u128(1..), None, !unsampled(&header)),
-                },
-                None => (fastrand::u128(1..), None, true),
-            },
+            None => {
+                // A root: Lambda's segment is its parent, and the sampler decides, with
+                // Lambda's `Sampled` flag as the parent's decision.
+                let header = std::env::var("_X_AMZN_TRACE_ID").ok();
+                let (trace_id, parent) = header
+                    .as_deref()
+                    .and_then(xray)
+                    .unwrap_or_else(|| (fastrand::u128(1..), None));
+                let decision = header.as_deref().and_then(sampled_flag);
+                let sampler = EXPORTER
+                    .get()
+                    .map_or(Sampler::ParentBased(ParentlessSampler::AlwaysOn), |e| {
+                        e.settings.sampler
+                    });
+                (trace_id, parent, sampler.keeps(trace_id, decision))
+            }
         };
         let mut open = Open {
             sampled,
@@ -339,9 +551,13 @@ pub fn xray(header: &str) -> Option<(u128, Option<u64>)> {
     trace_id.filter(|id| *id != 0).map(|id| (id, parent))
 }
 
-/// Whether an X-Ray header says the trace is not sampled (`Sampled=0`).
-fn unsampled(header: &str) -> bool {
-    header.split(';').any(|part| part.trim() == "Sampled=0")
+/// An X-Ray header's sampling decision (`Sampled=1` or `Sampled=0`), if it gives one.
+fn sampled_flag(header: &str) -> Option<bool> {
+    header.split(';').find_map(|part| match part.trim() {
+        "Sampled=1" => Some(true),
+        "Sampled=0" => Some(false),
+        _ => None,
+    })
 }
 
 fn nanos(at: SystemTime) -> String {
@@ -351,58 +567,235 @@ fn nanos(at: SystemTime) -> String {
         .to_string()
 }
 
-/// OTLP's span kinds: the batch is the queue's consumer, each call a client, the rest internal.
-fn kind(name: &str) -> u8 {
-    match name {
-        "batch" => 5,
-        n if n.starts_with("store.") || n.starts_with("payment.") || n.starts_with("sqs.") => 3,
-        _ => 1,
+/// OTLP's span kinds.
+const INTERNAL: u8 = 1;
+const SERVER: u8 = 2;
+const CLIENT: u8 = 3;
+const CONSUMER: u8 = 5;
+/// OTLP's status code for an error.
+const STATUS_ERROR: u8 = 2;
+
+/// The queue's name: the last field of its ARN.
+fn queue_name(arn: &str) -> &str {
+    arn.rsplit(':').next().unwrap_or(arn)
+}
+
+/// A span as OpenTelemetry's conventions name it: its name, kind, attributes and status.
+struct Conventional {
+    name: String,
+    kind: u8,
+    attributes: Vec<Value>,
+    /// An error's description, when the span's work failed.
+    error: Option<String>,
+}
+
+fn attribute(key: &str, value: Value) -> Value {
+    json!({ "key": key, "value": value })
+}
+
+fn string(text: &str) -> Value {
+    json!({ "stringValue": text })
+}
+
+/// What the code's span `open` is in OpenTelemetry's terms; `queue` is the name of the queue
+/// its batch came from, when it belongs to one. The code's own fields keep their meaning under
+/// this crate's namespace (`process_orders.*`), or under the convention's name where there is
+/// one (`messaging.message.id`).
+fn conventional(open: &Open, queue: Option<&str>, function_name: Option<&str>) -> Conventional {
+    let text = |key: &str| {
+        open.attributes
+            .iter()
+            .find(|(k, _)| *k == key)
+            .and_then(|(_, v)| v["stringValue"].as_str())
+    };
+    let messaging = |queue: &str, attributes: &mut Vec<Value>| {
+        attributes.push(attribute("messaging.system", string("aws_sqs")));
+        attributes.push(attribute("messaging.operation.name", string("process")));
+        attributes.push(attribute("messaging.operation.type", string("process")));
+        attributes.push(attribute("messaging.destination.name", string(queue)));
+    };
+    let mut attributes = Vec::new();
+    let mut error = text("error").map(str::to_owned);
+    let (name, kind) = match open.name {
+        "invocation" => {
+            attributes.push(attribute("faas.trigger", string("pubsub")));
+            if let Some(id) = text("function_request_id") {
+                attributes.push(attribute("faas.invocation_id", string(id)));
+            }
+            if let Some(arn) = text("function_arn").filter(|arn| !arn.is_empty()) {
+                attributes.push(attribute("cloud.resource_id", string(arn)));
+            }
+            (function_name.unwrap_or("invocation").to_owned(), SERVER)
+        }
+        "batch" => {
+            let queue = text("queue").map_or("unknown", queue_name);
+            messaging(queue, &mut attributes);
+            if let Some((_, count)) = open.attributes.iter().find(|(k, _)| *k == "records") {
+                attributes.push(attribute("messaging.batch.message_count", count.clone()));
+            }
+            if let Some(kind) = text("kind") {
+                attributes.push(attribute("process_orders.queue_kind", string(kind)));
+            }
+            (format!("process {queue}"), CONSUMER)
+        }
+        "record" => {
+            let queue = queue.unwrap_or("unknown");
+            messaging(queue, &mut attributes);
+            if let Some(id) = text("message_id") {
+                attributes.push(attribute("messaging.message.id", string(id)));
+            }
+            for field in ["key", "outcome", "reason"] {
+                if let Some(value) = text(field) {
+                    attributes.push(attribute(&format!("process_orders.{field}"), string(value)));
+                }
+            }
+            // Retried or moved: the record did not succeed, and its reason says why.
+            if text("outcome").is_some_and(|o| o != "ack") {
+                error = Some(text("reason").unwrap_or("not acknowledged").to_owned());
+            }
+            (format!("process {queue}"), CONSUMER)
+        }
+        name => {
+            for (key, value) in &open.attributes {
+                if *key != "error" {
+                    attributes.push(attribute(&format!("process_orders.{key}"), value.clone()));
+                }
+            }
+            let client = ["store.", "payment.", "sqs."]
+                .iter()
+                .any(|prefix| name.starts_with(prefix));
+            (name.to_owned(), if client { CLIENT } else { INTERNAL })
+        }
+    };
+    Conventional {
+        name,
+        kind,
+        attributes,
+        error,
     }
 }
 
+/// The resource every span of this process shares: the service, the cloud and the function as
+/// Lambda describes them, then `OTEL_RESOURCE_ATTRIBUTES` (whose `service.name` gives way to
+/// `OTEL_SERVICE_NAME`).
+fn resource(settings: &TraceSettings) -> Vec<Value> {
+    let env = |name: &str| std::env::var(name).ok().filter(|v| !v.is_empty());
+    let mut resource: Vec<(String, Value)> = vec![
+        ("service.name".into(), string(&settings.service)),
+        ("cloud.provider".into(), string("aws")),
+        ("cloud.platform".into(), string("aws_lambda")),
+    ];
+    let mut add = |key: &str, value: Option<Value>| {
+        if let Some(value) = value {
+            resource.push((key.to_owned(), value));
+        }
+    };
+    add("cloud.region", env("AWS_REGION").map(|r| string(&r)));
+    add(
+        "faas.name",
+        env("AWS_LAMBDA_FUNCTION_NAME").map(|n| string(&n)),
+    );
+    add(
+        "faas.version",
+        env("AWS_LAMBDA_FUNCTION_VERSION").map(|v| string(&v)),
+    );
+    add(
+        "faas.instance",
+        env("AWS_LAMBDA_LOG_STREAM_NAME").map(|i| string(&i)),
+    );
+    // In bytes, as the convention has it (Lambda gives MB).
+    add(
+        "faas.max_memory",
+        env("AWS_LAMBDA_FUNCTION_MEMORY_SIZE")
+            .and_then(|mb| mb.trim().parse::<u64>().ok())
+            .map(|mb| json!({ "intValue": (mb * 1_048_576).to_string() })),
+    );
+    let explicit_service = env("OTEL_SERVICE_NAME").is_some();
+    for (key, value) in &settings.resource {
+        if key == "service.name" && explicit_service {
+            continue;
+        }
+        match resource.iter_mut().find(|(k, _)| k == key) {
+            Some(slot) => slot.1 = string(value),
+            None => resource.push((key.clone(), string(value))),
+        }
+    }
+    resource
+        .into_iter()
+        .map(|(key, value)| attribute(&key, value))
+        .collect()
+}
+
 /// The OTLP/HTTP JSON request (ExportTraceServiceRequest) for `spans`.
-fn request(service: &str, spans: &[Finished]) -> Value {
+fn request(settings: &TraceSettings, spans: &[Finished]) -> Value {
+    use std::collections::HashMap;
+    // Each batch's queue, for its records; and each record's links, for its batch (the batch's
+    // span links to every producer, as the messaging convention has a batch do).
+    let mut queues: HashMap<u64, &str> = HashMap::new();
+    let mut child_links: HashMap<u64, Vec<(u128, u64)>> = HashMap::new();
+    for f in spans {
+        let open = &f.open;
+        if open.name == "batch"
+            && let Some(queue) = open
+                .attributes
+                .iter()
+                .find(|(k, _)| *k == "queue")
+                .and_then(|(_, v)| v["stringValue"].as_str())
+        {
+            queues.insert(open.span_id, queue_name(queue));
+        }
+        if let Some(parent) = open.parent_id {
+            child_links
+                .entry(parent)
+                .or_default()
+                .extend(open.links.iter().copied());
+        }
+    }
+    let function_name = std::env::var("AWS_LAMBDA_FUNCTION_NAME").ok();
+    let link = |(trace_id, span_id): &(u128, u64)| {
+        json!({
+            "traceId": format!("{trace_id:032x}"),
+            "spanId": format!("{span_id:016x}"),
+        })
+    };
     let spans: Vec<Value> = spans
         .iter()
         .map(|f| {
             let open = &f.open;
+            let queue = open.parent_id.and_then(|p| queues.get(&p).copied());
+            let c = conventional(open, queue, function_name.as_deref());
+            let mut links: Vec<Value> = open.links.iter().map(link).collect();
+            if open.name == "batch" {
+                links.extend(
+                    child_links
+                        .get(&open.span_id)
+                        .into_iter()
+                        .flatten()
+                        .map(link),
+                );
+            }
             let mut span = json!({
                 "traceId": format!("{:032x}", open.trace_id),
                 "spanId": format!("{:016x}", open.span_id),
-                "name": open.name,
-                "kind": kind(open.name),
+                "name": c.name,
+                "kind": c.kind,
                 "startTimeUnixNano": nanos(open.start),
                 "endTimeUnixNano": nanos(f.end),
-                "attributes": open
-                    .attributes
-                    .iter()
-                    .map(|(key, value)| json!({ "key": key, "value": value }))
-                    .collect::<Vec<_>>(),
-                "links": open
-                    .links
-                    .iter()
-                    .map(|(trace_id, span_id)| json!({
-                        "traceId": format!("{trace_id:032x}"),
-                        "spanId": format!("{span_id:016x}"),
-                    }))
-                    .collect::<Vec<_>>(),
+                "attributes": c.attributes,
+                "links": links,
             });
+            if let Some(message) = c.error {
+                span["status"] = json!({ "code": STATUS_ERROR, "message": message });
+            }
             if let Some(parent) = open.parent_id {
                 span["parentSpanId"] = format!("{parent:016x}").into();
             }
             span
         })
         .collect();
-    let mut resource = vec![
-        json!({ "key": "service.name", "value": { "stringValue": service } }),
-        json!({ "key": "cloud.provider", "value": { "stringValue": "aws" } }),
-    ];
-    if let Ok(name) = std::env::var("AWS_LAMBDA_FUNCTION_NAME") {
-        resource.push(json!({ "key": "faas.name", "value": { "stringValue": name } }));
-    }
     json!({
         "resourceSpans": [{
-            "resource": { "attributes": resource },
+            "resource": { "attributes": resource(settings) },
             "scopeSpans": [{
                 "scope": { "name": "process-orders", "version": env!("CARGO_PKG_VERSION") },
                 "spans": spans,
@@ -460,5 +853,68 @@ mod tests {
         .expect("on");
         assert_eq!(full.endpoint, "http://c:4318/x");
         assert_eq!(full.service, "payments");
+        assert_eq!(full.timeout, EXPORT_TIMEOUT);
+        assert_eq!(
+            full.sampler,
+            Sampler::ParentBased(ParentlessSampler::AlwaysOn)
+        );
+        // The SDK's other variables, read as it reads them.
+        let all = from(&[
+            ("OTEL_EXPORTER_OTLP_ENDPOINT", "http://c:4318"),
+            (
+                "OTEL_EXPORTER_OTLP_HEADERS",
+                "api-key=a%2Cb, x-team = orders,broken",
+            ),
+            ("OTEL_EXPORTER_OTLP_TRACES_TIMEOUT", "2500"),
+            (
+                "OTEL_RESOURCE_ATTRIBUTES",
+                "deployment.environment=prod,team=pay%20ments",
+            ),
+            ("OTEL_TRACES_SAMPLER", "traceidratio"),
+            ("OTEL_TRACES_SAMPLER_ARG", "0.25"),
+        ])
+        .expect("on");
+        assert_eq!(
+            all.headers,
+            [
+                ("api-key".into(), "a,b".into()),
+                ("x-team".into(), "orders".into())
+            ]
+        );
+        assert_eq!(all.timeout, Duration::from_millis(2_500));
+        assert_eq!(all.resource[1], ("team".into(), "pay ments".into()));
+        assert_eq!(all.sampler, Sampler::Ratio(0.25));
+        assert_eq!(
+            from(&[
+                ("OTEL_EXPORTER_OTLP_ENDPOINT", "http://c"),
+                ("OTEL_SDK_DISABLED", "true")
+            ]),
+            None
+        );
+        assert_eq!(
+            from(&[
+                ("OTEL_EXPORTER_OTLP_ENDPOINT", "http://c"),
+                ("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc")
+            ]),
+            None,
+            "gRPC is not spoken"
+        );
+    }
+
+    #[test]
+    fn samplers_decide_as_the_sdk_does() {
+        let parent = Sampler::from_env(None, None);
+        assert!(parent.keeps(7, Some(true)) && !parent.keeps(7, Some(false)));
+        assert!(parent.keeps(7, None), "no parent decision: always on");
+        assert!(!Sampler::from_env(Some("always_off"), None).keeps(7, Some(true)));
+        assert!(Sampler::from_env(Some("always_on"), None).keeps(7, Some(false)));
+        let ratio = Sampler::from_env(Some("traceidratio"), Some("0.5"));
+        assert!(ratio.keeps(u128::from(u64::MAX / 4), None));
+        assert!(!ratio.keeps(u128::from(u64::MAX / 4 * 3), None));
+        // A ratio out of range reads as 1.
+        assert_eq!(
+            Sampler::from_env(Some("traceidratio"), Some("7")),
+            Sampler::Ratio(1.0)
+        );
     }
 }

@@ -1,5 +1,6 @@
 //! Traces over OTLP/HTTP: the real binary, a local OTLP receiver, and the span tree of one batch
-//! (its parents, its links to the producers' traces, its attributes).
+//! as OpenTelemetry's FaaS and messaging conventions name it (its names, kinds, parents, links
+//! to the producers' traces, attributes and status), sent as the SDK's variables ask.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -16,21 +17,31 @@ const LAMBDA_TRACE: &str =
 const PRODUCER_TRACE: &str =
     "Root=1-5759e988-bd862e3fe1be46a994272793;Parent=1234567890abcdef;Sampled=1";
 
+/// What the receiver got: each request's body, and its `x-api-key` header.
+type Received = Arc<Mutex<Vec<(Value, Option<String>)>>>;
+
 /// A local OTLP/HTTP receiver: every request body it got.
-async fn receiver() -> (String, Arc<Mutex<Vec<Value>>>) {
-    let received = Arc::new(Mutex::new(Vec::new()));
-    let app = Router::new()
-        .route(
-            "/v1/traces",
-            post(
-                |State(received): State<Arc<Mutex<Vec<Value>>>>, body: String| async move {
-                    let value: Value = serde_json::from_str(&body).unwrap_or(Value::Null);
-                    received.lock().expect("lock").push(value);
-                    "{}"
-                },
-            ),
-        )
-        .with_state(received.clone());
+async fn receiver() -> (String, Received) {
+    let received: Received = Arc::new(Mutex::new(Vec::new()));
+    let app =
+        Router::new()
+            .route(
+                "/v1/traces",
+                post(
+                    |State(received): State<Received>,
+                     headers: axum::http::HeaderMap,
+                     body: String| async move {
+                        let value: Value = serde_json::from_str(&body).unwrap_or(Value::Null);
+                        let key = headers
+                            .get("x-api-key")
+                            .and_then(|v| v.to_str().ok())
+                            .map(str::to_owned);
+                        received.lock().expect("lock").push((value, key));
+                        "{}"
+                    },
+                ),
+            )
+            .with_state(received.clone());
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
         .await
         .expect("bind");
@@ -87,7 +98,14 @@ async fn one_batch_is_one_tree_of_spans_linked_to_its_producers() {
         .args(["--event", path.to_str().expect("a path")])
         .env_clear()
         .env("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", &endpoint)
+        .env("OTEL_EXPORTER_OTLP_HEADERS", "x-api-key=k%3D1")
+        .env("OTEL_RESOURCE_ATTRIBUTES", "deployment.environment=test")
         .env("_X_AMZN_TRACE_ID", LAMBDA_TRACE)
+        .env("AWS_LAMBDA_FUNCTION_NAME", "orders-fn")
+        .env("AWS_LAMBDA_FUNCTION_VERSION", "7")
+        .env("AWS_LAMBDA_FUNCTION_MEMORY_SIZE", "256")
+        .env("AWS_REGION", "eu-west-1")
+        .env("PROCESS_ORDERS_LOCAL", "1")
         .output()
         .await
         .expect("the binary runs");
@@ -98,12 +116,33 @@ async fn one_batch_is_one_tree_of_spans_linked_to_its_producers() {
     );
     let requests = received.lock().expect("lock").clone();
     assert_eq!(requests.len(), 1, "one export at the end of the invocation");
-    let request = &requests[0];
-    let resource = &request["resourceSpans"][0];
+    let (request, api_key) = &requests[0];
     assert_eq!(
-        resource["resource"]["attributes"][0],
-        json!({ "key": "service.name", "value": { "stringValue": "process-orders" } })
+        api_key.as_deref(),
+        Some("k=1"),
+        "OTEL_EXPORTER_OTLP_HEADERS, decoded"
     );
+    let resource = &request["resourceSpans"][0];
+    let resource_attribute = |key: &str| {
+        resource["resource"]["attributes"]
+            .as_array()
+            .expect("attributes")
+            .iter()
+            .find(|a| a["key"] == key)
+            .map(|a| a["value"].clone())
+    };
+    for (key, value) in [
+        ("service.name", json!({ "stringValue": "process-orders" })),
+        ("cloud.provider", json!({ "stringValue": "aws" })),
+        ("cloud.platform", json!({ "stringValue": "aws_lambda" })),
+        ("cloud.region", json!({ "stringValue": "eu-west-1" })),
+        ("faas.name", json!({ "stringValue": "orders-fn" })),
+        ("faas.version", json!({ "stringValue": "7" })),
+        ("faas.max_memory", json!({ "intValue": "268435456" })),
+        ("deployment.environment", json!({ "stringValue": "test" })),
+    ] {
+        assert_eq!(resource_attribute(key), Some(value), "resource {key}");
+    }
     let spans = resource["scopeSpans"][0]["spans"]
         .as_array()
         .expect("spans")
@@ -126,49 +165,101 @@ async fn one_batch_is_one_tree_of_spans_linked_to_its_producers() {
         .map(|s| format!("{} <- {}", s["name"], parent_name(s)))
         .collect();
 
-    // One trace: Lambda's, and the batch is a child of Lambda's own segment.
+    // One trace: Lambda's. The invocation (SERVER, named after the function) is a child of
+    // Lambda's own segment, and the batch a child of the invocation.
     for span in &spans {
         assert_eq!(
             span["traceId"], "67891233abcdef012345678912345678",
             "{tree:#?}"
         );
     }
-    let batch = named("batch");
+    let invocation = named("orders-fn");
+    assert_eq!(invocation.len(), 1, "{tree:#?}");
+    assert_eq!(invocation[0]["parentSpanId"], "53995c3f42cd8ad8");
+    assert_eq!(invocation[0]["kind"], 2, "the function's server span");
+    assert_eq!(attribute(invocation[0], "faas.trigger"), Some("pubsub"));
+    assert_eq!(
+        attribute(invocation[0], "faas.invocation_id"),
+        Some("one-shot")
+    );
+    let processes = named("process orders");
+    let batch: Vec<&Value> = processes
+        .iter()
+        .copied()
+        .filter(|s| attribute(s, "messaging.message.id").is_none())
+        .collect();
     assert_eq!(batch.len(), 1, "{tree:#?}");
-    assert_eq!(batch[0]["parentSpanId"], "53995c3f42cd8ad8");
+    assert_eq!(batch[0]["parentSpanId"], invocation[0]["spanId"]);
     assert_eq!(batch[0]["kind"], 5, "the queue's consumer");
+    assert_eq!(attribute(batch[0], "messaging.system"), Some("aws_sqs"));
+    assert_eq!(
+        attribute(batch[0], "messaging.operation.type"),
+        Some("process")
+    );
+    assert_eq!(
+        attribute(batch[0], "messaging.destination.name"),
+        Some("orders")
+    );
+    assert!(
+        batch[0]["attributes"]
+            .as_array()
+            .expect("attributes")
+            .iter()
+            .any(|a| a["key"] == "messaging.batch.message_count" && a["value"]["intValue"] == "2"),
+        "{}",
+        batch[0]
+    );
+    assert!(
+        batch[0]["status"].is_null(),
+        "a partial failure is not the batch's error"
+    );
 
-    // A span per record, each a child of the batch, with its decision.
-    let records = named("record");
+    // A span per record, each a child of the batch, with its decision and status.
+    let records: Vec<&Value> = processes
+        .iter()
+        .copied()
+        .filter(|s| attribute(s, "messaging.message.id").is_some())
+        .collect();
     assert_eq!(records.len(), 2, "{tree:#?}");
     let record_of = |message_id: &str| {
         *records
             .iter()
-            .find(|r| attribute(r, "message_id") == Some(message_id))
+            .find(|r| attribute(r, "messaging.message.id") == Some(message_id))
             .expect("the record's span")
     };
     let charged = record_of("m-1");
     let poison = record_of("m-2");
     for record in [charged, poison] {
-        assert_eq!(parent_name(record), "batch", "{tree:#?}");
+        assert_eq!(record["parentSpanId"], batch[0]["spanId"], "{tree:#?}");
+        assert_eq!(record["kind"], 5, "each message's processing");
+        assert_eq!(
+            attribute(record, "messaging.destination.name"),
+            Some("orders")
+        );
     }
-    assert_eq!(attribute(charged, "key"), Some("o-1"));
-    assert_eq!(attribute(charged, "outcome"), Some("ack"));
-    assert_eq!(attribute(charged, "reason"), Some("charged"));
-    assert_eq!(attribute(poison, "outcome"), Some("poison"));
-    assert_eq!(attribute(poison, "reason"), Some("invalid_body"));
-    // Linked to the producer's trace; a record without a header has no link.
+    assert_eq!(attribute(charged, "process_orders.key"), Some("o-1"));
+    assert_eq!(attribute(charged, "process_orders.outcome"), Some("ack"));
+    assert_eq!(attribute(charged, "process_orders.reason"), Some("charged"));
+    assert!(charged["status"].is_null(), "acknowledged: no error");
+    assert_eq!(attribute(poison, "process_orders.outcome"), Some("poison"));
     assert_eq!(
-        charged["links"],
-        json!([{ "traceId": "5759e988bd862e3fe1be46a994272793", "spanId": "1234567890abcdef" }])
+        poison["status"],
+        json!({ "code": 2, "message": "invalid_body" })
     );
+    // Linked to the producer's trace; a record without a header has no link. The batch links to
+    // every producer.
+    let producer =
+        json!([{ "traceId": "5759e988bd862e3fe1be46a994272793", "spanId": "1234567890abcdef" }]);
+    assert_eq!(charged["links"], producer);
     assert_eq!(poison["links"], json!([]));
+    assert_eq!(batch[0]["links"], producer);
 
     // The order's span under its record, and each call under the order.
     let order = named("order");
     assert_eq!(order.len(), 1, "only the valid order: {tree:#?}");
     assert_eq!(order[0]["parentSpanId"], charged["spanId"]);
-    assert_eq!(attribute(order[0], "order_id"), Some("o-1"));
+    assert_eq!(order[0]["kind"], 1);
+    assert_eq!(attribute(order[0], "process_orders.order_id"), Some("o-1"));
     for call in ["store.begin", "payment.charge", "store.complete"] {
         let spans = named(call);
         assert_eq!(spans.len(), 1, "{call}: {tree:#?}");
@@ -193,21 +284,34 @@ async fn one_batch_is_one_tree_of_spans_linked_to_its_producers() {
 /// (`Sampled=0`) exports no spans.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_unsampled_invocation_exports_nothing() {
-    let (endpoint, received) = receiver().await;
-    let output = tokio::process::Command::new(env!("CARGO_BIN_EXE_process-orders"))
-        .args([
-            "--event",
-            concat!(env!("CARGO_MANIFEST_DIR"), "/events/standard.json"),
-        ])
-        .env_clear()
-        .env("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", &endpoint)
-        .env(
-            "_X_AMZN_TRACE_ID",
-            LAMBDA_TRACE.replace("Sampled=1", "Sampled=0"),
-        )
-        .output()
-        .await
-        .expect("the binary runs");
-    assert!(output.status.success());
-    assert!(received.lock().expect("lock").is_empty());
+    // Lambda did not sample it; or the SDK's sampler says no (OTEL_TRACES_SAMPLER); or the SDK
+    // is off (OTEL_SDK_DISABLED).
+    for (header, variable) in [
+        (LAMBDA_TRACE.replace("Sampled=1", "Sampled=0"), None),
+        (
+            LAMBDA_TRACE.to_owned(),
+            Some(("OTEL_TRACES_SAMPLER", "always_off")),
+        ),
+        (LAMBDA_TRACE.to_owned(), Some(("OTEL_SDK_DISABLED", "true"))),
+    ] {
+        let (endpoint, received) = receiver().await;
+        let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_process-orders"));
+        command
+            .args([
+                "--event",
+                concat!(env!("CARGO_MANIFEST_DIR"), "/events/standard.json"),
+            ])
+            .env_clear()
+            .env("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", &endpoint)
+            .env("_X_AMZN_TRACE_ID", &header);
+        if let Some((name, value)) = variable {
+            command.env(name, value);
+        }
+        let output = command.output().await.expect("the binary runs");
+        assert!(output.status.success());
+        assert!(
+            received.lock().expect("lock").is_empty(),
+            "{header} {variable:?}"
+        );
+    }
 }
