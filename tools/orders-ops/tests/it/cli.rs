@@ -123,13 +123,12 @@ fn numbers_are_checked_against_their_ranges() {
     assert_eq!(output.status.code(), Some(252));
 }
 
-/// Before `yes` is asked, the redrive names the account and region (from the queue's ARN) and
-/// the endpoint; without a yes nothing moves.
-#[tokio::test]
-async fn a_redrive_names_the_account_and_endpoint_before_it_asks() {
+/// A fresh standard queue and its DLQ on moto, named from `prefix`: the endpoint, a client, the
+/// pair.
+async fn queue_pair_on_moto(prefix: &str) -> (String, Client, setup::QueuePair) {
     let endpoint = moto_endpoint();
     let sqs = Client::new(&sdk_config(&endpoint));
-    let name = format!("cli-{}-{}", std::process::id(), fastrand::u32(..));
+    let name = format!("{prefix}-{}-{}", std::process::id(), fastrand::u32(..));
     let queue = setup::queue_pair(
         &sqs,
         &name,
@@ -141,6 +140,14 @@ async fn a_redrive_names_the_account_and_endpoint_before_it_asks() {
     )
     .await
     .expect("queues");
+    (endpoint, sqs, queue)
+}
+
+/// Before `yes` is asked, the redrive names the account and region (from the queue's ARN) and
+/// the endpoint; without a yes nothing moves.
+#[tokio::test]
+async fn a_redrive_names_the_account_and_endpoint_before_it_asks() {
+    let (endpoint, _, queue) = queue_pair_on_moto("cli").await;
     let output = ops(
         &["redrive", "--queue", &queue.name, "--endpoint", &endpoint],
         "no\n",
@@ -195,20 +202,7 @@ async fn exit_codes_follow_the_aws_clis_classes() {
 /// JSON object on stdout and the checklist goes to stderr.
 #[tokio::test]
 async fn a_dry_run_redrive_names_the_account_and_moves_nothing() {
-    let endpoint = moto_endpoint();
-    let sqs = Client::new(&sdk_config(&endpoint));
-    let name = format!("cli-dry-{}-{}", std::process::id(), fastrand::u32(..));
-    let queue = setup::queue_pair(
-        &sqs,
-        &name,
-        false,
-        QueueSettings {
-            visibility_timeout_s: 30,
-            max_receive_count: 3,
-        },
-    )
-    .await
-    .expect("queues");
+    let (endpoint, sqs, queue) = queue_pair_on_moto("cli-dry").await;
     for i in 0..3 {
         sqs.send_message()
             .queue_url(&queue.dlq_url)
