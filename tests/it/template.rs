@@ -1331,3 +1331,20 @@ fn the_dashboard_shows_only_metrics_the_function_writes() {
         "retries by reason"
     );
 }
+
+/// An empty `IdempotencyKeyPrefix` would reach the function as an empty variable, which reads as
+/// unset and silently means `orders#`: the parameter refuses it.
+#[test]
+fn the_key_prefix_cannot_be_empty() {
+    let t = template();
+    let prefix = &t["Parameters"]["IdempotencyKeyPrefix"];
+    let pattern = prefix["AllowedPattern"].as_str().expect("a pattern");
+    assert!(
+        pattern.starts_with('^') && pattern.ends_with("{1,64}$"),
+        "at least one character: {pattern}"
+    );
+    assert_eq!(
+        prefix["Default"].as_str(),
+        Some(process_orders::config::ORDER_KEY_PREFIX)
+    );
+}
