@@ -28,6 +28,7 @@
 #![warn(missing_docs)]
 
 pub mod check;
+pub mod dynamodb;
 pub mod provider;
 pub mod queue;
 pub mod settings;
@@ -48,12 +49,12 @@ use sqs_batch::dead_letter::DeadLetters;
 use sqs_batch::{Backoff, Batch, Message, QueueKind, RecordStatus};
 
 pub use check::{Report, Violation};
-pub use settings::{QueueShape, Shipped, SimSettings};
+pub use settings::{QueueShape, Shipped, SimSettings, StoreKind};
 pub use world::Faults;
 
 use provider::{Provider, ProviderSettings};
 use queue::{SharedQueue, SimDeadLetters, SimVisibility};
-use store::SimStore;
+use store::{SimStore, Table};
 use world::{Shared, SimClock};
 
 const QUEUE_ARN: &str = "arn:aws:sqs:us-east-1:123456789012:orders";
@@ -216,6 +217,8 @@ struct Deployment {
     world: Shared,
     queue: SharedQueue,
     table: Arc<MemoryStore>,
+    /// The DynamoDB engine every container's client reaches, with `STORE=dynamodb`.
+    engine: Option<dynoxide::Database>,
     provider: Arc<Provider>,
     start: tokio::time::Instant,
     payloads: Vec<Payload>,
@@ -254,12 +257,36 @@ impl Deployment {
             start: self.start,
             offset_ms,
         };
+        let inner = match (&self.engine, self.settings.shared_store) {
+            (None, true) => Table::Memory(self.table.clone()),
+            (None, false) => Table::Memory(Arc::new(MemoryStore::new(self.config.store.retention))),
+            (Some(engine), shared) => {
+                // A broken deployment's table of its own, or the shared one.
+                let own;
+                let engine = if shared {
+                    engine
+                } else {
+                    own = dynamodb::engine(clock.clone());
+                    &own
+                };
+                let faults = dynamodb::HttpFaults {
+                    error_rate: self.settings.store_error_rate,
+                    lost_rate: self.settings.store_lost_rate,
+                    throttle_rate: self.settings.store_slow_rate,
+                };
+                let client = dynamodb::client(engine, &self.world, faults, &self.config.dynamodb);
+                Table::DynamoDb(
+                    idempotency::DynamoDbStore::new(
+                        client,
+                        dynamodb::TABLE,
+                        self.config.store.retention,
+                    )
+                    .with_key_prefix(&self.config.store.key_prefix),
+                )
+            }
+        };
         let store = SimStore {
-            inner: if self.settings.shared_store {
-                self.table.clone()
-            } else {
-                Arc::new(MemoryStore::new(self.config.store.retention))
-            },
+            inner,
             world: self.world.clone(),
             error_rate: self.settings.store_error_rate,
             lost_rate: self.settings.store_lost_rate,
@@ -331,6 +358,7 @@ async fn simulate(settings: SimSettings) -> Report {
     let fifo = matches!(settings.queue, QueueShape::Fifo { .. });
     let deployment = Rc::new(Deployment {
         table: Arc::new(MemoryStore::new(config.store.retention)),
+        engine: (settings.store == StoreKind::DynamoDb).then(|| dynamodb::engine(truth.clone())),
         provider: Arc::new(Provider::new(
             truth.clone(),
             world.clone(),

@@ -4,14 +4,16 @@
 //!   starting at `FIRST_SEED` (default 1);
 //! - `PROFILE`: `standard`, `fifo`, `brownout`, `skewed` or `mixed` (the default: the four in
 //!   turn);
-//! - `MUTATION`: a planted bug to switch on (`sim::MUTATIONS`), to watch the checks catch it.
+//! - `MUTATION`: a planted bug to switch on (`sim::MUTATIONS`), to watch the checks catch it;
+//! - `STORE`: `memory` (the default) or `dynamodb`, the shipped DynamoDB store through the AWS
+//!   SDK on dynoxide's engine in the process.
 //!
 //! A run that breaks an invariant prints the command that replays it and the story of the
 //! order it broke on; the exit status is then 1.
 
 use std::time::Instant;
 
-use sim::{Faults, MUTATIONS, SimSettings, run};
+use sim::{Faults, MUTATIONS, SimSettings, StoreKind, run};
 
 /// A number from the environment, or its default when unset or empty; a value that is not a
 /// number stops the run (a typo must not quietly replay another seed).
@@ -46,6 +48,14 @@ fn main() {
             }
         },
     };
+    let store_name = std::env::var("STORE")
+        .ok()
+        .filter(|s| !s.is_empty())
+        .unwrap_or_else(|| "memory".into());
+    let Some(store) = StoreKind::parse(&store_name) else {
+        eprintln!("STORE={store_name} is not one of memory, dynamodb");
+        std::process::exit(2);
+    };
     let per_seed = usize::try_from(orders / seeds).unwrap_or(usize::MAX).max(1);
     if SimSettings::profile(&profile, first_seed, per_seed).is_none() {
         eprintln!("PROFILE={profile} is not one of standard, fifo, brownout, skewed, mixed");
@@ -64,6 +74,7 @@ fn main() {
         };
         let settings = SimSettings {
             mutation,
+            store,
             ..settings
         };
         let report = run(&settings);

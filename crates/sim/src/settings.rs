@@ -175,6 +175,30 @@ pub struct SimSettings {
     pub shared_store: bool,
     /// A planted bug switched on for the run ([`crate::MUTATIONS`]).
     pub mutation: Option<&'static str>,
+    /// The store the containers use.
+    pub store: StoreKind,
+}
+
+/// The store under the simulation (`make sim STORE=...`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum StoreKind {
+    /// `memory`: the in-memory store, faults injected around each call.
+    #[default]
+    Memory,
+    /// `dynamodb`: the shipped DynamoDB store, through the AWS SDK, on dynoxide's engine in the
+    /// process ([`crate::dynamodb`]), faults injected at the HTTP layer.
+    DynamoDb,
+}
+
+impl StoreKind {
+    /// `memory` or `dynamodb`.
+    pub fn parse(name: &str) -> Option<Self> {
+        match name {
+            "memory" => Some(Self::Memory),
+            "dynamodb" => Some(Self::DynamoDb),
+            _ => None,
+        }
+    }
 }
 
 impl SimSettings {
@@ -213,6 +237,7 @@ impl SimSettings {
             redrive_after_ms: Some(7 * 86_400_000),
             shared_store: true,
             mutation: None,
+            store: StoreKind::Memory,
         }
     }
 
@@ -272,8 +297,12 @@ impl SimSettings {
             .mutation
             .map(|m| format!(" MUTATION={m}"))
             .unwrap_or_default();
+        let store = match self.store {
+            StoreKind::Memory => "",
+            StoreKind::DynamoDb => " STORE=dynamodb",
+        };
         format!(
-            "make sim SEEDS=1 FIRST_SEED={} ORDERS={} PROFILE={profile}{mutation}",
+            "make sim SEEDS=1 FIRST_SEED={} ORDERS={} PROFILE={profile}{mutation}{store}",
             self.seed, self.orders
         )
     }

@@ -1,17 +1,28 @@
-//! The table: the in-memory store's conditional rules (the same rules the DynamoDB store's
-//! contract suite holds both to), behind latency, failures, and writes applied whose answer is
-//! lost.
+//! The table as one container's client sees it: the in-memory store's conditional rules behind
+//! latency, failures, and writes applied whose answer is lost; or the real `DynamoDbStore`,
+//! through the SDK, on dynoxide's engine ([`crate::dynamodb`], whose HTTP layer injects those
+//! faults where DynamoDB's would be).
 
 use std::sync::Arc;
 
-use idempotency::{Begin, ClaimRequest, IdempotencyStore, Lease, MemoryStore, StoreError};
+use idempotency::{
+    Begin, ClaimRequest, DynamoDbStore, IdempotencyStore, Lease, MemoryStore, StoreError,
+};
 
 use crate::world::Shared;
+
+/// Which store a run's containers use.
+pub enum Table {
+    /// The in-memory store (faults injected here, around each call).
+    Memory(Arc<MemoryStore>),
+    /// The shipped DynamoDB store over the SDK (faults injected at the HTTP layer).
+    DynamoDb(DynamoDbStore),
+}
 
 /// The shared table as one container's client sees it.
 pub struct SimStore {
     /// The table.
-    pub inner: Arc<MemoryStore>,
+    pub inner: Table,
     /// The run.
     pub world: Shared,
     /// Share of calls that fail unapplied.
@@ -25,8 +36,12 @@ pub struct SimStore {
 }
 
 impl SimStore {
-    /// Before the call: `Err` when it fails unapplied; after: whether to lose the answer.
+    /// Before the call: `Err` when it fails unapplied; after: whether to lose the answer. The
+    /// DynamoDB table's faults happen below the SDK instead.
     async fn before(&self, key: &str, call: &str) -> Result<bool, StoreError> {
+        if matches!(self.inner, Table::DynamoDb(_)) {
+            return Ok(false);
+        }
         if self.world.chance(self.slow_rate) {
             self.world.count(|f| f.store_throttled += 1);
             self.world.latency(self.operation_timeout_ms).await;
@@ -76,25 +91,37 @@ impl SimStore {
 impl IdempotencyStore for SimStore {
     async fn begin(&self, request: &ClaimRequest<'_>) -> Result<Begin, StoreError> {
         let lost = self.before(request.key, "begin").await?;
-        let result = self.inner.begin(request).await;
+        let result = match &self.inner {
+            Table::Memory(store) => store.begin(request).await,
+            Table::DynamoDb(store) => store.begin(request).await,
+        };
         self.answer(request.key, "begin", lost, result)
     }
 
     async fn complete(&self, key: &str, lease: &Lease, now_ms: u64) -> Result<(), StoreError> {
         let lost = self.before(key, "complete").await?;
-        let result = self.inner.complete(key, lease, now_ms).await;
+        let result = match &self.inner {
+            Table::Memory(store) => store.complete(key, lease, now_ms).await,
+            Table::DynamoDb(store) => store.complete(key, lease, now_ms).await,
+        };
         self.answer(key, "complete", lost, result)
     }
 
     async fn mark_attempted(&self, key: &str, lease: &Lease, at_ms: u64) -> Result<(), StoreError> {
         let lost = self.before(key, "mark_attempted").await?;
-        let result = self.inner.mark_attempted(key, lease, at_ms).await;
+        let result = match &self.inner {
+            Table::Memory(store) => store.mark_attempted(key, lease, at_ms).await,
+            Table::DynamoDb(store) => store.mark_attempted(key, lease, at_ms).await,
+        };
         self.answer(key, "mark_attempted", lost, result)
     }
 
     async fn release(&self, key: &str, lease: &Lease) -> Result<(), StoreError> {
         let lost = self.before(key, "release").await?;
-        let result = self.inner.release(key, lease).await;
+        let result = match &self.inner {
+            Table::Memory(store) => store.release(key, lease).await,
+            Table::DynamoDb(store) => store.release(key, lease).await,
+        };
         self.answer(key, "release", lost, result)
     }
 
@@ -106,7 +133,10 @@ impl IdempotencyStore for SimStore {
         reason: &str,
     ) -> Result<(), StoreError> {
         let lost = self.before(key, "reject").await?;
-        let result = self.inner.reject(key, lease, now_ms, reason).await;
+        let result = match &self.inner {
+            Table::Memory(store) => store.reject(key, lease, now_ms, reason).await,
+            Table::DynamoDb(store) => store.reject(key, lease, now_ms, reason).await,
+        };
         self.answer(key, "reject", lost, result)
     }
 }

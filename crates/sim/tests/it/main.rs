@@ -2,11 +2,16 @@
 //! skewed clocks, 100,000 orders in all) break no invariant; every planted bug is caught within a bounded
 //! number of seeds; the checks read the template.
 
-use sim::{MUTATIONS, Report, SimSettings, run};
+use sim::{MUTATIONS, Report, SimSettings, StoreKind, run};
 
 /// Orders per seed of the fixed runs; seeds per profile (four profiles: 100,000 orders).
 const ORDERS: usize = 1_000;
 const SEEDS: u64 = 25;
+
+/// The same profiles on the shipped DynamoDB store (through the SDK, on dynoxide's engine): it
+/// runs about 70 orders a second in a test build, so fewer, smaller seeds.
+const DYNAMODB_ORDERS: usize = 250;
+const DYNAMODB_SEEDS: u64 = 2;
 
 fn explain(settings: &SimSettings, profile: &str, report: &Report) -> String {
     let first = &report.violations[0];
@@ -40,15 +45,36 @@ fn a_seed_replays_exactly() {
     }
 }
 
+/// The DynamoDB store replays exactly too: the SDK's retry jitter, its only randomness, is off.
+#[test]
+fn a_seed_replays_exactly_on_the_dynamodb_store() {
+    let settings = |seed| SimSettings {
+        store: StoreKind::DynamoDb,
+        ..SimSettings::profile("standard", seed, 150).expect("a profile")
+    };
+    let a = run(&settings(7));
+    let b = run(&settings(7));
+    let c = run(&settings(8));
+    assert_eq!(a.digest, b.digest, "seed 7 ran differently twice");
+    assert_ne!(a.digest, c.digest, "seeds 7 and 8 ran the same");
+}
+
 /// The fixed seeds: no order charged twice, none lost, nothing transient in the DLQ, FIFO
 /// order kept, every response before its deadline, nothing deleted without its decision.
 fn fixed_seeds(profile: &str) {
+    fixed_seeds_on(profile, StoreKind::Memory, SEEDS, ORDERS);
+}
+
+fn fixed_seeds_on(profile: &str, store: StoreKind, seeds: u64, per_seed: usize) {
     let mut orders = 0;
     let mut invocations = 0;
     let mut faults = sim::Faults::default();
     let mut reasons = std::collections::BTreeMap::<&str, usize>::new();
-    for seed in 1..=SEEDS {
-        let settings = SimSettings::profile(profile, seed, ORDERS).expect("a profile");
+    for seed in 1..=seeds {
+        let settings = SimSettings {
+            store,
+            ..SimSettings::profile(profile, seed, per_seed).expect("a profile")
+        };
         let report = run(&settings);
         assert!(report.holds(), "{}", explain(&settings, profile, &report));
         orders += report.orders;
@@ -58,8 +84,10 @@ fn fixed_seeds(profile: &str) {
             *reasons.entry(reason).or_default() += count;
         }
     }
-    eprintln!("{profile}: {SEEDS} seeds, {orders} orders, {invocations} invocations, {faults:?}");
-    eprintln!("{profile}: decisions {reasons:?}");
+    eprintln!(
+        "{profile} ({store:?}): {seeds} seeds, {orders} orders, {invocations} invocations, {faults:?}"
+    );
+    eprintln!("{profile} ({store:?}): decisions {reasons:?}");
     // The faults the profile is about did happen.
     assert!(faults.crashes > 0 && faults.store_answers_lost > 0 && faults.charge_answers_lost > 0);
     assert!(faults.slow_charges > 0 && faults.pending_charges > 0 && faults.lookup_errors > 0);
@@ -96,19 +124,68 @@ fn skewed_clock_seeds_charge_every_order_once() {
     fixed_seeds("skewed");
 }
 
+/// The four profiles on the shipped DynamoDB store: its condition expressions, fence and
+/// look-ups under throttles, 500s and writes applied whose answer is lost (which the SDK then
+/// retries, meeting its own write).
+#[test]
+fn standard_queue_seeds_on_the_dynamodb_store() {
+    fixed_seeds_on(
+        "standard",
+        StoreKind::DynamoDb,
+        DYNAMODB_SEEDS,
+        DYNAMODB_ORDERS,
+    );
+}
+
+#[test]
+fn fifo_seeds_on_the_dynamodb_store() {
+    fixed_seeds_on("fifo", StoreKind::DynamoDb, DYNAMODB_SEEDS, DYNAMODB_ORDERS);
+}
+
+#[test]
+fn brownout_seeds_on_the_dynamodb_store() {
+    // Its runs are short (no outage to wait out); more seeds reach a failing look-up.
+    fixed_seeds_on(
+        "brownout",
+        StoreKind::DynamoDb,
+        3 * DYNAMODB_SEEDS,
+        DYNAMODB_ORDERS,
+    );
+}
+
+#[test]
+fn skewed_clock_seeds_on_the_dynamodb_store() {
+    fixed_seeds_on(
+        "skewed",
+        StoreKind::DynamoDb,
+        DYNAMODB_SEEDS,
+        DYNAMODB_ORDERS,
+    );
+}
+
 /// Each planted bug breaks an invariant within a bounded number of seeds, and its check site
 /// was reached (the name is one the real code asks for).
 fn caught(mutation: &'static str, profile: &str) {
+    caught_on(mutation, profile, StoreKind::Memory, ORDERS, 10);
+}
+
+fn caught_on(
+    mutation: &'static str,
+    profile: &str,
+    store: StoreKind,
+    orders: usize,
+    max_seeds: u64,
+) {
     assert!(
         MUTATIONS.iter().any(|(m, _)| *m == mutation),
         "{mutation} is not listed"
     );
-    let max_seeds = 10;
     let mut hits = 0;
     for seed in 1..=max_seeds {
         let settings = SimSettings {
             mutation: Some(mutation),
-            ..SimSettings::profile(profile, seed, ORDERS).expect("a profile")
+            store,
+            ..SimSettings::profile(profile, seed, orders).expect("a profile")
         };
         let report = run(&settings);
         hits += report.mutation_hits;
@@ -133,6 +210,18 @@ fn caught(mutation: &'static str, profile: &str) {
 #[test]
 fn a_release_after_an_ambiguous_charge_is_caught() {
     caught("guard.releases_after_ambiguous", "standard");
+}
+
+/// The guard's bugs do not depend on the store: the same planted bug is caught on the real one.
+#[test]
+fn a_release_after_an_ambiguous_charge_is_caught_on_the_dynamodb_store() {
+    caught_on(
+        "guard.releases_after_ambiguous",
+        "standard",
+        StoreKind::DynamoDb,
+        100,
+        5,
+    );
 }
 
 #[test]

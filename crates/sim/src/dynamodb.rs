@@ -1,0 +1,257 @@
+//! The real `DynamoDbStore` under the simulator: the AWS SDK's DynamoDB client, its retries and
+//! timeouts included, talking through an in-process HTTP connector to dynoxide's engine, with no
+//! socket (a socket under a paused clock is not deterministic).
+//!
+//! dynoxide's public surface is its typed operations (`Database::update_item` and the others,
+//! whose request types deserialize from DynamoDB's wire JSON and whose responses serialize to
+//! it); its raw-JSON dispatch is private to its server and its wasm build. So the connector
+//! reads the operation from `X-Amz-Target`, deserializes the body into that operation's request,
+//! runs it on the shared `Database`, and answers as DynamoDB does: 200 with the response's JSON,
+//! or the error's status and `__type` JSON. The engine's clock is the simulation's, so TTL follows
+//! simulated time.
+//!
+//! The table's faults live at this HTTP layer, where the SDK meets them as it meets DynamoDB's:
+//! latency, throttling (400 `ProvisionedThroughputExceededException`, which the SDK retries with
+//! backoff), 500s, and writes applied whose answer is lost (an I/O error after the write: the
+//! SDK sends the same request again, which then meets its own write).
+
+use std::sync::Arc;
+
+use aws_sdk_dynamodb::config::{BehaviorVersion, Credentials, Region};
+use aws_smithy_runtime_api::client::http::{
+    HttpClient, HttpConnector, HttpConnectorFuture, HttpConnectorSettings, SharedHttpClient,
+    SharedHttpConnector,
+};
+use aws_smithy_runtime_api::client::orchestrator::{HttpRequest, HttpResponse};
+use aws_smithy_runtime_api::client::result::ConnectorError;
+use aws_smithy_runtime_api::client::runtime_components::RuntimeComponents;
+use aws_smithy_types::body::SdkBody;
+use dynoxide::Database;
+
+use crate::world::{Shared, SimClock};
+
+/// The table every container's client reaches.
+pub const TABLE: &str = "orders-idempotency";
+
+/// dynoxide's clock, on simulated time.
+struct EngineClock(SimClock);
+
+impl dynoxide::storage_backend::Clock for EngineClock {
+    fn now_unix_secs(&self) -> u64 {
+        lambda_kit::Clock::now_ms(&self.0) / 1_000
+    }
+
+    fn now_unix_secs_f64(&self) -> f64 {
+        lambda_kit::Clock::now_ms(&self.0) as f64 / 1_000.0
+    }
+}
+
+/// A dynoxide engine in memory, on simulated time, holding the table as `template.yaml` makes
+/// it (key `pk`, TTL on `expires_at`), created through the same wire requests the SDK sends.
+pub fn engine(clock: SimClock) -> Database {
+    use idempotency::dynamodb::{KEY_ATTRIBUTE, TTL_ATTRIBUTE};
+    let engine =
+        Database::memory_with_clock(Arc::new(EngineClock(clock))).expect("an in-memory engine");
+    let created = run(
+        &engine,
+        "CreateTable",
+        &serde_json::json!({
+            "TableName": TABLE,
+            "BillingMode": "PAY_PER_REQUEST",
+            "AttributeDefinitions": [{ "AttributeName": KEY_ATTRIBUTE, "AttributeType": "S" }],
+            "KeySchema": [{ "AttributeName": KEY_ATTRIBUTE, "KeyType": "HASH" }],
+        })
+        .to_string(),
+    );
+    assert_eq!(created.0, 200, "{}", created.1);
+    let ttl = run(
+        &engine,
+        "UpdateTimeToLive",
+        &serde_json::json!({
+            "TableName": TABLE,
+            "TimeToLiveSpecification": { "AttributeName": TTL_ATTRIBUTE, "Enabled": true },
+        })
+        .to_string(),
+    );
+    assert_eq!(ttl.0, 200, "{}", ttl.1);
+    engine
+}
+
+/// What the HTTP layer does to a call.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct HttpFaults {
+    /// Share of calls answered 500, not applied.
+    pub error_rate: f64,
+    /// Share of calls applied whose answer is lost.
+    pub lost_rate: f64,
+    /// Share of calls throttled (400, not applied).
+    pub throttle_rate: f64,
+}
+
+/// The connector: one per client (per container), all on the shared engine.
+#[derive(Clone)]
+struct SimConnector {
+    engine: Database,
+    world: Shared,
+    faults: HttpFaults,
+}
+
+impl std::fmt::Debug for SimConnector {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SimConnector")
+            .field("faults", &self.faults)
+            .finish_non_exhaustive()
+    }
+}
+
+impl HttpClient for SimConnector {
+    fn http_connector(
+        &self,
+        _settings: &HttpConnectorSettings,
+        _components: &RuntimeComponents,
+    ) -> SharedHttpConnector {
+        SharedHttpConnector::new(self.clone())
+    }
+}
+
+impl HttpConnector for SimConnector {
+    fn call(&self, request: HttpRequest) -> HttpConnectorFuture {
+        let this = self.clone();
+        HttpConnectorFuture::new(async move {
+            let target = request
+                .headers()
+                .get("x-amz-target")
+                .unwrap_or_default()
+                .to_owned();
+            let operation = target.rsplit('.').next().unwrap_or_default().to_owned();
+            let body = request
+                .body()
+                .bytes()
+                .map(|b| String::from_utf8_lossy(b).into_owned())
+                .unwrap_or_default();
+            this.world.latency(20).await;
+            let roll = this.world.roll();
+            let f = this.faults;
+            if roll < f.throttle_rate {
+                this.world.count(|c| c.store_throttled += 1);
+                return Ok(answer(
+                    400,
+                    r#"{"__type":"com.amazonaws.dynamodb.v20120810#ProvisionedThroughputExceededException","message":"simulated throttling"}"#,
+                ));
+            }
+            if roll < f.throttle_rate + f.error_rate {
+                this.world.count(|c| c.store_errors += 1);
+                return Ok(answer(
+                    500,
+                    r#"{"__type":"com.amazonaws.dynamodb.v20120810#InternalServerError","message":"simulated"}"#,
+                ));
+            }
+            let (status, json) = run(&this.engine, &operation, &body);
+            if roll < f.throttle_rate + f.error_rate + f.lost_rate {
+                this.world.count(|c| c.store_answers_lost += 1);
+                return Err(ConnectorError::io(
+                    "simulated: applied, the answer lost on the way back".into(),
+                ));
+            }
+            Ok(answer(status, &json))
+        })
+    }
+}
+
+fn answer(status: u16, json: &str) -> HttpResponse {
+    let mut response = HttpResponse::new(
+        status
+            .try_into()
+            .unwrap_or_else(|_| 500u16.try_into().expect("500")),
+        SdkBody::from(json.to_owned()),
+    );
+    response
+        .headers_mut()
+        .insert("content-type", "application/x-amz-json-1.0");
+    response
+}
+
+/// Runs one operation on the engine: its status and JSON, as DynamoDB answers.
+fn run(engine: &Database, operation: &str, body: &str) -> (u16, String) {
+    use dynoxide::actions::{
+        create_table, delete_item, get_item, put_item, update_item, update_time_to_live,
+    };
+    fn call<Req, Resp>(body: &str, op: impl FnOnce(Req) -> dynoxide::Result<Resp>) -> (u16, String)
+    where
+        Req: serde::de::DeserializeOwned,
+        Resp: serde::Serialize,
+    {
+        let request = match serde_json::from_str::<Req>(body) {
+            Ok(request) => request,
+            Err(e) => {
+                return (
+                    400,
+                    serde_json::json!({
+                        "__type": "com.amazon.coral.service#SerializationException",
+                        "Message": e.to_string(),
+                    })
+                    .to_string(),
+                );
+            }
+        };
+        match op(request) {
+            Ok(response) => (200, serde_json::to_string(&response).unwrap_or_default()),
+            Err(e) => (e.status_code(), e.to_json()),
+        }
+    }
+    match operation {
+        "UpdateItem" => call(body, |r: update_item::UpdateItemRequest| {
+            engine.update_item(r)
+        }),
+        "DeleteItem" => call(body, |r: delete_item::DeleteItemRequest| {
+            engine.delete_item(r)
+        }),
+        "GetItem" => call(body, |r: get_item::GetItemRequest| engine.get_item(r)),
+        "PutItem" => call(body, |r: put_item::PutItemRequest| engine.put_item(r)),
+        "CreateTable" => call(body, |r: create_table::CreateTableRequest| {
+            engine.create_table(r)
+        }),
+        "UpdateTimeToLive" => call(body, |r: update_time_to_live::UpdateTimeToLiveRequest| {
+            engine.update_time_to_live(r)
+        }),
+        other => (
+            400,
+            serde_json::json!({
+                "__type": "com.amazon.coral.service#UnknownOperationException",
+                "message": format!("the simulated engine does not serve {other}"),
+            })
+            .to_string(),
+        ),
+    }
+}
+
+/// A container's DynamoDB client as the function builds it (`DYNAMODB_*` bounds), over the
+/// engine through the fault-injecting connector.
+pub fn client(
+    engine: &Database,
+    world: &Shared,
+    faults: HttpFaults,
+    settings: &process_orders::aws::SdkSettings,
+) -> aws_sdk_dynamodb::Client {
+    let connector = SimConnector {
+        engine: engine.clone(),
+        world: world.clone(),
+        faults,
+    };
+    let config = aws_sdk_dynamodb::Config::builder()
+        .behavior_version(BehaviorVersion::latest())
+        .region(Region::new("us-east-1"))
+        .credentials_provider(Credentials::new("sim", "sim", None, None, "sim"))
+        .endpoint_url("http://dynamodb.sim")
+        .http_client(SharedHttpClient::new(connector))
+        // The SDK's jitter draws from an unseeded generator; without it the backoff is the
+        // same exponential schedule at its upper bound, and a seed replays exactly.
+        .retry_config(
+            settings
+                .retry_config()
+                .with_use_static_exponential_base(true),
+        )
+        .timeout_config(settings.timeout_config())
+        .build();
+    aws_sdk_dynamodb::Client::from_conf(config)
+}
