@@ -90,10 +90,12 @@ PROFILE ?= mixed
 MUTATION ?=
 # memory, or dynamodb: the shipped DynamoDB store through the AWS SDK on dynoxide's engine.
 STORE ?= memory
+# How the simulated provider words its answers: draft, stripe, adyen, bare, or mixed (by seed).
+PROVIDER ?= draft
 # ORDERS as given (`make sim ORDERS=...`), else a million (the chaos run's default is not ours).
 SIM_ORDERS = $(if $(filter command line environment,$(origin ORDERS)),$(ORDERS),1000000)
 sim:
-	ORDERS=$(SIM_ORDERS) SEEDS=$(SEEDS) FIRST_SEED=$(FIRST_SEED) PROFILE=$(PROFILE) MUTATION=$(MUTATION) STORE=$(STORE) $(CARGO) run --quiet --release -p sim
+	ORDERS=$(SIM_ORDERS) SEEDS=$(SEEDS) FIRST_SEED=$(FIRST_SEED) PROFILE=$(PROFILE) MUTATION=$(MUTATION) STORE=$(STORE) PROVIDER=$(PROVIDER) $(CARGO) run --quiet --release -p sim
 
 # Supply chain: licenses, bans (no OpenSSL) and sources, per deny.toml. Offline.
 deny:

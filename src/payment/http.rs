@@ -737,6 +737,14 @@ pub fn classify_lookup(
                 code: Some(code),
                 decline: false,
             }) if reading.retryable.contains(&code) => ChargeStatus::Failed,
+            // The simulator's planted bug: the reading before it was fixed, a bare `failed`
+            // taken as "not charged, charge again" (re-sends a declined card).
+            Some(ChargeState::Failed {
+                code: None,
+                decline: false,
+            }) if lambda_kit::mutation::active("lookup.bare_failed_is_retryable") => {
+                ChargeStatus::Failed
+            }
             // Any other failure is final: charging again after the key window would send a
             // declined card (or a failure nobody said may be retried) to the network again.
             Some(ChargeState::Failed { .. }) => ChargeStatus::Declined,
@@ -794,14 +802,15 @@ fn misconfigured(status: StatusCode, body: Option<&str>, secret: Option<&str>) -
     }
 }
 
-/// Whether the provider's error type or code (`type`, `code`, `error.type`, `error.code`)
-/// contains one of `words` (Stripe: `error.type` `idempotency_error`, `card_error`; others put
-/// it in `code`).
+/// Whether the provider's error type or code (`type`, `code`, `error.type`, `error.code`,
+/// Adyen's `errorCode`) contains one of `words` (Stripe: `error.type` `idempotency_error`,
+/// `card_error`; others put it in `code`).
 fn names(json: &serde_json::Map<String, serde_json::Value>, words: &[&str]) -> bool {
     let error = json.get("error");
     [
         json.get("type"),
         json.get("code"),
+        json.get("errorCode"),
         error.and_then(|e| e.get("type")),
         error.and_then(|e| e.get("code")),
     ]
@@ -813,9 +822,11 @@ fn names(json: &serde_json::Map<String, serde_json::Value>, words: &[&str]) -> b
 }
 
 /// Whether the provider's error is about the idempotency key: its type or code names it (the
-/// draft's problem `type` URI, Stripe's `idempotency_error`), or its title does.
+/// draft's problem `type` URI, Stripe's `idempotency_error`), or its title does, or it is
+/// Adyen's `errorCode` 704 ("request already processed or in progress").
 fn names_idempotency(json: &serde_json::Map<String, serde_json::Value>) -> bool {
     names(json, &["idempotency"])
+        || json.get("errorCode").and_then(serde_json::Value::as_str) == Some("704")
         || json
             .get("title")
             .and_then(serde_json::Value::as_str)
@@ -1159,6 +1170,18 @@ mod tests {
                 r#"{"resultCode":"Refused","refusalReason":"CVC Declined"}"#,
                 "declined",
             ),
+            // Adyen's error shape (`errorCode`, `errorType`, `message`): 704 is its key in
+            // flight, not a request of ours that is wrong.
+            (
+                422,
+                r#"{"status":422,"errorCode":"704","errorType":"validation","message":"request already processed or in progress"}"#,
+                "in flight",
+            ),
+            (
+                422,
+                r#"{"status":422,"errorCode":"14_030","errorType":"validation","message":"Return URL is missing."}"#,
+                "refused",
+            ),
         ];
         for (code, body, expected) in dialects {
             assert_eq!(kind(charge(*code, body)), *expected, "{code} {body}");
@@ -1322,6 +1345,12 @@ mod tests {
                 ChargeStatus::Unknown,
             ),
             (404, r#"{"status":"not_found"}"#, ChargeStatus::Unknown),
+            // Adyen's error shape names its code in `errorCode`.
+            (
+                404,
+                r#"{"status":404,"errorCode":"not_found","errorType":"validation","message":"Payment not found"}"#,
+                ChargeStatus::Unknown,
+            ),
         ];
         for (code, body, expected) in cases {
             assert_eq!(lookup(*code, body).ok(), Some(*expected), "{code} {body}");

@@ -28,6 +28,7 @@
 #![warn(missing_docs)]
 
 pub mod check;
+pub mod dialect;
 pub mod dynamodb;
 pub mod provider;
 pub mod queue;
@@ -45,10 +46,12 @@ use idempotency::MemoryStore;
 use lambda_kit::Clock;
 use process_orders::app::App;
 use process_orders::config::Config;
+use process_orders::payment::http::RetryableFailures;
 use sqs_batch::dead_letter::DeadLetters;
 use sqs_batch::{Backoff, Batch, Message, QueueKind, RecordStatus};
 
 pub use check::{Report, Violation};
+pub use dialect::{DIALECTS, Dialect};
 pub use settings::{QueueShape, Shipped, SimSettings, StoreKind};
 pub use world::Faults;
 
@@ -66,7 +69,7 @@ const BURST: u64 = 250;
 const LONG_POLL_MS: u64 = 20_000;
 
 /// The planted bugs, by the name their check site asks for, with what each does wrong.
-pub const MUTATIONS: [(&str, &str); 10] = [
+pub const MUTATIONS: [(&str, &str); 11] = [
     (
         "guard.releases_after_ambiguous",
         "releases the claim after a charge whose outcome is unknown, instead of marking it attempted",
@@ -102,6 +105,10 @@ pub const MUTATIONS: [(&str, &str); 10] = [
     (
         "processor.fifo_goes_on_after_failure",
         "FIFO: processes a group's later records after one failed",
+    ),
+    (
+        "lookup.bare_failed_is_retryable",
+        "reads a look-up's bare `failed` (no code, no decline named) as not charged, and charges again",
     ),
     (
         "processor.never_abandons",
@@ -339,6 +346,14 @@ async fn simulate(settings: SimSettings) -> Report {
         (from, from + length_ms)
     };
     let provider_settings = ProviderSettings {
+        dialect: settings.provider,
+        retryable: shipped
+            .env
+            .get("PAYMENT_RETRYABLE_FAILURES")
+            .map(|codes| {
+                RetryableFailures::of(&codes.split(',').map(str::trim).collect::<Vec<_>>())
+            })
+            .unwrap_or_default(),
         key_window_ms: settings.key_window_s * 1_000,
         lookup_retention_ms: settings.lookup_retention_s * 1_000,
         client_timeout_ms: shipped
@@ -362,7 +377,7 @@ async fn simulate(settings: SimSettings) -> Report {
         provider: Arc::new(Provider::new(
             truth.clone(),
             world.clone(),
-            provider_settings,
+            provider_settings.clone(),
         )),
         queue: SharedQueue::new(
             fifo,

@@ -6,14 +6,16 @@
 //!   turn);
 //! - `MUTATION`: a planted bug to switch on (`sim::MUTATIONS`), to watch the checks catch it;
 //! - `STORE`: `memory` (the default) or `dynamodb`, the shipped DynamoDB store through the AWS
-//!   SDK on dynoxide's engine in the process.
+//!   SDK on dynoxide's engine in the process;
+//! - `PROVIDER`: how the simulated provider words its answers: `draft` (the default), `stripe`,
+//!   `adyen`, `bare`, or `mixed` (the four in turn by seed).
 //!
 //! A run that breaks an invariant prints the command that replays it and the story of the
 //! order it broke on; the exit status is then 1.
 
 use std::time::Instant;
 
-use sim::{Faults, MUTATIONS, SimSettings, StoreKind, run};
+use sim::{DIALECTS, Dialect, Faults, MUTATIONS, SimSettings, StoreKind, run};
 
 /// A number from the environment, or its default when unset or empty; a value that is not a
 /// number stops the run (a typo must not quietly replay another seed).
@@ -56,6 +58,18 @@ fn main() {
         eprintln!("STORE={store_name} is not one of memory, dynamodb");
         std::process::exit(2);
     };
+    let provider_name = std::env::var("PROVIDER")
+        .ok()
+        .filter(|s| !s.is_empty())
+        .unwrap_or_else(|| "draft".into());
+    let dialect = |seed: u64| match provider_name.as_str() {
+        "mixed" => Some(DIALECTS[(seed % DIALECTS.len() as u64) as usize].1),
+        name => Dialect::parse(name),
+    };
+    if dialect(first_seed).is_none() {
+        eprintln!("PROVIDER={provider_name} is not one of draft, stripe, adyen, bare, mixed");
+        std::process::exit(2);
+    }
     let per_seed = usize::try_from(orders / seeds).unwrap_or(usize::MAX).max(1);
     if SimSettings::profile(&profile, first_seed, per_seed).is_none() {
         eprintln!("PROFILE={profile} is not one of standard, fifo, brownout, skewed, mixed");
@@ -75,6 +89,7 @@ fn main() {
         let settings = SimSettings {
             mutation,
             store,
+            provider: dialect(seed).unwrap_or_default(),
             ..settings
         };
         let report = run(&settings);

@@ -11,7 +11,11 @@ use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
 use lambda_kit::Clock;
+use process_orders::money::Money;
+use process_orders::payment::http::{Reading, RetryableFailures};
 use process_orders::payment::{ChargeRequest, ChargeStatus, PaymentError, PaymentGateway};
+
+use crate::dialect::{self, ChargeAnswer, Dialect, LookupAnswer};
 
 use crate::world::{EPOCH_MS, Shared, SimClock};
 
@@ -50,8 +54,12 @@ pub struct Ledger {
 }
 
 /// Faults and limits of the simulated provider.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub struct ProviderSettings {
+    /// How it words its answers (the function reads them with its own readers).
+    pub dialect: Dialect,
+    /// The failures the deployment lets be charged again (`PAYMENT_RETRYABLE_FAILURES`).
+    pub retryable: RetryableFailures,
     /// How long a key is remembered, ms.
     pub key_window_ms: u64,
     /// How long the look-up remembers a charge, ms.
@@ -102,6 +110,19 @@ impl Provider {
     /// The books, locked.
     pub fn ledger(&self) -> MutexGuard<'_, Ledger> {
         self.ledger.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// A charge's answer, worded in the run's dialect and read by the function's reader.
+    fn say(&self, answer: ChargeAnswer, key: &str, money: Money) -> Result<(), PaymentError> {
+        let wire = self.settings.dialect.charge(answer, key, money);
+        dialect::read_charge(&wire, self.reading())
+    }
+
+    fn reading(&self) -> Reading<'_> {
+        Reading {
+            retryable: &self.settings.retryable,
+            secret: None,
+        }
     }
 
     fn sim_ms(&self) -> u64 {
@@ -221,13 +242,10 @@ enum Arrival {
     },
 }
 
-fn fate_answer(fate: Fate) -> Result<(), PaymentError> {
+fn fate_answer(fate: Fate, replay: bool) -> ChargeAnswer {
     match fate {
-        Fate::Charged => Ok(()),
-        Fate::Declined => Err(PaymentError::Declined {
-            status: Some(402),
-            reason: "card declined (simulated)".into(),
-        }),
+        Fate::Charged => ChargeAnswer::Charged { replay },
+        Fate::Declined => ChargeAnswer::Declined,
     }
 }
 
@@ -242,10 +260,7 @@ impl PaymentGateway for Provider {
             self.world.tell(key, || {
                 "provider charge: 401, the cached key was rotated".into()
             });
-            return Err(PaymentError::Misconfigured {
-                status: Some(401),
-                reason: "invalid API key (simulated rotation)".into(),
-            });
+            return self.say(ChargeAnswer::KeyRotated, key, request.amount);
         }
         let amount = request.amount.minor;
         let arrival = self.arrive(key, amount, self.clock.now_ms());
@@ -253,23 +268,19 @@ impl PaymentGateway for Provider {
             Arrival::KeyReused => {
                 self.world
                     .tell(key, || format!("provider charge {amount}: 422 key reused"));
-                return Err(PaymentError::KeyReused {
-                    status: Some(422),
-                    reason: "idempotency key reused with another payload (simulated)".into(),
-                });
+                return self.say(ChargeAnswer::KeyReused, key, request.amount);
             }
             Arrival::InFlight(ms) => {
                 self.world
                     .tell(key, || format!("provider charge {amount}: 409 in flight"));
-                return Err(PaymentError::InFlight {
-                    retry_after: Some(Duration::from_millis(ms.min(60_000))),
-                });
+                let after = Duration::from_millis(ms.min(60_000));
+                return self.say(ChargeAnswer::InFlight(after), key, request.amount);
             }
             Arrival::Replay(fate) => {
                 self.world.tell(key, || {
                     format!("provider charge {amount}: replay of {fate:?}")
                 });
-                return fate_answer(fate);
+                return self.say(fate_answer(fate, true), key, request.amount);
             }
             Arrival::New {
                 processing_ms,
@@ -279,9 +290,8 @@ impl PaymentGateway for Provider {
                 self.world.tell(key, || {
                     format!("provider charge {amount}: pending {processing_ms} ms, then {fate:?}")
                 });
-                return Err(PaymentError::InFlight {
-                    retry_after: Some(Duration::from_millis(processing_ms.min(60_000))),
-                });
+                let after = Duration::from_millis(processing_ms.min(60_000));
+                return self.say(ChargeAnswer::Pending(after), key, request.amount);
             }
             Arrival::New {
                 processing_ms,
@@ -312,7 +322,7 @@ impl PaymentGateway for Provider {
                 source: None,
             });
         }
-        fate_answer(fate)
+        self.say(fate_answer(fate, false), key, request.amount)
     }
 
     async fn lookup(&self, request: &ChargeRequest<'_>) -> Result<ChargeStatus, PaymentError> {
@@ -333,10 +343,11 @@ impl PaymentGateway for Provider {
         if self.world.chance(self.settings.lookup_error_rate) {
             self.world.count(|f| f.lookup_errors += 1);
             self.world.tell(key, || "provider look-up: 503".into());
-            return Err(PaymentError::Ambiguous {
-                reason: "simulated: the status endpoint failed".into(),
-                source: None,
-            });
+            let wire = self
+                .settings
+                .dialect
+                .lookup(LookupAnswer::Failing, key, request.amount);
+            return dialect::read_lookup(&wire, request.amount, self.reading());
         }
         let now_ms = self.clock.now_ms();
         let mut ledger = self.ledger();
@@ -345,18 +356,20 @@ impl PaymentGateway for Provider {
         {
             ledger.status.remove(key);
         }
-        let answer = match ledger.status.get(key) {
-            None => Ok(ChargeStatus::Unknown),
-            // Another payload's charge under the key: not this order's.
-            Some(known) if known.amount != request.amount.minor => Ok(ChargeStatus::Conflict),
-            Some(known) if now_ms < known.done_at_ms => Ok(ChargeStatus::Pending),
-            Some(known) if known.fate == Fate::Charged => Ok(ChargeStatus::Succeeded),
-            // A provider's charge object names its decline.
-            Some(_) => Ok(ChargeStatus::Declined),
+        // What the provider knows, for the amount it was charged (another payload's charge under
+        // the key is for another amount: the reader tells it is not this order's).
+        let said = match ledger.status.get(key) {
+            None => LookupAnswer::Missing,
+            Some(known) if now_ms < known.done_at_ms => LookupAnswer::Pending(known.amount),
+            Some(known) if known.fate == Fate::Charged => LookupAnswer::Charged(known.amount),
+            Some(known) => LookupAnswer::Declined(known.amount),
         };
         drop(ledger);
-        self.world
-            .tell(key, || format!("provider look-up: {answer:?}"));
+        let wire = self.settings.dialect.lookup(said, key, request.amount);
+        let answer = dialect::read_lookup(&wire, request.amount, self.reading());
+        self.world.tell(key, || {
+            format!("provider look-up: {said:?}, read as {answer:?}")
+        });
         answer
     }
 }

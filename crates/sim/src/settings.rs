@@ -4,6 +4,8 @@ use std::collections::BTreeMap;
 
 use serde_yaml_ng::Value;
 
+use crate::dialect::Dialect;
+
 /// The template, read at build time: the simulation runs the configuration users deploy.
 const TEMPLATE: &str = include_str!("../../../template.yaml");
 
@@ -177,6 +179,8 @@ pub struct SimSettings {
     pub mutation: Option<&'static str>,
     /// The store the containers use.
     pub store: StoreKind,
+    /// How the provider words its answers.
+    pub provider: Dialect,
 }
 
 /// The store under the simulation (`make sim STORE=...`).
@@ -238,6 +242,7 @@ impl SimSettings {
             shared_store: true,
             mutation: None,
             store: StoreKind::Memory,
+            provider: Dialect::Draft,
         }
     }
 
@@ -301,8 +306,12 @@ impl SimSettings {
             StoreKind::Memory => "",
             StoreKind::DynamoDb => " STORE=dynamodb",
         };
+        let provider = match self.provider {
+            Dialect::Draft => String::new(),
+            other => format!(" PROVIDER={}", other.name()),
+        };
         format!(
-            "make sim SEEDS=1 FIRST_SEED={} ORDERS={} PROFILE={profile}{mutation}{store}",
+            "make sim SEEDS=1 FIRST_SEED={} ORDERS={} PROFILE={profile}{mutation}{store}{provider}",
             self.seed, self.orders
         )
     }
