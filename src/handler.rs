@@ -283,6 +283,12 @@ impl OrderDecision {
             Guarded::Store(_) if lambda_kit::mutation::active("handler.acks_store_errors") => {
                 Outcome::Ack
             }
+            Guarded::NeedsReconciliation {
+                why: Unsettled::LookUpFailed(_),
+                ..
+            } if lambda_kit::mutation::active("handler.look_up_failure_to_a_person") => {
+                Outcome::Poison
+            }
             // Past the key window a provider that no longer knows the key leaves only a person
             // to settle it: to the DLQ with its reason, at once (a FIFO group goes on).
             Guarded::Conflict

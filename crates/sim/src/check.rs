@@ -9,15 +9,72 @@ use crate::queue::SharedQueue;
 use crate::settings::{QueueShape, SimSettings};
 use crate::world::{Faults, Shared};
 
-/// Reasons that need a person (the handler's codes): the DLQ is the right place for them.
-pub const PERSON_REASONS: [&str; 4] = [
+/// Reasons that need a person (the handler's codes): the DLQ is the right place for them, when
+/// the world says so ([`unjustified`]).
+pub const PERSON_REASONS: [&str; 6] = [
     "needs_reconciliation",
     // A decline, now or recorded before.
     "payment_rejected",
     // Another payload under the id: in the store, or at the provider (422).
     "conflict",
     "payment_conflict",
+    // Not an order; a claim-check pointer while the claim check is off.
+    "invalid_body",
+    "payload_invalid",
 ];
+
+/// Why a message in the DLQ should not be there, judged by what happened in the world rather
+/// than by the label the function gave it: a person-settled reason must be true of the world
+/// (the provider declined, another payload exists, the look-up left the question open, the body
+/// is not an order), and a transient one never is (every outage is shorter than the schedule).
+fn unjustified(
+    run: &Run<'_>,
+    ledger: &crate::provider::Ledger,
+    dead: &crate::queue::Dead,
+) -> Option<String> {
+    let payload = &run.payloads[dead.payload];
+    let order = payload.order_id.as_str();
+    let reason = dead.reason.as_str();
+    if payload.poison {
+        return (!matches!(reason, "invalid_body" | "payload_invalid"))
+            .then(|| format!("{reason}: the body is not an order; it should say so"));
+    }
+    match reason {
+        "invalid_body" | "payload_invalid" => Some(format!("{reason}: the body is a valid order")),
+        "payment_rejected" => (!ledger.declined.contains_key(order)
+            && !ledger.first_declined_ms.contains_key(order))
+        .then(|| format!("{reason}: the provider never declined {order}")),
+        "conflict" | "payment_conflict" => (!run
+            .payloads
+            .iter()
+            .any(|p| p.order_id == order && p.amount != payload.amount && !p.poison))
+        .then(|| format!("{reason}: no other payload was ever sent under {order}")),
+        "needs_reconciliation" => {
+            let moved_ms = crate::world::EPOCH_MS + dead.at_ms;
+            (!ledger
+                .unsettled_lookups
+                .get(order)
+                .is_some_and(|at| at.iter().any(|ms| *ms <= moved_ms)))
+            .then(|| {
+                format!(
+                    "{reason}: no look-up of {order} had left the question open (it was failing, \
+                     or it answered)"
+                )
+            })
+        }
+        // Once an operator cut the schedule below the outage, giving up is right: by the
+        // function (its history kept) or by SQS's own redrive (a record the function last saw
+        // before it learned the new count, or whose move failed).
+        "retries_exhausted" | "maxReceiveCount"
+            if run.lowered.is_some_and(|(at_ms, _)| dead.at_ms >= at_ms) =>
+        {
+            None
+        }
+        transient => Some(format!(
+            "{transient}: every outage was shorter than the retry schedule's guarantee"
+        )),
+    }
+}
 
 /// A broken invariant.
 #[derive(Debug, Clone)]
@@ -43,6 +100,8 @@ pub struct Report {
     pub declined: usize,
     /// Messages left in the DLQ at the end, by reason.
     pub dlq_reasons: BTreeMap<String, usize>,
+    /// Every message that reached the DLQ (the redriven ones included), by reason.
+    pub moved_reasons: BTreeMap<String, usize>,
     /// Messages the operator redrove a week later.
     pub redriven: usize,
     /// Invocations.
@@ -77,6 +136,8 @@ impl Report {
 /// What the check reads from a finished run.
 pub(crate) struct Run<'a> {
     pub settings: &'a SimSettings,
+    /// When an operator lowered `maxReceiveCount`, and to what.
+    pub lowered: Option<(u64, u32)>,
     pub payloads: &'a [Payload],
     pub queue: &'a SharedQueue,
     pub provider: &'a Provider,
@@ -146,18 +207,64 @@ pub(crate) fn report(run: &Run<'_>, sim_ms: u64) -> Report {
     }
     // Every message that ever reached the DLQ, the ones redriven since included.
     for dead in queue.redriven.iter().flatten().chain(&queue.dlq) {
-        if !PERSON_REASONS.contains(&dead.reason.as_str()) {
+        *report.moved_reasons.entry(dead.reason.clone()).or_default() += 1;
+        if let Some(detail) = unjustified(run, &ledger, dead) {
             violations.push(Violation {
-                rule: "in the DLQ for a transient reason",
+                rule: if PERSON_REASONS.contains(&dead.reason.as_str()) {
+                    "in the DLQ for a reason the world does not bear out"
+                } else {
+                    "in the DLQ for a transient reason"
+                },
                 order_id: run.payloads[dead.payload].order_id.clone(),
-                detail: format!(
-                    "{}: every outage was shorter than the retry schedule's guarantee",
-                    dead.reason
-                ),
+                detail,
             });
         }
     }
+    // The function's SQS calls: the adapters promise to fit SQS's limits whatever the input.
+    for (code, refusals) in &queue.refused {
+        violations.push(Violation {
+            rule: "refused by SQS's limits",
+            order_id: String::new(),
+            detail: format!(
+                "{code} x{}: {}",
+                refusals.len(),
+                refusals.first().map_or("", String::as_str)
+            ),
+        });
+    }
+    for reason in &queue.untraceable {
+        violations.push(Violation {
+            rule: "a DLQ copy lost its producer's attributes",
+            order_id: String::new(),
+            detail: format!("a copy moved for {reason} no longer names its payload"),
+        });
+    }
     for (index, payload) in run.payloads.iter().enumerate() {
+        if payload.poison {
+            if ledger.charges.contains_key(&payload.order_id) {
+                violations.push(Violation {
+                    rule: "charged a message that is not an order",
+                    order_id: payload.order_id.clone(),
+                    detail: "its body is not a valid order".into(),
+                });
+            }
+            if !in_dlq.contains(&index) {
+                violations.push(Violation {
+                    rule: "lost",
+                    order_id: payload.order_id.clone(),
+                    detail: format!(
+                        "a message that is not an order was {} instead of kept in the DLQ",
+                        queue
+                            .deleted
+                            .get(&index)
+                            .map_or("neither deleted nor moved".to_owned(), |r| format!(
+                                "deleted after {r}"
+                            ))
+                    ),
+                });
+            }
+            continue;
+        }
         let charged_with_it = ledger
             .charges
             .get(&payload.order_id)

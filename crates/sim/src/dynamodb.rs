@@ -18,16 +18,12 @@
 use std::sync::Arc;
 
 use aws_sdk_dynamodb::config::{BehaviorVersion, Credentials, Region};
-use aws_smithy_runtime_api::client::http::{
-    HttpClient, HttpConnector, HttpConnectorFuture, HttpConnectorSettings, SharedHttpClient,
-    SharedHttpConnector,
-};
-use aws_smithy_runtime_api::client::orchestrator::{HttpRequest, HttpResponse};
+use aws_smithy_runtime_api::client::http::HttpConnectorFuture;
+use aws_smithy_runtime_api::client::orchestrator::HttpRequest;
 use aws_smithy_runtime_api::client::result::ConnectorError;
-use aws_smithy_runtime_api::client::runtime_components::RuntimeComponents;
-use aws_smithy_types::body::SdkBody;
 use dynoxide::Database;
 
+use crate::http::{Serve, answer};
 use crate::world::{Shared, SimClock};
 
 /// The table every container's client reaches.
@@ -104,26 +100,11 @@ impl std::fmt::Debug for SimConnector {
     }
 }
 
-impl HttpClient for SimConnector {
-    fn http_connector(
-        &self,
-        _settings: &HttpConnectorSettings,
-        _components: &RuntimeComponents,
-    ) -> SharedHttpConnector {
-        SharedHttpConnector::new(self.clone())
-    }
-}
-
-impl HttpConnector for SimConnector {
-    fn call(&self, request: HttpRequest) -> HttpConnectorFuture {
+impl Serve for SimConnector {
+    fn serve(&self, request: HttpRequest) -> HttpConnectorFuture {
         let this = self.clone();
         HttpConnectorFuture::new(async move {
-            let target = request
-                .headers()
-                .get("x-amz-target")
-                .unwrap_or_default()
-                .to_owned();
-            let operation = target.rsplit('.').next().unwrap_or_default().to_owned();
+            let operation = crate::http::operation(&request);
             let body = request
                 .body()
                 .bytes()
@@ -156,19 +137,6 @@ impl HttpConnector for SimConnector {
             Ok(answer(status, &json))
         })
     }
-}
-
-fn answer(status: u16, json: &str) -> HttpResponse {
-    let mut response = HttpResponse::new(
-        status
-            .try_into()
-            .unwrap_or_else(|_| 500u16.try_into().expect("500")),
-        SdkBody::from(json.to_owned()),
-    );
-    response
-        .headers_mut()
-        .insert("content-type", "application/x-amz-json-1.0");
-    response
 }
 
 /// Runs one operation on the engine: its status and JSON, as DynamoDB answers.
@@ -243,7 +211,7 @@ pub fn client(
         .region(Region::new("us-east-1"))
         .credentials_provider(Credentials::new("sim", "sim", None, None, "sim"))
         .endpoint_url("http://dynamodb.sim")
-        .http_client(SharedHttpClient::new(connector))
+        .http_client(crate::http::client(connector))
         // The SDK's jitter draws from an unseeded generator; without it the backoff is the
         // same exponential schedule at its upper bound, and a seed replays exactly.
         .retry_config(

@@ -30,9 +30,11 @@
 pub mod check;
 pub mod dialect;
 pub mod dynamodb;
+pub mod http;
 pub mod provider;
 pub mod queue;
 pub mod settings;
+pub mod sqs;
 pub mod store;
 pub mod world;
 
@@ -47,20 +49,20 @@ use lambda_kit::Clock;
 use process_orders::app::App;
 use process_orders::config::Config;
 use process_orders::payment::http::RetryableFailures;
-use sqs_batch::dead_letter::DeadLetters;
-use sqs_batch::{Backoff, Batch, Message, QueueKind, RecordStatus};
+use sqs_batch::dead_letter::SqsDeadLetters;
+use sqs_batch::visibility::SqsVisibility;
+use sqs_batch::{Backoff, Batch, Message, MessageAttributes, QueueKind, RecordStatus};
 
 pub use check::{Report, Violation};
 pub use dialect::{DIALECTS, Dialect};
-pub use settings::{QueueShape, Shipped, SimSettings, StoreKind};
+pub use settings::{Edges, QueueShape, Shipped, SimSettings, StoreKind};
 pub use world::Faults;
 
 use provider::{Provider, ProviderSettings};
-use queue::{SharedQueue, SimDeadLetters, SimVisibility};
+use queue::{Attrs, SharedQueue};
 use store::{SimStore, Table};
-use world::{Shared, SimClock};
+use world::{EPOCH_MS, Shared, SimClock};
 
-const QUEUE_ARN: &str = "arn:aws:sqs:us-east-1:123456789012:orders";
 /// The producer sends an order every this many ms on average...
 const SEND_GAP_MS: u64 = 100;
 /// ...in bursts of this many at once.
@@ -69,7 +71,7 @@ const BURST: u64 = 250;
 const LONG_POLL_MS: u64 = 20_000;
 
 /// The planted bugs, by the name their check site asks for, with what each does wrong.
-pub const MUTATIONS: [(&str, &str); 11] = [
+pub const MUTATIONS: [(&str, &str); 13] = [
     (
         "guard.releases_after_ambiguous",
         "releases the claim after a charge whose outcome is unknown, instead of marking it attempted",
@@ -111,6 +113,14 @@ pub const MUTATIONS: [(&str, &str); 11] = [
         "reads a look-up's bare `failed` (no code, no decline named) as not charged, and charges again",
     ),
     (
+        "handler.look_up_failure_to_a_person",
+        "sends an order to a person (POISON needs_reconciliation) when the look-up failed past the key window, instead of retrying until it answers",
+    ),
+    (
+        "dead_letter.ignores_batch_bytes",
+        "packs DLQ copies ten to a SendMessageBatch whatever their size, past SQS's 1 MiB a call",
+    ),
+    (
         "processor.never_abandons",
         "lets a record run past the deadline instead of abandoning it",
     ),
@@ -127,6 +137,10 @@ pub struct Payload {
     pub body: String,
     /// The FIFO message group.
     pub group: Option<String>,
+    /// The producer's message attributes.
+    pub attributes: Attrs,
+    /// Whether the body is not a valid order (it must reach the DLQ, never be charged).
+    pub poison: bool,
     /// When it was sent, simulated ms.
     pub sent_ms: u64,
 }
@@ -173,6 +187,62 @@ fn environment(shipped: &Shipped, settings: &SimSettings) -> Config {
     Config::from_lookup(|name| env.get(name).cloned()).expect("the template's configuration")
 }
 
+/// Text of about `bytes` bytes, some of it outside ASCII, all of it in SQS's character set.
+fn filler(bytes: usize) -> String {
+    const PATTERN: &str = "gift wrap, leave at the door \u{e9}\u{fc}\u{2713} ";
+    PATTERN.repeat(bytes / PATTERN.len() + 1)
+}
+
+/// What a producer attaches at SQS's edges: nine attributes of its own (ten with the payload's
+/// tag, so a moved copy's failure attribute must displace one), one of them large, some text
+/// outside ASCII, a number.
+fn edge_attributes(world: &Shared) -> Attrs {
+    let mut attributes = Attrs::new();
+    for n in 0..8 {
+        attributes.insert(
+            format!("producer.attr-{n}"),
+            queue::Attr::text(format!("v\u{e9}rsion {n} \u{2713}")),
+        );
+    }
+    let large = usize::try_from(world.between(1_000..=60_000)).unwrap_or(1_000);
+    attributes.insert("producer.context".into(), queue::Attr::text(filler(large)));
+    attributes
+}
+
+/// A moved copy's failure attribute, as another tool redriving an old DLQ sends it: its first
+/// failure long past every window.
+fn carried_failure(at_ms: u64) -> Attrs {
+    let failure = serde_json::json!({
+        "reason": "payment_ambiguous",
+        "source_queue_arn": sqs::arns(false).0,
+        "receive_count": 3,
+        "first_failure_ms": at_ms,
+        "last_failure_ms": at_ms + 60_000,
+        "moved_by": "process-orders:1",
+    });
+    Attrs::from([(
+        sqs_batch::dead_letter::FAILURE_ATTRIBUTE.to_owned(),
+        queue::Attr::text(failure.to_string()),
+    )])
+}
+
+/// Bodies that are not orders, as producers get them wrong; some large (near SQS's limit, so
+/// that ten of them do not fit one `SendMessageBatch`).
+fn poison_body(order_id: &str, world: &Shared) -> String {
+    match world.between(0..=4) {
+        0 => format!("order {order_id}: not JSON"),
+        1 => format!(r#"{{"order_id": "{order_id}", "amount": -5}}"#),
+        2 => r#"{"amount": 12.5}"#.to_owned(),
+        _ => {
+            let pad = usize::try_from(world.between(100_000..=200_000)).unwrap_or(100_000);
+            format!(
+                r#"{{"order_id": "{order_id}", "amount": "ten", "note": "{}"}}"#,
+                filler(pad)
+            )
+        }
+    }
+}
+
 fn payloads(settings: &SimSettings, world: &Shared) -> Vec<Payload> {
     let mut out = Vec::with_capacity(settings.orders + settings.orders / 10);
     for i in 0..settings.orders {
@@ -184,20 +254,97 @@ fn payloads(settings: &SimSettings, world: &Shared) -> Vec<Payload> {
             }
             QueueShape::Standard => None,
         };
-        let body = |amount: u64| {
-            format!(
+        // Some bodies carry a large note (an order's text fields), up to 200 KB of a message
+        // SQS limits to 256 KiB.
+        let note = world
+            .chance(settings.edges.large_body_rate)
+            .then(|| filler(usize::try_from(world.between(10_000..=200_000)).unwrap_or(0)));
+        let body = |amount: u64| match &note {
+            None => format!(
                 r#"{{"order_id": "{order_id}", "amount": {}.{:02}}}"#,
                 amount / 100,
                 amount % 100
-            )
+            ),
+            Some(note) => format!(
+                r#"{{"order_id": "{order_id}", "amount": {}.{:02}, "note": "{note}"}}"#,
+                amount / 100,
+                amount % 100
+            ),
         };
         // Orders arrive in bursts (a sale, a batch job upstream): full batches, long queues.
         let sent_ms = (i as u64 / BURST) * BURST * SEND_GAP_MS;
+        let mut attributes = if world.chance(settings.edges.attribute_rate) {
+            edge_attributes(world)
+        } else {
+            Attrs::new()
+        };
+        if world.chance(settings.edges.carried_failure_rate) {
+            attributes.extend(carried_failure(
+                EPOCH_MS.saturating_sub(20 * 86_400_000) + sent_ms,
+            ));
+        }
+        // The producer's own send must fit SQS: a large attribute goes when the body is large.
+        if note.is_some() {
+            attributes.remove("producer.context");
+        }
+        // A producer bug after a burst: a run of large bodies that are not orders.
+        if (i as u64).is_multiple_of(BURST) && world.chance(settings.edges.poison_burst_rate) {
+            for n in 0..world.between(10..=20) {
+                let pad = usize::try_from(world.between(100_000..=200_000)).unwrap_or(100_000);
+                let order_id = format!("bad-{i}-{n}");
+                out.push(Payload {
+                    body: format!(
+                        r#"{{"order_id": "{order_id}", "amount": "ten", "note": "{}"}}"#,
+                        filler(pad)
+                    ),
+                    order_id,
+                    amount: 0,
+                    group: group.clone(),
+                    attributes: Attrs::new(),
+                    poison: true,
+                    sent_ms: sent_ms + BURST * SEND_GAP_MS / 2,
+                });
+            }
+        }
+        let edge = world.roll();
+        let (poison_rate, pointer_rate) = (settings.edges.poison_rate, settings.edges.pointer_rate);
+        if edge < poison_rate + pointer_rate {
+            let (body, attributes) = if edge < poison_rate {
+                let body = poison_body(&order_id, world);
+                if body.len() > 50_000 {
+                    attributes.remove("producer.context");
+                }
+                (body, attributes)
+            } else {
+                // A claim-check pointer, while the deployment has no claim check: POISON
+                // until an operator turns it on and redrives.
+                attributes.insert(
+                    claim_check::POINTER_ATTRIBUTE.into(),
+                    queue::Attr::text(claim_check::POINTER_S3),
+                );
+                let body = format!(
+                    r#"{{"bucket": "orders-payloads", "key": "payloads/{order_id}", "size": 3000000}}"#
+                );
+                (body, attributes)
+            };
+            out.push(Payload {
+                order_id,
+                amount,
+                body,
+                group,
+                attributes,
+                poison: true,
+                sent_ms,
+            });
+            continue;
+        }
         let payload = |amount: u64, sent_ms: u64| Payload {
             order_id: order_id.clone(),
             amount,
             body: body(amount),
             group: group.clone(),
+            attributes: attributes.clone(),
+            poison: false,
             sent_ms,
         };
         out.push(payload(amount, sent_ms));
@@ -214,7 +361,7 @@ fn payloads(settings: &SimSettings, world: &Shared) -> Vec<Payload> {
     out
 }
 
-type SimApp = App<SimStore, Arc<Provider>, SimClock, SimVisibility, SimDeadLetters>;
+type SimApp = App<SimStore, Arc<Provider>, SimClock, SqsVisibility, SqsDeadLetters>;
 
 /// What every container of the run is built from.
 struct Deployment {
@@ -300,24 +447,23 @@ impl Deployment {
             slow_rate: self.settings.store_slow_rate,
             operation_timeout_ms: self.setting_ms("DYNAMODB_OPERATION_TIMEOUT_MS", 3_000),
         };
-        let backoff = self.config.backoff.map(|policy| Backoff {
-            port: SimVisibility {
-                queue: self.queue.clone(),
-                world: self.world.clone(),
-                clock: SimClock {
-                    start: self.start,
-                    offset_ms: 0,
-                },
+        // The function's own SQS adapters, wired as it wires them, over the simulated queue.
+        let sqs = sqs::sdk_config(
+            &self.queue,
+            &self.world,
+            &SimClock {
+                start: self.start,
+                offset_ms: 0,
             },
+        );
+        let backoff = self.config.backoff.map(|policy| Backoff {
+            port: process_orders::app::sqs_visibility(sqs.clone()),
             policy,
         });
-        let dead_letters = self.config.move_poison.then(|| DeadLetters {
-            port: SimDeadLetters {
-                queue: self.queue.clone(),
-                world: self.world.clone(),
-            },
-            moved_by: "process-orders:sim".into(),
-        });
+        let dead_letters = self
+            .config
+            .move_poison
+            .then(|| process_orders::app::sqs_dead_letters(sqs, "process-orders:sim".into()));
         let app = App::with_ports(&self.config, store, self.provider.clone(), clock.clone())
             .with_queue_ports(backoff, dead_letters);
         (app, clock)
@@ -403,6 +549,18 @@ async fn simulate(settings: SimSettings) -> Report {
         producer_done: RefCell::new(false),
         sent: tokio::sync::Notify::new(),
     });
+    // An operator edits the redrive policy in the console while the function runs.
+    let lowered = settings
+        .lowered_receive_count
+        .map(|count| (world.between(0..=span_ms / 2), count));
+    if let Some((at_ms, count)) = lowered {
+        let (queue, world) = (deployment.queue.clone(), world.clone());
+        drop(tokio::task::spawn_local(async move {
+            tokio::time::sleep(Duration::from_millis(at_ms)).await;
+            queue.lock().max_receive = count;
+            world.log(&format!("an operator lowers maxReceiveCount to {count}"));
+        }));
+    }
     // The producer, then the pollers until the queue drains.
     let producer = tokio::task::spawn_local(produce(deployment.clone()));
     drain(&deployment).await;
@@ -420,11 +578,12 @@ async fn simulate(settings: SimSettings) -> Report {
             drain(&deployment).await;
         }
     }
-    check::report(&deployment_view(&deployment), truth.sim_ms())
+    check::report(&deployment_view(&deployment, lowered), truth.sim_ms())
 }
 
-fn deployment_view(d: &Deployment) -> check::Run<'_> {
+fn deployment_view(d: &Deployment, lowered: Option<(u64, u32)>) -> check::Run<'_> {
     check::Run {
+        lowered,
         settings: &d.settings,
         payloads: &d.payloads,
         queue: &d.queue,
@@ -543,13 +702,14 @@ async fn poll(index: usize, d: Rc<Deployment>) {
                 first_receive_ms: m.first_receive_ms,
                 group_id: m.group.as_deref(),
                 receipt_handle: Some(&m.receipt),
+                attributes: MessageAttributes::Raw(&m.event_attributes),
                 ..Message::new(&m.id, &m.body)
             })
             .collect();
         let batch = Batch {
             messages,
             kind,
-            queue_arn: Some(QUEUE_ARN),
+            queue_arn: Some(sqs::arns(kind == QueueKind::Fifo).0),
         };
         let deadline_ms = clock.now_ms() + timeout_ms;
         // A crash at a random point of the invocation (most take a second or two): the future

@@ -51,6 +51,9 @@ pub struct Ledger {
     pub declined: HashMap<String, u64>,
     /// When each key was first declined, provider ms.
     pub first_declined_ms: HashMap<String, u64>,
+    /// Look-ups that answered and left the question open (no charge found, or an answer the
+    /// function's reader does not understand), by key: provider ms. What a person must settle.
+    pub unsettled_lookups: HashMap<String, Vec<u64>>,
 }
 
 /// Faults and limits of the simulated provider.
@@ -367,6 +370,13 @@ impl PaymentGateway for Provider {
         drop(ledger);
         let wire = self.settings.dialect.lookup(said, key, request.amount);
         let answer = dialect::read_lookup(&wire, request.amount, self.reading());
+        if matches!(answer, Ok(ChargeStatus::Unknown | ChargeStatus::Unclear)) {
+            self.ledger()
+                .unsettled_lookups
+                .entry(key.to_owned())
+                .or_default()
+                .push(now_ms);
+        }
         self.world.tell(key, || {
             format!("provider look-up: {said:?}, read as {answer:?}")
         });

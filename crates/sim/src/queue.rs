@@ -1,16 +1,77 @@
 //! SQS as the event source mapping sees it: a standard or FIFO queue with visibility timeouts,
 //! receive counts, duplicate deliveries (standard), group locking (FIFO), the redrive policy to
-//! a DLQ, and the two calls the function makes itself (visibility changes, DLQ moves), each of
-//! which sometimes fails.
+//! a DLQ (whose `maxReceiveCount` an operator may edit mid-run), message attributes that ride
+//! along every move and redrive, and what the function's own calls do to it
+//! ([`crate::sqs`] serves them over the SDK, with SQS's limits).
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
-use lambda_kit::Clock;
-use sqs_batch::dead_letter::{DeadLetterPort, Move, MoveFailure};
-use sqs_batch::visibility::{Change, ChangeFailure, VisibilityPort};
+use serde_json::value::RawValue;
 
-use crate::world::{EPOCH_MS, Shared, SimClock};
+use crate::world::{EPOCH_MS, Shared};
+
+/// The producer's attribute naming which payload a message carries, so that a copy in the DLQ
+/// (which keeps its message's attributes) can be traced back to it. Short, so that an adapter
+/// trimming the largest attributes first keeps it to the last.
+pub const PAYLOAD_ATTRIBUTE: &str = "sim-payload";
+/// SQS's limit on a visibility timeout, counted from the receive: 12 hours.
+pub const MAX_VISIBILITY_MS: u64 = 12 * 3_600_000;
+
+/// One message attribute, as SQS keeps it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Attr {
+    /// `String`, `Number`, `Binary`, or one of those with a custom suffix.
+    pub data_type: String,
+    /// The string value (String and Number types).
+    pub string_value: Option<String>,
+    /// The binary value, base64 (Binary types).
+    pub binary_value: Option<String>,
+}
+
+impl Attr {
+    /// A `String` attribute.
+    pub fn text(value: impl Into<String>) -> Self {
+        Self {
+            data_type: "String".into(),
+            string_value: Some(value.into()),
+            binary_value: None,
+        }
+    }
+
+    /// What it counts towards a message's size, with its name (as SQS counts: name, type and
+    /// value bytes).
+    pub fn bytes(&self, name: &str) -> usize {
+        name.len()
+            + self.data_type.len()
+            + self.string_value.as_ref().map_or(0, String::len)
+            + self.binary_value.as_ref().map_or(0, |b| b.len() * 3 / 4)
+    }
+}
+
+/// A message's attributes, by name.
+pub type Attrs = BTreeMap<String, Attr>;
+
+/// The attributes as Lambda's event carries them (`messageAttributes`, camelCase).
+fn event_attributes(attributes: &Attrs) -> Box<RawValue> {
+    let object: serde_json::Map<String, serde_json::Value> = attributes
+        .iter()
+        .map(|(name, a)| {
+            (
+                name.clone(),
+                serde_json::json!({
+                    "stringValue": a.string_value,
+                    "binaryValue": a.binary_value,
+                    "stringListValues": [],
+                    "binaryListValues": [],
+                    "dataType": a.data_type,
+                }),
+            )
+        })
+        .collect();
+    serde_json::value::to_raw_value(&object)
+        .unwrap_or_else(|_| RawValue::from_string("{}".into()).expect("an empty object"))
+}
 
 /// One message in the queue.
 #[derive(Debug, Clone)]
@@ -25,6 +86,10 @@ pub struct Stored {
     pub group: Option<String>,
     /// The body.
     pub body: String,
+    /// Its message attributes.
+    pub attributes: Attrs,
+    /// The same, as Lambda's event carries them.
+    pub event_attributes: Box<RawValue>,
     /// When it is visible again, simulated ms.
     pub visible_at_ms: u64,
     /// `ApproximateReceiveCount`.
@@ -33,6 +98,8 @@ pub struct Stored {
     pub first_receive_ms: Option<u64>,
     /// The receipt handle of the latest receive.
     pub receipt: String,
+    /// When the latest receive happened, simulated ms.
+    pub received_ms: u64,
 }
 
 /// A message in the DLQ, and why.
@@ -42,16 +109,25 @@ pub struct Dead {
     pub payload: usize,
     /// The function's reason (a verdict's), or `maxReceiveCount` when SQS's redrive moved it.
     pub reason: String,
+    /// The body as it arrived in the DLQ.
+    pub body: String,
+    /// Its attributes as they arrived (the function's failure attribute among them).
+    pub attributes: Attrs,
+    /// When it arrived, simulated ms.
+    pub at_ms: u64,
 }
 
 /// The source queue, its DLQ, and what was deleted.
 #[derive(Debug)]
 pub struct Queue {
     fifo: bool,
-    max_receive: u32,
+    /// The redrive policy's `maxReceiveCount` (an operator may lower it mid-run).
+    pub max_receive: u32,
     visibility_ms: u64,
     duplicate_rate: f64,
-    sqs_error_rate: f64,
+    pub(crate) sqs_error_rate: f64,
+    /// FIFO DLQ: deduplication ids seen, with when (SQS's five-minute window).
+    pub(crate) deduplication: HashMap<String, u64>,
     /// By send order (FIFO order within a group).
     messages: BTreeMap<u64, Stored>,
     /// Message id to its place in `messages`.
@@ -65,6 +141,11 @@ pub struct Queue {
     pub redriven: Vec<Vec<Dead>>,
     /// The most receives any message had.
     pub max_receives: u32,
+    /// What SQS refused of the function's calls, by error code (SQS's limits: every one is a
+    /// bug in the adapter that made the call).
+    pub refused: BTreeMap<String, Vec<String>>,
+    /// Copies that reached the DLQ without the producer's payload attribute.
+    pub untraceable: Vec<String>,
 }
 
 /// The queue shared by the pollers and the function's SQS ports.
@@ -86,6 +167,7 @@ impl SharedQueue {
             visibility_ms,
             duplicate_rate,
             sqs_error_rate,
+            deduplication: HashMap::new(),
             messages: BTreeMap::new(),
             ids: HashMap::new(),
             next: 0,
@@ -93,6 +175,8 @@ impl SharedQueue {
             deleted: HashMap::new(),
             redriven: Vec::new(),
             max_receives: 0,
+            refused: BTreeMap::new(),
+            untraceable: Vec::new(),
         })))
     }
 
@@ -103,8 +187,30 @@ impl SharedQueue {
 }
 
 impl Queue {
-    /// Sends a message, visible at once.
+    /// The producer sends a payload, visible at once, with its attributes and the one that
+    /// traces it ([`PAYLOAD_ATTRIBUTE`]).
     pub fn send(&mut self, payload: usize, sent: &crate::Payload, at_ms: u64) {
+        let mut attributes = sent.attributes.clone();
+        attributes.insert(PAYLOAD_ATTRIBUTE.into(), Attr::text(payload.to_string()));
+        self.enqueue(
+            payload,
+            &sent.order_id,
+            sent.group.clone(),
+            sent.body.clone(),
+            attributes,
+            at_ms,
+        );
+    }
+
+    fn enqueue(
+        &mut self,
+        payload: usize,
+        order_id: &str,
+        group: Option<String>,
+        body: String,
+        attributes: Attrs,
+        at_ms: u64,
+    ) {
         let seq = self.next;
         self.next += 1;
         let id = format!("m-{seq}");
@@ -114,13 +220,16 @@ impl Queue {
             Stored {
                 id,
                 payload,
-                order_id: sent.order_id.clone(),
-                group: sent.group.clone(),
-                body: sent.body.clone(),
+                order_id: order_id.to_owned(),
+                group,
+                body,
+                event_attributes: event_attributes(&attributes),
+                attributes,
                 visible_at_ms: at_ms,
                 receive_count: 0,
                 first_receive_ms: None,
                 receipt: String::new(),
+                received_ms: 0,
             },
         );
     }
@@ -184,15 +293,20 @@ impl Queue {
                     world.tell(&gone.order_id, || {
                         format!("{id}: SQS's redrive policy moves it to the DLQ")
                     });
+                    // SQS's own move keeps the message as it is, an earlier failure included.
+                    self.dlq.push(Dead {
+                        payload,
+                        reason: "maxReceiveCount".into(),
+                        body: gone.body,
+                        attributes: gone.attributes,
+                        at_ms: now_ms,
+                    });
                 }
-                self.dlq.push(Dead {
-                    payload,
-                    reason: "maxReceiveCount".into(),
-                });
                 continue;
             }
             message.first_receive_ms.get_or_insert(EPOCH_MS + now_ms);
             message.receipt = format!("{}/{}", message.id, message.receive_count);
+            message.received_ms = now_ms;
             if !self.fifo && world.chance(self.duplicate_rate) {
                 world.count(|f| f.duplicate_deliveries += 1);
             } else {
@@ -210,7 +324,7 @@ impl Queue {
     }
 
     /// The current message behind a receipt handle, if the receipt is still current.
-    fn current(&mut self, receipt: &str) -> Option<&mut Stored> {
+    pub(crate) fn current(&mut self, receipt: &str) -> Option<&mut Stored> {
         let id = receipt.split('/').next()?;
         let seq = *self.ids.get(id)?;
         self.messages.get_mut(&seq).filter(|m| m.receipt == receipt)
@@ -234,101 +348,47 @@ impl Queue {
     }
 
     /// An operator redrives every message in the DLQ back to the queue (new messages, as
-    /// SQS's redrive makes them), visible at `at_ms`.
+    /// SQS's redrive makes them: the copy's body and attributes, the function's failure
+    /// attribute among them), visible at `at_ms`.
     pub fn redrive(&mut self, payloads: &[crate::Payload], at_ms: u64) -> usize {
         let dead = std::mem::take(&mut self.dlq);
         let count = dead.len();
         for d in &dead {
-            self.send(d.payload, &payloads[d.payload], at_ms);
+            let sent = &payloads[d.payload];
+            self.enqueue(
+                d.payload,
+                &sent.order_id,
+                sent.group.clone(),
+                d.body.clone(),
+                d.attributes.clone(),
+                at_ms,
+            );
         }
         self.redriven.push(dead);
         count
     }
-}
 
-/// The function's visibility calls, on the simulated queue.
-pub struct SimVisibility {
-    /// The queue.
-    pub queue: SharedQueue,
-    /// The run.
-    pub world: Shared,
-    /// The true clock.
-    pub clock: SimClock,
-}
-
-impl VisibilityPort for SimVisibility {
-    async fn change(&self, _queue_url: &str, changes: &[Change<'_>]) -> Vec<ChangeFailure> {
-        self.world.latency(30).await;
-        let now_ms = self.clock.now_ms().saturating_sub(EPOCH_MS);
-        let mut queue = self.queue.lock();
-        let error_rate = queue.sqs_error_rate;
-        let mut failures = Vec::new();
-        for change in changes {
-            let failed = if self.world.chance(error_rate) {
-                self.world.count(|f| f.sqs_errors += 1);
-                Some("simulated: ChangeMessageVisibility failed")
-            } else if let Some(message) = queue.current(change.receipt_handle) {
-                message.visible_at_ms = now_ms + change.seconds * 1_000;
-                self.world.tell(&message.order_id, || {
-                    format!("{}: visible again in {} s", message.id, change.seconds)
-                });
-                None
-            } else {
-                Some("simulated: the receipt handle has expired")
-            };
-            if let Some(reason) = failed {
-                failures.push(ChangeFailure {
-                    message_id: change.message_id.to_owned(),
-                    reason: reason.into(),
-                });
-            }
-        }
-        failures
+    /// The message a copy in the DLQ came from, by its payload attribute.
+    pub(crate) fn payload_of(&self, attributes: &Attrs) -> Option<usize> {
+        attributes
+            .get(PAYLOAD_ATTRIBUTE)?
+            .string_value
+            .as_deref()?
+            .parse()
+            .ok()
     }
-}
 
-/// The function's DLQ moves (`MOVE_POISON_TO_DLQ`), on the simulated queue.
-pub struct SimDeadLetters {
-    /// The queue.
-    pub queue: SharedQueue,
-    /// The run.
-    pub world: Shared,
-}
+    /// The order of a payload still in the queue (a copy is sent to the DLQ before its
+    /// message is deleted).
+    pub(crate) fn order_of(&self, payload: usize) -> Option<String> {
+        self.messages
+            .values()
+            .find(|m| m.payload == payload)
+            .map(|m| m.order_id.clone())
+    }
 
-impl DeadLetterPort for SimDeadLetters {
-    async fn send(&self, _source_arn: &str, moves: &[Move<'_>]) -> Vec<MoveFailure> {
-        self.world.latency(30).await;
-        let mut queue = self.queue.lock();
-        let error_rate = queue.sqs_error_rate;
-        let mut failures = Vec::new();
-        for m in moves {
-            let stored = queue
-                .ids
-                .get(m.message.message_id)
-                .and_then(|seq| queue.messages.get(seq))
-                .map(|s| (s.payload, s.order_id.clone()));
-            match stored {
-                Some((payload, order_id)) if !self.world.chance(error_rate) => {
-                    self.world.tell(&order_id, || {
-                        format!(
-                            "{}: moved to the DLQ: {}",
-                            m.message.message_id, m.failure.reason
-                        )
-                    });
-                    queue.dlq.push(Dead {
-                        payload,
-                        reason: m.failure.reason.clone(),
-                    });
-                }
-                _ => {
-                    self.world.count(|f| f.sqs_errors += 1);
-                    failures.push(MoveFailure {
-                        message_id: m.message.message_id.to_owned(),
-                        reason: "simulated: SendMessageBatch failed".into(),
-                    });
-                }
-            }
-        }
-        failures
+    /// Whether the queue is FIFO.
+    pub fn is_fifo(&self) -> bool {
+        self.fifo
     }
 }

@@ -181,6 +181,52 @@ pub struct SimSettings {
     pub store: StoreKind,
     /// How the provider words its answers.
     pub provider: Dialect,
+    /// Messages at SQS's edges.
+    pub edges: Edges,
+    /// An operator lowers the queue's `maxReceiveCount` to this at a random time in the first
+    /// half of the traffic (`None`: never), below what the outage needs.
+    pub lowered_receive_count: Option<u32>,
+}
+
+/// Shares of the messages a producer sends at SQS's edges.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Edges {
+    /// Bodies that are not orders (some of them large): POISON `invalid_body`.
+    pub poison_rate: f64,
+    /// Claim-check pointers, while the deployment has no claim check: POISON `payload_invalid`.
+    pub pointer_rate: f64,
+    /// Orders with a large note, up to 200 KB of SQS's 256 KiB.
+    pub large_body_rate: f64,
+    /// Messages with nine attributes of the producer's, one large, some text outside ASCII.
+    pub attribute_rate: f64,
+    /// Messages another tool redrove from an old DLQ, carrying a failure attribute 20 days old.
+    pub carried_failure_rate: f64,
+    /// Share of the producer's bursts followed by a run of 10 to 20 large bodies that are not
+    /// orders (a producer bug), sent between bursts so that whole batches of them meet: their
+    /// copies do not fit one `SendMessageBatch`.
+    pub poison_burst_rate: f64,
+}
+
+impl Edges {
+    /// None: every message a small valid order with no attributes.
+    pub const NONE: Self = Self {
+        poison_rate: 0.0,
+        pointer_rate: 0.0,
+        large_body_rate: 0.0,
+        attribute_rate: 0.0,
+        carried_failure_rate: 0.0,
+        poison_burst_rate: 0.0,
+    };
+
+    /// A bad day's producers.
+    pub const BAD_DAY: Self = Self {
+        poison_rate: 0.005,
+        pointer_rate: 0.002,
+        large_body_rate: 0.01,
+        attribute_rate: 0.03,
+        carried_failure_rate: 0.002,
+        poison_burst_rate: 0.25,
+    };
 }
 
 /// The store under the simulation (`make sim STORE=...`).
@@ -243,6 +289,8 @@ impl SimSettings {
             mutation: None,
             store: StoreKind::Memory,
             provider: Dialect::Draft,
+            edges: Edges::BAD_DAY,
+            lowered_receive_count: None,
         }
     }
 
@@ -278,18 +326,32 @@ impl SimSettings {
         }
     }
 
+    /// As [`SimSettings::faulty`], with an operator who lowers the queue's `maxReceiveCount`
+    /// from the template's 201 to 5 while the function runs (the console's edit, no deploy):
+    /// the function must learn it and give up at its receives with the message's history, so
+    /// that the week-later redrive still charges every order once.
+    pub fn lowered(seed: u64, orders: usize) -> Self {
+        Self {
+            lowered_receive_count: Some(5),
+            ..Self::faulty(seed, orders)
+        }
+    }
+
     /// The settings a profile gives a seed (`make sim PROFILE=...`): `standard`, `fifo` (8
-    /// groups), `brownout`, `skewed`, or `mixed` (the four in turn, by seed).
+    /// groups), `brownout`, `skewed`, `lowered` (`maxReceiveCount` edited to 5 mid-run), or
+    /// `mixed` (the five in turn, by seed).
     pub fn profile(name: &str, seed: u64, orders: usize) -> Option<Self> {
         match name {
+            "lowered" => Some(Self::lowered(seed, orders)),
             "standard" => Some(Self::faulty(seed, orders)),
             "fifo" => Some(Self::fifo(seed, orders, 8)),
             "brownout" => Some(Self::brownout(seed, orders)),
             "skewed" => Some(Self::skewed(seed, orders)),
-            "mixed" => match seed % 4 {
+            "mixed" => match seed % 5 {
                 1 => Some(Self::faulty(seed, orders)),
                 2 => Some(Self::fifo(seed, orders, 8)),
                 3 => Some(Self::brownout(seed, orders)),
+                4 => Some(Self::lowered(seed, orders)),
                 _ => Some(Self::skewed(seed, orders)),
             },
             _ => None,

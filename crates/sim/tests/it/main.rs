@@ -75,6 +75,7 @@ fn fixed_seeds_on(
     let mut invocations = 0;
     let mut faults = sim::Faults::default();
     let mut reasons = std::collections::BTreeMap::<&str, usize>::new();
+    let mut moved = std::collections::BTreeMap::<String, usize>::new();
     for seed in 1..=seeds {
         let settings = SimSettings {
             store,
@@ -89,11 +90,21 @@ fn fixed_seeds_on(
         for (reason, count) in report.decisions {
             *reasons.entry(reason).or_default() += count;
         }
+        for (reason, count) in report.moved_reasons {
+            *moved.entry(reason).or_default() += count;
+        }
     }
     eprintln!(
         "{profile} ({store:?}, {provider:?}): {seeds} seeds, {orders} orders, {invocations} invocations, {faults:?}"
     );
     eprintln!("{profile} ({store:?}, {provider:?}): decisions {reasons:?}");
+    eprintln!("{profile} ({store:?}, {provider:?}): moved to the DLQ {moved:?}");
+    // The producers' edges did reach the function: bodies that are not orders, moved with their
+    // reason (within SQS's limits, or the run would have broken).
+    assert!(
+        moved.get("invalid_body").is_some_and(|n| *n > 0),
+        "no body that is not an order was moved"
+    );
     // The faults the profile is about did happen.
     assert!(faults.crashes > 0 && faults.store_answers_lost > 0 && faults.charge_answers_lost > 0);
     assert!(faults.slow_charges > 0 && faults.pending_charges > 0 && faults.lookup_errors > 0);
@@ -104,6 +115,10 @@ fn fixed_seeds_on(
         ),
         "fifo" => assert!(reasons.get("after_failure").is_some_and(|n| *n > 0)),
         "skewed" => assert!(faults.fenced_writes > 0, "no stale holder ever wrote"),
+        "lowered" => assert!(
+            reasons.get("retries_exhausted").is_some_and(|n| *n > 0),
+            "the function never gave up at the lowered count"
+        ),
         _ => assert!(faults.outage_refusals > 0 && faults.duplicate_deliveries > 0),
     }
 }
@@ -128,6 +143,143 @@ fn brownout_seeds_answer_before_every_deadline() {
 #[test]
 fn skewed_clock_seeds_charge_every_order_once() {
     fixed_seeds("skewed");
+}
+
+/// An operator lowers `maxReceiveCount` from 201 to 5 in the console while the function runs:
+/// the function learns it (`GetQueueAttributes`, kept five minutes), gives up at its last
+/// receive with the message's history, and the week-later redrive still charges every order
+/// once (a copy whose first failure is old enough is looked up before any charge).
+#[test]
+fn a_lowered_receive_count_loses_nothing_and_charges_nothing_twice() {
+    fixed_seeds_on(
+        "lowered",
+        (StoreKind::Memory, Dialect::Draft),
+        SEEDS / 4,
+        ORDERS,
+    );
+}
+
+/// The simulated SQS holds the function's calls to SQS's own limits (so that a seed breaking
+/// none is evidence): ten entries a call, 1 MiB a call, the DLQ's maximum message size, ten
+/// attributes, SQS's characters, visibility within 12 hours of the receive.
+#[tokio::test(start_paused = true)]
+async fn the_simulated_sqs_refuses_what_sqs_refuses() {
+    use aws_sdk_sqs::error::ProvideErrorMetadata;
+    use aws_sdk_sqs::types::{
+        ChangeMessageVisibilityBatchRequestEntry, MessageAttributeValue,
+        SendMessageBatchRequestEntry,
+    };
+    use sim::queue::SharedQueue;
+    use sim::world::{Shared, SimClock};
+    let clock = SimClock {
+        start: tokio::time::Instant::now(),
+        offset_ms: 0,
+    };
+    let world = Shared::new(1, clock.clone());
+    let queue = SharedQueue::new(false, 5, 60_000, 0.0, 0.0);
+    let client = aws_sdk_sqs::Client::new(&sim::sqs::sdk_config(&queue, &world, &clock));
+    let dlq = "https://sqs.us-east-1.amazonaws.com/123456789012/orders-dlq";
+    let entry = |id: usize, body: &str| {
+        SendMessageBatchRequestEntry::builder()
+            .id(id.to_string())
+            .message_body(body)
+    };
+    let send = |entries: Vec<SendMessageBatchRequestEntry>| {
+        client
+            .send_message_batch()
+            .queue_url(dlq)
+            .set_entries(Some(entries))
+            .send()
+    };
+    let eleven = (0..11)
+        .map(|i| entry(i, "x").build().expect("an entry"))
+        .collect();
+    let refused = send(eleven).await.expect_err("eleven entries");
+    assert_eq!(
+        refused.into_service_error().code(),
+        Some("TooManyEntriesInBatchRequest")
+    );
+    let large = "x".repeat(250_000);
+    let five = (0..5)
+        .map(|i| entry(i, &large).build().expect("an entry"))
+        .collect();
+    let refused = send(five).await.expect_err("1.25 MB in one call");
+    assert_eq!(
+        refused.into_service_error().code(),
+        Some("BatchRequestTooLong")
+    );
+    let mut eleven_attributes = entry(1, "{}");
+    for n in 0..11 {
+        eleven_attributes = eleven_attributes.message_attributes(
+            format!("a{n}"),
+            MessageAttributeValue::builder()
+                .data_type("String")
+                .string_value("v")
+                .build()
+                .expect("an attribute"),
+        );
+    }
+    let entries = vec![
+        entry(0, &"y".repeat(262_145)).build().expect("an entry"),
+        eleven_attributes.build().expect("an entry"),
+        entry(2, "a NUL \u{0}").build().expect("an entry"),
+        entry(3, "fits").build().expect("an entry"),
+    ];
+    let answer = send(entries).await.expect("a call within the limits");
+    let failed: Vec<(&str, &str)> = answer.failed().iter().map(|f| (f.id(), f.code())).collect();
+    assert_eq!(
+        failed,
+        [
+            ("0", "InvalidParameterValue"),
+            ("1", "InvalidParameterValue"),
+            ("2", "InvalidMessageContents")
+        ]
+    );
+    assert_eq!(answer.successful().len(), 1);
+
+    // Visibility: at most 12 hours from the receive (not from the call: a call made later has
+    // less left).
+    let payload = sim::Payload {
+        order_id: "o-1".into(),
+        amount: 100,
+        body: "{}".into(),
+        group: None,
+        attributes: sim::queue::Attrs::new(),
+        poison: false,
+        sent_ms: 0,
+    };
+    queue.lock().send(0, &payload, 0);
+    let receipt = queue.lock().receive(1, 0, &world).remove(0).receipt;
+    let change = |id: &str, seconds: i32| {
+        ChangeMessageVisibilityBatchRequestEntry::builder()
+            .id(id)
+            .receipt_handle(&receipt)
+            .visibility_timeout(seconds)
+            .build()
+            .expect("an entry")
+    };
+    let answer = client
+        .change_message_visibility_batch()
+        .queue_url("https://sqs.us-east-1.amazonaws.com/123456789012/orders")
+        .entries(change("over", 43_201))
+        // What is left of the 12 hours, less the call's own latency.
+        .entries(change("within", 43_199))
+        .send()
+        .await
+        .expect("a call");
+    let failed: Vec<(&str, &str)> = answer.failed().iter().map(|f| (f.id(), f.code())).collect();
+    assert_eq!(failed, [("over", "InvalidParameterValue")]);
+    assert_eq!(answer.successful().len(), 1);
+    let refused: Vec<String> = queue.lock().refused.keys().cloned().collect();
+    assert_eq!(
+        refused,
+        [
+            "BatchRequestTooLong",
+            "InvalidMessageContents",
+            "InvalidParameterValue",
+            "TooManyEntriesInBatchRequest"
+        ]
+    );
 }
 
 /// The four profiles on the shipped DynamoDB store: its condition expressions, fence and
@@ -301,6 +453,21 @@ fn a_release_after_an_ambiguous_charge_is_caught_on_the_dynamodb_store() {
     );
 }
 
+/// A look-up failing past the key window is transient: the record must retry until the look-up
+/// answers. Sent to a person instead, the DLQ holds it under a person's label; only a check that
+/// asks the world (did any look-up leave the question open?) tells.
+#[test]
+fn a_failing_look_up_sent_to_a_person_is_caught() {
+    caught("handler.look_up_failure_to_a_person", "standard");
+}
+
+/// SQS's 1 MiB a call: ten large copies in one `SendMessageBatch` are refused whole, and the
+/// poison stays in its queue until SQS's own redrive.
+#[test]
+fn dlq_copies_packed_past_a_mebibyte_are_caught() {
+    caught("dead_letter.ignores_batch_bytes", "standard");
+}
+
 #[test]
 fn trusting_not_found_past_the_key_window_is_caught() {
     caught("guard.not_found_is_proof", "standard");
@@ -361,6 +528,18 @@ fn a_decline_found_by_the_look_up_is_final() {
         explain(&settings, "standard", &report)
     );
     assert!(report.faults.pending_charges > 0 && report.declined > 0);
+}
+
+/// Every listed mutation is in docs/design.md's table, with what caught it.
+#[test]
+fn every_mutation_is_in_the_design() {
+    let design = include_str!("../../../../docs/design.md");
+    for (mutation, _) in MUTATIONS {
+        assert!(
+            design.contains(&format!("| `{mutation}` |")),
+            "{mutation} is not in docs/design.md's table"
+        );
+    }
 }
 
 /// Every listed mutation has its test above.
