@@ -22,7 +22,7 @@ AUDITABLE_BIN := $(CARGO_BIN_DIR)/cargo-auditable
 SBOM_BIN := $(CARGO_BIN_DIR)/auditable2cdx
 AUDITABLE := RUSTC_WORKSPACE_WRAPPER="$(AUDITABLE_BIN)" CARGO_AUDITABLE_ORIG_ARGS='{"offline":false,"locked":false,"frozen":false,"config":[]}'
 
-.PHONY: run run-dynamodb demo ops-demo test chaos sim bench lint deny fuzz invoke check-template build build-lambda check-lambda deploy clean-venv
+.PHONY: run run-dynamodb demo ops-demo test chaos sim mutants bench lint deny fuzz invoke check-template build build-lambda check-lambda deploy clean-venv
 
 run:
 	@$(CARGO) build --quiet --bin process-orders
@@ -97,6 +97,23 @@ PROVIDER ?= draft
 SIM_ORDERS = $(if $(filter command line environment,$(origin ORDERS)),$(ORDERS),1000000)
 sim:
 	ORDERS=$(SIM_ORDERS) SEEDS=$(SEEDS) FIRST_SEED=$(FIRST_SEED) PROFILE=$(PROFILE) MUTATION=$(MUTATION) STORE=$(STORE) PROVIDER=$(PROVIDER) $(CARGO) run --quiet --release -p sim
+
+# Mutants nobody chose (docs/design.md): cargo-mutants over the money and delivery paths
+# (.cargo/mutants.toml), each crate's mutants tested by its own tests and the simulator's fixed
+# seeds, SIM_TEST_SEEDS of each. Not in `make test`: every mutant is a build and a test run, and
+# there are hundreds. MUTANTS_ARGS passes more (e.g. --file crates/sqs-batch/src/backoff.rs,
+# --shard 1/4, --in-place). Each crate's results in mutants.out-CRATE/; exit 2 if any was missed.
+MUTANTS_VERSION = 27.0.0
+MUTANTS_CRATES ?= idempotency sqs-batch process-orders
+MUTANTS_ARGS ?=
+SIM_TEST_SEEDS ?= 3
+mutants: $(PY_STAMP)
+	@cargo mutants --version 2>/dev/null | grep -qF "$(MUTANTS_VERSION)" || $(CARGO) install --locked cargo-mutants --version $(MUTANTS_VERSION)
+	@status=0; for crate in $(MUTANTS_CRATES); do \
+	  PATH="$(VENV)/bin:$$PATH" SIM_TEST_SEEDS=$(SIM_TEST_SEEDS) cargo mutants --no-shuffle \
+	    --package $$crate --test-package $$crate --test-package sim \
+	    --output mutants.out-$$crate $(MUTANTS_ARGS) || status=$$?; \
+	done; exit $$status
 
 # Supply chain: licenses, bans (no OpenSSL) and sources, per deny.toml. Offline.
 deny:
