@@ -196,6 +196,52 @@ mod tests {
         cap_s: 900,
     };
 
+    /// The base may be the cap, never above it.
+    #[test]
+    fn the_base_is_at_most_the_cap() {
+        let policy = |base: &'static str, cap: &'static str| {
+            BackoffPolicy::from_env(&Env::new(move |name| match name {
+                "VISIBILITY_BACKOFF" => Some("true".into()),
+                "BACKOFF_BASE_SECONDS" => Some(base.into()),
+                "BACKOFF_CAP_SECONDS" => Some(cap.into()),
+                _ => None,
+            }))
+        };
+        assert_eq!(
+            policy("5", "900").expect("valid"),
+            Some(BackoffPolicy {
+                base_s: 5,
+                cap_s: 900
+            })
+        );
+        assert_eq!(
+            policy("900", "900").expect("valid"),
+            Some(BackoffPolicy {
+                base_s: 900,
+                cap_s: 900
+            })
+        );
+        assert!(policy("901", "900").is_err());
+    }
+
+    /// Retries that last exactly the survival hours are enough.
+    #[test]
+    fn retries_lasting_exactly_the_survival_hours_are_enough() {
+        let check = RedriveCheck {
+            max_receive_count: None,
+            survival_hours: 1,
+        };
+        let policy = BackoffPolicy {
+            base_s: 3_600,
+            cap_s: 3_600,
+        };
+        let exactly = (2..50)
+            .find(|&count| policy.guaranteed_survival_s(count - 2) == 3_600)
+            .expect("a count whose retries last exactly an hour");
+        assert_eq!(check.survival_problem(exactly, &policy), None);
+        assert!(check.survival_problem(exactly - 1, &policy).is_some());
+    }
+
     #[test]
     fn the_bound_doubles_from_base_up_to_the_cap() {
         let bounds: Vec<u64> = (0..=10).map(|n| POLICY.bound(n)).collect();

@@ -1027,4 +1027,107 @@ mod tests {
         let (failed, started) = run(FifoScope::Batch, QueueKind::Standard, &[]).await;
         assert!(failed.is_empty() && started.is_empty());
     }
+    /// What the logs and metrics call each outcome.
+    #[test]
+    fn outcomes_are_named_for_logs() {
+        let names: Vec<&str> = [Outcome::Ack, Outcome::Retry, Outcome::Poison]
+            .into_iter()
+            .map(Outcome::as_str)
+            .collect();
+        assert_eq!(names, ["ack", "retry", "poison"]);
+    }
+
+    /// `FIFO_SCOPE` in any case, and the give-up one receive before the stated redrive.
+    #[test]
+    fn options_are_read_from_the_environment() {
+        let options = |vars: &'static [(&'static str, &'static str)]| {
+            BatchOptions::from_env(&Env::new(move |name| {
+                vars.iter()
+                    .find(|(n, _)| *n == name)
+                    .map(|(_, v)| (*v).to_owned())
+            }))
+        };
+        let defaults = options(&[]).expect("defaults");
+        assert_eq!(defaults.fifo_scope, FifoScope::Batch);
+        assert_eq!(defaults.give_up_at_receive, None);
+        assert_eq!(defaults.deadline_margin_ms, 5_000);
+        assert_eq!(defaults.max_concurrency.get(), 16);
+        for (scope, expected) in [
+            ("group", FifoScope::Group),
+            ("GROUP", FifoScope::Group),
+            ("Batch", FifoScope::Batch),
+        ] {
+            let vars: &'static [(&str, &str)] = Box::leak(Box::new([("FIFO_SCOPE", scope)]));
+            assert_eq!(options(vars).expect("a scope").fifo_scope, expected);
+        }
+        assert!(options(&[("FIFO_SCOPE", "grouped")]).is_err());
+        for (count, give_up) in [("5", Some(4)), ("2", Some(1)), ("1", None), ("0", None)] {
+            let vars: &'static [(&str, &str)] = Box::leak(Box::new([("MAX_RECEIVE_COUNT", count)]));
+            assert_eq!(options(vars).expect("a count").give_up_at_receive, give_up);
+        }
+    }
+
+    /// Each status counts once, in its column.
+    #[test]
+    fn a_report_counts_each_status_once() {
+        let report = BatchReport {
+            kind: QueueKind::Standard,
+            statuses: vec![
+                RecordStatus::Handled(Verdict::ack("a")),
+                RecordStatus::Handled(Verdict::ack("a")),
+                RecordStatus::Handled(Verdict::retry("r")),
+                RecordStatus::Handled(Verdict::retry("r")),
+                RecordStatus::Handled(Verdict::poison("p")),
+                RecordStatus::Handled(Verdict::poison("p")),
+                RecordStatus::Moved(Verdict::poison("p")),
+                RecordStatus::Moved(Verdict::poison("p")),
+                RecordStatus::SkippedDeadline,
+            ],
+        };
+        assert_eq!(
+            report.counts(),
+            Counts {
+                ack: 2,
+                retry: 2,
+                poison: 4,
+                moved: 2,
+                skipped: 1,
+            }
+        );
+    }
+
+    /// The processor keeps the options it was given.
+    #[test]
+    fn the_options_given_are_the_options_used() {
+        let clock = ManualClock::at(0);
+        let processor = processor(FifoScope::Group, &clock);
+        assert_eq!(processor.options().fifo_scope, FifoScope::Group);
+        assert_eq!(processor.options().deadline_margin_ms, 1_000);
+    }
+
+    /// A RETRY given up becomes POISON with no retry time of its own (it leaves the queue).
+    #[test]
+    fn a_retry_given_up_keeps_no_retry_time() {
+        let verdict = Verdict::retry("busy").with_retry_after_ms(5_000);
+        let given_up = give_up_if_exhausted(verdict.clone(), Some(4), Some(4));
+        assert_eq!(given_up.outcome, Outcome::Poison);
+        assert_eq!(given_up.reason, "retries_exhausted");
+        assert_eq!(given_up.retry_after_ms, None);
+        assert_eq!(
+            give_up_if_exhausted(verdict.clone(), Some(3), Some(4)),
+            verdict
+        );
+    }
+
+    /// A record starts with exactly the deadline margin left, and not with less.
+    #[tokio::test]
+    async fn a_record_starts_with_exactly_the_margin_left() {
+        let clock = ManualClock::at(10_000);
+        let processor = processor(FifoScope::Batch, &clock);
+        let batch = batch(&[("m1", None, "ack")]);
+        let report = processor.process(&batch, QueueKind::Standard, 11_000).await;
+        assert!(matches!(report.statuses[0], RecordStatus::Handled(_)));
+        let report = processor.process(&batch, QueueKind::Standard, 10_999).await;
+        assert_eq!(report.statuses[0], RecordStatus::SkippedDeadline);
+    }
 }

@@ -417,7 +417,9 @@ mod tests {
             match message.body {
                 "ok" => Verdict::ack("ok"),
                 "later" => Verdict::retry("later"),
-                _ => Verdict::poison("bad").with_key("k-1".to_owned()),
+                _ => Verdict::poison("bad")
+                    .with_key("k-1".to_owned())
+                    .with_detail("amount is missing"),
             }
         }
     }
@@ -528,7 +530,7 @@ mod tests {
                 "m2".to_owned(),
                 Failure {
                     reason: "bad".into(),
-                    detail: None,
+                    detail: Some("amount is missing".into()),
                     key: Some("k-1".into()),
                     source_queue_arn: "arn:aws:sqs:us-east-1:1:q".into(),
                     receive_count: Some(1),
@@ -573,6 +575,99 @@ mod tests {
         assert_eq!(with(r#"{"reason":"x","history":[{"reason":7}]}"#), Some(0));
         assert_eq!(with("not json"), Some(0));
         assert_eq!(earlier_attempt_ms(&Message::new("m1", "{}")), None);
+    }
+
+    /// A copy whose failure attribute cannot be read reads as a move for an unreadable reason, at
+    /// the oldest time: what the next move's attribute then says.
+    #[test]
+    fn an_unreadable_failure_reads_as_an_unreadable_move_of_unknown_time() {
+        let raw = serde_json::json!({ FAILURE_ATTRIBUTE: {
+            "stringValue": "not json", "dataType": "String" } })
+        .to_string();
+        let raw: Box<serde_json::value::RawValue> = serde_json::from_str(&raw).expect("raw");
+        let message = Message {
+            attributes: crate::edge::MessageAttributes::Raw(&raw),
+            ..Message::new("m1", "{}")
+        };
+        let failure = Failure::of(&message).expect("a moved copy");
+        assert_eq!(failure.reason, "unreadable");
+        assert_eq!(failure.first_failure_ms, Some(0));
+    }
+
+    /// Exactly SQS's character set, at each edge of its ranges.
+    #[test]
+    fn sqs_allows_exactly_its_character_set() {
+        for (c, allowed) in [
+            ('\u{0}', false),
+            ('\u{8}', false),
+            ('\u{9}', true),
+            ('\u{a}', true),
+            ('\u{b}', false),
+            ('\u{d}', true),
+            ('\u{1f}', false),
+            ('\u{20}', true),
+            ('\u{d7ff}', true),
+            ('\u{e000}', true),
+            ('\u{fffd}', true),
+            ('\u{fffe}', false),
+            ('\u{10000}', true),
+            ('\u{10ffff}', true),
+        ] {
+            assert_eq!(sqs_allows(c), allowed, "{c:?}");
+        }
+    }
+
+    /// Texts are cleaned and cut at their bound; a key is kept as it is up to its bound and in
+    /// SQS's characters, and past either is cut on a character boundary and hashed.
+    #[test]
+    fn texts_are_cut_and_keys_hashed_at_their_bounds() {
+        assert_eq!(bounded("abcdef", 3), "abc...");
+        assert_eq!(bounded("abc", 3), "abc");
+        assert_eq!(bounded("a\u{0}c", 5), "a\u{fffd}c");
+        let hashed = |key: &str| {
+            let mut hash = lambda_kit::Fnv1a::new();
+            hash.write(key.as_bytes());
+            format!("{:016x}", hash.finish())
+        };
+        assert_eq!(attribute_key("o-1"), "o-1");
+        let longest = "k".repeat(MAX_KEY_BYTES);
+        assert_eq!(attribute_key(&longest), longest);
+        let long = "k".repeat(MAX_KEY_BYTES + 1);
+        assert_eq!(
+            attribute_key(&long),
+            format!("{}...#{}", "k".repeat(200), hashed(&long))
+        );
+        let odd = "o-\u{0}1";
+        assert_eq!(
+            attribute_key(odd),
+            format!("o-\u{fffd}1...#{}", hashed(odd))
+        );
+        // Three bytes a character: 200 bytes is no boundary, 198 is.
+        let wide = "\u{20ac}".repeat(100);
+        assert_eq!(
+            attribute_key(&wide),
+            format!("{}...#{}", "\u{20ac}".repeat(66), hashed(&wide))
+        );
+    }
+
+    /// A first move says nothing of earlier moves; a second says one.
+    #[test]
+    fn only_a_copy_moved_before_counts_its_earlier_moves() {
+        let first = Failure {
+            reason: "invalid_body".into(),
+            ..Failure::default()
+        };
+        let json = serde_json::to_value(&first).expect("json");
+        assert!(json.get("earlier_moves").is_none(), "{json}");
+        let again = Failure {
+            reason: "retries_exhausted".into(),
+            ..Failure::default()
+        }
+        .after(Some(first));
+        assert_eq!(
+            serde_json::to_value(&again).expect("json")["earlier_moves"],
+            1
+        );
     }
 
     /// A move that fails is never acknowledged: the record is RETRY, reported, and backs off

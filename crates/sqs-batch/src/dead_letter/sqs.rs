@@ -262,6 +262,29 @@ fn fit(one: &Move<'_>, max_bytes: usize) -> Result<Copy, String> {
     }
 }
 
+/// The copies in calls of at most ten entries and [`BATCH_BYTES`], in their order.
+fn calls(copies: Vec<(usize, Copy)>) -> Vec<Vec<(usize, Copy)>> {
+    let mut calls: Vec<Vec<(usize, Copy)>> = Vec::new();
+    let mut call_bytes = 0;
+    for (index, copy) in copies {
+        match calls.last_mut() {
+            Some(call)
+                if call.len() < super::BATCH_LIMIT
+                    && (call_bytes + copy.bytes <= BATCH_BYTES
+                        || lambda_kit::mutation::active("dead_letter.ignores_batch_bytes")) =>
+            {
+                call_bytes += copy.bytes;
+                call.push((index, copy));
+            }
+            _ => {
+                call_bytes = copy.bytes;
+                calls.push(vec![(index, copy)]);
+            }
+        }
+    }
+    calls
+}
+
 impl super::DeadLetterPort for SqsDeadLetters {
     async fn send(&self, source_arn: &str, moves: &[Move<'_>]) -> Vec<MoveFailure> {
         let fail = |one: &Move<'_>, reason: String| MoveFailure {
@@ -274,12 +297,10 @@ impl super::DeadLetterPort for SqsDeadLetters {
         };
         let fifo = policy.dlq_url.ends_with(".fifo");
         let mut failures = Vec::new();
-        // Calls of at most ten entries and BATCH_BYTES, in the moves' order.
-        let mut calls: Vec<Vec<(usize, Copy)>> = Vec::new();
-        let mut call_bytes = 0;
+        let mut copies = Vec::with_capacity(moves.len());
         for (index, one) in moves.iter().enumerate() {
-            let copy = match fit(one, policy.max_message_bytes) {
-                Ok(copy) => copy,
+            match fit(one, policy.max_message_bytes) {
+                Ok(copy) => copies.push((index, copy)),
                 Err(reason) => {
                     tracing::error!(
                         message_id = one.message.message_id,
@@ -287,25 +308,10 @@ impl super::DeadLetterPort for SqsDeadLetters {
                         "a POISON record cannot be moved; it stays reported for SQS's redrive"
                     );
                     failures.push(fail(one, reason));
-                    continue;
-                }
-            };
-            match calls.last_mut() {
-                Some(call)
-                    if call.len() < super::BATCH_LIMIT
-                        && (call_bytes + copy.bytes <= BATCH_BYTES
-                            || lambda_kit::mutation::active("dead_letter.ignores_batch_bytes")) =>
-                {
-                    call_bytes += copy.bytes;
-                    call.push((index, copy));
-                }
-                _ => {
-                    call_bytes = copy.bytes;
-                    calls.push(vec![(index, copy)]);
                 }
             }
         }
-        for call in calls {
+        for call in calls(copies) {
             let mut indexes = Vec::with_capacity(call.len());
             let mut entries = Vec::with_capacity(call.len());
             for (index, copy) in call {
@@ -457,6 +463,85 @@ mod tests {
             "{failure:?}"
         );
 
+        // Without its detail still too large: the largest attribute goes, and the copy fits.
+        let smaller = fit(&one, small.bytes - 1).expect("fits without an attribute");
+        assert!(smaller.bytes < small.bytes);
+        assert_eq!(smaller.attributes.len(), MAX_ATTRIBUTES - 1);
+
         assert!(fit(&one, 3).is_err(), "a body over the size cannot fit");
+    }
+
+    /// Calls of at most ten entries and 1 MiB, in order, each as full as those limits allow.
+    #[test]
+    fn copies_are_sent_in_calls_of_ten_entries_and_a_mebibyte() {
+        let split = |sizes: &[usize]| -> Vec<Vec<usize>> {
+            let copies = sizes
+                .iter()
+                .enumerate()
+                .map(|(index, &bytes)| {
+                    (
+                        index,
+                        Copy {
+                            attributes: HashMap::new(),
+                            bytes,
+                        },
+                    )
+                })
+                .collect();
+            calls(copies)
+                .into_iter()
+                .map(|call| call.into_iter().map(|(index, _)| index).collect())
+                .collect()
+        };
+        assert_eq!(split(&[1; 11]), [(0..10).collect(), vec![10]]);
+        let half = BATCH_BYTES / 2;
+        assert_eq!(split(&[half, half, 1]), [vec![0, 1], vec![2]]);
+        assert_eq!(
+            split(&[600_000, 400_000, 100_000, 1]),
+            [vec![0, 1], vec![2, 3]]
+        );
+        assert_eq!(split(&[BATCH_BYTES, 1, 1]), [vec![0], vec![1, 2]]);
+        // The call's bytes add up: three copies that fill 1 MiB exactly share one call.
+        assert_eq!(split(&[3, 3, BATCH_BYTES - 6]), [vec![0, 1, 2]]);
+        assert!(split(&[]).is_empty());
+    }
+
+    /// A copy's size is counted as SQS counts it: the body, and every attribute's name, type and
+    /// value (a binary value by its bytes).
+    #[test]
+    fn a_copys_size_is_what_sqs_counts() {
+        let raw = r#"{"trace":{"stringValue":"abc","dataType":"String"},"blob":{"binaryValue":"AAEC","dataType":"Binary"}}"#;
+        let raw: Box<serde_json::value::RawValue> = serde_json::from_str(raw).expect("raw");
+        let message = Message {
+            attributes: MessageAttributes::Raw(&raw),
+            ..Message::new("m1", "the body")
+        };
+        let one = Move {
+            message: &message,
+            failure: Failure {
+                reason: "invalid_body".into(),
+                ..Failure::default()
+            },
+        };
+        let copy = fit(&one, 262_144).expect("fits");
+        let counted: usize = "the body".len()
+            + copy
+                .attributes
+                .iter()
+                .map(|(name, value)| {
+                    name.len()
+                        + value.data_type().len()
+                        + value.string_value().map_or(0, str::len)
+                        + value.binary_value().map_or(0, |b| b.as_ref().len())
+                })
+                .sum::<usize>();
+        assert_eq!(copy.bytes, counted);
+        assert_eq!(
+            copy.attributes["blob"]
+                .binary_value()
+                .map(|b| b.as_ref().to_vec()),
+            Some(vec![0, 1, 2])
+        );
+        assert_eq!(copy.attributes.len(), 3);
     }
 }
