@@ -658,8 +658,8 @@ fn log_report<H: RecordHandler>(
         let _span = handler.record_span(message).entered();
         let receive_count = message.receive_count.unwrap_or(0);
         match status {
-            // Moves happen after this log (the record was logged as POISON).
-            RecordStatus::Handled(v) if v.outcome == Outcome::Ack => {}
+            // Acknowledged records were skipped above; moves happen after this log (the record
+            // was logged as POISON).
             RecordStatus::Moved(_) => {}
             RecordStatus::Handled(v) => warn!(
                 message_id = message.message_id,
@@ -1129,5 +1129,89 @@ mod tests {
         assert!(matches!(report.statuses[0], RecordStatus::Handled(_)));
         let report = processor.process(&batch, QueueKind::Standard, 10_999).await;
         assert_eq!(report.statuses[0], RecordStatus::SkippedDeadline);
+    }
+
+    /// What the processor logs while `run` runs, as text lines (the JSON layer is the
+    /// function's; the fields are the same).
+    async fn logs_of<F: std::future::Future<Output = ()>>(run: F) -> Vec<String> {
+        #[derive(Clone, Default)]
+        struct Lines(std::sync::Arc<Mutex<Vec<u8>>>);
+        impl std::io::Write for Lines {
+            fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+                self.0.lock().expect("lock").extend_from_slice(bytes);
+                Ok(bytes.len())
+            }
+            fn flush(&mut self) -> std::io::Result<()> {
+                Ok(())
+            }
+        }
+        let lines = Lines::default();
+        let writer = lines.clone();
+        let subscriber = tracing_subscriber::fmt()
+            .with_ansi(false)
+            .with_max_level(tracing::Level::INFO)
+            .with_writer(move || writer.clone())
+            .finish();
+        // The tests run on a current-thread runtime, so the thread's default sees every event.
+        let _default = tracing::subscriber::set_default(subscriber);
+        run.await;
+        let text = String::from_utf8_lossy(&lines.0.lock().expect("lock")).into_owned();
+        text.lines().map(str::to_owned).collect()
+    }
+
+    /// Every record not acknowledged is logged once, with its outcome and reason; an
+    /// acknowledged one is not (the log is an operator's only trace of a retry).
+    #[tokio::test]
+    async fn each_record_not_acknowledged_is_logged_once_with_its_reason() {
+        let clock = ManualClock::at(0);
+        let processor = processor(FifoScope::Batch, &clock);
+        let batch = batch(&[
+            ("m-ok", None, "ack"),
+            ("m-r", None, "retry"),
+            ("m-p", None, "poison"),
+        ]);
+        let lines = logs_of(async {
+            processor.process(&batch, QueueKind::Standard, 60_000).await;
+        })
+        .await;
+        let not_acked: Vec<&String> = lines
+            .iter()
+            .filter(|l| l.contains("record not acknowledged"))
+            .collect();
+        assert_eq!(not_acked.len(), 2, "{lines:#?}");
+        assert!(not_acked[0].contains("m-r") && not_acked[0].contains("reason=\"transient\""));
+        assert!(not_acked[1].contains("m-p") && not_acked[1].contains("outcome=\"poison\""));
+        assert!(!lines.iter().any(|l| l.contains("m-ok")), "{lines:#?}");
+    }
+
+    /// A batch that starts with less than the margin left says why nothing runs, once; with
+    /// exactly the margin left, or with nothing to run, it does not.
+    #[tokio::test]
+    async fn a_batch_started_inside_the_margin_says_so() {
+        const SAYS: &str = "the invocation starts inside the deadline margin";
+        let clock = ManualClock::at(10_000);
+        let processor = processor(FifoScope::Batch, &clock);
+        let batch = batch(&[("m1", None, "ack")]);
+        for (deadline_ms, records, expected) in [
+            (10_999, &batch[..], 1),
+            (5_000, &batch[..], 1),
+            (11_000, &batch[..], 0),
+            (60_000, &batch[..], 0),
+            (10_999, &batch[..0], 0),
+        ] {
+            let lines = logs_of(async {
+                processor
+                    .process(records, QueueKind::Standard, deadline_ms)
+                    .await;
+            })
+            .await;
+            let said = lines.iter().filter(|l| l.contains(SAYS)).count();
+            assert_eq!(
+                said,
+                expected,
+                "deadline {deadline_ms}, {} records: {lines:#?}",
+                records.len()
+            );
+        }
     }
 }
