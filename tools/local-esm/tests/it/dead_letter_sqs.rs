@@ -615,3 +615,50 @@ async fn the_queues_redrive_policy_decides_when_a_retry_gives_up() {
     assert_eq!(failure.reason, "retries_exhausted");
     assert_eq!(failure.receive_count, Some(4));
 }
+
+/// A queue's `RedrivePolicy` is read once and kept for `POLICY_TTL` (one `GetQueueAttributes`
+/// per queue and container in that time, as operations.md says): an operator's edit is seen by
+/// a container once its copy has expired, not on every batch. Tokio's clock is moved past the
+/// expiry between calls (the adapter keeps time on it), never during one.
+#[tokio::test]
+async fn a_learned_redrive_policy_is_kept_for_its_ttl_and_then_read_again() {
+    use aws_sdk_sqs::types::QueueAttributeName;
+    use sqs_batch::dead_letter::DeadLetterPort;
+    use sqs_batch::dead_letter::sqs::POLICY_TTL;
+    let endpoint = moto_endpoint();
+    let client = process_orders::aws::sqs(&local_esm::sdk_config(&endpoint), &SQS_SDK);
+    let queues = queue_pair(
+        &client,
+        "dl-kept",
+        false,
+        QueueSettings {
+            visibility_timeout_s: 30,
+            max_receive_count: 5,
+        },
+    )
+    .await
+    .expect("queues");
+    let dead_letters =
+        sqs_dead_letters(local_esm::sdk_config(&endpoint), "orders-fn:7".into()).port;
+    assert_eq!(dead_letters.max_receive_count(&queues.arn).await, Some(5));
+    let lowered = json!({ "deadLetterTargetArn": queues.dlq_arn, "maxReceiveCount": 3 });
+    client
+        .set_queue_attributes()
+        .queue_url(&queues.url)
+        .attributes(QueueAttributeName::RedrivePolicy, lowered.to_string())
+        .send()
+        .await
+        .expect("lower maxReceiveCount");
+    let kept = dead_letters.max_receive_count(&queues.arn).await;
+    assert_eq!(kept, Some(5), "read again inside its TTL");
+    tokio::time::pause();
+    tokio::time::advance(POLICY_TTL - std::time::Duration::from_secs(5)).await;
+    tokio::time::resume();
+    let kept = dead_letters.max_receive_count(&queues.arn).await;
+    assert_eq!(kept, Some(5), "read again before its TTL ended");
+    tokio::time::pause();
+    tokio::time::advance(std::time::Duration::from_secs(10)).await;
+    tokio::time::resume();
+    let read = dead_letters.max_receive_count(&queues.arn).await;
+    assert_eq!(read, Some(3), "not read again after its TTL");
+}
