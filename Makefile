@@ -99,21 +99,29 @@ sim:
 	ORDERS=$(SIM_ORDERS) SEEDS=$(SEEDS) FIRST_SEED=$(FIRST_SEED) PROFILE=$(PROFILE) MUTATION=$(MUTATION) STORE=$(STORE) PROVIDER=$(PROVIDER) $(CARGO) run --quiet --release -p sim
 
 # Mutants nobody chose (docs/design.md): cargo-mutants over the money and delivery paths
-# (.cargo/mutants.toml), each crate's mutants tested by its own tests and the simulator's fixed
-# seeds, SIM_TEST_SEEDS of each. Not in `make test`: every mutant is a build and a test run, and
-# there are hundreds. MUTANTS_ARGS passes more (e.g. --file crates/sqs-batch/src/backoff.rs,
-# --shard 1/4, --in-place). Each crate's results in mutants.out-CRATE/; exit 2 if any was missed.
+# (.cargo/mutants.toml), each crate's mutants tested by its own tests, the tests that use it from
+# outside (MUTANTS_ALSO_<crate>: sqs-batch's SQS adapters are tested against moto by local-esm)
+# and the simulator's fixed seeds, SIM_TEST_SEEDS of each. Not in `make test`: every mutant is a
+# build and a test run, and there are hundreds. MUTANTS_ARGS passes more (e.g. --file
+# crates/sqs-batch/src/backoff.rs, --shard 1/4, --in-place). Each crate's results in
+# mutants.out-CRATE/; exit 2 if any was missed.
 MUTANTS_VERSION = 27.0.0
 MUTANTS_CRATES ?= idempotency sqs-batch process-orders
+MUTANTS_ALSO_sqs-batch = local-esm
 MUTANTS_ARGS ?=
 SIM_TEST_SEEDS ?= 3
+# A target folder of its own: cargo names a workspace member's artifacts by its path inside the
+# workspace, so a mutant built in cargo-mutants' copy, newer than the files here, looks fresh to
+# a later `cargo test` in this tree sharing the folder, which then runs the mutant.
+MUTANTS_TARGET_DIR ?= $(HOME)/.cache/process-orders/mutants-target
 mutants: $(PY_STAMP)
 	@cargo mutants --version 2>/dev/null | grep -qF "$(MUTANTS_VERSION)" || $(CARGO) install --locked cargo-mutants --version $(MUTANTS_VERSION)
-	@status=0; for crate in $(MUTANTS_CRATES); do \
-	  PATH="$(VENV)/bin:$$PATH" SIM_TEST_SEEDS=$(SIM_TEST_SEEDS) cargo mutants --no-shuffle \
-	    --package $$crate --test-package $$crate --test-package sim \
-	    --output mutants.out-$$crate $(MUTANTS_ARGS) || status=$$?; \
-	done; exit $$status
+	@status=0; $(foreach crate,$(MUTANTS_CRATES),\
+	  PATH="$(VENV)/bin:$$PATH" SIM_TEST_SEEDS=$(SIM_TEST_SEEDS) \
+	    CARGO_TARGET_DIR=$(MUTANTS_TARGET_DIR) cargo mutants --no-shuffle \
+	    --package $(crate) --test-package $(crate) \
+	    $(addprefix --test-package ,$(MUTANTS_ALSO_$(crate))) --test-package sim \
+	    --output mutants.out-$(crate) $(MUTANTS_ARGS) || status=$$?;) exit $$status
 
 # Supply chain: licenses, bans (no OpenSSL) and sources, per deny.toml. Offline.
 deny:

@@ -783,4 +783,24 @@ mod tests {
         let many: std::collections::HashSet<_> = (0..10_000).map(|_| LeaseToken::new()).collect();
         assert_eq!(many.len(), 10_000);
     }
+
+    /// The variables are read in their documented units: seconds and days, kept as
+    /// milliseconds and a duration.
+    #[test]
+    fn settings_are_read_in_their_units() {
+        let read = |name: &str| match name {
+            "IDEMPOTENCY_LEASE_SECONDS" => Some("7".to_owned()),
+            "IDEMPOTENCY_LEASE_MARGIN_MS" => Some("2500".to_owned()),
+            "IDEMPOTENCY_RETENTION_DAYS" => Some("3".to_owned()),
+            "IDEMPOTENCY_TABLE" => Some("claims".to_owned()),
+            _ => None,
+        };
+        let env = lambda_kit::Env::new(read);
+        let lease = LeasePolicy::from_env(&env).expect("lease");
+        assert_eq!((lease.lease_ms, lease.margin_ms), (7_000, 2_500));
+        let store = StoreSettings::from_env_with_prefix(&env, "fn#").expect("store");
+        assert_eq!(store.retention, std::time::Duration::from_secs(3 * 86_400));
+        assert_eq!(store.table.as_deref(), Some("claims"));
+        assert_eq!(store.key_prefix, "fn#");
+    }
 }

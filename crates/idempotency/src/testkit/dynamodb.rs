@@ -142,3 +142,104 @@ pub async fn an_item_of_a_later_format_is_never_taken_over(client: &Client, tabl
         Some(N((SCHEMA_VERSION + 1).to_string()))
     );
 }
+
+/// A person clears a recorded refusal (`orders-ops clear-decline`): the reason comes back and
+/// the next claim is fresh. A key that is not refused, or absent, is left exactly as it was.
+pub async fn clearing_a_refusal_returns_its_reason_and_touches_nothing_else(
+    client: &Client,
+    table: &str,
+) {
+    let store = DynamoDbStore::new(client.clone(), table, RETENTION);
+    let lease = super::started(&store, &claim("refused", t0())).await;
+    store
+        .reject(
+            "refused",
+            &lease,
+            t0(),
+            "payment declined: insufficient_funds",
+        )
+        .await
+        .expect("reject");
+    super::started(&store, &claim("working", t0())).await;
+
+    let cleared = store.clear_rejected("refused").await.expect("clear");
+    assert_eq!(
+        cleared.as_deref(),
+        Some("payment declined: insufficient_funds")
+    );
+    let (_, prior) = super::started_after(&store, &claim("refused", t0() + 1)).await;
+    assert_eq!(prior, None, "a cleared refusal leaves a fresh key");
+
+    assert_eq!(store.clear_rejected("working").await.expect("clear"), None);
+    assert!(
+        matches!(
+            store.begin(&claim("working", t0() + 1)).await,
+            Ok(Begin::Busy { .. })
+        ),
+        "a claim in progress was cleared"
+    );
+    assert_eq!(store.clear_rejected("absent").await.expect("clear"), None);
+}
+
+/// A claim that carries an earlier attempt known from outside (a redriven copy's history) counts
+/// it on a fresh key only once an item written then may have expired (the retention, less
+/// `EXPIRY_MARGIN_MS`): before that, the key's absence proves nothing was left unsettled.
+pub async fn an_earlier_attempt_from_outside_counts_once_its_item_may_have_expired(
+    client: &Client,
+    table: &str,
+) {
+    use crate::EXPIRY_MARGIN_MS;
+    let store = DynamoDbStore::new(client.clone(), table, RETENTION);
+    let retention_ms = u64::try_from(RETENTION.as_millis()).expect("retention");
+    let expired_at = t0() + EXPIRY_MARGIN_MS - retention_ms;
+    let recent = crate::ClaimRequest {
+        earlier_attempt_ms: Some(expired_at + 1),
+        ..claim("recent", t0())
+    };
+    let (_, prior) = super::started_after(&store, &recent).await;
+    assert_eq!(prior, None, "its item would still be kept");
+    let old = crate::ClaimRequest {
+        earlier_attempt_ms: Some(expired_at),
+        ..claim("old", t0())
+    };
+    let (_, prior) = super::started_after(&store, &old).await;
+    assert_eq!(
+        prior,
+        Some(PriorAttempt {
+            first_attempt_ms: expired_at,
+            attempts: 0
+        })
+    );
+}
+
+/// A store whose table does not exist (a wrong name, a deleted stack) is an outage on every
+/// call: never a lost lease, a busy key or "nothing to clear", each of which would let the
+/// caller decide on an answer DynamoDB never gave.
+pub async fn a_missing_table_is_an_outage_on_every_call(client: &Client) {
+    use crate::{Lease, StoreError};
+    let store = DynamoDbStore::new(client.clone(), "no-such-table", RETENTION);
+    let lease = Lease {
+        token: LeaseToken::new(),
+        until_ms: t0() + super::LEASE_MS,
+    };
+    let begun = store.begin(&claim("k", t0())).await;
+    assert!(
+        matches!(begun, Err(StoreError::Unavailable(_))),
+        "{begun:?}"
+    );
+    let completed = store.complete("k", &lease, t0()).await;
+    assert!(
+        matches!(completed, Err(StoreError::Unavailable(_))),
+        "{completed:?}"
+    );
+    let attempted = store.mark_attempted("k", &lease, t0()).await;
+    assert!(
+        matches!(attempted, Err(StoreError::Unavailable(_))),
+        "{attempted:?}"
+    );
+    let cleared = store.clear_rejected("k").await;
+    assert!(
+        matches!(cleared, Err(StoreError::Unavailable(_))),
+        "{cleared:?}"
+    );
+}

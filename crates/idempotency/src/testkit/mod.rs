@@ -138,6 +138,22 @@ pub async fn done_is_remembered_for_the_retention_then_forgotten<S: IdempotencyS
     assert_eq!(prior, None);
 }
 
+/// Contract: the retention starts over when the work finishes, not when it was claimed: a
+/// completion 20 s after its claim is still remembered 10 s past the claim's own retention.
+pub async fn the_retention_starts_over_at_the_finish<S: IdempotencyStore>(store: S) {
+    let lease = started(&store, &claim("k", t0())).await;
+    store
+        .complete("k", &lease, t0() + 20_000)
+        .await
+        .expect("complete");
+    let retention_ms = RETENTION.as_millis() as u64;
+    let later = store
+        .begin(&claim("k", t0() + retention_ms + 10_000))
+        .await
+        .expect("begin");
+    assert_eq!(later, Begin::Done);
+}
+
 /// Contract: a rejected key refuses its payload for the retention (another payload is a
 /// conflict), only the holder may reject, and past its TTL the key is fresh.
 pub async fn a_rejected_key_is_refused_until_it_expires<S: IdempotencyStore>(store: S) {
@@ -471,6 +487,7 @@ macro_rules! store_contract_tests {
             completed_key_is_done,
             completed_key_with_another_payload_is_conflict,
             done_is_remembered_for_the_retention_then_forgotten,
+            the_retention_starts_over_at_the_finish,
             expired_lease_is_taken_over_and_fences_the_old_holder,
             an_expired_lease_is_not_taken_over_by_another_payload,
             an_attempted_key_is_taken_over_at_once_by_its_own_payload_only,

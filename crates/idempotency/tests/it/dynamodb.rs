@@ -42,6 +42,60 @@ async fn an_item_of_a_later_format_is_never_taken_over() {
 }
 
 #[tokio::test]
+async fn clearing_a_refusal_returns_its_reason_and_touches_nothing_else() {
+    let (client, table) = table().await;
+    cases::clearing_a_refusal_returns_its_reason_and_touches_nothing_else(&client, &table).await;
+}
+
+#[tokio::test]
+async fn an_earlier_attempt_from_outside_counts_once_its_item_may_have_expired() {
+    let (client, table) = table().await;
+    cases::an_earlier_attempt_from_outside_counts_once_its_item_may_have_expired(&client, &table)
+        .await;
+}
+
+#[tokio::test]
+async fn a_missing_table_is_an_outage_on_every_call() {
+    let (client, _) = table().await;
+    cases::a_missing_table_is_an_outage_on_every_call(&client).await;
+}
+
+/// The claim whose answer was lost took over an earlier attempt (an `ATTEMPTED` key): read back
+/// from the item, its prior is that attempt, with its first time and one attempt before.
+#[tokio::test]
+async fn a_lost_answer_to_a_takeover_still_names_the_earlier_attempt() {
+    let server = Dynoxide::start().await;
+    let table = unique_table();
+    create_table(&server.client(), &table).await.expect("table");
+    // The first attempt goes straight to the server: the proxy loses answers per connection,
+    // and the takeover must be the first on its own.
+    let direct = DynamoDbStore::new(server.client(), table.clone(), RETENTION);
+    let first = idempotency::testkit::started(&direct, &claim("k-1", t0())).await;
+    direct
+        .mark_attempted("k-1", &first, t0() + 10)
+        .await
+        .expect("attempted");
+    let proxy = LossyProxy::start(server.addr).await;
+    let store = DynamoDbStore::new(client_for(&proxy.endpoint()), table, RETENTION);
+    proxy.lose_next_answers(1);
+    let begun = store
+        .begin(&claim("k-1", t0() + 5_000))
+        .await
+        .expect("claimed");
+    assert_eq!(proxy.lost(), 1, "the takeover's first answer was lost");
+    let Begin::Started { prior, .. } = begun else {
+        panic!("our own applied takeover read as {begun:?}");
+    };
+    assert_eq!(
+        prior,
+        Some(idempotency::PriorAttempt {
+            first_attempt_ms: t0(),
+            attempts: 1
+        })
+    );
+}
+
+#[tokio::test]
 async fn key_prefixes_keep_users_of_a_shared_table_apart() {
     let (client, table) = table().await;
     cases::key_prefixes_keep_users_of_a_shared_table_apart(&client, &table).await;

@@ -44,3 +44,21 @@ async fn key_prefixes_keep_users_of_a_shared_table_apart() {
     let (client, table) = table().await;
     cases::key_prefixes_keep_users_of_a_shared_table_apart(&client, &table).await;
 }
+
+#[tokio::test]
+async fn clearing_a_refusal_returns_its_reason_and_touches_nothing_else() {
+    let (client, table) = table().await;
+    cases::clearing_a_refusal_returns_its_reason_and_touches_nothing_else(&client, &table).await;
+}
+
+#[tokio::test]
+async fn an_earlier_attempt_from_outside_counts_once_its_item_may_have_expired() {
+    let (client, table) = table().await;
+    cases::an_earlier_attempt_from_outside_counts_once_its_item_may_have_expired(&client, &table)
+        .await;
+}
+
+#[tokio::test]
+async fn a_missing_table_is_an_outage_on_every_call() {
+    cases::a_missing_table_is_an_outage_on_every_call(&moto_client()).await;
+}
