@@ -243,3 +243,33 @@ pub async fn a_missing_table_is_an_outage_on_every_call(client: &Client) {
         "{cleared:?}"
     );
 }
+
+/// One `#[tokio::test]` per DynamoDB store case above, for a DynamoDB-compatible server:
+/// `table` is an async expression giving a client and a fresh table on it.
+#[macro_export]
+macro_rules! dynamodb_store_cases {
+    ($table:expr) => {
+        $crate::dynamodb_store_cases!(@cases $table;
+            an_item_without_its_first_attempt_is_taken_over_as_of_unknown_age,
+            an_item_of_a_later_format_is_never_taken_over,
+            key_prefixes_keep_users_of_a_shared_table_apart,
+            clearing_a_refusal_returns_its_reason_and_touches_nothing_else,
+            an_earlier_attempt_from_outside_counts_once_its_item_may_have_expired,
+        );
+
+        #[tokio::test]
+        async fn a_missing_table_is_an_outage_on_every_call() {
+            let (client, _) = $table.await;
+            $crate::testkit::dynamodb::a_missing_table_is_an_outage_on_every_call(&client).await;
+        }
+    };
+    (@cases $table:expr; $($case:ident,)*) => {
+        $(
+            #[tokio::test]
+            async fn $case() {
+                let (client, table) = $table.await;
+                $crate::testkit::dynamodb::$case(&client, &table).await;
+            }
+        )*
+    };
+}

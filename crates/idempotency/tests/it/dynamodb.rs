@@ -7,7 +7,6 @@ use idempotency::DynamoDbStore;
 use idempotency::dynamodb::create_table;
 use idempotency::store_contract_tests;
 use idempotency::testkit::RETENTION;
-use idempotency::testkit::dynamodb as cases;
 use idempotency::testkit::dynoxide::{Dynoxide, LossyProxy, client_for, unique_table};
 use idempotency::testkit::{claim, t0};
 use idempotency::{Begin, IdempotencyStore};
@@ -28,37 +27,7 @@ async fn store() -> DynamoDbStore {
 }
 
 store_contract_tests!(store());
-
-#[tokio::test]
-async fn an_item_without_its_first_attempt_is_taken_over_as_of_unknown_age() {
-    let (client, table) = table().await;
-    cases::an_item_without_its_first_attempt_is_taken_over_as_of_unknown_age(&client, &table).await;
-}
-
-#[tokio::test]
-async fn an_item_of_a_later_format_is_never_taken_over() {
-    let (client, table) = table().await;
-    cases::an_item_of_a_later_format_is_never_taken_over(&client, &table).await;
-}
-
-#[tokio::test]
-async fn clearing_a_refusal_returns_its_reason_and_touches_nothing_else() {
-    let (client, table) = table().await;
-    cases::clearing_a_refusal_returns_its_reason_and_touches_nothing_else(&client, &table).await;
-}
-
-#[tokio::test]
-async fn an_earlier_attempt_from_outside_counts_once_its_item_may_have_expired() {
-    let (client, table) = table().await;
-    cases::an_earlier_attempt_from_outside_counts_once_its_item_may_have_expired(&client, &table)
-        .await;
-}
-
-#[tokio::test]
-async fn a_missing_table_is_an_outage_on_every_call() {
-    let (client, _) = table().await;
-    cases::a_missing_table_is_an_outage_on_every_call(&client).await;
-}
+idempotency::dynamodb_store_cases!(table());
 
 /// The claim whose answer was lost took over an earlier attempt (an `ATTEMPTED` key): read back
 /// from the item, its prior is that attempt, with its first time and one attempt before.
@@ -93,12 +62,6 @@ async fn a_lost_answer_to_a_takeover_still_names_the_earlier_attempt() {
             attempts: 1
         })
     );
-}
-
-#[tokio::test]
-async fn key_prefixes_keep_users_of_a_shared_table_apart() {
-    let (client, table) = table().await;
-    cases::key_prefixes_keep_users_of_a_shared_table_apart(&client, &table).await;
 }
 
 /// DynamoDB applied a claim, and its answer was lost on the way back (the connection reset
