@@ -258,6 +258,23 @@ mod tests {
         assert_eq!((eur.as_str(), eur.minor_digits()), ("EUR", 2));
         assert_eq!(Currency::parse("JPY").map(|c| c.minor_digits()), Some(0));
         assert_eq!(Currency::parse("KWD").map(|c| c.minor_digits()), Some(3));
+        // ISO 4217's exponents other than 2, every one (a charge in CLF is in ten-thousandths:
+        // read as cents it would be a hundred times too large).
+        let exponents = [
+            (
+                0,
+                "BIF CLP DJF GNF ISK JPY KMF KRW PYG RWF UGX UYI VND VUV XAF XOF XPF",
+            ),
+            (3, "BHD IQD JOD KWD LYD OMR TND"),
+            (4, "CLF UYW"),
+            (2, "USD EUR GBP CHF XXX"),
+        ];
+        for (digits, codes) in exponents {
+            for code in codes.split(' ') {
+                let currency = Currency::parse(code).expect("a code");
+                assert_eq!(currency.minor_digits(), digits, "{code}");
+            }
+        }
         for bad in ["", "EU", "EURO", "E1R", "\u{e9}UR", "EU "] {
             assert_eq!(Currency::parse(bad), None, "{bad:?}");
         }

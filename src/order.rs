@@ -273,6 +273,18 @@ mod tests {
         assert_eq!(decode(body), Err(DecodeError::EnvelopeMessageNotString));
     }
 
+    /// The longest id is accepted, one byte more is not (255: DynamoDB's key and the header
+    /// both take it).
+    #[test]
+    fn an_order_id_of_the_longest_length_is_accepted() {
+        let id = "x".repeat(MAX_ORDER_ID_LEN);
+        let body = format!(r#"{{"order_id":"{id}","amount":1}}"#);
+        assert_eq!(
+            decode(&body).map(|o| o.order_id.len()),
+            Ok(MAX_ORDER_ID_LEN)
+        );
+    }
+
     #[test]
     fn every_invalid_body_has_its_own_reason() {
         let long = format!(
