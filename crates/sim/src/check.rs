@@ -10,7 +10,7 @@ use crate::settings::{QueueShape, SimSettings};
 use crate::world::{Faults, Shared};
 
 /// Reasons that need a person (the handler's codes): the DLQ is the right place for them, when
-/// the world says so ([`unjustified`]).
+/// the world says so (`unjustified`, below).
 pub const PERSON_REASONS: [&str; 6] = [
     "needs_reconciliation",
     // A decline, now or recorded before.
