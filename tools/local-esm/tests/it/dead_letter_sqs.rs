@@ -22,6 +22,11 @@ const SETTINGS: QueueSettings = QueueSettings {
     visibility_timeout_s: 30,
     max_receive_count: 200,
 };
+/// A queue whose `maxReceiveCount` an operator lowered to 5 in the console.
+const LOWERED: QueueSettings = QueueSettings {
+    max_receive_count: 5,
+    ..SETTINGS
+};
 
 /// The function with dead-letter moves on moto's SQS.
 fn app(endpoint: &str) -> App<MemoryStore, SimulatedGateway, SystemClock> {
@@ -567,17 +572,9 @@ async fn large_and_odd_poison_leaves_at_its_first_receive_within_sqs_limits() {
 async fn the_queues_redrive_policy_decides_when_a_retry_gives_up() {
     let endpoint = moto_endpoint();
     let client = process_orders::aws::sqs(&local_esm::sdk_config(&endpoint), &SQS_SDK);
-    let queues = queue_pair(
-        &client,
-        "dl-lowered",
-        false,
-        QueueSettings {
-            visibility_timeout_s: 30,
-            max_receive_count: 5,
-        },
-    )
-    .await
-    .expect("queues");
+    let queues = queue_pair(&client, "dl-lowered", false, LOWERED)
+        .await
+        .expect("queues");
     let config = Config::from_lookup(|k| match k {
         "METRICS_ENABLED" => Some("false".into()),
         "MAX_RECEIVE_COUNT" => Some("201".into()),
@@ -627,17 +624,9 @@ async fn a_learned_redrive_policy_is_kept_for_its_ttl_and_then_read_again() {
     use sqs_batch::dead_letter::sqs::POLICY_TTL;
     let endpoint = moto_endpoint();
     let client = process_orders::aws::sqs(&local_esm::sdk_config(&endpoint), &SQS_SDK);
-    let queues = queue_pair(
-        &client,
-        "dl-kept",
-        false,
-        QueueSettings {
-            visibility_timeout_s: 30,
-            max_receive_count: 5,
-        },
-    )
-    .await
-    .expect("queues");
+    let queues = queue_pair(&client, "dl-kept", false, LOWERED)
+        .await
+        .expect("queues");
     let dead_letters =
         sqs_dead_letters(local_esm::sdk_config(&endpoint), "orders-fn:7".into()).port;
     assert_eq!(dead_letters.max_receive_count(&queues.arn).await, Some(5));
