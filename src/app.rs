@@ -163,14 +163,12 @@ where
             store,
             gateway,
             clock: clock.clone(),
-            guard: GuardPolicy {
-                lease: config.lease,
-                key_window_ms: u64::try_from(config.payment_key_window.as_millis())
-                    .unwrap_or(u64::MAX),
-                key_window_margin_ms: u64::try_from(config.payment_key_window_margin.as_millis())
-                    .unwrap_or(u64::MAX),
-                durable_look_up: config.payment_lookup_durable,
-            },
+            guard: GuardPolicy::new(config.lease)
+                .with_key_window(
+                    u64::try_from(config.payment_key_window.as_millis()).unwrap_or(u64::MAX),
+                    u64::try_from(config.payment_key_window_margin.as_millis()).unwrap_or(u64::MAX),
+                )
+                .with_durable_look_up(config.payment_lookup_durable),
             calls: CallLatency::default(),
             breaker: ConfigBreaker::default(),
         };
@@ -359,7 +357,7 @@ mod tests {
         let future = app
             .processor
             .handler()
-            .handle(&message, RecordContext { deadline_ms: 0 });
+            .handle(&message, RecordContext::new(0));
         let size = std::mem::size_of_val(&future);
         eprintln!("a record's future: {size} bytes");
         // 1,024 bytes before amounts became exact decimals (an order carries its currency and

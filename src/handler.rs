@@ -170,15 +170,10 @@ where
         order,
         latency: &ports.calls.payment,
     };
-    let claim = Claim {
-        key,
-        fingerprint: order.fingerprint(),
-        message_id: message.message_id,
-        deadline_ms,
-        // A copy redriven from the DLQ carries its history: if its item may have expired since,
-        // the provider is asked before any charge (shared/DESIGN.md section 6).
-        earlier_attempt_ms: sqs_batch::dead_letter::earlier_attempt_ms(message),
-    };
+    // A copy redriven from the DLQ carries its history: if its item may have expired since,
+    // the provider is asked before any charge (shared/DESIGN.md section 6).
+    let claim = Claim::new(key, order.fingerprint(), message.message_id, deadline_ms)
+        .with_earlier_attempt_ms(sqs_batch::dead_letter::earlier_attempt_ms(message));
     let run = guard::run(&store, &ports.clock, &ports.guard, &claim, &work).await;
     // Only answers from the provider move the breaker; store-only outcomes say nothing of it.
     let provider_answered = matches!(
@@ -301,12 +296,11 @@ impl OrderDecision {
                 why: Unsettled::NotFound | Unsettled::Unclear,
                 ..
             } => Outcome::Poison,
-            Guarded::Busy { .. }
-            | Guarded::Failed { .. }
-            | Guarded::Pending
-            | Guarded::NeedsReconciliation { .. }
-            | Guarded::Store(_)
-            | Guarded::LeaseLost => Outcome::Retry,
+            // `Busy`, `Pending`, `Store`, `LeaseLost`, every other `Failed` and a look-up that
+            // failed past the key window: another receive may settle them. So does an outcome a
+            // later idempotency release adds: kept until someone names it, never acknowledged.
+            // (One arm for all: a named RETRY arm beside the wildcard could be deleted unseen.)
+            _ => Outcome::Retry,
         }
     }
 
@@ -336,6 +330,7 @@ impl OrderDecision {
             Guarded::NeedsReconciliation { .. } => "needs_reconciliation",
             Guarded::Store(_) => "store_error",
             Guarded::LeaseLost => "lease_lost",
+            _ => "unknown_outcome",
         }
     }
 
@@ -387,8 +382,9 @@ fn verdict(
 ) -> Verdict {
     let verdict = match decision.outcome() {
         Outcome::Ack => return Verdict::ack(decision.reason()),
-        Outcome::Retry => Verdict::retry(decision.reason()),
         Outcome::Poison => Verdict::poison(decision.reason()),
+        // RETRY, and an outcome a later sqs-batch adds: never deleted unnamed.
+        _ => Verdict::retry(decision.reason()),
     };
     let mut verdict = verdict.with_key(order.order_id.into_owned());
     // The claim's lease token joins the log line to the table's item (`lease_token`).
@@ -455,7 +451,9 @@ fn verdict(
         Guarded::LeaseLost => verdict.with_detail(
             "charged, but the lease was taken over before completion; the new holder completes it",
         ),
-        Guarded::Performed(()) | Guarded::Reconciled | Guarded::Duplicate => verdict,
+        // The acknowledged outcomes returned above; one this build does not know has its reason
+        // (`unknown_outcome`) and nothing more to say.
+        _ => verdict,
     }
 }
 
@@ -489,5 +487,240 @@ impl ConfigBreaker {
     /// Closes it: at the start of every invocation.
     pub fn reset(&self) {
         self.consecutive.store(0, Ordering::Relaxed);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use idempotency::StoreError;
+    use idempotency::guard::Effect;
+
+    use super::*;
+
+    /// Every decision the guard can come to, as the batch processor gets it: its outcome, its
+    /// reason, the words of its detail (what the log line and a DLQ copy carry) and its retry
+    /// time. The end-to-end tests reach most of these through the provider stub; this table holds
+    /// each arm to its words, so none can fall silently to the wildcard a later guard needs.
+    #[test]
+    fn every_decision_has_its_outcome_reason_detail_and_retry_time() {
+        const NOW: u64 = 1_767_225_600_000;
+        let not_sent = || PaymentError::NotSent {
+            reason: "connection refused".into(),
+            source: None,
+        };
+        let failed = |error, effect| Guarded::Failed { error, effect };
+        let reconcile = |why| Guarded::NeedsReconciliation {
+            why,
+            first_attempt_ms: 7,
+        };
+        let config_wait = Some(NOW + CONFIGURATION_RETRY_AFTER_MS);
+        type Case = (
+            Guarded<(), PaymentError>,
+            (Outcome, &'static str),
+            Option<&'static str>,
+            Option<u64>,
+        );
+        let cases: Vec<Case> = vec![
+            (
+                Guarded::Performed(()),
+                (Outcome::Ack, "charged"),
+                None,
+                None,
+            ),
+            (
+                Guarded::Reconciled,
+                (Outcome::Ack, "reconciled"),
+                None,
+                None,
+            ),
+            (Guarded::Duplicate, (Outcome::Ack, "duplicate"), None, None),
+            (
+                Guarded::Busy { until_ms: NOW + 9 },
+                (Outcome::Retry, "busy"),
+                Some("holds the lease until"),
+                Some(NOW + 9),
+            ),
+            (
+                Guarded::Conflict,
+                (Outcome::Poison, "conflict"),
+                Some("different payload"),
+                None,
+            ),
+            (
+                Guarded::Rejected,
+                (Outcome::Poison, "payment_rejected"),
+                Some("declined before"),
+                None,
+            ),
+            (
+                Guarded::Pending,
+                (Outcome::Retry, "payment_pending"),
+                Some("still being processed"),
+                None,
+            ),
+            (
+                reconcile(Unsettled::LookUpFailed(not_sent())),
+                (Outcome::Retry, "needs_reconciliation"),
+                Some("the lookup failed"),
+                None,
+            ),
+            (
+                reconcile(Unsettled::NotFound),
+                (Outcome::Poison, "needs_reconciliation"),
+                Some("no charge under the key"),
+                None,
+            ),
+            (
+                reconcile(Unsettled::Unclear),
+                (Outcome::Poison, "needs_reconciliation"),
+                Some("not understood"),
+                None,
+            ),
+            (
+                Guarded::Store(StoreError::Malformed("no status".into())),
+                (Outcome::Retry, "store_error"),
+                Some("no status"),
+                None,
+            ),
+            (
+                Guarded::LeaseLost,
+                (Outcome::Retry, "lease_lost"),
+                Some("lease was taken over"),
+                None,
+            ),
+            (
+                failed(not_sent(), Effect::None),
+                (Outcome::Retry, "payment_not_sent"),
+                Some("connection refused"),
+                None,
+            ),
+            (
+                failed(
+                    PaymentError::Ambiguous {
+                        reason: "timed out".into(),
+                        source: None,
+                    },
+                    Effect::Maybe,
+                ),
+                (Outcome::Retry, "payment_ambiguous"),
+                Some("timed out"),
+                None,
+            ),
+            (
+                failed(
+                    PaymentError::InFlight {
+                        retry_after: Some(std::time::Duration::from_secs(2)),
+                    },
+                    Effect::Maybe,
+                ),
+                (Outcome::Retry, "payment_in_flight"),
+                Some("still in flight"),
+                Some(NOW + 2_000),
+            ),
+            (
+                failed(PaymentError::InFlight { retry_after: None }, Effect::Maybe),
+                (Outcome::Retry, "payment_in_flight"),
+                Some("still in flight"),
+                None,
+            ),
+            (
+                failed(
+                    PaymentError::Declined {
+                        status: Some(402),
+                        reason: "card_declined".into(),
+                    },
+                    Effect::None,
+                ),
+                (Outcome::Poison, "payment_rejected"),
+                Some("card_declined"),
+                None,
+            ),
+            (
+                failed(
+                    PaymentError::KeyReused {
+                        status: Some(422),
+                        reason: "another body".into(),
+                    },
+                    Effect::None,
+                ),
+                (Outcome::Poison, "payment_conflict"),
+                Some("another body"),
+                None,
+            ),
+            (
+                failed(
+                    PaymentError::Misconfigured {
+                        status: Some(401),
+                        reason: "bad key".into(),
+                    },
+                    Effect::None,
+                ),
+                (Outcome::Retry, "payment_config"),
+                Some("bad key"),
+                config_wait,
+            ),
+            (
+                failed(
+                    PaymentError::Failed {
+                        status: Some(402),
+                        code: "processing_error".into(),
+                        reason: "try again".into(),
+                    },
+                    Effect::None,
+                ),
+                (Outcome::Retry, "payment_failed"),
+                Some("processing_error"),
+                None,
+            ),
+            (
+                failed(
+                    PaymentError::Refused {
+                        status: Some(400),
+                        reason: "missing parameter".into(),
+                    },
+                    Effect::None,
+                ),
+                (Outcome::Retry, "payment_refused"),
+                Some("missing parameter"),
+                config_wait,
+            ),
+        ];
+        let body = r#"{"order_id": "o-1", "amount": 10}"#;
+        for (guarded, expected, words, retry_after_ms) in cases {
+            let label = format!("{guarded:?}");
+            let order = decode_order(body, Currency::parse("USD").expect("USD")).expect("an order");
+            let lease = (expected.0 != Outcome::Ack).then(LeaseToken::new);
+            let verdict = verdict(OrderDecision::Guarded(guarded), order, lease, NOW);
+            assert_eq!((verdict.outcome, verdict.reason), expected, "{label}");
+            match words {
+                Some(words) => {
+                    let detail = verdict.detail.as_deref().unwrap_or_default();
+                    assert!(detail.contains(words), "{label}: {detail:?}");
+                }
+                None => assert_eq!(verdict.detail, None, "{label}"),
+            }
+            assert_eq!(verdict.retry_after_ms, retry_after_ms, "{label}");
+            // What is not acknowledged names its order and its claim.
+            if expected.0 != Outcome::Ack {
+                assert_eq!(verdict.key.as_deref(), Some("o-1"), "{label}");
+                assert_eq!(
+                    verdict.correlation_id,
+                    lease.map(|token| token.to_string()),
+                    "{label}"
+                );
+            }
+        }
+
+        let order = decode_order(body, Currency::parse("USD").expect("USD")).expect("an order");
+        let open = verdict(OrderDecision::CircuitOpen, order, None, NOW);
+        assert_eq!(
+            (open.outcome, open.reason, open.retry_after_ms),
+            (Outcome::Retry, "payment_circuit_open", config_wait)
+        );
+        assert!(
+            open.detail
+                .as_deref()
+                .is_some_and(|d| d.contains("refused our configuration"))
+        );
     }
 }

@@ -233,8 +233,9 @@ fn counts(report: &BatchReport) -> [(&'static str, f64); COUNT_METRICS.len()] {
                 }
                 match v.outcome {
                     Outcome::Ack => {}
-                    Outcome::Retry => add("Retried"),
                     Outcome::Poison => add("Poisoned"),
+                    // An outcome a later sqs-batch adds is reported, so it counts as retried.
+                    _ => add("Retried"),
                 }
             }
             RecordStatus::SkippedDeadline => add("SkippedDeadline"),

@@ -1033,6 +1033,96 @@ mod tests {
         classify(status(code), None, Some(body), Reading::default())
     }
 
+    fn settings(api_key: KeySetting, timeout_ms: u64) -> HttpSettings {
+        HttpSettings {
+            base_url: "https://pay.example.com/v1".parse().expect("url"),
+            api_key,
+            connect_timeout: Duration::from_millis(100),
+            timeout: Duration::from_millis(timeout_ms),
+            retryable_failures: RetryableFailures::default(),
+        }
+    }
+
+    /// The time budgets the configuration check and the key window's margin are built from:
+    /// one call, or with a key in Secrets Manager the calls and two reads of the secret.
+    #[test]
+    fn a_records_calls_are_bounded_as_the_key_is_kept() {
+        let secret_ms = SECRETS_SDK.operation_timeout.as_millis() as u64;
+        assert_eq!(secret_ms, 2_000);
+        let fixed = settings(KeySetting::Value(crate::payment::key::Secret::new("sk")), 300);
+        assert_eq!(fixed.charge_reach_ms(), 300);
+        assert_eq!(fixed.longest_calls_ms(), 600);
+        assert_eq!(settings(KeySetting::None, 300).charge_reach_ms(), 300);
+        let stored = settings(
+            KeySetting::SecretsManager {
+                secret_id: "payments/key".into(),
+            },
+            300,
+        );
+        assert_eq!(stored.charge_reach_ms(), 2 * 300 + 2 * 2_000);
+        assert_eq!(stored.longest_calls_ms(), 3 * 300 + 2 * 2_000);
+    }
+
+    /// A code of 64 characters is a code; one of 65 is refused with the variable's name.
+    #[test]
+    fn a_retryable_failure_code_is_at_most_64_characters() {
+        let read = |codes: String| {
+            RetryableFailures::from_env(&Env::new(move |name| {
+                (name == "PAYMENT_RETRYABLE_FAILURES").then(|| codes.clone())
+            }))
+        };
+        let longest = "p".repeat(64);
+        let codes = read(format!("{longest}, processing_error")).expect("64 characters");
+        assert!(codes.contains(&longest) && codes.contains("processing_error"));
+        let error = read("p".repeat(65)).expect_err("65 characters");
+        assert!(error.to_string().contains("PAYMENT_RETRYABLE_FAILURES"));
+    }
+
+    /// Credentials, a query or a fragment in the URL are each refused alone.
+    #[test]
+    fn the_url_carries_no_credentials_query_or_fragment() {
+        assert!(parse_http_url("https://pay.example.com/v1").is_ok());
+        for url in [
+            "https://user@pay.example.com/v1",
+            "https://:secret@pay.example.com/v1",
+            "https://pay.example.com/v1?key=sk",
+            "https://pay.example.com/v1#key",
+            "ftp://pay.example.com/v1",
+        ] {
+            assert!(parse_http_url(url).is_err(), "{url} accepted");
+        }
+    }
+
+    /// At most `MAX_BODY_BYTES` of an answer are read: exactly that many is an answer, one more
+    /// is none.
+    #[tokio::test]
+    async fn an_answer_is_read_up_to_its_bound() {
+        assert_eq!(MAX_BODY_BYTES, 65_536);
+        let response = |body: Vec<u8>| {
+            reqwest::Response::from(
+                http::Response::builder()
+                    .status(200)
+                    .body(body)
+                    .expect("a response"),
+            )
+        };
+        let full = "x".repeat(MAX_BODY_BYTES);
+        assert_eq!(
+            read_bounded(response(full.clone().into_bytes())).await,
+            Some(full.clone())
+        );
+        assert_eq!(
+            read_bounded(response(format!("{full}y").into_bytes())).await,
+            None
+        );
+        assert_eq!(
+            read_bounded(response(br#"{"status":"succeeded"}"#.to_vec())).await,
+            Some(r#"{"status":"succeeded"}"#.to_owned())
+        );
+        // Not UTF-8: no answer to read.
+        assert_eq!(read_bounded(response(vec![0xff, 0xfe])).await, None);
+    }
+
     const SUCCEEDED: &str = r#"{"id":"ch_1","status":"succeeded"}"#;
     const DRAFT_MISSING: &str = r#"{"type":"https://developer.example.com/idempotency","title":"Idempotency-Key is missing","detail":"This operation is idempotent and it requires correct usage of Idempotency Key."}"#;
     const DRAFT_REUSED: &str = r#"{"type":"https://developer.example.com/idempotency","title":"Idempotency-Key is already used","detail":"This operation is idempotent and it requires correct usage of Idempotency Key. Idempotency Key MUST not be reused across different payloads of this operation."}"#;

@@ -132,3 +132,78 @@ fn the_bootstrap_does_not_compile_the_planted_bugs() {
         "the simulator no longer turns the planted bugs on, so its mutation tests prove nothing"
     );
 }
+
+/// The libraries are publishable as crates.io takes them (`make package` packages and verifies
+/// them): a README that is their front page, both license files, keywords and categories, and,
+/// for a crate with features, docs.rs metadata that documents them. Everything else stays
+/// unpublishable.
+#[test]
+fn the_libraries_are_publishable_and_nothing_else_is() {
+    const LIBRARIES: [&str; 4] = ["lambda-kit", "sqs-batch", "idempotency", "claim-check"];
+    let metadata: serde_json::Value =
+        serde_json::from_str(&cargo(&["metadata", "--no-deps", "--format-version", "1"]))
+            .expect("metadata JSON");
+    let packages = metadata["packages"].as_array().expect("packages");
+    let mut libraries = 0;
+    for package in packages {
+        let name = package["name"].as_str().expect("name");
+        // `publish = false` is an empty list of registries; unset (null) is crates.io.
+        let publishable = package["publish"].as_array().is_none_or(|r| !r.is_empty());
+        if !LIBRARIES.contains(&name) {
+            assert!(!publishable, "{name} would be published");
+            continue;
+        }
+        libraries += 1;
+        assert!(publishable, "{name} cannot be published");
+        let dir = Path::new(package["manifest_path"].as_str().expect("manifest path"))
+            .parent()
+            .expect("the crate's folder")
+            .to_owned();
+        assert_eq!(package["readme"].as_str(), Some("README.md"), "{name}");
+        let readme = std::fs::read_to_string(dir.join("README.md")).expect("README.md");
+        assert!(
+            readme.starts_with(&format!("# {name}\n")) && readme.contains("```rust"),
+            "{name}: its README names it and shows it in use"
+        );
+        for license in ["LICENSE-MIT", "LICENSE-APACHE"] {
+            let text = std::fs::read_to_string(dir.join(license)).expect(license);
+            assert!(text.len() > 1_000, "{name}: {license} is not the license");
+        }
+        assert_eq!(package["license"].as_str(), Some("MIT OR Apache-2.0"));
+        for list in ["keywords", "categories"] {
+            let items = package[list].as_array().expect(list);
+            assert!(
+                (1..=5).contains(&items.len()),
+                "{name}: {list} {items:?} (crates.io takes one to five)"
+            );
+        }
+        let features: Vec<&str> = package["features"]
+            .as_object()
+            .expect("features")
+            .keys()
+            .map(String::as_str)
+            .filter(|f| *f != "default")
+            .collect();
+        let documented: Vec<&str> = package["metadata"]["docs"]["rs"]["features"]
+            .as_array()
+            .map(|f| f.iter().filter_map(|f| f.as_str()).collect())
+            .unwrap_or_default();
+        for feature in &documented {
+            assert!(
+                features.contains(feature),
+                "{name}: docs.rs names {feature}"
+            );
+        }
+        // Adapters (the features that bring an AWS SDK) must show on docs.rs.
+        for feature in features
+            .iter()
+            .filter(|f| !f.starts_with("testkit") && **f != "mutations")
+        {
+            assert!(
+                documented.contains(feature),
+                "{name}: docs.rs would not document the `{feature}` feature"
+            );
+        }
+    }
+    assert_eq!(libraries, LIBRARIES.len());
+}

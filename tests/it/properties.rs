@@ -59,18 +59,13 @@ fn run(specs: &[Spec], kind: QueueKind, scope: FifoScope, concurrency: usize) ->
     let batch: Vec<Message<'_>> = specs
         .iter()
         .enumerate()
-        .map(|(i, s)| Message {
-            group_id: Some(groups[i].as_str()),
-            ..Message::new(&ids[i], s.outcome)
-        })
+        .map(|(i, s)| Message::new(&ids[i], s.outcome).with_group_id(Some(groups[i].as_str())))
         .collect();
-    let options = BatchOptions {
-        max_concurrency: NonZeroUsize::new(concurrency).unwrap(),
-        fifo_scope: scope,
-        deadline_margin_ms: 0,
-        abandoned_hold_ms: 0,
-        give_up_at_receive: None,
-    };
+    let options = BatchOptions::default()
+        .with_max_concurrency(NonZeroUsize::new(concurrency).unwrap())
+        .with_fifo_scope(scope)
+        .with_deadline_margin_ms(0)
+        .with_abandoned_hold_ms(0);
     let processor = BatchProcessor::new(Scripted::default(), ManualClock::at(0), options);
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_time()

@@ -562,3 +562,55 @@ async fn a_moved_copy_redriven_after_its_item_expired_is_looked_up_before_any_ch
     assert_eq!(outcome(&statuses[0]), (Outcome::Ack, "charged"));
     assert_eq!(stub.lookups("o-10"), 0);
 }
+
+/// A configuration error (our key refused) and the records the breaker then keeps from the
+/// provider wait `CONFIGURATION_RETRY_AFTER_MS` before their retry: a person needs that long to
+/// rotate a key, and every receive spent sooner counts towards `maxReceiveCount`. A provider
+/// that is only down (503) is retried on the ordinary schedule.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_configuration_error_waits_for_a_person_before_its_retry() {
+    use process_orders::handler::CONFIGURATION_RETRY_AFTER_MS;
+    let retry_after = |status: &RecordStatus| match status {
+        RecordStatus::Handled(v) => v.retry_after_ms,
+        other => panic!("not handled: {other:?}"),
+    };
+    let clock = ManualClock::at(T0);
+    let stub = PaymentStub::start_with_clock(Arc::new(clock.clone())).await;
+    stub.require_api_key(Some("sk_live"));
+    let app = app(&stub, &clock, Some("sk_rotated_away"));
+    let orders: Vec<(String, String)> = (0..24)
+        .map(|i| (format!("m{i}"), format!("o-{i}")))
+        .collect();
+    let specs: Vec<(&str, &str, f64)> = orders
+        .iter()
+        .map(|(m, o)| (m.as_str(), o.as_str(), 10.0))
+        .collect();
+    let (failed, statuses) = invoke(&app, &event(&specs, 1)).await;
+    assert_eq!(failed.len(), specs.len());
+    let mut reasons = std::collections::BTreeSet::new();
+    for status in &statuses {
+        let (outcome, reason) = outcome(status);
+        assert_eq!(outcome, Outcome::Retry);
+        reasons.insert(reason);
+        assert_eq!(
+            retry_after(status),
+            Some(T0 + CONFIGURATION_RETRY_AFTER_MS),
+            "{reason}: {status:?}"
+        );
+    }
+    assert_eq!(
+        reasons,
+        ["payment_circuit_open", "payment_config"].into(),
+        "the breaker opened part-way"
+    );
+    assert_eq!(CONFIGURATION_RETRY_AFTER_MS, 15 * 60 * 1_000);
+
+    let (_, statuses) = invoke(&app, &event(&[("m1", "o-503", 10.0)], 1)).await;
+    assert_eq!(outcome(&statuses[0]).1, "payment_config");
+    stub.require_api_key(Some("sk_rotated_away"));
+    stub.set("o-503", Behaviour::Status(503));
+    let (_, statuses) = invoke(&app, &event(&[("m1", "o-503", 10.0)], 1)).await;
+    assert_eq!(outcome(&statuses[0]).0, Outcome::Retry);
+    assert_ne!(outcome(&statuses[0]).1, "payment_config");
+    assert_eq!(retry_after(&statuses[0]), None, "{:?}", statuses[0]);
+}

@@ -36,12 +36,18 @@
 //! # tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(async {
 //! // Without a store, a plain message goes through untouched.
 //! let handler = ClaimCheck::new(Echo, Payloads::Disabled);
-//! let verdict = handler.handle(&Message::new("m1", "hello"), RecordContext { deadline_ms: 0 }).await;
+//! let verdict = handler.handle(&Message::new("m1", "hello"), RecordContext::new(0)).await;
 //! assert_eq!(verdict.detail.as_deref(), Some("hello"));
 //! # });
 //! ```
 
+#![cfg_attr(docsrs, feature(doc_cfg))]
 #![warn(missing_docs)]
+
+// The README's example is a doctest too, so the crate's front page cannot drift from its API.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeDoctests;
 
 #[cfg(feature = "s3")]
 pub mod s3;
@@ -264,10 +270,7 @@ impl<H: RecordHandler, P: PayloadStore> ClaimCheck<H, P> {
     ) -> Verdict {
         match resolve(&self.payloads, &kind, message.body).await {
             Ok(payload) => {
-                let loaded = Message {
-                    body: &payload,
-                    ..message.clone()
-                };
+                let loaded = message.with_body(&payload);
                 self.inner.handle(&loaded, context).await
             }
             Err(e) => {

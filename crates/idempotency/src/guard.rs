@@ -108,7 +108,12 @@ pub trait GuardedWork: Send + Sync {
 }
 
 /// How the guard claims keys and trusts the other system.
+///
+/// [`GuardPolicy::new`] trusts nothing: no key window (an earlier attempt that may have
+/// happened is looked up, and "unknown" settles nothing) and no durable look-up. Work that calls
+/// an API taking an idempotency key states its window with [`GuardPolicy::with_key_window`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct GuardPolicy {
     /// How long claims last.
     pub lease: LeasePolicy,
@@ -124,6 +129,34 @@ pub struct GuardPolicy {
 }
 
 impl GuardPolicy {
+    /// Claims leased by `lease`, no key window, no durable look-up.
+    pub fn new(lease: LeasePolicy) -> Self {
+        Self {
+            lease,
+            key_window_ms: 0,
+            key_window_margin_ms: 0,
+            durable_look_up: false,
+        }
+    }
+
+    /// The other system remembers a key for `window_ms` after its first use; the last
+    /// `margin_ms` of it are not trusted (a resend's travel time, clocks that disagree).
+    pub fn with_key_window(self, window_ms: u64, margin_ms: u64) -> Self {
+        Self {
+            key_window_ms: window_ms,
+            key_window_margin_ms: margin_ms,
+            ..self
+        }
+    }
+
+    /// Whether the other system's look-up keeps every key for good.
+    pub fn with_durable_look_up(self, durable_look_up: bool) -> Self {
+        Self {
+            durable_look_up,
+            ..self
+        }
+    }
+
     /// Whether a key first used at `first_attempt_ms` is still safely inside the key window at
     /// `now_ms`.
     pub fn inside_key_window(&self, first_attempt_ms: u64, now_ms: u64) -> bool {
@@ -143,8 +176,10 @@ pub enum Unsettled<E> {
     Unclear,
 }
 
-/// One key's work to guard.
+/// One key's work to guard: [`Claim::new`], and [`Claim::with_earlier_attempt_ms`] for a copy
+/// redriven from a DLQ. Fields may be added.
 #[derive(Debug, Clone, Copy)]
+#[non_exhaustive]
 pub struct Claim<'a> {
     /// The idempotency key.
     pub key: &'a str,
@@ -161,8 +196,39 @@ pub struct Claim<'a> {
     pub earlier_attempt_ms: Option<u64>,
 }
 
+impl<'a> Claim<'a> {
+    /// A claim of `key` for the payload `fingerprint`, by the message `message_id`, in an
+    /// invocation ending at `deadline_ms` (epoch ms).
+    pub fn new(
+        key: &'a str,
+        fingerprint: Fingerprint,
+        message_id: &'a str,
+        deadline_ms: u64,
+    ) -> Self {
+        Self {
+            key,
+            fingerprint,
+            message_id,
+            deadline_ms,
+            earlier_attempt_ms: None,
+        }
+    }
+
+    /// When the message says an attempt may already have been made (epoch ms), or `None`.
+    pub fn with_earlier_attempt_ms(self, earlier_attempt_ms: Option<u64>) -> Self {
+        Self {
+            earlier_attempt_ms,
+            ..self
+        }
+    }
+}
+
 /// What the guarded run came to.
+///
+/// Variants may be added: a match outside this crate needs a wildcard arm, which must never
+/// acknowledge (retry what you cannot name).
 #[derive(Debug)]
+#[non_exhaustive]
 pub enum Guarded<T, E> {
     /// Done now and recorded.
     Performed(T),
@@ -396,6 +462,53 @@ mod tests {
     use std::sync::Mutex;
     use std::sync::atomic::{AtomicUsize, Ordering};
     use std::time::Duration;
+
+    /// The constructors users build with (the fields are not theirs to write): each sets what it
+    /// names and leaves the rest as `new` has it, which trusts nothing.
+    #[test]
+    fn policies_and_claims_are_built_as_named() {
+        let lease = LeasePolicy {
+            lease_ms: 30_000,
+            margin_ms: 2_000,
+        };
+        let policy = GuardPolicy::new(lease);
+        assert_eq!(
+            (
+                policy.lease,
+                policy.key_window_ms,
+                policy.key_window_margin_ms
+            ),
+            (lease, 0, 0)
+        );
+        assert!(!policy.durable_look_up);
+        // No window: nothing is ever safely inside it.
+        assert!(!policy.inside_key_window(T0, T0));
+        let windowed = policy.with_key_window(600_000, 60_000);
+        assert_eq!(
+            (windowed.key_window_ms, windowed.key_window_margin_ms),
+            (600_000, 60_000)
+        );
+        assert!(windowed.inside_key_window(T0, T0 + 539_999));
+        assert!(!windowed.inside_key_window(T0, T0 + 540_000));
+        assert!(windowed.with_durable_look_up(true).durable_look_up);
+        assert_eq!(windowed.with_durable_look_up(true).key_window_ms, 600_000);
+
+        let fingerprint = Fingerprint(7);
+        let claim = Claim::new("o-1", fingerprint, "m-1", T0);
+        assert_eq!(
+            (
+                claim.key,
+                claim.fingerprint,
+                claim.message_id,
+                claim.deadline_ms
+            ),
+            ("o-1", fingerprint, "m-1", T0)
+        );
+        assert_eq!(claim.earlier_attempt_ms, None);
+        let redriven = claim.with_earlier_attempt_ms(Some(T0 - 1));
+        assert_eq!(redriven.earlier_attempt_ms, Some(T0 - 1));
+        assert_eq!((redriven.key, redriven.deadline_ms), ("o-1", T0));
+    }
 
     const T0: u64 = 1_767_225_600_000;
     const POLICY: GuardPolicy = GuardPolicy {

@@ -51,19 +51,10 @@
 //! # tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(async {
 //! let store = MemoryStore::new(Duration::from_secs(86_400));
 //! let clock = ManualClock::at(1_767_225_600_000);
-//! let policy = GuardPolicy {
-//!     lease: LeasePolicy { lease_ms: 60_000, margin_ms: 5_000 },
-//!     key_window_ms: 86_400_000,
-//!     key_window_margin_ms: 60_000,
-//!     durable_look_up: false,
-//! };
-//! let claim = Claim {
-//!     key: "u-1",
-//!     fingerprint: Fingerprint::of(&[b"u-1", b"welcome"]),
-//!     message_id: "m-1",
-//!     deadline_ms: 1_767_225_660_000,
-//!     earlier_attempt_ms: None,
-//! };
+//! let policy = GuardPolicy::new(LeasePolicy { lease_ms: 60_000, margin_ms: 5_000 })
+//!     .with_key_window(86_400_000, 60_000);
+//! let fingerprint = Fingerprint::of(&[b"u-1", b"welcome"]);
+//! let claim = Claim::new("u-1", fingerprint, "m-1", 1_767_225_660_000);
 //! let first = guard::run(&store, &clock, &policy, &claim, &Welcome { user_id: "u-1" }).await;
 //! assert!(matches!(first.outcome, Guarded::Performed(())));
 //! let again = guard::run(&store, &clock, &policy, &claim, &Welcome { user_id: "u-1" }).await;
@@ -71,7 +62,13 @@
 //! # });
 //! ```
 
+#![cfg_attr(docsrs, feature(doc_cfg))]
 #![warn(missing_docs)]
+
+// The README's example is a doctest too, so the crate's front page cannot drift from its API.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeDoctests;
 
 #[cfg(feature = "dynamodb")]
 pub mod dynamodb;
@@ -86,6 +83,8 @@ use std::future::Future;
 #[cfg(feature = "dynamodb")]
 pub use dynamodb::DynamoDbStore;
 pub use memory::MemoryStore;
+// What the API takes from lambda-kit, so a user adds this crate alone.
+pub use lambda_kit::{Clock, Env, EnvError, ManualClock, SystemClock};
 
 /// A fingerprint of the payload a key was claimed for, to tell a duplicate from a conflict.
 ///
@@ -478,8 +477,10 @@ pub fn lease_end(now_ms: u64, lease_ms: u64, deadline_ms: u64, margin_ms: u64) -
         .min(deadline_ms.saturating_add(margin_ms))
 }
 
-/// A store failure. Every one of them means RETRY for the record.
+/// A store failure. Every one of them means RETRY for the record, and so does any variant added
+/// later (a match outside this crate needs a wildcard arm).
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum StoreError {
     /// The holder's condition failed on complete or release: the lease was taken over (or the
     /// item is gone). The new holder's item is left untouched.

@@ -26,6 +26,11 @@
 
 #![warn(missing_docs)]
 
+// The README's example is a doctest too, so the crate's front page cannot drift from its API.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeDoctests;
+
 pub mod clock;
 pub mod env;
 pub mod mutation;

@@ -697,13 +697,13 @@ async fn poll(index: usize, d: Rc<Deployment>) {
         }
         let messages: Vec<Message<'_>> = received
             .iter()
-            .map(|m| Message {
-                receive_count: Some(m.receive_count),
-                first_receive_ms: m.first_receive_ms,
-                group_id: m.group.as_deref(),
-                receipt_handle: Some(&m.receipt),
-                attributes: MessageAttributes::Raw(&m.event_attributes),
-                ..Message::new(&m.id, &m.body)
+            .map(|m| {
+                Message::new(&m.id, &m.body)
+                    .with_receive_count(Some(m.receive_count))
+                    .with_first_receive_ms(m.first_receive_ms)
+                    .with_group_id(m.group.as_deref())
+                    .with_receipt_handle(Some(&m.receipt))
+                    .with_attributes(MessageAttributes::Raw(&m.event_attributes))
             })
             .collect();
         let batch = Batch {

@@ -8,7 +8,10 @@
 //! - `STORE`: `memory` (the default) or `dynamodb`, the shipped DynamoDB store through the AWS
 //!   SDK on dynoxide's engine in the process;
 //! - `PROVIDER`: how the simulated provider words its answers: `draft` (the default), `stripe`,
-//!   `adyen`, `bare`, or `mixed` (the four in turn by seed).
+//!   `adyen`, `bare`, or `mixed` (the four in turn by seed);
+//! - `JOBS`: seeds run at once, each on a thread of its own (default: the machine's cores). A
+//!   seed is deterministic on any thread, so the table is the same for any `JOBS`; only the
+//!   order of the progress lines changes.
 //!
 //! A run that breaks an invariant prints the command that replays it and the story of the
 //! order it broke on; the exit status is then 1.
@@ -77,6 +80,11 @@ fn main() {
         );
         std::process::exit(2);
     }
+    let jobs = var(
+        "JOBS",
+        std::thread::available_parallelism().map_or(1, |n| n.get() as u64),
+    )
+    .clamp(1, seeds);
     let started = Instant::now();
     let (mut total, mut messages, mut invocations, mut sim_ms) = (0, 0, 0, 0u64);
     let (mut charged, mut declined, mut redriven) = (0, 0, 0);
@@ -84,46 +92,69 @@ fn main() {
     let mut decisions = std::collections::BTreeMap::<&str, usize>::new();
     let mut faults = Faults::default();
     let mut broken = Vec::new();
-    for seed in first_seed..first_seed + seeds {
-        let Some(settings) = SimSettings::profile(&profile, seed, per_seed) else {
-            continue;
-        };
-        let settings = SimSettings {
+    let settings_of = |seed: u64| {
+        SimSettings::profile(&profile, seed, per_seed).map(|settings| SimSettings {
             mutation,
             store,
             provider: dialect(seed).unwrap_or_default(),
             ..settings
-        };
-        let report = run(&settings);
-        total += report.orders;
-        messages += report.messages;
-        invocations += report.invocations;
-        sim_ms += report.sim_ms;
-        charged += report.charged_once;
-        declined += report.declined;
-        redriven += report.redriven;
+        })
+    };
+    // Workers take the next seed as they free up; each seed's run owns its runtime, its random
+    // source and its mutation switch (all per thread), so where it runs changes nothing in it.
+    let next = std::sync::atomic::AtomicU64::new(first_seed);
+    let (done, reports) = std::sync::mpsc::channel();
+    std::thread::scope(|scope| {
+        for _ in 0..jobs {
+            let done = done.clone();
+            let (next, settings_of) = (&next, &settings_of);
+            scope.spawn(move || {
+                loop {
+                    let seed = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    if seed >= first_seed + seeds {
+                        break;
+                    }
+                    if let Some(settings) = settings_of(seed) {
+                        let report = run(&settings);
+                        if done.send((seed, settings, report)).is_err() {
+                            break;
+                        }
+                    }
+                }
+            });
+        }
+        drop(done);
+        // Summed as they arrive (sums do not depend on the order); progress as each ends.
+        for (seed, settings, report) in reports {
+            total += report.orders;
+            messages += report.messages;
+            invocations += report.invocations;
+            sim_ms += report.sim_ms;
+            charged += report.charged_once;
+            declined += report.declined;
+            redriven += report.redriven;
 
-        for (reason, count) in &report.dlq_reasons {
-            *dlq.entry(reason.clone()).or_default() += count;
-        }
-        faults.add(&report.faults);
-        for (reason, count) in &report.decisions {
-            *decisions.entry(reason).or_default() += count;
-        }
-        eprintln!(
-            "seed {seed} ({:?}): {} orders, {} invocations, {} violations, {} mutation hits, outage {:?}, most receives {}, digest {:016x}, {:.0} s so far",
-            settings.queue,
-            report.orders,
-            report.invocations,
-            report.violations.len(),
-            report.mutation_hits,
-            report.windows[0],
-            report.max_receives,
-            report.digest,
-            started.elapsed().as_secs_f64()
-        );
-        if let Some(first) = report.violations.first() {
-            broken.push(format!(
+            for (reason, count) in &report.dlq_reasons {
+                *dlq.entry(reason.clone()).or_default() += count;
+            }
+            faults.add(&report.faults);
+            for (reason, count) in &report.decisions {
+                *decisions.entry(reason).or_default() += count;
+            }
+            eprintln!(
+                "seed {seed} ({:?}): {} orders, {} invocations, {} violations, {} mutation hits, outage {:?}, most receives {}, digest {:016x}, {:.0} s so far",
+                settings.queue,
+                report.orders,
+                report.invocations,
+                report.violations.len(),
+                report.mutation_hits,
+                report.windows[0],
+                report.max_receives,
+                report.digest,
+                started.elapsed().as_secs_f64()
+            );
+            if let Some(first) = report.violations.first() {
+                broken.push((seed, format!(
                 "seed {seed}: {} violations; the first: {} on {}: {}\nreplay: {}\nwhat happened to {}:\n{}",
                 report.violations.len(),
                 first.rule,
@@ -132,13 +163,15 @@ fn main() {
                 settings.replay_command(&profile),
                 first.order_id,
                 report.story
-            ));
+            )));
+            }
         }
-    }
+    });
+    broken.sort_by_key(|(seed, _)| *seed);
     let wall = started.elapsed().as_secs_f64();
     println!("| measure | value |");
     println!("|---|---|");
-    println!("| seeds ({profile}) | {seeds} |");
+    println!("| seeds ({profile}) | {seeds} ({jobs} at a time) |");
     if let Some(m) = mutation {
         println!("| mutation | {m} |");
     }
@@ -168,7 +201,7 @@ fn main() {
     );
     println!("| seeds that broke an invariant | {} |", broken.len());
     if !broken.is_empty() {
-        for text in &broken {
+        for (_, text) in &broken {
             eprintln!("\n{text}");
         }
         std::process::exit(1);

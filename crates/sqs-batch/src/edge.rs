@@ -74,7 +74,11 @@ impl SqsMessageExt for SqsMessage {
 }
 
 /// One record, as the processor and the handlers see it.
+///
+/// Fields will be added as SQS adds attributes worth reading; build one with [`Message::new`]
+/// and the `with_` methods.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct Message<'a> {
     /// The SQS message id: what `batchItemFailures` reports.
     pub message_id: &'a str,
@@ -108,6 +112,56 @@ impl<'a> Message<'a> {
             trace_header: None,
             attributes: MessageAttributes::None,
         }
+    }
+
+    /// The same record with another body (a claim check's loaded payload, for example).
+    pub fn with_body(&self, body: &'a str) -> Self {
+        Self {
+            body,
+            ..self.clone()
+        }
+    }
+
+    /// With its `ApproximateReceiveCount`.
+    pub fn with_receive_count(self, receive_count: Option<u32>) -> Self {
+        Self {
+            receive_count,
+            ..self
+        }
+    }
+
+    /// With its `MessageGroupId`.
+    pub fn with_group_id(self, group_id: Option<&'a str>) -> Self {
+        Self { group_id, ..self }
+    }
+
+    /// With its `ApproximateFirstReceiveTimestamp`, epoch ms.
+    pub fn with_first_receive_ms(self, first_receive_ms: Option<u64>) -> Self {
+        Self {
+            first_receive_ms,
+            ..self
+        }
+    }
+
+    /// With its receipt handle.
+    pub fn with_receipt_handle(self, receipt_handle: Option<&'a str>) -> Self {
+        Self {
+            receipt_handle,
+            ..self
+        }
+    }
+
+    /// With its `AWSTraceHeader`.
+    pub fn with_trace_header(self, trace_header: Option<&'a str>) -> Self {
+        Self {
+            trace_header,
+            ..self
+        }
+    }
+
+    /// With its message attributes.
+    pub fn with_attributes(self, attributes: MessageAttributes<'a>) -> Self {
+        Self { attributes, ..self }
     }
 }
 
@@ -509,6 +563,43 @@ pub fn check_response(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The builders users build records with (the fields are not theirs to write): each sets
+    /// what it names and nothing else; `with_body` keeps every other field.
+    #[test]
+    fn messages_are_built_as_named() {
+        let raw = RawValue::from_string("{}".to_owned()).expect("raw JSON");
+        let message = Message::new("m1", "body")
+            .with_receive_count(Some(3))
+            .with_group_id(Some("g"))
+            .with_first_receive_ms(Some(9))
+            .with_receipt_handle(Some("r"))
+            .with_trace_header(Some("Root=1"))
+            .with_attributes(MessageAttributes::Raw(&raw));
+        assert_eq!(
+            (message.message_id, message.body, message.receive_count),
+            ("m1", "body", Some(3))
+        );
+        assert_eq!(
+            (
+                message.group_id,
+                message.first_receive_ms,
+                message.receipt_handle
+            ),
+            (Some("g"), Some(9), Some("r"))
+        );
+        assert_eq!(message.trace_header, Some("Root=1"));
+        assert!(matches!(message.attributes, MessageAttributes::Raw(_)));
+        let loaded = message.with_body("payload");
+        assert_eq!(loaded.body, "payload");
+        assert_eq!(
+            Message {
+                body: "body",
+                ..loaded
+            },
+            message
+        );
+    }
 
     fn event(records: serde_json::Value) -> SqsEvent {
         serde_json::from_value(serde_json::json!({ "Records": records })).expect("test event")

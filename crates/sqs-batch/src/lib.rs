@@ -66,7 +66,13 @@
 //! # });
 //! ```
 
+#![cfg_attr(docsrs, feature(doc_cfg))]
 #![warn(missing_docs)]
+
+// The README's example is a doctest too, so the crate's front page cannot drift from its API.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeDoctests;
 
 pub mod backoff;
 pub mod dead_letter;
@@ -79,20 +85,20 @@ pub mod testkit;
 pub mod visibility;
 
 pub use aws_lambda_events::sqs::{SqsBatchResponse, SqsEvent};
+// What the API takes from lambda-kit, so a user adds this crate alone.
 pub use backoff::{BackoffPolicy, RedriveCheck};
 pub use dead_letter::DeadLetters;
 pub use edge::{
     Batch, EventError, EventView, Message, MessageAttributes, QueueKind, ResponseError,
     SqsMessageExt, check_response, parse_event, response,
 };
+pub use lambda_kit::{Clock, Env, EnvError, ManualClock, SystemClock};
 pub use processor::{
     BatchOptions, BatchProcessor, BatchReport, Counts, FifoScope, Outcome, RecordContext,
     RecordHandler, RecordStatus, Verdict,
 };
 
 use std::time::Duration;
-
-use lambda_kit::Clock;
 
 /// The variables this crate's components read, with their defaults, for a function's
 /// configuration table: [`BatchOptions::from_env`] and [`BackoffPolicy::from_env`].

@@ -29,7 +29,11 @@ use lambda_kit::{Clock, Env, EnvError};
 use crate::edge::{Message, QueueKind};
 
 /// What should become of a record.
+///
+/// A match on it outside this crate needs a wildcard arm; treat an outcome you do not know as
+/// [`Outcome::Retry`] (never delete what you cannot name).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub enum Outcome {
     /// Done, or a duplicate of finished work: delete the message.
     Ack,
@@ -51,7 +55,11 @@ impl Outcome {
 }
 
 /// A handler's answer for one record: the outcome, and what the log needs to explain it.
+///
+/// Built with [`Verdict::ack`], [`Verdict::retry`] or [`Verdict::poison`] and the `with_`
+/// methods; fields may be added.
 #[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
 pub struct Verdict {
     /// What becomes of the record.
     pub outcome: Outcome,
@@ -117,9 +125,18 @@ impl Verdict {
 
 /// What the handler gets besides the record.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct RecordContext {
     /// The invocation's deadline, epoch ms.
     pub deadline_ms: u64,
+}
+
+impl RecordContext {
+    /// The context of a record whose invocation ends at `deadline_ms` (epoch ms). Fields will be
+    /// added (the invocation's request id, the function's ARN); this stays the way to build one.
+    pub fn new(deadline_ms: u64) -> Self {
+        Self { deadline_ms }
+    }
 }
 
 /// Anything that turns one record into a [`Verdict`].
@@ -152,7 +169,11 @@ pub enum FifoScope {
 }
 
 /// How the processor runs a batch.
+///
+/// [`BatchOptions::default`] or [`BatchOptions::from_env`], then the `with_` methods; fields may
+/// be added.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct BatchOptions {
     /// Records (or FIFO groups in group scope) in flight at once.
     pub max_concurrency: NonZeroUsize,
@@ -207,6 +228,45 @@ impl Default for BatchOptions {
             deadline_margin_ms: 5_000,
             abandoned_hold_ms: 5_000,
             give_up_at_receive: None,
+        }
+    }
+}
+
+impl BatchOptions {
+    /// With at most `max_concurrency` records (or FIFO groups in group scope) in flight.
+    pub fn with_max_concurrency(self, max_concurrency: NonZeroUsize) -> Self {
+        Self {
+            max_concurrency,
+            ..self
+        }
+    }
+
+    /// With this FIFO scope.
+    pub fn with_fifo_scope(self, fifo_scope: FifoScope) -> Self {
+        Self { fifo_scope, ..self }
+    }
+
+    /// With this deadline margin, ms.
+    pub fn with_deadline_margin_ms(self, deadline_margin_ms: u64) -> Self {
+        Self {
+            deadline_margin_ms,
+            ..self
+        }
+    }
+
+    /// With this hold past the deadline for an abandoned record, ms.
+    pub fn with_abandoned_hold_ms(self, abandoned_hold_ms: u64) -> Self {
+        Self {
+            abandoned_hold_ms,
+            ..self
+        }
+    }
+
+    /// Giving up a RETRY at this receive (`None`: never).
+    pub fn with_give_up_at_receive(self, give_up_at_receive: Option<u32>) -> Self {
+        Self {
+            give_up_at_receive,
+            ..self
         }
     }
 }
@@ -714,6 +774,53 @@ mod tests {
     use super::*;
     use lambda_kit::ManualClock;
     use std::sync::Mutex;
+
+    /// The options users build with (the fields are not theirs to write): each `with_` sets
+    /// what it names and nothing else.
+    #[test]
+    fn options_are_built_as_named() {
+        let base = BatchOptions::default();
+        let two = NonZeroUsize::new(2).expect("two");
+        let built = base
+            .with_max_concurrency(two)
+            .with_fifo_scope(FifoScope::Group)
+            .with_deadline_margin_ms(7)
+            .with_abandoned_hold_ms(11)
+            .with_give_up_at_receive(Some(4));
+        assert_eq!(
+            built,
+            BatchOptions {
+                max_concurrency: two,
+                fifo_scope: FifoScope::Group,
+                deadline_margin_ms: 7,
+                abandoned_hold_ms: 11,
+                give_up_at_receive: Some(4),
+            }
+        );
+        // One at a time, the rest untouched.
+        assert_eq!(
+            base.with_fifo_scope(FifoScope::Group),
+            BatchOptions {
+                fifo_scope: FifoScope::Group,
+                ..base
+            }
+        );
+        assert_eq!(
+            base.with_deadline_margin_ms(7),
+            BatchOptions {
+                deadline_margin_ms: 7,
+                ..base
+            }
+        );
+        assert_eq!(
+            base.with_abandoned_hold_ms(11),
+            BatchOptions {
+                abandoned_hold_ms: 11,
+                ..base
+            }
+        );
+        assert_eq!(RecordContext::new(42).deadline_ms, 42);
+    }
 
     /// Decides by body: "ack", "retry", "poison", "panic", "slow:<ms>" (advances the clock, acks),
     /// "sleep:<ms>" (waits on Tokio's timer, acks).

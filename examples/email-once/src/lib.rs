@@ -224,13 +224,13 @@ impl<S: IdempotencyStore, M: Mailer, C: Clock> RecordHandler for WelcomeEmails<S
         let Some(welcome) = Welcome::decode(message.body) else {
             return Verdict::poison("invalid_body");
         };
-        let claim = Claim {
-            key: &welcome.user_id,
-            fingerprint: welcome.fingerprint(),
-            message_id: message.message_id,
-            deadline_ms: context.deadline_ms,
-            earlier_attempt_ms: sqs_batch::dead_letter::earlier_attempt_ms(message),
-        };
+        let claim = Claim::new(
+            &welcome.user_id,
+            welcome.fingerprint(),
+            message.message_id,
+            context.deadline_ms,
+        )
+        .with_earlier_attempt_ms(sqs_batch::dead_letter::earlier_attempt_ms(message));
         let work = SendWelcome {
             mailer: &self.mailer,
             welcome: &welcome,
@@ -262,6 +262,8 @@ impl<S: IdempotencyStore, M: Mailer, C: Clock> RecordHandler for WelcomeEmails<S
                 Verdict::retry("store_unavailable").with_detail(lambda_kit::error_chain(&error))
             }
             Guarded::LeaseLost => Verdict::retry("lease_lost"),
+            // An outcome a later release of the guard adds: never acknowledged unnamed.
+            _ => Verdict::retry("unknown_outcome"),
         };
         verdict.correlation_id = run.lease.map(|token| token.to_string());
         verdict.with_key(welcome.user_id)
@@ -297,13 +299,8 @@ impl Settings {
 
     /// The guard's policy.
     pub fn guard(&self) -> GuardPolicy {
-        GuardPolicy {
-            lease: self.lease,
-            key_window_ms: self.key_window_ms,
-            // A send's time to reach the provider, and clocks that disagree.
-            key_window_margin_ms: 60_000,
-            durable_look_up: false,
-        }
+        // The margin: a send's time to reach the provider, and clocks that disagree.
+        GuardPolicy::new(self.lease).with_key_window(self.key_window_ms, 60_000)
     }
 }
 

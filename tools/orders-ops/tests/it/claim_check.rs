@@ -164,10 +164,8 @@ async fn outcome(app: &TestApp, pointer_kind: &str, body: &str) -> (Outcome, Str
         .to_string(),
     )
     .expect("raw JSON");
-    let message = Message {
-        attributes: sqs_batch::edge::MessageAttributes::Raw(&attributes),
-        ..Message::new("m1", body)
-    };
+    let message = Message::new("m1", body)
+        .with_attributes(sqs_batch::edge::MessageAttributes::Raw(&attributes));
     let batch = sqs_batch::edge::Batch {
         messages: vec![message],
         kind: sqs_batch::edge::QueueKind::Standard,
