@@ -1049,7 +1049,10 @@ mod tests {
     fn a_records_calls_are_bounded_as_the_key_is_kept() {
         let secret_ms = SECRETS_SDK.operation_timeout.as_millis() as u64;
         assert_eq!(secret_ms, 2_000);
-        let fixed = settings(KeySetting::Value(crate::payment::key::Secret::new("sk")), 300);
+        let fixed = settings(
+            KeySetting::Value(crate::payment::key::Secret::new("sk")),
+            300,
+        );
         assert_eq!(fixed.charge_reach_ms(), 300);
         assert_eq!(fixed.longest_calls_ms(), 600);
         assert_eq!(settings(KeySetting::None, 300).charge_reach_ms(), 300);
