@@ -57,6 +57,19 @@ pub(super) fn app_with(
     )
 }
 
+/// Messages `m{i}` carrying orders `o-{i}` of 10.00, for each `i`: the ids, then the specs
+/// [`event`] takes (borrowing the ids).
+pub(super) fn numbered(ids: impl Iterator<Item = usize>) -> Vec<(String, String)> {
+    ids.map(|i| (format!("m{i}"), format!("o-{i}"))).collect()
+}
+
+pub(super) fn specs(orders: &[(String, String)]) -> Vec<(&str, &str, f64)> {
+    orders
+        .iter()
+        .map(|(m, o)| (m.as_str(), o.as_str(), 10.0))
+        .collect()
+}
+
 pub(super) fn event(orders: &[(&str, &str, f64)], receive_count: u32) -> String {
     let records: Vec<_> = orders
         .iter()
@@ -247,13 +260,8 @@ async fn a_rotated_api_key_retries_with_backoff_and_sends_nothing_to_the_dlq() {
     let app = app(&stub, &clock, Some("sk_old"))
         .with_metrics_sink(MetricsSink::Memory(Arc::clone(&docs)));
     const RECORDS: usize = 40;
-    let orders: Vec<(String, String)> = (0..RECORDS)
-        .map(|i| (format!("m{i}"), format!("o-{i}")))
-        .collect();
-    let specs: Vec<(&str, &str, f64)> = orders
-        .iter()
-        .map(|(m, o)| (m.as_str(), o.as_str(), 10.0))
-        .collect();
+    let orders = numbered(0..RECORDS);
+    let specs = specs(&orders);
 
     let mut least_wait_s = 0;
     for receive in 1..=max_receive_count {

@@ -11,7 +11,7 @@ use process_orders::testkit::payment_stub::{Behaviour, LookupDialect, PaymentStu
 use serde_json::json;
 use sqs_batch::processor::{Outcome, RecordStatus};
 
-use super::exactly_once::{DAY_MS, T0, app, app_with, event, invoke, outcome};
+use super::exactly_once::{DAY_MS, T0, app, app_with, event, invoke, numbered, outcome, specs};
 
 /// An event of raw bodies, so amounts reach the function as written (never through a float).
 fn raw_event(bodies: &[(&str, &str)]) -> String {
@@ -314,13 +314,8 @@ async fn refusals_of_single_orders_do_not_open_the_breaker() {
         stub.set(bad, Behaviour::Status(400));
     }
     let app = app_with(&stub, &clock, None, config(&[("MAX_CONCURRENCY", "1")]));
-    let orders: Vec<(String, String)> = (1..=6)
-        .map(|i| (format!("m{i}"), format!("o-{i}")))
-        .collect();
-    let specs: Vec<(&str, &str, f64)> = orders
-        .iter()
-        .map(|(m, o)| (m.as_str(), o.as_str(), 10.0))
-        .collect();
+    let orders = numbered(1..=6);
+    let specs = specs(&orders);
 
     let (failed, statuses) = invoke(&app, &event(&specs, 1)).await;
     assert_eq!(failed, ["m1", "m2", "m3", "m4"], "{statuses:?}");
@@ -578,13 +573,8 @@ async fn a_configuration_error_waits_for_a_person_before_its_retry() {
     let stub = PaymentStub::start_with_clock(Arc::new(clock.clone())).await;
     stub.require_api_key(Some("sk_live"));
     let app = app(&stub, &clock, Some("sk_rotated_away"));
-    let orders: Vec<(String, String)> = (0..24)
-        .map(|i| (format!("m{i}"), format!("o-{i}")))
-        .collect();
-    let specs: Vec<(&str, &str, f64)> = orders
-        .iter()
-        .map(|(m, o)| (m.as_str(), o.as_str(), 10.0))
-        .collect();
+    let orders = numbered(0..24);
+    let specs = specs(&orders);
     let (failed, statuses) = invoke(&app, &event(&specs, 1)).await;
     assert_eq!(failed.len(), specs.len());
     let mut reasons = std::collections::BTreeSet::new();
