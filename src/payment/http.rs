@@ -1561,6 +1561,151 @@ mod tests {
         }
     }
 
+    /// A gateway reads an answer with the deployment's retryable codes and the key it sent,
+    /// without the scheme, as a gateway would echo it.
+    #[tokio::test]
+    async fn a_gateway_reads_with_its_retryable_codes_and_the_key_it_sent() {
+        let mut with_retryable = settings(
+            KeySetting::Value(crate::payment::Secret::new("sk_live_1")),
+            300,
+        );
+        with_retryable.retryable_failures = RetryableFailures::of(&["processing_error"]);
+        let gateway = HttpGateway::new(&with_retryable).expect("gateway");
+        let sent = gateway.key().current().await.expect("key").expect("a key");
+        assert_eq!(secret_of(Some(&sent)), Some("sk_live_1"));
+        assert_eq!(secret_of(None), None);
+        let reading = gateway.reading(Some(&sent.header));
+        assert_eq!(reading.secret, Some("sk_live_1"));
+        assert!(reading.retryable.contains("processing_error"));
+        assert_eq!(gateway.reading(None).secret, None);
+    }
+
+    /// Each place an answer can name a decline is enough alone; without one, none is named.
+    #[test]
+    fn a_decline_named_anywhere_is_a_decline() {
+        let names = |body: &str| {
+            let json = provider_json(Some(body)).expect("json");
+            names_decline(&json)
+        };
+        for body in [
+            r#"{"decline_code":"generic"}"#,
+            r#"{"error":{"decline_code":"generic"}}"#,
+            r#"{"last_payment_error":{"decline_code":"generic"}}"#,
+            r#"{"outcome":{"type":"issuer_declined"}}"#,
+            r#"{"outcome":{"type":"blocked"}}"#,
+            r#"{"last_payment_error":{"type":"card_declined_now"}}"#,
+            r#"{"last_payment_error":{"code":"expired_card"}}"#,
+            r#"{"refusalReasonCode":"stolen_card"}"#,
+            r#"{"type":"card_error"}"#,
+            r#"{"error":{"code":"card_declined"}}"#,
+        ] {
+            assert!(names(body), "{body}");
+        }
+        for body in [
+            r#"{"decline_code":null,"outcome":{"type":"authorized"}}"#,
+            r#"{"failure_code":"processing_error","last_payment_error":null}"#,
+            r#"{"status":"failed"}"#,
+        ] {
+            assert!(!names(body), "{body}");
+        }
+    }
+
+    /// Adyen's answers in each of its result codes, and a numeric refusal reason read as text.
+    #[test]
+    fn adyen_result_codes_have_their_states() {
+        let read = |body: &str| read_charge(&provider_json(Some(body)).expect("json"));
+        assert_eq!(
+            read(r#"{"resultCode":"Authorised"}"#),
+            Some(ChargeState::Succeeded)
+        );
+        assert_eq!(
+            read(r#"{"resultCode":"Received"}"#),
+            Some(ChargeState::Pending)
+        );
+        for (body, decline) in [
+            (r#"{"resultCode":"Refused","refusalReasonCode":14}"#, true),
+            (
+                r#"{"resultCode":"Cancelled","refusalReasonCode":14}"#,
+                false,
+            ),
+            (r#"{"resultCode":"Error","refusalReasonCode":14}"#, false),
+        ] {
+            assert_eq!(
+                read(body),
+                Some(ChargeState::Failed {
+                    code: Some("14".to_owned()),
+                    decline
+                }),
+                "{body}"
+            );
+        }
+        assert_eq!(read(r#"{"resultCode":"RedirectShopper"}"#), None);
+    }
+
+    /// A 400 or 422 is read as a charge's state only in Adyen's shape (`resultCode`): the
+    /// draft's or Stripe's `status` in a refusal is a wrong request, even with a retryable code.
+    #[test]
+    fn only_adyen_refusals_are_read_as_a_charges_state() {
+        let retryable = RetryableFailures::of(&["processing_error"]);
+        let reading = Reading {
+            retryable: &retryable,
+            secret: None,
+        };
+        let answer = |body: &str| classify(status(422), None, Some(body), reading);
+        assert!(matches!(
+            answer(r#"{"status":"failed","code":"processing_error"}"#),
+            Err(PaymentError::Refused { .. })
+        ));
+        assert!(matches!(
+            answer(r#"{"resultCode":"Error","refusalReasonCode":"processing_error"}"#),
+            Err(PaymentError::Failed { .. })
+        ));
+    }
+
+    /// A look-up's failure with a code nobody listed as retryable is final.
+    #[test]
+    fn a_looked_up_failure_not_listed_is_final() {
+        let ten = Money::parse("10", crate::money::Currency::EUR).expect("amount");
+        let retryable = RetryableFailures::of(&["processing_error"]);
+        let reading = Reading {
+            retryable: &retryable,
+            secret: None,
+        };
+        let lookup = |body: &str| classify_lookup(status(200), ten, Some(body), reading);
+        assert!(matches!(
+            lookup(r#"{"status":"failed","failure_code":"issuer_unavailable"}"#),
+            Ok(ChargeStatus::Declined)
+        ));
+        assert!(matches!(
+            lookup(r#"{"status":"failed","failure_code":"processing_error"}"#),
+            Ok(ChargeStatus::Failed)
+        ));
+    }
+
+    /// The provider's code is added to the reason once, and only when it is short.
+    #[test]
+    fn the_code_is_added_to_the_reason_once_and_short() {
+        let reason = |body: &str| short_reason(status(400), Some(body), None);
+        assert_eq!(
+            reason(r#"{"code":"card_declined","message":"card_declined: no"}"#),
+            "card_declined: no"
+        );
+        assert_eq!(
+            reason(r#"{"code":"card_declined","message":"no"}"#),
+            "no (card_declined)"
+        );
+        let long = "c".repeat(65);
+        assert_eq!(
+            reason(&format!(r#"{{"code":"{long}","message":"no"}}"#)),
+            "no"
+        );
+        let longest = "c".repeat(64);
+        assert_eq!(
+            reason(&format!(r#"{{"code":"{longest}","message":"no"}}"#)),
+            format!("no ({longest})")
+        );
+    }
+
     #[test]
     fn secrets_do_not_show_in_debug_output() {
         let settings = HttpSettings {
