@@ -2,68 +2,16 @@
 //! chosen once at start-up ([`AnyStore`]), and every call to it timed for the metrics
 //! (`Timed`).
 
-use idempotency::{
-    Begin, ClaimRequest, DynamoDbStore, IdempotencyStore, Lease, MemoryStore, StoreError,
-};
+use idempotency::{Begin, ClaimRequest, IdempotencyStore, Lease, StoreError};
 
 use tracing::Instrument;
 
 use crate::metrics::Latency;
 
-/// Every store this build can run with, chosen at start-up.
-#[derive(Debug)]
-pub enum AnyStore {
-    /// One process only: local runs.
-    Memory(MemoryStore),
-    /// The deployed store.
-    DynamoDb(DynamoDbStore),
-}
-
-impl IdempotencyStore for AnyStore {
-    async fn begin(&self, request: &ClaimRequest<'_>) -> Result<Begin, StoreError> {
-        match self {
-            Self::Memory(s) => s.begin(request).await,
-            // Boxed: the SDK's futures are kilobytes, and an enum's future is as large as its
-            // largest arm, so every record's future (moved into the batch's queue) would be too.
-            // One allocation per network call is nothing next to the call.
-            Self::DynamoDb(s) => Box::pin(s.begin(request)).await,
-        }
-    }
-
-    async fn complete(&self, key: &str, lease: &Lease, now_ms: u64) -> Result<(), StoreError> {
-        match self {
-            Self::Memory(s) => s.complete(key, lease, now_ms).await,
-            Self::DynamoDb(s) => Box::pin(s.complete(key, lease, now_ms)).await,
-        }
-    }
-
-    async fn mark_attempted(&self, key: &str, lease: &Lease, at_ms: u64) -> Result<(), StoreError> {
-        match self {
-            Self::Memory(s) => s.mark_attempted(key, lease, at_ms).await,
-            Self::DynamoDb(s) => Box::pin(s.mark_attempted(key, lease, at_ms)).await,
-        }
-    }
-
-    async fn release(&self, key: &str, lease: &Lease) -> Result<(), StoreError> {
-        match self {
-            Self::Memory(s) => s.release(key, lease).await,
-            Self::DynamoDb(s) => Box::pin(s.release(key, lease)).await,
-        }
-    }
-
-    async fn reject(
-        &self,
-        key: &str,
-        lease: &Lease,
-        now_ms: u64,
-        reason: &str,
-    ) -> Result<(), StoreError> {
-        match self {
-            Self::Memory(s) => s.reject(key, lease, now_ms, reason).await,
-            Self::DynamoDb(s) => Box::pin(s.reject(key, lease, now_ms, reason)).await,
-        }
-    }
-}
+/// Every store this build can run with, chosen at start-up: the library's own enum, built here
+/// by the function's rules (its HTTP client, `PROCESS_ORDERS_LOCAL`) rather than by
+/// `ConfiguredStore::from_env`.
+pub type AnyStore = idempotency::ConfiguredStore;
 
 /// A store with every call timed, for the metrics' store latency.
 pub(crate) struct Timed<'a, S> {

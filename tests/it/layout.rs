@@ -54,7 +54,9 @@ fn the_root_holds_the_design_cards_entries() {
 fn layer(name: &str) -> usize {
     match name {
         "lambda-kit" => 0,
-        "sqs-batch" | "idempotency" => 1,
+        "sqs-batch" => 1,
+        // Its `sqs-batch` feature: the guard's outcome as a record's verdict.
+        "idempotency" => 2,
         "claim-check" => 2,
         "process-orders" | "email-once" => 3,
         "sqs-admin" => 4,

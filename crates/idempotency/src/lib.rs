@@ -71,18 +71,27 @@
 struct ReadmeDoctests;
 
 #[cfg(feature = "dynamodb")]
+mod configured;
+#[cfg(feature = "dynamodb")]
 pub mod dynamodb;
 pub mod guard;
 pub mod memory;
+pub mod once;
 #[cfg(feature = "testkit")]
 pub mod testkit;
+#[cfg(feature = "sqs-batch")]
+mod verdict;
 
 use std::fmt;
 use std::future::Future;
 
 #[cfg(feature = "dynamodb")]
+pub use configured::ConfiguredStore;
+#[cfg(feature = "dynamodb")]
 pub use dynamodb::DynamoDbStore;
+pub use guard::Guarded;
 pub use memory::MemoryStore;
+pub use once::{Once, once};
 // What the API takes from lambda-kit, so a user adds this crate alone.
 pub use lambda_kit::{Clock, Env, EnvError, ManualClock, SystemClock};
 
@@ -394,6 +403,16 @@ pub struct LeasePolicy {
     pub margin_ms: u64,
 }
 
+impl Default for LeasePolicy {
+    /// As [`LeasePolicy::from_env`] with nothing set: 300 s, 5 s past the deadline.
+    fn default() -> Self {
+        Self {
+            lease_ms: 300_000,
+            margin_ms: 5_000,
+        }
+    }
+}
+
 /// The least `IDEMPOTENCY_LEASE_MARGIN_MS` may be: below it a lease can end before its holder's
 /// last write.
 pub const MIN_LEASE_MARGIN_MS: u64 = 1_000;
@@ -493,6 +512,10 @@ pub enum StoreError {
     /// An item that does not have the shape this code writes.
     #[error("a stored item is malformed: {0}")]
     Malformed(String),
+    /// The payload has no JSON form to fingerprint ([`Fingerprint::of_json`]: a map whose keys
+    /// are not strings, say): nothing was claimed.
+    #[error("the payload cannot be fingerprinted: {0}")]
+    Payload(String),
 }
 
 /// A store of claims. Implementations must make `begin` atomic per key.

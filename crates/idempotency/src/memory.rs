@@ -24,6 +24,13 @@ pub struct MemoryStore {
     items: Mutex<HashMap<String, Item>>,
 }
 
+impl Default for MemoryStore {
+    /// Finished keys remembered for 18 days, as `IDEMPOTENCY_RETENTION_DAYS` does when unset.
+    fn default() -> Self {
+        Self::new(Duration::from_secs(18 * 86_400))
+    }
+}
+
 impl MemoryStore {
     /// A store that remembers finished keys for `retention`.
     pub fn new(retention: Duration) -> Self {

@@ -26,6 +26,8 @@
 //! | [`backoff`] | [`BackoffPolicy`] |
 //! | [`visibility`] | the visibility port and [`visibility::apply`]; its SQS adapter with feature `visibility` |
 //! | [`dead_letter`] | POISON moved to the dead-letter queue by the function; its SQS adapter with feature `dead-letter` |
+//! | [`typed`] | [`json`]: a handler from a closure over typed (serde) bodies, with its [`Record`] |
+//! | `lambda` | `lambda::run`: Lambda's loop around a handler, the deadline from the context (feature `lambda`) |
 //! | `testkit` | generated events (feature `testkit`) |
 //!
 //! ## Example
@@ -77,11 +79,14 @@ struct ReadmeDoctests;
 pub mod backoff;
 pub mod dead_letter;
 pub mod edge;
+#[cfg(feature = "lambda")]
+pub mod lambda;
 pub mod processor;
 #[cfg(any(feature = "visibility", feature = "dead-letter"))]
 mod sqs_entries;
 #[cfg(feature = "testkit")]
 pub mod testkit;
+pub mod typed;
 pub mod visibility;
 
 pub use aws_lambda_events::sqs::{SqsBatchResponse, SqsEvent};
@@ -97,6 +102,7 @@ pub use processor::{
     BatchOptions, BatchProcessor, BatchReport, Counts, FifoScope, Outcome, RecordContext,
     RecordHandler, RecordStatus, Verdict,
 };
+pub use typed::{Json, Record, json};
 
 use std::time::Duration;
 

@@ -2,20 +2,32 @@
 //!
 //! An example of the workspace's libraries used by another function: an SQS Lambda that sends
 //! one welcome email per user id, however often the message is delivered, with
-//! [`sqs_batch`] (the batch, the partial-failure response) and [`idempotency`] (the claim, the
-//! look-up after an ambiguous send, the record of what happened). Nothing here knows of orders.
+//! [`sqs_batch`] (the batch, the partial-failure response) and [`idempotency`] (the claim and
+//! the record of what happened). Nothing here knows of orders. It comes at two levels:
 //!
-//! A message body is `{"user_id": "u-1", "email": "ada@example.com"}`. For each record:
+//! - **The one screen** (`src/main.rs` and [`send_once`]): `sqs_batch::lambda::run`, a typed
+//!   handler (`sqs_batch::json`), `idempotency::once` and `Guarded::into_verdict`. A failed send
+//!   is retried; the provider's idempotency key keeps a resend from mailing twice while it
+//!   remembers the key. This is what most functions need.
+//! - **Full control** ([`WelcomeEmails`]): `idempotency::guard::run` with a
+//!   [`GuardedWork`](idempotency::guard::GuardedWork) that can ask the provider what became of a
+//!   send that timed out, a key window, and the refused address as POISON. For work whose effect
+//!   must never be doubled, at any age of the key.
+//!
+//! A message body is `{"user_id": "u-1", "email": "ada@example.com"}`. For each record, with
+//! [`WelcomeEmails`] ([`send_once`] has the same rows but the look-up's and the refusal's, which
+//! it retries as `failed`):
 //!
 //! | what happens | verdict | reason |
 //! |---|---|---|
-//! | first delivery, sent | ACK | `sent` |
+//! | first delivery, sent | ACK | `done` |
 //! | the same user again (same address) | ACK | `duplicate` |
 //! | the same user with another address | POISON | `key_conflict` |
 //! | body not of that shape | POISON | `invalid_body` |
 //! | the provider rejects the address | POISON | `rejected` |
 //! | another delivery holds the claim | RETRY (when its lease ends) | `busy` |
-//! | the provider is unreachable, or gives no answer | RETRY | `send_failed` |
+//! | the provider is unreachable, or gives no answer | RETRY | `failed` |
+//! | an earlier send went out, as the provider's look-up says | ACK | `done_before` |
 //! | an earlier send may have gone out, the provider cannot say, and its key window is over | RETRY | `needs_reconciliation` |
 //! | the store fails | RETRY | `store_unavailable` |
 //!
@@ -28,30 +40,31 @@
 //!
 //! | item | what |
 //! |---|---|
-//! | [`Welcome`] | the message body, decoded per record |
+//! | [`Welcome`] | the message body, checked as serde decodes it |
 //! | [`Mailer`], [`MailError`], [`LogMailer`] | the provider port and a stand-in |
-//! | [`WelcomeEmails`] | the record handler: decode, guard, send, verdict |
-//! | [`Settings`] | the configuration, each component's own `from_env` composed |
+//! | [`send_once`] | the one screen's work per record |
+//! | [`WelcomeEmails`] | the full-control record handler: decode, guard, send, look up, verdict |
+//! | [`Settings`] | the full-control configuration, each component's own `from_env` composed |
 //!
 //! ## Example
 //!
 //! ```
-//! use email_once::{LogMailer, Settings, WelcomeEmails};
+//! use email_once::{LogMailer, Welcome, send_once};
 //! use idempotency::MemoryStore;
-//! use lambda_kit::{Env, SystemClock};
-//! use sqs_batch::BatchProcessor;
+//! use sqs_batch::{BatchOptions, BatchProcessor, Record, SystemClock};
 //!
 //! # tokio::runtime::Builder::new_current_thread().enable_time().build().unwrap().block_on(async {
-//! let settings = Settings::from_env(&Env::new(|_| None)).unwrap();
-//! let store = MemoryStore::new(settings.store.retention);
-//! let handler = WelcomeEmails::new(store, LogMailer, SystemClock, settings.guard());
-//! let processor = BatchProcessor::new(handler, SystemClock, settings.batch);
+//! let store = &MemoryStore::default();
+//! let handler = sqs_batch::json(|welcome: Welcome, record: Record| {
+//!     send_once(store, &LogMailer, welcome, record)
+//! });
+//! let processor = BatchProcessor::new(handler, SystemClock, BatchOptions::default());
 //! let event = r#"{"Records": [
 //!     {"messageId": "m1", "body": "{\"user_id\": \"u-1\", \"email\": \"ada@example.com\"}"},
 //!     {"messageId": "m2", "body": "not a welcome"}
 //! ]}"#;
-//! let deadline_ms = lambda_kit::Clock::now_ms(&SystemClock) + 60_000;
-//! for reasons in [[("sent", 1), ("invalid_body", 1)], [("duplicate", 1), ("invalid_body", 1)]] {
+//! let deadline_ms = sqs_batch::Clock::now_ms(&SystemClock) + 60_000;
+//! for reasons in [[("done", 1), ("invalid_body", 1)], [("duplicate", 1), ("invalid_body", 1)]] {
 //!     let processed = sqs_batch::process_event(&processor, event, deadline_ms)
 //!         .await
 //!         .unwrap();
@@ -66,16 +79,15 @@
 
 use std::future::Future;
 
-use idempotency::guard::{
-    self, Claim, Effect, Failed, Found, GuardPolicy, Guarded, GuardedWork, Unsettled,
-};
-use idempotency::{Fingerprint, IdempotencyStore, LeasePolicy, StoreSettings};
+use idempotency::guard::{self, Claim, Effect, Failed, Found, GuardPolicy, Guarded, GuardedWork};
+use idempotency::{Fingerprint, IdempotencyStore, LeasePolicy, StoreSettings, once};
 use lambda_kit::{Clock, Env, EnvError};
-use sqs_batch::{BatchOptions, Message, RecordContext, RecordHandler, Verdict};
+use sqs_batch::{BatchOptions, Message, Record, RecordContext, RecordHandler, Verdict};
 
-/// One message's body.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Deserialize)]
-#[serde(deny_unknown_fields)]
+/// One message's body, checked as it is decoded (serde's `try_from`): a body that is not a
+/// welcome never reaches the handler.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Deserialize, serde::Serialize)]
+#[serde(deny_unknown_fields, try_from = "Unchecked")]
 pub struct Welcome {
     /// Whom to welcome: the idempotency key.
     pub user_id: String,
@@ -83,21 +95,42 @@ pub struct Welcome {
     pub email: String,
 }
 
+/// A welcome as the JSON has it, before its checks.
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Unchecked {
+    user_id: String,
+    email: String,
+}
+
 /// Longest accepted user id, in bytes (it is a DynamoDB key and a provider's idempotency key).
 const MAX_USER_ID_LEN: usize = 255;
+
+impl TryFrom<Unchecked> for Welcome {
+    type Error = &'static str;
+
+    fn try_from(unchecked: Unchecked) -> Result<Self, Self::Error> {
+        let Unchecked { user_id, email } = unchecked;
+        if user_id.is_empty()
+            || user_id.len() > MAX_USER_ID_LEN
+            || user_id.chars().any(char::is_control)
+        {
+            return Err("user_id is not usable as a key");
+        }
+        let email_ok = email
+            .split_once('@')
+            .is_some_and(|(local, domain)| !local.is_empty() && domain.contains('.'));
+        if !email_ok {
+            return Err("email is not an address");
+        }
+        Ok(Self { user_id, email })
+    }
+}
 
 impl Welcome {
     /// Decodes and checks a body; `None` for anything that is not a welcome.
     pub fn decode(body: &str) -> Option<Self> {
-        let welcome: Self = serde_json::from_str(body).ok()?;
-        let user_ok = !welcome.user_id.is_empty()
-            && welcome.user_id.len() <= MAX_USER_ID_LEN
-            && !welcome.user_id.chars().any(char::is_control);
-        let email_ok = welcome
-            .email
-            .split_once('@')
-            .is_some_and(|(local, domain)| !local.is_empty() && domain.contains('.'));
-        (user_ok && email_ok).then_some(welcome)
+        serde_json::from_str(body).ok()
     }
 
     /// The claim's fingerprint: the same user with another address is a conflict, not a
@@ -157,6 +190,25 @@ impl Mailer for LogMailer {
             "the log mailer keeps no record".to_owned(),
         ))
     }
+}
+
+/// The one-screen handler's work for one record (`src/main.rs` serves it): send `welcome` once
+/// per user id and payload, with the user id as the provider's idempotency key too. A send that
+/// fails gives the key back and the record is retried; within the provider's key window the
+/// resend cannot mail twice.
+pub async fn send_once<S: IdempotencyStore, M: Mailer>(
+    store: &S,
+    mailer: &M,
+    welcome: Welcome,
+    record: Record,
+) -> Verdict {
+    once(store, &welcome.user_id, &welcome, || {
+        mailer.send(&welcome.user_id, &welcome)
+    })
+    .for_record(&record)
+    .await
+    .into_verdict()
+    .with_key(&welcome.user_id)
 }
 
 /// The work one key guards: one send, and the look-up after an ambiguous one.
@@ -237,33 +289,13 @@ impl<S: IdempotencyStore, M: Mailer, C: Clock> RecordHandler for WelcomeEmails<S
         };
         let run = guard::run(&self.store, &self.clock, &self.policy, &claim, &work).await;
         let mut verdict = match run.outcome {
-            Guarded::Performed(()) => Verdict::ack("sent"),
-            Guarded::Reconciled => Verdict::ack("sent_before"),
-            Guarded::Duplicate => Verdict::ack("duplicate"),
-            Guarded::Busy { until_ms } => Verdict::retry("busy").with_retry_after_ms(until_ms),
-            Guarded::Pending => Verdict::retry("pending"),
-            Guarded::Conflict => Verdict::poison("key_conflict"),
-            // The mailer's refusals are not recorded as final ([`GuardedWork::refusal`]).
-            Guarded::Rejected => Verdict::poison("rejected"),
+            // The provider refused the address: no later delivery can do better. (Its refusals
+            // are not recorded as final: [`GuardedWork::refusal`] is left as it is.)
             Guarded::Failed {
                 error: error @ MailError::Rejected(_),
                 ..
             } => Verdict::poison("rejected").with_detail(error.to_string()),
-            Guarded::Failed { error, .. } => {
-                Verdict::retry("send_failed").with_detail(error.to_string())
-            }
-            Guarded::NeedsReconciliation { why, .. } => Verdict::retry("needs_reconciliation")
-                .with_detail(match why {
-                    Unsettled::LookUpFailed(error) => error.to_string(),
-                    Unsettled::NotFound => "the provider no longer knows the key".to_owned(),
-                    Unsettled::Unclear => "the provider's answer was not understood".to_owned(),
-                }),
-            Guarded::Store(error) => {
-                Verdict::retry("store_unavailable").with_detail(lambda_kit::error_chain(&error))
-            }
-            Guarded::LeaseLost => Verdict::retry("lease_lost"),
-            // An outcome a later release of the guard adds: never acknowledged unnamed.
-            _ => Verdict::retry("unknown_outcome"),
+            outcome => outcome.into_verdict(),
         };
         verdict.correlation_id = run.lease.map(|token| token.to_string());
         verdict.with_key(welcome.user_id)

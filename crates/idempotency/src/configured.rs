@@ -1,0 +1,152 @@
+//! The store a deployment's settings name (feature `dynamodb`): DynamoDB when
+//! `IDEMPOTENCY_TABLE` is set, memory when it is not and the process is not in Lambda.
+
+use lambda_kit::{Env, EnvError};
+
+use crate::{
+    Begin, ClaimRequest, DynamoDbStore, IdempotencyStore, Lease, MemoryStore, StoreError,
+    StoreSettings,
+};
+
+/// DynamoDB or memory, as [`ConfiguredStore::from_env`] finds them set, or as a function builds
+/// them by rules of its own.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum ConfiguredStore {
+    /// `IDEMPOTENCY_TABLE` is unset: one process's memory (local runs, tests).
+    Memory(MemoryStore),
+    /// `IDEMPOTENCY_TABLE` names the table.
+    DynamoDb(DynamoDbStore),
+}
+
+impl ConfiguredStore {
+    /// Reads [`StoreSettings::from_env`] and builds its store; a DynamoDB client is built from
+    /// the SDK's own settings (`AWS_REGION`, `AWS_ENDPOINT_URL`, ...), once.
+    ///
+    /// Inside Lambda (`AWS_LAMBDA_FUNCTION_NAME` is set) a missing table is an error, since each
+    /// container would keep keys of its own and a duplicate delivered to another would run
+    /// again, unless `IDEMPOTENCY_IN_MEMORY=true` says so on purpose (a local emulator such as
+    /// `cargo lambda watch`).
+    pub async fn from_env() -> Result<Self, EnvError> {
+        let env = Env::process();
+        match Self::settings(&env)? {
+            Some((table, settings)) => {
+                let sdk = aws_config::load_defaults(aws_config::BehaviorVersion::latest()).await;
+                let client = aws_sdk_dynamodb::Client::new(&sdk);
+                Ok(Self::DynamoDb(
+                    DynamoDbStore::new(client, table, settings.retention)
+                        .with_key_prefix(settings.key_prefix),
+                ))
+            }
+            None => Ok(Self::Memory(MemoryStore::new(
+                StoreSettings::from_env(&env)?.retention,
+            ))),
+        }
+    }
+
+    /// The settings of a DynamoDB store, or `None` for memory (see [`ConfiguredStore::from_env`]).
+    fn settings(env: &Env<'_>) -> Result<Option<(String, StoreSettings)>, EnvError> {
+        let settings = StoreSettings::from_env(env)?;
+        if let Some(table) = settings.table.clone() {
+            return Ok(Some((table, settings)));
+        }
+        let in_lambda = env.text("AWS_LAMBDA_FUNCTION_NAME").is_some();
+        if in_lambda && !env.flag("IDEMPOTENCY_IN_MEMORY", false)? {
+            return Err(EnvError::invalid(
+                "IDEMPOTENCY_TABLE",
+                "",
+                "a table name inside Lambda (or IDEMPOTENCY_IN_MEMORY=true for a local emulator)",
+            ));
+        }
+        Ok(None)
+    }
+}
+
+// The DynamoDB arms are boxed: the SDK's futures are kilobytes, and an enum's future is as large
+// as its largest arm, so every record's future (moved into the batch's queue) would be too. One
+// allocation per network call is nothing next to the call.
+impl IdempotencyStore for ConfiguredStore {
+    async fn begin(&self, request: &ClaimRequest<'_>) -> Result<Begin, StoreError> {
+        match self {
+            Self::Memory(s) => s.begin(request).await,
+            Self::DynamoDb(s) => Box::pin(s.begin(request)).await,
+        }
+    }
+
+    async fn complete(&self, key: &str, lease: &Lease, now_ms: u64) -> Result<(), StoreError> {
+        match self {
+            Self::Memory(s) => s.complete(key, lease, now_ms).await,
+            Self::DynamoDb(s) => Box::pin(s.complete(key, lease, now_ms)).await,
+        }
+    }
+
+    async fn mark_attempted(&self, key: &str, lease: &Lease, at_ms: u64) -> Result<(), StoreError> {
+        match self {
+            Self::Memory(s) => s.mark_attempted(key, lease, at_ms).await,
+            Self::DynamoDb(s) => Box::pin(s.mark_attempted(key, lease, at_ms)).await,
+        }
+    }
+
+    async fn release(&self, key: &str, lease: &Lease) -> Result<(), StoreError> {
+        match self {
+            Self::Memory(s) => s.release(key, lease).await,
+            Self::DynamoDb(s) => Box::pin(s.release(key, lease)).await,
+        }
+    }
+
+    async fn reject(
+        &self,
+        key: &str,
+        lease: &Lease,
+        now_ms: u64,
+        reason: &str,
+    ) -> Result<(), StoreError> {
+        match self {
+            Self::Memory(s) => s.reject(key, lease, now_ms, reason).await,
+            Self::DynamoDb(s) => Box::pin(s.reject(key, lease, now_ms, reason)).await,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn settings(vars: &[(&str, &str)]) -> Result<Option<(String, StoreSettings)>, EnvError> {
+        let vars: Vec<(String, String)> = vars
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+            .collect();
+        ConfiguredStore::settings(&Env::new(move |name| {
+            vars.iter().find(|(k, _)| k == name).map(|(_, v)| v.clone())
+        }))
+    }
+
+    #[test]
+    fn a_table_names_dynamodb_and_lambda_without_one_is_refused_unless_memory_is_asked_for() {
+        let (table, settings_of_table) = settings(&[
+            ("IDEMPOTENCY_TABLE", "t"),
+            ("AWS_LAMBDA_FUNCTION_NAME", "f"),
+        ])
+        .unwrap()
+        .unwrap();
+        assert_eq!(table, "t");
+        assert_eq!(settings_of_table.key_prefix, "f#");
+        assert_eq!(settings(&[]).unwrap(), None);
+        let refused = settings(&[("AWS_LAMBDA_FUNCTION_NAME", "f")]).unwrap_err();
+        assert!(
+            refused.to_string().starts_with("IDEMPOTENCY_TABLE="),
+            "{refused}"
+        );
+        let asked = [
+            ("AWS_LAMBDA_FUNCTION_NAME", "f"),
+            ("IDEMPOTENCY_IN_MEMORY", "true"),
+        ];
+        assert_eq!(settings(&asked).unwrap(), None);
+        let bad = [
+            ("AWS_LAMBDA_FUNCTION_NAME", "f"),
+            ("IDEMPOTENCY_IN_MEMORY", "yes please"),
+        ];
+        assert!(settings(&bad).is_err());
+    }
+}

@@ -1,0 +1,423 @@
+//! "Do this once": [`once`] guards any async work by a key and the payload it is for, with
+//! defaults that need no payment vocabulary.
+//!
+//! | the key... | the work | `once` answers |
+//! |---|---|---|
+//! | is fresh | runs; `Ok` is recorded as done | [`Guarded::Performed`] with the work's output |
+//! | is done, same payload | does not run | [`Guarded::Duplicate`] |
+//! | belongs to another payload | does not run | [`Guarded::Conflict`] |
+//! | is held by a live claim elsewhere | does not run | [`Guarded::Busy`] (until when) |
+//! | is fresh | runs; `Err` gives the key back, so the next delivery runs it again | [`Guarded::Failed`] |
+//! | was held by a claim whose lease ran out (its holder crashed) | runs again | as on a fresh key |
+//! | the store fails | does not run | [`Guarded::Store`] |
+//!
+//! The last-but-one row is at-least-once: work cut off by a crash can run twice, as in
+//! Powertools' idempotency utility. Work whose effect is in another system that takes an
+//! idempotency key and can be asked what became of it (a payment) should say so through
+//! [`guard::run`] and a [`guard::GuardedWork`] with a look-up: then no crash, timeout or key
+//! window buys a second effect.
+//!
+//! The payload's fingerprint is its JSON with every object's keys sorted: reordering a struct's
+//! fields, or a map's iteration order, never turns a duplicate into a conflict.
+//!
+//! ```
+//! use idempotency::{Guarded, MemoryStore, once};
+//!
+//! #[derive(serde::Serialize)]
+//! struct Welcome { user_id: String, email: String }
+//!
+//! # tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(async {
+//! let store = MemoryStore::default();
+//! let welcome = Welcome { user_id: "u-1".into(), email: "ada@example.com".into() };
+//! let send = || async { Ok::<_, std::io::Error>("sent") };
+//! let first = once(&store, &welcome.user_id, &welcome, send).await;
+//! assert!(matches!(first, Guarded::Performed("sent")));
+//! let again = once(&store, &welcome.user_id, &welcome, send).await;
+//! assert!(matches!(again, Guarded::Duplicate));
+//! # });
+//! ```
+
+use std::future::{Future, IntoFuture};
+use std::pin::Pin;
+
+use lambda_kit::{Clock, SystemClock};
+use serde::Serialize;
+
+use crate::guard::{self, Claim, Effect, Failed, Found, GuardPolicy, Guarded, GuardedWork};
+use crate::{Fingerprint, IdempotencyStore, LeasePolicy, StoreError};
+
+/// Guards `work` by `key` for `payload`: see the [module](self) for what each state of the key
+/// makes of it. Await the answer, after setting what the defaults do not know (the invocation's
+/// deadline: [`Once::for_record`] or [`Once::deadline_ms`]).
+pub fn once<'a, S, P, F>(store: &'a S, key: &'a str, payload: &P, work: F) -> Once<'a, S, F>
+where
+    S: IdempotencyStore,
+    P: Serialize + ?Sized,
+{
+    Once {
+        store,
+        key,
+        fingerprint: Fingerprint::of_json(payload).map_err(|e| e.to_string()),
+        work,
+        clock: SystemClock,
+        policy: GuardPolicy::new(LeasePolicy::default()),
+        deadline_ms: u64::MAX,
+        message_id: "",
+        earlier_attempt_ms: None,
+    }
+}
+
+/// A guarded run being set up: [`once`]'s answer. Await it to run.
+#[must_use = "nothing runs until it is awaited"]
+pub struct Once<'a, S, F, C = SystemClock> {
+    store: &'a S,
+    key: &'a str,
+    fingerprint: Result<Fingerprint, String>,
+    work: F,
+    clock: C,
+    policy: GuardPolicy,
+    deadline_ms: u64,
+    message_id: &'a str,
+    earlier_attempt_ms: Option<u64>,
+}
+
+impl<S, F, C> std::fmt::Debug for Once<'_, S, F, C> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Once")
+            .field("key", &self.key)
+            .field("fingerprint", &self.fingerprint)
+            .field("policy", &self.policy)
+            .field("deadline_ms", &self.deadline_ms)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<'a, S, F, C> Once<'a, S, F, C> {
+    /// The invocation's deadline, epoch ms: the claim's lease ends at most the lease margin after
+    /// it, so work cut off at the deadline frees its key soon. Without one the lease is the
+    /// policy's whole lease (5 minutes by default), and work running longer than that can be
+    /// taken over and run twice.
+    pub fn deadline_ms(mut self, deadline_ms: u64) -> Self {
+        self.deadline_ms = deadline_ms;
+        self
+    }
+
+    /// The message the claim is made for, kept on the stored item for forensics.
+    pub fn message_id(mut self, message_id: &'a str) -> Self {
+        self.message_id = message_id;
+        self
+    }
+
+    /// When the message says an attempt may already have been made (a dead-lettered copy's
+    /// failure history): see [`Claim::earlier_attempt_ms`].
+    pub fn earlier_attempt_ms(mut self, earlier_attempt_ms: Option<u64>) -> Self {
+        self.earlier_attempt_ms = earlier_attempt_ms;
+        self
+    }
+
+    /// The record being processed (feature `sqs-batch`): its deadline, message id and earlier
+    /// attempt at once.
+    #[cfg(feature = "sqs-batch")]
+    pub fn for_record(self, record: &'a sqs_batch::Record) -> Self {
+        self.deadline_ms(record.deadline_ms)
+            .message_id(&record.message_id)
+            .earlier_attempt_ms(record.earlier_attempt_ms)
+    }
+
+    /// How claims are leased ([`LeasePolicy::default`] unless set).
+    pub fn policy(mut self, policy: GuardPolicy) -> Self {
+        self.policy = policy;
+        self
+    }
+
+    /// The clock leases and retention are reckoned by (the system's unless set).
+    pub fn clock<C2: Clock>(self, clock: C2) -> Once<'a, S, F, C2> {
+        Once {
+            store: self.store,
+            key: self.key,
+            fingerprint: self.fingerprint,
+            work: self.work,
+            clock,
+            policy: self.policy,
+            deadline_ms: self.deadline_ms,
+            message_id: self.message_id,
+            earlier_attempt_ms: self.earlier_attempt_ms,
+        }
+    }
+}
+
+impl<'a, S, F, C, Fut, T, E> IntoFuture for Once<'a, S, F, C>
+where
+    S: IdempotencyStore,
+    C: Clock + 'a,
+    F: Fn() -> Fut + Send + Sync + 'a,
+    Fut: Future<Output = Result<T, E>> + Send,
+    T: Send + 'a,
+    E: Send + 'a,
+{
+    type Output = Guarded<T, E>;
+    // Boxed: a record's future holds it, and a box keeps that future small and its type shallow.
+    type IntoFuture = Pin<Box<dyn Future<Output = Guarded<T, E>> + Send + 'a>>;
+
+    fn into_future(self) -> Self::IntoFuture {
+        Box::pin(async move {
+            let fingerprint = match self.fingerprint {
+                Ok(fingerprint) => fingerprint,
+                Err(why) => return Guarded::Store(StoreError::Payload(why)),
+            };
+            let claim = Claim::new(self.key, fingerprint, self.message_id, self.deadline_ms)
+                .with_earlier_attempt_ms(self.earlier_attempt_ms);
+            let work = Closure(&self.work);
+            guard::run(self.store, &self.clock, &self.policy, &claim, &work)
+                .await
+                .outcome
+        })
+    }
+}
+
+/// A closure as guarded work: nothing to look up, and a failure did nothing.
+struct Closure<'f, F>(&'f F);
+
+impl<F, Fut, T, E> GuardedWork for Closure<'_, F>
+where
+    F: Fn() -> Fut + Send + Sync,
+    Fut: Future<Output = Result<T, E>> + Send,
+    T: Send,
+    E: Send,
+{
+    type Output = T;
+    type Error = E;
+
+    /// Asked only after a claim whose lease ran out: a closure cannot say what became of it, so
+    /// the work runs again (at-least-once on a crash; see the module).
+    async fn look_up(&self) -> Result<Found, E> {
+        Ok(Found::NotHappened)
+    }
+
+    async fn perform(&self) -> Result<T, Failed<E>> {
+        (self.0)().await.map_err(|error| Failed {
+            error,
+            effect: Effect::None,
+        })
+    }
+}
+
+impl Fingerprint {
+    /// The fingerprint of a payload's JSON, canonical: every object's keys sorted, so the order
+    /// a struct declares its fields in, or a map iterates, changes nothing. A payload serde
+    /// cannot write as JSON (a map with keys that are not strings) is an error.
+    pub fn of_json<P: Serialize + ?Sized>(payload: &P) -> Result<Self, serde_json::Error> {
+        let value = serde_json::to_value(payload)?;
+        let mut hash = lambda_kit::Fnv1a::new();
+        canonical(&value, &mut hash);
+        Ok(Self(hash.finish()))
+    }
+}
+
+/// Feeds `value` to `hash` with a tag before each value and a length before each string, keys
+/// sorted, so two different documents never feed the same bytes.
+fn canonical(value: &serde_json::Value, hash: &mut lambda_kit::Fnv1a) {
+    use serde_json::Value;
+    let text = |hash: &mut lambda_kit::Fnv1a, text: &str| {
+        hash.write(&(text.len() as u64).to_le_bytes());
+        hash.write(text.as_bytes());
+    };
+    match value {
+        Value::Null => hash.write(b"n"),
+        Value::Bool(b) => hash.write(if *b { b"t" } else { b"f" }),
+        Value::Number(n) => {
+            hash.write(b"#");
+            text(hash, &n.to_string());
+        }
+        Value::String(s) => {
+            hash.write(b"s");
+            text(hash, s);
+        }
+        Value::Array(items) => {
+            hash.write(b"[");
+            hash.write(&(items.len() as u64).to_le_bytes());
+            for item in items {
+                canonical(item, hash);
+            }
+        }
+        Value::Object(map) => {
+            let mut entries: Vec<(&String, &Value)> = map.iter().collect();
+            entries.sort_unstable_by(|a, b| a.0.cmp(b.0));
+            hash.write(b"{");
+            hash.write(&(entries.len() as u64).to_le_bytes());
+            for (key, value) in entries {
+                text(hash, key);
+                canonical(value, hash);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::MemoryStore;
+    use lambda_kit::ManualClock;
+    use std::collections::{BTreeMap, HashMap};
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    const T0: u64 = 1_767_225_600_000;
+
+    #[derive(Serialize)]
+    struct Welcome<'a> {
+        user_id: &'a str,
+        email: &'a str,
+    }
+
+    #[derive(Serialize)]
+    struct Reordered<'a> {
+        email: &'a str,
+        user_id: &'a str,
+    }
+
+    #[test]
+    fn a_payloads_fingerprint_ignores_field_and_map_order_and_nothing_else() {
+        let a = Fingerprint::of_json(&Welcome {
+            user_id: "u-1",
+            email: "a@b.c",
+        })
+        .unwrap();
+        let b = Fingerprint::of_json(&Reordered {
+            email: "a@b.c",
+            user_id: "u-1",
+        })
+        .unwrap();
+        assert_eq!(a, b);
+        let map: HashMap<&str, &str> = [("user_id", "u-1"), ("email", "a@b.c")].into();
+        assert_eq!(Fingerprint::of_json(&map).unwrap(), a);
+        let other = Fingerprint::of_json(&Welcome {
+            user_id: "u-1",
+            email: "a@b.d",
+        })
+        .unwrap();
+        assert_ne!(a, other);
+        // Values of other types that print alike are told apart, and so are nested shapes.
+        let of = |json: &str| {
+            Fingerprint::of_json(&serde_json::from_str::<serde_json::Value>(json).unwrap()).unwrap()
+        };
+        let all = [
+            of(r#"{"a":"1"}"#),
+            of(r#"{"a":1}"#),
+            of(r#"{"a":[1]}"#),
+            of(r#"{"a":null}"#),
+            of(r#"{"a":true}"#),
+            of(r#"{"a":false}"#),
+            of(r#"{"a":{}}"#),
+            of(r#"{"a":[]}"#),
+            of(r#"{"ab":""}"#),
+            of(r#"{"a":"b"}"#),
+            of(r#"[["a"],[]]"#),
+            of(r#"[[],["a"]]"#),
+        ];
+        for (i, x) in all.iter().enumerate() {
+            for y in &all[i + 1..] {
+                assert_ne!(x, y);
+            }
+        }
+        // Not JSON: a map whose keys are not strings.
+        let unwritable: BTreeMap<(u8, u8), u8> = [((1, 2), 3)].into();
+        assert!(Fingerprint::of_json(&unwritable).is_err());
+    }
+
+    #[tokio::test]
+    async fn work_runs_once_per_key_and_payload() {
+        let store = MemoryStore::default();
+        let runs = AtomicUsize::new(0);
+        let work = || async {
+            runs.fetch_add(1, Ordering::SeqCst);
+            Ok::<_, String>(7)
+        };
+        let payload = Welcome {
+            user_id: "u-1",
+            email: "a@b.c",
+        };
+        let first = once(&store, "u-1", &payload, work).await;
+        assert!(matches!(first, Guarded::Performed(7)), "{first:?}");
+        let again = once(&store, "u-1", &payload, work).await;
+        assert!(matches!(again, Guarded::Duplicate), "{again:?}");
+        let other = Welcome {
+            email: "x@y.z",
+            ..payload
+        };
+        let conflict = once(&store, "u-1", &other, work).await;
+        assert!(matches!(conflict, Guarded::Conflict), "{conflict:?}");
+        assert_eq!(runs.load(Ordering::SeqCst), 1);
+    }
+
+    #[tokio::test]
+    async fn a_failure_gives_the_key_back_for_the_next_delivery() {
+        let store = MemoryStore::default();
+        let failing = || async { Err::<(), _>("provider down") };
+        let failed = once(&store, "k", "p", failing).await;
+        assert!(
+            matches!(
+                failed,
+                Guarded::Failed {
+                    error: "provider down",
+                    effect: Effect::None
+                }
+            ),
+            "{failed:?}"
+        );
+        let retried = once(&store, "k", "p", || async { Ok::<_, &str>(()) }).await;
+        assert!(matches!(retried, Guarded::Performed(())), "{retried:?}");
+    }
+
+    /// A claim whose holder died is busy until its lease ends (the deadline plus the margin),
+    /// then taken over and the work runs again.
+    #[tokio::test]
+    async fn a_claim_cut_off_is_busy_until_its_lease_ends_then_runs_again() {
+        let store = MemoryStore::default();
+        let clock = ManualClock::at(T0);
+        let deadline_ms = T0 + 10_000;
+        let never = || std::future::pending::<Result<(), &str>>();
+        let cut_off = tokio::time::timeout(
+            std::time::Duration::from_millis(10),
+            once(&store, "k", "p", never)
+                .clock(clock.clone())
+                .deadline_ms(deadline_ms)
+                .message_id("m-1")
+                .into_future(),
+        )
+        .await;
+        assert!(cut_off.is_err());
+        let lease_end = deadline_ms + LeasePolicy::default().margin_ms;
+        let busy = once(&store, "k", "p", || async { Ok::<_, &str>(()) })
+            .clock(clock.clone())
+            .await;
+        assert!(
+            matches!(busy, Guarded::Busy { until_ms } if until_ms == lease_end),
+            "{busy:?}"
+        );
+        clock.set(lease_end);
+        let taken_over = once(&store, "k", "p", || async { Ok::<_, &str>(()) })
+            .clock(clock.clone())
+            .await;
+        assert!(
+            matches!(taken_over, Guarded::Performed(())),
+            "{taken_over:?}"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_payload_with_no_json_form_is_a_store_error_and_runs_nothing() {
+        let store = MemoryStore::default();
+        let unwritable: BTreeMap<(u8, u8), u8> = [((1, 2), 3)].into();
+        let runs = AtomicUsize::new(0);
+        let outcome = once(&store, "k", &unwritable, || async {
+            runs.fetch_add(1, Ordering::SeqCst);
+            Ok::<_, &str>(())
+        })
+        .await;
+        assert!(
+            matches!(outcome, Guarded::Store(StoreError::Payload(_))),
+            "{outcome:?}"
+        );
+        assert_eq!(runs.load(Ordering::SeqCst), 0);
+    }
+}

@@ -1,0 +1,160 @@
+//! The guard's outcome as an SQS record's verdict (feature `sqs-batch`): the default mapping,
+//! so a handler need not write one arm per outcome.
+
+use std::fmt::Display;
+
+use sqs_batch::Verdict;
+
+use crate::guard::{Effect, Guarded, Unsettled};
+
+impl<T, E: Display> Guarded<T, E> {
+    /// The verdict for the record whose work this guarded: acknowledged only when the work is
+    /// done (now, before, or by a duplicate); POISON only when no delivery can ever succeed (the
+    /// key belongs to another payload, or was refused for good); RETRY for everything else, an
+    /// outcome added in a later release included.
+    ///
+    /// | outcome | verdict | reason |
+    /// |---|---|---|
+    /// | `Performed` | ACK | `done` |
+    /// | `Reconciled` | ACK | `done_before` |
+    /// | `Duplicate` | ACK | `duplicate` |
+    /// | `Busy` | RETRY, after the holder's lease | `busy` |
+    /// | `Pending` | RETRY | `pending` |
+    /// | `Conflict` | POISON | `key_conflict` |
+    /// | `Rejected` | POISON | `rejected` |
+    /// | `Failed` | RETRY, the error as detail | `failed` |
+    /// | `NeedsReconciliation` | RETRY, why as detail | `needs_reconciliation` |
+    /// | `Store` | RETRY, the error chain as detail | `store_unavailable` |
+    /// | `LeaseLost` | RETRY | `lease_lost` |
+    ///
+    /// A work whose own errors can be final (an address the provider refuses) matches that
+    /// error first and calls this for the rest.
+    pub fn into_verdict(self) -> Verdict {
+        match self {
+            Self::Performed(_) => Verdict::ack("done"),
+            Self::Reconciled => Verdict::ack("done_before"),
+            Self::Duplicate => Verdict::ack("duplicate"),
+            Self::Busy { until_ms } => Verdict::retry("busy").with_retry_after_ms(until_ms),
+            Self::Pending => Verdict::retry("pending"),
+            Self::Conflict => Verdict::poison("key_conflict"),
+            Self::Rejected => Verdict::poison("rejected"),
+            Self::Failed { error, effect } => Verdict::retry("failed").with_detail(match effect {
+                Effect::None => error.to_string(),
+                Effect::Maybe => format!("{error} (it may have taken effect)"),
+            }),
+            Self::NeedsReconciliation { why, .. } => Verdict::retry("needs_reconciliation")
+                .with_detail(match why {
+                    Unsettled::LookUpFailed(error) => format!("the look-up failed: {error}"),
+                    Unsettled::NotFound => "the other system no longer knows the key".to_owned(),
+                    Unsettled::Unclear => "the other system's answer was not understood".to_owned(),
+                }),
+            Self::Store(error) => {
+                Verdict::retry("store_unavailable").with_detail(lambda_kit::error_chain(&error))
+            }
+            Self::LeaseLost => Verdict::retry("lease_lost"),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::StoreError;
+    use sqs_batch::Outcome;
+
+    fn verdict(outcome: Guarded<u8, &str>) -> (Outcome, &'static str, Option<String>, Option<u64>) {
+        let v = outcome.into_verdict();
+        (
+            v.outcome,
+            v.reason,
+            v.detail.map(|d| d.into_owned()),
+            v.retry_after_ms,
+        )
+    }
+
+    #[test]
+    fn only_done_work_is_acknowledged_and_only_a_settled_refusal_is_poison() {
+        use Outcome::{Ack, Poison, Retry};
+        let cases: Vec<(Guarded<u8, &str>, _)> = vec![
+            (Guarded::Performed(1), (Ack, "done", None, None)),
+            (Guarded::Reconciled, (Ack, "done_before", None, None)),
+            (Guarded::Duplicate, (Ack, "duplicate", None, None)),
+            (
+                Guarded::Busy { until_ms: 9 },
+                (Retry, "busy", None, Some(9)),
+            ),
+            (Guarded::Pending, (Retry, "pending", None, None)),
+            (Guarded::Conflict, (Poison, "key_conflict", None, None)),
+            (Guarded::Rejected, (Poison, "rejected", None, None)),
+            (
+                Guarded::Failed {
+                    error: "down",
+                    effect: Effect::None,
+                },
+                (Retry, "failed", Some("down".to_owned()), None),
+            ),
+            (
+                Guarded::Failed {
+                    error: "timeout",
+                    effect: Effect::Maybe,
+                },
+                (
+                    Retry,
+                    "failed",
+                    Some("timeout (it may have taken effect)".to_owned()),
+                    None,
+                ),
+            ),
+            (
+                Guarded::NeedsReconciliation {
+                    why: Unsettled::LookUpFailed("503"),
+                    first_attempt_ms: 0,
+                },
+                (
+                    Retry,
+                    "needs_reconciliation",
+                    Some("the look-up failed: 503".to_owned()),
+                    None,
+                ),
+            ),
+            (
+                Guarded::NeedsReconciliation {
+                    why: Unsettled::NotFound,
+                    first_attempt_ms: 0,
+                },
+                (
+                    Retry,
+                    "needs_reconciliation",
+                    Some("the other system no longer knows the key".to_owned()),
+                    None,
+                ),
+            ),
+            (
+                Guarded::NeedsReconciliation {
+                    why: Unsettled::Unclear,
+                    first_attempt_ms: 0,
+                },
+                (
+                    Retry,
+                    "needs_reconciliation",
+                    Some("the other system's answer was not understood".to_owned()),
+                    None,
+                ),
+            ),
+            (
+                Guarded::Store(StoreError::Malformed("no status".to_owned())),
+                (
+                    Retry,
+                    "store_unavailable",
+                    Some("a stored item is malformed: no status".to_owned()),
+                    None,
+                ),
+            ),
+            (Guarded::LeaseLost, (Retry, "lease_lost", None, None)),
+        ];
+        for (outcome, expected) in cases {
+            let name = format!("{outcome:?}");
+            assert_eq!(verdict(outcome), expected, "{name}");
+        }
+    }
+}

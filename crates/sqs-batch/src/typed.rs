@@ -1,0 +1,202 @@
+//! A record handler from a closure over typed bodies: [`json`] decodes each body on its own into
+//! the closure's argument type (`serde::Deserialize`), so a body that does not decode is POISON
+//! for that record only and the closure never sees it.
+//!
+//! The closure gets the body and a [`Record`] (owned, so the closure's future may keep it across
+//! awaits) and returns a [`Verdict`]:
+//!
+//! ```
+//! use sqs_batch::{BatchOptions, BatchProcessor, Record, Verdict};
+//! use sqs_batch::SystemClock;
+//!
+//! #[derive(serde::Deserialize)]
+//! struct Welcome { user_id: String }
+//!
+//! # tokio::runtime::Builder::new_current_thread().enable_time().build().unwrap().block_on(async {
+//! let handler = sqs_batch::json(|welcome: Welcome, _record: Record| async move {
+//!     Verdict::ack("sent").with_key(welcome.user_id)
+//! });
+//! let processor = BatchProcessor::new(handler, SystemClock, BatchOptions::default());
+//! let event = r#"{"Records": [
+//!     {"messageId": "m1", "body": "{\"user_id\": \"u-1\"}"},
+//!     {"messageId": "m2", "body": "{\"user\": 1}"}
+//! ]}"#;
+//! let deadline_ms = sqs_batch::Clock::now_ms(&SystemClock) + 60_000;
+//! let processed = sqs_batch::process_event(&processor, event, deadline_ms).await.unwrap();
+//! assert_eq!(processed.report.reasons(), [("sent", 1), ("invalid_body", 1)]);
+//! # });
+//! ```
+
+use std::future::Future;
+use std::marker::PhantomData;
+
+use serde::de::DeserializeOwned;
+
+use crate::dead_letter;
+use crate::edge::Message;
+use crate::processor::{RecordContext, RecordHandler, Verdict};
+
+/// What a typed handler knows of its record besides the body.
+///
+/// Owned, so the handler's future can hold it across awaits. Fields may be added.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Record {
+    /// The SQS message id.
+    pub message_id: String,
+    /// The invocation's deadline, epoch ms: work that outlives it is abandoned.
+    pub deadline_ms: u64,
+    /// `ApproximateReceiveCount`, when SQS sent it.
+    pub receive_count: Option<u32>,
+    /// When an attempt at this message's work may already have been made, as the message itself
+    /// says: a copy moved to the DLQ by this crate ([`dead_letter`]) and redriven carries its
+    /// first failure's time. `None` for most messages.
+    pub earlier_attempt_ms: Option<u64>,
+}
+
+impl Record {
+    /// The record of `message`, processed in an invocation ending at `deadline_ms`.
+    pub fn new(message: &Message<'_>, deadline_ms: u64) -> Self {
+        Self {
+            message_id: message.message_id.to_owned(),
+            deadline_ms,
+            receive_count: message.receive_count,
+            earlier_attempt_ms: dead_letter::earlier_attempt_ms(message),
+        }
+    }
+}
+
+/// A [`RecordHandler`] that decodes each body as JSON into `T` and hands it to `handler`.
+///
+/// A body that is not JSON, or not a `T`, is POISON with the reason `invalid_body`, and a detail
+/// naming the kind of error and where (never the body's text: it may hold personal data).
+pub fn json<T, F, Fut>(handler: F) -> Json<T, F>
+where
+    T: DeserializeOwned + Send,
+    F: Fn(T, Record) -> Fut + Send + Sync,
+    Fut: Future<Output = Verdict> + Send,
+{
+    Json {
+        handler,
+        body: PhantomData,
+    }
+}
+
+/// The handler [`json`] builds.
+pub struct Json<T, F> {
+    handler: F,
+    // `fn() -> T`: the handler makes `T`s, it holds none (so `Json` is Send and Sync whatever
+    // `T` is).
+    body: PhantomData<fn() -> T>,
+}
+
+impl<T, F> std::fmt::Debug for Json<T, F> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Json")
+            .field("body", &std::any::type_name::<T>())
+            .finish_non_exhaustive()
+    }
+}
+
+impl<T, F, Fut> RecordHandler for Json<T, F>
+where
+    T: DeserializeOwned + Send,
+    F: Fn(T, Record) -> Fut + Send + Sync,
+    Fut: Future<Output = Verdict> + Send,
+{
+    async fn handle(&self, message: &Message<'_>, context: RecordContext) -> Verdict {
+        match serde_json::from_str::<T>(message.body) {
+            Ok(body) => (self.handler)(body, Record::new(message, context.deadline_ms)).await,
+            Err(error) => Verdict::poison("invalid_body").with_detail(why_not(&error)),
+        }
+    }
+}
+
+/// Why a body did not decode, without quoting it: serde's own message can repeat a value from
+/// the body ("invalid type: string \"...\""), so only the kind of error and its place are kept.
+fn why_not(error: &serde_json::Error) -> String {
+    use serde_json::error::Category;
+    let what = match error.classify() {
+        Category::Syntax | Category::Eof | Category::Io => "not JSON",
+        Category::Data => "JSON, but not of the expected shape",
+    };
+    format!(
+        "the body is {what} (line {}, column {})",
+        error.line(),
+        error.column()
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::processor::Outcome;
+
+    #[derive(Debug, serde::Deserialize)]
+    struct Welcome {
+        user_id: String,
+    }
+
+    fn handler() -> impl RecordHandler {
+        json(|welcome: Welcome, record: Record| async move {
+            Verdict::ack("sent")
+                .with_key(welcome.user_id)
+                .with_detail(format!("{} {}", record.message_id, record.deadline_ms))
+        })
+    }
+
+    #[tokio::test]
+    async fn a_body_of_the_type_reaches_the_handler_with_its_record() {
+        let verdict = handler()
+            .handle(
+                &Message::new("m-1", r#"{"user_id":"u-1","extra":true}"#),
+                RecordContext::new(42),
+            )
+            .await;
+        assert_eq!(verdict.outcome, Outcome::Ack);
+        assert_eq!(verdict.key.as_deref(), Some("u-1"));
+        assert_eq!(verdict.detail.as_deref(), Some("m-1 42"));
+    }
+
+    #[tokio::test]
+    async fn a_body_not_of_the_type_is_poison_and_its_text_is_not_logged() {
+        for (body, kind) in [
+            ("not json", "not JSON"),
+            (r#"{"user_id":"#, "not JSON"),
+            (r#"{"user_id":"secret@example.com"#, "not JSON"),
+            (r#"{"user_id":7}"#, "JSON, but not of the expected shape"),
+            (
+                r#"{"email":"secret@example.com"}"#,
+                "JSON, but not of the expected shape",
+            ),
+        ] {
+            let verdict = handler()
+                .handle(&Message::new("m-1", body), RecordContext::new(0))
+                .await;
+            assert_eq!(verdict.outcome, Outcome::Poison, "{body}");
+            assert_eq!(verdict.reason, "invalid_body");
+            let detail = verdict.detail.unwrap_or_default();
+            assert!(
+                detail.starts_with(&format!("the body is {kind} (line 1")),
+                "{detail}"
+            );
+            assert!(!detail.contains("secret"), "{detail}");
+        }
+    }
+
+    #[test]
+    fn a_record_carries_the_messages_receive_count_and_deadline() {
+        let mut message = Message::new("m-9", "{}");
+        message.receive_count = Some(3);
+        let record = Record::new(&message, 1_000);
+        assert_eq!(
+            record,
+            Record {
+                message_id: "m-9".to_owned(),
+                deadline_ms: 1_000,
+                receive_count: Some(3),
+                earlier_attempt_ms: None,
+            }
+        );
+    }
+}
