@@ -28,6 +28,7 @@
 //! | [`dead_letter`] | POISON moved to the dead-letter queue by the function; its SQS adapter with feature `dead-letter` |
 //! | [`typed`] | [`json`]: a handler from a closure over typed (serde) bodies, with its [`Record`] |
 //! | `lambda` | `lambda::run`: Lambda's loop around a handler, the deadline from the context (feature `lambda`) |
+//! | [`worker`] | the same handler as a long-polling consumer (ECS, EKS, EC2): heartbeats, graceful shutdown, backlog; its SQS adapter with feature `worker` |
 //! | `testkit` | generated events (feature `testkit`) |
 //!
 //! ## Example
@@ -88,6 +89,7 @@ mod sqs_entries;
 pub mod testkit;
 pub mod typed;
 pub mod visibility;
+pub mod worker;
 
 pub use aws_lambda_events::sqs::{SqsBatchResponse, SqsEvent};
 // What the API takes from lambda-kit, so a user adds this crate alone.

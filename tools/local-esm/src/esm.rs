@@ -17,14 +17,13 @@
 //! - Runs `concurrency` pollers. FIFO order across them is kept by SQS itself: a message group
 //!   with messages in flight returns nothing more until they are deleted or visible again.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
 use std::future::Future;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use aws_lambda_events::encodings::Base64Data;
-use aws_lambda_events::sqs::{SqsBatchResponse, SqsEvent, SqsMessage, SqsMessageAttribute};
+use aws_lambda_events::sqs::{SqsBatchResponse, SqsEvent};
 use aws_sdk_sqs::types::{DeleteMessageBatchRequestEntry, Message, MessageSystemAttributeName};
 use tracing::{info, warn};
 
@@ -152,47 +151,9 @@ impl Counters {
     }
 }
 
-/// Converts a received message into the record Lambda would deliver.
-pub fn lambda_record(message: &Message, queue_arn: &str, region: &str) -> SqsMessage {
-    let mut record = SqsMessage::default();
-    record.message_id = message.message_id().map(str::to_owned);
-    record.receipt_handle = message.receipt_handle().map(str::to_owned);
-    record.body = message.body().map(str::to_owned);
-    record.md5_of_body = message.md5_of_body().map(str::to_owned);
-    record.md5_of_message_attributes = message.md5_of_message_attributes().map(str::to_owned);
-    record.attributes = message
-        .attributes()
-        .map(|a| {
-            a.iter()
-                .map(|(k, v)| (k.as_str().to_owned(), v.clone()))
-                .collect()
-        })
-        .unwrap_or_default();
-    record.message_attributes = message
-        .message_attributes()
-        .map(|attributes| {
-            attributes
-                .iter()
-                .map(|(name, value)| {
-                    let mut attribute = SqsMessageAttribute::default();
-                    attribute.string_value = value.string_value().map(str::to_owned);
-                    attribute.binary_value = value.binary_value().map(|b| {
-                        // non_exhaustive: built through Default and DerefMut.
-                        let mut data = Base64Data::default();
-                        data.extend_from_slice(b.as_ref());
-                        data
-                    });
-                    attribute.data_type = Some(value.data_type().to_owned());
-                    (name.clone(), attribute)
-                })
-                .collect::<HashMap<_, _>>()
-        })
-        .unwrap_or_default();
-    record.event_source = Some("aws:sqs".to_owned());
-    record.event_source_arn = Some(queue_arn.to_owned());
-    record.aws_region = Some(region.to_owned());
-    record
-}
+/// Converts a received message into the record Lambda would deliver: the worker runtime's own
+/// conversion, so the emulator and the worker hand a handler the same record.
+pub use sqs_batch::worker::sqs::lambda_record;
 
 /// Polls `queue` and invokes `function` until the queue drains (`drained_after`) or `max_run`
 /// passes.

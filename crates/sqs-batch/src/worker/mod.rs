@@ -1,0 +1,737 @@
+//! The same record handler outside Lambda (feature `worker`): a long-polling consumer for ECS,
+//! EKS or EC2, with the processor, verdicts, FIFO scopes, visibility backoff and DLQ moves it has
+//! under Lambda, and what Lambda's event source mapping did for it:
+//!
+//! - **Long polling**: `ReceiveMessage` with `WaitTimeSeconds` 20, up to 10 messages, every
+//!   attribute; several receives in flight ([`WorkerOptions::receives_in_flight`]). A failed
+//!   receive is retried with jittered backoff, never a crash loop.
+//! - **Delete after success**: the acknowledged and moved records of a batch are deleted with
+//!   `DeleteMessageBatch`; every `Failed` entry is retried, then logged (the message comes back,
+//!   and idempotency answers it as a duplicate).
+//! - **Heartbeat**: while a batch runs its messages' visibility is extended every third of the
+//!   extension; never past SQS's 12 hours from the receive, which is logged as an error, not
+//!   clamped. A worker that dies stops extending, so its messages return within one extension.
+//! - **Graceful shutdown**: once `shutdown` resolves (SIGTERM or SIGINT: [`shutdown_signal`]) no
+//!   receive starts; a receive in flight ends (at most `WaitTimeSeconds`) and what it brought is
+//!   released (visibility 0); records already started finish, records not started are released,
+//!   within [`WorkerOptions::drain_timeout_ms`]; past it, what is unfinished is released.
+//! - **Scaling on backlog**: every minute the worker writes an EMF document with the queue's
+//!   visible messages and `Consumers` 1, so that CloudWatch can divide the first by the sum of the
+//!   second (the backlog per consumer, [`backlog_per_consumer`]) for a target-tracking policy.
+//!
+//! The platform's stop timeout must be longer than `WaitTimeSeconds` plus the drain timeout
+//! ([`stop_timeout_s`]): the docs give the ECS and Kubernetes settings.
+
+#[cfg(feature = "worker")]
+pub mod sqs;
+
+use std::future::Future;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use aws_lambda_events::sqs::{SqsEvent, SqsMessage};
+use futures_util::future::join_all;
+use lambda_kit::{Clock, Env, EnvError};
+use tokio::sync::Notify;
+use tracing::{error, info, warn};
+
+use crate::backoff::BackoffPolicy;
+use crate::dead_letter::{DeadLetterPort, DeadLetters};
+use crate::edge::{Batch, Message};
+use crate::processor::{
+    BatchProcessor, Outcome, RecordContext, RecordHandler, RecordStatus, Verdict,
+};
+use crate::visibility::{self, Change, VisibilityPort};
+use crate::{Backoff, process_batch};
+
+/// SQS keeps a received message invisible for at most 12 hours from the receive.
+pub const VISIBILITY_CAP_MS: u64 = 12 * 3_600_000;
+
+/// The reason a record not started before shutdown is reported with (then released).
+pub const SHUTTING_DOWN: &str = "shutting_down";
+
+/// How the worker polls and stops. Built with [`WorkerOptions::default`] or
+/// [`WorkerOptions::from_env`]; fields may be added.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct WorkerOptions {
+    /// `ReceiveMessage`'s `WaitTimeSeconds` (20: the longest long poll).
+    pub wait_time_seconds: u8,
+    /// Messages per receive, 1-10 (10).
+    pub max_messages: u8,
+    /// Receives (and so batches) in flight at once (2).
+    pub receives_in_flight: usize,
+    /// The visibility each heartbeat sets, seconds; it is renewed every third of it (60).
+    pub visibility_extension_s: u64,
+    /// The longest a batch may run before its unfinished records are abandoned and reported,
+    /// ms (15 minutes, as Lambda's longest invocation).
+    pub batch_timeout_ms: u64,
+    /// After shutdown, how long started records may still run, ms (25 s: below ECS's default
+    /// stop timeout of 30 s, less the receive in flight).
+    pub drain_timeout_ms: u64,
+    /// Attempts at a `DeleteMessageBatch` entry before it is logged and left (3).
+    pub delete_attempts: u32,
+    /// How often the backlog document is written, ms (60 s; 0: never).
+    pub metrics_interval_ms: u64,
+}
+
+impl Default for WorkerOptions {
+    fn default() -> Self {
+        Self {
+            wait_time_seconds: 20,
+            max_messages: 10,
+            receives_in_flight: 2,
+            visibility_extension_s: 60,
+            batch_timeout_ms: 900_000,
+            drain_timeout_ms: 25_000,
+            delete_attempts: 3,
+            metrics_interval_ms: 60_000,
+        }
+    }
+}
+
+/// The variables [`WorkerOptions::from_env`] reads, with their defaults.
+pub const VARIABLES: &[(&str, Option<&str>)] = &[
+    ("WORKER_WAIT_TIME_SECONDS", Some("20")),
+    ("WORKER_MAX_MESSAGES", Some("10")),
+    ("WORKER_RECEIVES_IN_FLIGHT", Some("2")),
+    ("WORKER_VISIBILITY_EXTENSION_SECONDS", Some("60")),
+    ("WORKER_BATCH_TIMEOUT_SECONDS", Some("900")),
+    ("WORKER_DRAIN_TIMEOUT_SECONDS", Some("25")),
+];
+
+impl WorkerOptions {
+    /// The options from the environment ([`VARIABLES`]); a value out of range names its variable.
+    pub fn from_env(env: &Env<'_>) -> Result<Self, EnvError> {
+        let extension_s: u64 = env.ranged("WORKER_VISIBILITY_EXTENSION_SECONDS", 60, 3, 43_200)?;
+        Ok(Self {
+            wait_time_seconds: env.ranged("WORKER_WAIT_TIME_SECONDS", 20, 0, 20)?,
+            max_messages: env.ranged("WORKER_MAX_MESSAGES", 10, 1, 10)?,
+            receives_in_flight: env.ranged("WORKER_RECEIVES_IN_FLIGHT", 2, 1, 64)?,
+            visibility_extension_s: extension_s,
+            batch_timeout_ms: env.ranged("WORKER_BATCH_TIMEOUT_SECONDS", 900, 1, 43_200)? * 1_000,
+            drain_timeout_ms: env.ranged("WORKER_DRAIN_TIMEOUT_SECONDS", 25, 1, 3_600)? * 1_000,
+            ..Self::default()
+        })
+    }
+
+    /// These options with `WaitTimeSeconds` = `seconds` (0-20).
+    pub fn with_wait_time_seconds(mut self, seconds: u8) -> Self {
+        self.wait_time_seconds = seconds.min(20);
+        self
+    }
+
+    /// These options with the heartbeat's extension.
+    pub fn with_visibility_extension_s(mut self, seconds: u64) -> Self {
+        self.visibility_extension_s = seconds.max(3);
+        self
+    }
+
+    /// These options with the longest a batch may run.
+    pub fn with_batch_timeout_ms(mut self, ms: u64) -> Self {
+        self.batch_timeout_ms = ms;
+        self
+    }
+
+    /// These options with the drain timeout.
+    pub fn with_drain_timeout_ms(mut self, ms: u64) -> Self {
+        self.drain_timeout_ms = ms;
+        self
+    }
+
+    /// These options with the backlog document's interval (0: never).
+    pub fn with_metrics_interval_ms(mut self, ms: u64) -> Self {
+        self.metrics_interval_ms = ms;
+        self
+    }
+
+    /// These options with `n` receives in flight.
+    pub fn with_receives_in_flight(mut self, n: usize) -> Self {
+        self.receives_in_flight = n.max(1);
+        self
+    }
+}
+
+/// The least stop timeout, seconds, for a platform that stops the worker (ECS `stopTimeout`,
+/// Kubernetes `terminationGracePeriodSeconds`): a receive in flight, the drain, and a margin
+/// for the last deletes.
+pub fn stop_timeout_s(options: &WorkerOptions) -> u64 {
+    u64::from(options.wait_time_seconds) + options.drain_timeout_ms.div_ceil(1_000) + 5
+}
+
+/// How many consumers keep the backlog within `acceptable_latency_s`, each taking
+/// `seconds_per_message`: the seeds' `desired_consumers` (1,500 visible, 0.1 s a message, 10 s
+/// acceptable: 15). At least 1 while anything is visible.
+pub fn desired_consumers(visible: u64, seconds_per_message: f64, acceptable_latency_s: f64) -> u64 {
+    if visible == 0 {
+        return 0;
+    }
+    let needed = (visible as f64 * seconds_per_message / acceptable_latency_s).ceil();
+    (needed as u64).max(1)
+}
+
+/// The backlog per consumer: what a target-tracking policy holds at `acceptable latency /
+/// seconds per message` (100 for the seeds' example). All of it on one consumer when none runs.
+pub fn backlog_per_consumer(visible: u64, consumers: u64) -> f64 {
+    visible as f64 / consumers.max(1) as f64
+}
+
+/// A queue failure, after the client's own retries.
+#[derive(Debug, thiserror::Error)]
+#[error("{action} failed")]
+pub struct QueueError {
+    /// The SQS action.
+    pub action: &'static str,
+    /// Why.
+    #[source]
+    pub source: Box<dyn std::error::Error + Send + Sync>,
+}
+
+/// A delete of one received message.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Delete<'a> {
+    /// The message id (the entry's id, and the log's).
+    pub message_id: &'a str,
+    /// The receive's handle.
+    pub receipt_handle: &'a str,
+}
+
+/// The queue a worker consumes: receive, delete, and its depth.
+pub trait QueuePort: Send + Sync {
+    /// The queue's ARN (its kind, the DLQ moves, the visibility changes go by it).
+    fn arn(&self) -> &str;
+
+    /// Up to `max` messages, waiting up to `wait_s` for the first, with every attribute.
+    fn receive(
+        &self,
+        max: u8,
+        wait_s: u8,
+    ) -> impl Future<Output = Result<Vec<SqsMessage>, QueueError>> + Send;
+
+    /// Deletes up to ten messages; returns the message ids of the entries SQS did not delete.
+    fn delete(
+        &self,
+        entries: &[Delete<'_>],
+    ) -> impl Future<Output = Result<Vec<String>, QueueError>> + Send;
+
+    /// `ApproximateNumberOfMessages`: visible, waiting to be received.
+    fn visible_messages(&self) -> impl Future<Output = Result<u64, QueueError>> + Send;
+}
+
+/// A handler that starts nothing once the worker is stopping: a record not started is reported
+/// [`SHUTTING_DOWN`] and released.
+#[derive(Debug)]
+pub struct Gate<H> {
+    inner: H,
+    stopping: AtomicBool,
+}
+
+impl<H> Gate<H> {
+    /// The handler behind the gate.
+    pub fn inner(&self) -> &H {
+        &self.inner
+    }
+}
+
+impl<H: RecordHandler> RecordHandler for Gate<H> {
+    async fn handle(&self, message: &Message<'_>, context: RecordContext) -> Verdict {
+        if self.stopping.load(Ordering::SeqCst) {
+            return Verdict::retry(SHUTTING_DOWN);
+        }
+        self.inner.handle(message, context).await
+    }
+
+    fn record_span(&self, message: &Message<'_>) -> tracing::Span {
+        self.inner.record_span(message)
+    }
+}
+
+/// What a worker did, for its last log line and for tests.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct WorkerReport {
+    /// Batches processed.
+    pub batches: u64,
+    /// Messages deleted after their work succeeded (or they were moved).
+    pub deleted: u64,
+    /// Messages released (visibility 0) at shutdown: received, not finished.
+    pub released: u64,
+    /// Deletes that failed every attempt (the message comes back).
+    pub delete_failures: u64,
+    /// Receives that failed.
+    pub receive_failures: u64,
+}
+
+/// The long-polling consumer: a [`BatchProcessor`] over a queue.
+pub struct Worker<H, C, Q, V, D> {
+    processor: BatchProcessor<Gate<H>, C>,
+    queue: Q,
+    visibility: V,
+    backoff: Option<BackoffPolicy>,
+    dead_letters: Option<DeadLetters<D>>,
+    options: WorkerOptions,
+    namespace: String,
+}
+
+impl<H, C, Q, V, D> std::fmt::Debug for Worker<H, C, Q, V, D> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Worker")
+            .field("options", &self.options)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Counters shared by the lanes.
+#[derive(Default)]
+struct Counters {
+    batches: std::sync::atomic::AtomicU64,
+    deleted: std::sync::atomic::AtomicU64,
+    released: std::sync::atomic::AtomicU64,
+    delete_failures: std::sync::atomic::AtomicU64,
+    receive_failures: std::sync::atomic::AtomicU64,
+}
+
+/// The stop, as the lanes see it.
+struct Stop {
+    stopping: Notify,
+    drain_over: Notify,
+    drain_is_over: AtomicBool,
+}
+
+impl<H, C, Q, V, D> Worker<H, C, Q, V, D>
+where
+    H: RecordHandler,
+    C: Clock,
+    Q: QueuePort,
+    V: VisibilityPort + Clone,
+    D: DeadLetterPort,
+{
+    /// A worker running `handler` on the records of `queue` as a [`BatchProcessor`] with
+    /// `batch_options` would, its heartbeats and releases through `visibility`. With
+    /// [`Worker::with_backoff`], reported records get their retry timing as under Lambda; with
+    /// [`Worker::with_dead_letters`], POISON is moved at once.
+    pub fn new(
+        handler: H,
+        clock: C,
+        batch_options: crate::BatchOptions,
+        queue: Q,
+        visibility: V,
+        options: WorkerOptions,
+    ) -> Self {
+        let gate = Gate {
+            inner: handler,
+            stopping: AtomicBool::new(false),
+        };
+        Self {
+            processor: BatchProcessor::new(gate, clock, batch_options),
+            queue,
+            visibility,
+            backoff: None,
+            dead_letters: None,
+            options,
+            namespace: "SqsWorker".to_owned(),
+        }
+    }
+
+    /// Reported records get their visibility from `policy`.
+    pub fn with_backoff(mut self, policy: BackoffPolicy) -> Self {
+        self.backoff = Some(policy);
+        self
+    }
+
+    /// POISON records are moved to their queue's DLQ at once.
+    pub fn with_dead_letters(mut self, dead_letters: DeadLetters<D>) -> Self {
+        self.dead_letters = Some(dead_letters);
+        self
+    }
+
+    /// The backlog document's CloudWatch namespace (`SqsWorker`).
+    pub fn with_namespace(mut self, namespace: impl Into<String>) -> Self {
+        self.namespace = namespace.into();
+        self
+    }
+
+    /// The record handler.
+    pub fn handler(&self) -> &H {
+        self.processor.handler().inner()
+    }
+
+    /// Consumes the queue until `shutdown` resolves, then drains (see the module) and returns.
+    pub async fn run(&self, shutdown: impl Future<Output = ()>) -> WorkerReport {
+        let counters = Counters::default();
+        let stop = Stop {
+            stopping: Notify::new(),
+            drain_over: Notify::new(),
+            drain_is_over: AtomicBool::new(false),
+        };
+        let lanes =
+            join_all((0..self.options.receives_in_flight).map(|_| self.lane(&stop, &counters)));
+        let metrics = self.metrics(&stop);
+        let stopper = async {
+            shutdown.await;
+            info!("shutting down: no more receives; draining what started");
+            self.processor
+                .handler()
+                .stopping
+                .store(true, Ordering::SeqCst);
+            stop.stopping.notify_waiters();
+            tokio::time::sleep(Duration::from_millis(self.options.drain_timeout_ms)).await;
+            stop.drain_is_over.store(true, Ordering::SeqCst);
+            stop.drain_over.notify_waiters();
+        };
+        tokio::select! {
+            _ = async { tokio::join!(lanes, metrics) } => {}
+            // The stopper never ends first: its last step is the drain's end, which the lanes
+            // answer by returning.
+            () = async { stopper.await; std::future::pending::<()>().await } => {}
+        }
+        let report = WorkerReport {
+            batches: counters.batches.load(Ordering::SeqCst),
+            deleted: counters.deleted.load(Ordering::SeqCst),
+            released: counters.released.load(Ordering::SeqCst),
+            delete_failures: counters.delete_failures.load(Ordering::SeqCst),
+            receive_failures: counters.receive_failures.load(Ordering::SeqCst),
+        };
+        info!(?report, "worker stopped");
+        report
+    }
+
+    fn stopping(&self) -> bool {
+        self.processor.handler().stopping.load(Ordering::SeqCst)
+    }
+
+    /// One receive after another until the stop.
+    async fn lane(&self, stop: &Stop, counters: &Counters) {
+        let mut failures: u32 = 0;
+        while !self.stopping() {
+            let received = self
+                .queue
+                .receive(self.options.max_messages, self.options.wait_time_seconds)
+                .await;
+            let messages = match received {
+                Ok(messages) => {
+                    failures = 0;
+                    messages
+                }
+                Err(e) => {
+                    failures = failures.saturating_add(1);
+                    counters.receive_failures.fetch_add(1, Ordering::SeqCst);
+                    let wait = receive_backoff(failures, fastrand::u64(..));
+                    warn!(error = %lambda_kit::error_chain(&e), retry_in_ms = wait.as_millis() as u64, "receive failed");
+                    tokio::select! {
+                        () = tokio::time::sleep(wait) => {}
+                        () = stop.stopping.notified() => {}
+                    }
+                    continue;
+                }
+            };
+            if messages.is_empty() {
+                continue;
+            }
+            if self.stopping() {
+                // Received after the stop: nothing of it starts.
+                self.release_all(&messages, counters).await;
+                break;
+            }
+            self.batch(messages, stop, counters).await;
+        }
+    }
+
+    /// One batch: processed with a heartbeat, then its finished records deleted.
+    async fn batch(&self, messages: Vec<SqsMessage>, stop: &Stop, counters: &Counters) {
+        counters.batches.fetch_add(1, Ordering::SeqCst);
+        let received_at = tokio::time::Instant::now();
+        let mut event = SqsEvent::default();
+        event.records = messages;
+        for record in &mut event.records {
+            record.event_source_arn = Some(self.queue.arn().to_owned());
+        }
+        let batch = match Batch::from_event(&event) {
+            Ok(batch) => batch,
+            Err(e) => {
+                // SQS gives every message an id; nothing to process, nothing deleted.
+                error!(error = %e, "a received batch cannot be processed");
+                return;
+            }
+        };
+        let deadline_ms = self
+            .processor
+            .clock()
+            .now_ms()
+            .saturating_add(self.options.batch_timeout_ms);
+        let backoff = self.backoff.map(|policy| Backoff {
+            port: self.visibility.clone(),
+            policy,
+        });
+        let work = process_batch(
+            &self.processor,
+            &batch,
+            deadline_ms,
+            backoff.as_ref(),
+            self.dead_letters.as_ref(),
+        );
+        let outcome = tokio::select! {
+            processed = work => Some(processed),
+            never = self.heartbeat(&batch.messages, received_at) => match never {},
+            () = drain_over(stop) => None,
+        };
+        match outcome {
+            Some(Ok(processed)) => {
+                let reported: std::collections::HashSet<&str> = processed
+                    .response
+                    .batch_item_failures
+                    .iter()
+                    .map(|f| f.item_identifier.as_str())
+                    .collect();
+                let done: Vec<Delete<'_>> = batch
+                    .messages
+                    .iter()
+                    .filter(|m| !reported.contains(m.message_id))
+                    .filter_map(|m| {
+                        Some(Delete {
+                            message_id: m.message_id,
+                            receipt_handle: m.receipt_handle?,
+                        })
+                    })
+                    .collect();
+                self.delete(&done, counters).await;
+                // Not started because of the stop: back to the queue at once.
+                let unstarted: Vec<&Message<'_>> = batch
+                    .messages
+                    .iter()
+                    .zip(&processed.report.statuses)
+                    .filter(|(_, status)| {
+                        matches!(status, RecordStatus::Handled(v)
+                            if v.outcome == Outcome::Retry && v.reason == SHUTTING_DOWN)
+                    })
+                    .map(|(m, _)| m)
+                    .collect();
+                self.release(&unstarted, counters).await;
+            }
+            Some(Err(e)) => {
+                error!(error = %e, "a batch's response failed its check: nothing deleted");
+            }
+            None => {
+                warn!(
+                    records = batch.messages.len(),
+                    "the drain timeout ended this batch: its records are released"
+                );
+                let all: Vec<&Message<'_>> = batch.messages.iter().collect();
+                self.release(&all, counters).await;
+            }
+        }
+    }
+
+    /// Extends the batch's visibility every third of the extension, until SQS's cap; never
+    /// returns (the batch's end drops it).
+    async fn heartbeat(
+        &self,
+        messages: &[Message<'_>],
+        received_at: tokio::time::Instant,
+    ) -> std::convert::Infallible {
+        let extension_ms = self.options.visibility_extension_s.saturating_mul(1_000);
+        let every = Duration::from_millis((extension_ms / 3).max(1));
+        loop {
+            tokio::time::sleep(every).await;
+            let elapsed_ms = received_at.elapsed().as_millis() as u64;
+            if elapsed_ms.saturating_add(extension_ms) > VISIBILITY_CAP_MS {
+                error!(
+                    records = messages.len(),
+                    elapsed_ms,
+                    "a batch reached SQS's 12-hour visibility cap: its heartbeat stops, and its records will be received again while they run"
+                );
+                return std::future::pending().await;
+            }
+            let changes: Vec<Change<'_>> = messages
+                .iter()
+                .filter_map(|m| {
+                    Some(Change {
+                        message_id: m.message_id,
+                        receipt_handle: m.receipt_handle?,
+                        seconds: self.options.visibility_extension_s,
+                    })
+                })
+                .collect();
+            self.change(&changes).await;
+        }
+    }
+
+    /// Visibility changes in calls of ten; failures logged.
+    async fn change(&self, changes: &[Change<'_>]) {
+        let Some(url) = visibility::queue_url(self.queue.arn()) else {
+            warn!(
+                queue_arn = self.queue.arn(),
+                "not an SQS queue ARN: no visibility change"
+            );
+            return;
+        };
+        for chunk in changes.chunks(visibility::BATCH_LIMIT) {
+            for failure in self.visibility.change(&url, chunk).await {
+                warn!(
+                    message_id = failure.message_id,
+                    reason = failure.reason,
+                    "visibility change failed"
+                );
+            }
+        }
+    }
+
+    /// Back to the queue at once (visibility 0).
+    async fn release(&self, messages: &[&Message<'_>], counters: &Counters) {
+        let changes: Vec<Change<'_>> = messages
+            .iter()
+            .filter_map(|m| {
+                Some(Change {
+                    message_id: m.message_id,
+                    receipt_handle: m.receipt_handle?,
+                    seconds: 0,
+                })
+            })
+            .collect();
+        if changes.is_empty() {
+            return;
+        }
+        self.change(&changes).await;
+        counters
+            .released
+            .fetch_add(changes.len() as u64, Ordering::SeqCst);
+    }
+
+    async fn release_all(&self, messages: &[SqsMessage], counters: &Counters) {
+        let mut event = SqsEvent::default();
+        event.records = messages.to_vec();
+        if let Ok(batch) = Batch::from_event(&event) {
+            let all: Vec<&Message<'_>> = batch.messages.iter().collect();
+            self.release(&all, counters).await;
+        }
+    }
+
+    /// Deletes in calls of ten, each failed entry retried up to the attempts, then logged.
+    async fn delete(&self, done: &[Delete<'_>], counters: &Counters) {
+        for chunk in done.chunks(10) {
+            let mut pending: Vec<Delete<'_>> = chunk.to_vec();
+            for attempt in 1..=self.options.delete_attempts.max(1) {
+                match self.queue.delete(&pending).await {
+                    Ok(failed) => {
+                        let before = pending.len();
+                        pending.retain(|d| failed.iter().any(|id| id == d.message_id));
+                        counters
+                            .deleted
+                            .fetch_add((before - pending.len()) as u64, Ordering::SeqCst);
+                    }
+                    Err(e) => {
+                        warn!(error = %lambda_kit::error_chain(&e), attempt, "delete failed");
+                    }
+                }
+                if pending.is_empty() {
+                    break;
+                }
+                if attempt < self.options.delete_attempts {
+                    tokio::time::sleep(Duration::from_millis(100 << attempt.min(6))).await;
+                }
+            }
+            for left in &pending {
+                counters.delete_failures.fetch_add(1, Ordering::SeqCst);
+                warn!(
+                    message_id = left.message_id,
+                    "not deleted after every attempt: the message comes back, and its key answers it as a duplicate"
+                );
+            }
+        }
+    }
+
+    /// The backlog document every interval until the stop.
+    async fn metrics(&self, stop: &Stop) {
+        if self.options.metrics_interval_ms == 0 {
+            return;
+        }
+        let interval = Duration::from_millis(self.options.metrics_interval_ms);
+        while !self.stopping() {
+            tokio::select! {
+                () = tokio::time::sleep(interval) => {}
+                () = stop.stopping.notified() => return,
+            }
+            match self.queue.visible_messages().await {
+                Ok(visible) => println!(
+                    "{}",
+                    backlog_document(
+                        &self.namespace,
+                        queue_name(self.queue.arn()),
+                        visible,
+                        self.processor.clock().now_ms()
+                    )
+                ),
+                Err(e) => {
+                    warn!(error = %lambda_kit::error_chain(&e), "the queue's depth could not be read")
+                }
+            }
+        }
+    }
+}
+
+/// Resolves once the drain is over (at once if it already is).
+async fn drain_over(stop: &Stop) {
+    let notified = stop.drain_over.notified();
+    if stop.drain_is_over.load(Ordering::SeqCst) {
+        return;
+    }
+    notified.await;
+}
+
+/// The wait after `failures` failed receives in a row: equal jitter in [bound/2, bound], the
+/// bound doubling from 1 s to 60 s.
+pub fn receive_backoff(failures: u32, random: u64) -> Duration {
+    let bound_ms = 1_000u64
+        .saturating_mul(1u64 << failures.saturating_sub(1).min(6))
+        .min(60_000);
+    let half = bound_ms / 2;
+    Duration::from_millis(half + random % (half + 1))
+}
+
+/// The queue's name, the last part of its ARN.
+fn queue_name(arn: &str) -> &str {
+    arn.rsplit(':').next().unwrap_or(arn)
+}
+
+/// One EMF document: the queue's visible messages and this consumer (1), per queue. CloudWatch
+/// divides the average of the first by the sum of the second over a minute: the backlog per
+/// consumer (docs/operations.md, "The worker").
+pub fn backlog_document(namespace: &str, queue: &str, visible: u64, now_ms: u64) -> String {
+    serde_json::json!({
+        "_aws": {
+            "Timestamp": now_ms,
+            "CloudWatchMetrics": [{
+                "Namespace": namespace,
+                "Dimensions": [["QueueName"]],
+                "Metrics": [
+                    { "Name": "VisibleMessages", "Unit": "Count" },
+                    { "Name": "Consumers", "Unit": "Count" }
+                ]
+            }]
+        },
+        "QueueName": queue,
+        "VisibleMessages": visible,
+        "Consumers": 1
+    })
+    .to_string()
+}
+
+/// Resolves on SIGTERM (ECS, Kubernetes) or SIGINT (a terminal's Ctrl-C).
+#[cfg(feature = "worker")]
+pub async fn shutdown_signal() {
+    use tokio::signal::unix::{SignalKind, signal};
+    match signal(SignalKind::terminate()) {
+        Ok(mut term) => {
+            tokio::select! {
+                _ = term.recv() => info!("SIGTERM"),
+                _ = tokio::signal::ctrl_c() => info!("SIGINT"),
+            }
+        }
+        Err(e) => {
+            warn!(error = %e, "SIGTERM cannot be watched: only SIGINT stops the worker");
+            let _ = tokio::signal::ctrl_c().await;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;
