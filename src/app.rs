@@ -8,6 +8,8 @@ use idempotency::{DynamoDbStore, IdempotencyStore, MemoryStore};
 use lambda_kit::{Clock, SystemClock};
 use sqs_batch::dead_letter::SqsDeadLetters;
 use sqs_batch::visibility::SqsVisibility;
+use sqs_batch::worker::sqs::SqsQueue;
+use sqs_batch::worker::{QueueError, QueuePort, Worker, WorkerOptions};
 use sqs_batch::{
     Backoff, Batch, BatchProcessor, BatchReport, DeadLetters, EventError, EventView, RedriveCheck,
     SqsBatchResponse, SqsEvent,
@@ -30,6 +32,9 @@ pub enum StartupError {
     /// The payment client could not be built.
     #[error(transparent)]
     Payment(#[from] HttpSetupError),
+    /// The worker's queue cannot be read.
+    #[error("the worker's queue cannot be used")]
+    Queue(#[from] QueueError),
 }
 
 /// The record handler: the order handler, behind the claim check.
@@ -81,7 +86,42 @@ pub fn sqs_dead_letters(
     }
 }
 
+/// Bounds for the worker's receives and deletes: a long poll waits up to 20 s, so an attempt
+/// may take that long and more.
+pub const WORKER_SQS_SDK: SdkSettings = SdkSettings {
+    max_attempts: 3,
+    attempt_timeout: Duration::from_millis(25_000),
+    operation_timeout: Duration::from_millis(60_000),
+};
+
+/// The worker as `process-orders worker` runs it.
+pub type SqsWorker = Worker<
+    Handler<AnyStore, AnyGateway, SystemClock>,
+    SystemClock,
+    SqsQueue,
+    SqsVisibility,
+    SqsDeadLetters,
+>;
+
 impl App {
+    /// The function as a long-polling worker on the queue at `queue_url`: the SQS clients built
+    /// once, the queue's ARN read (which proves it is there and readable), `WORKER_*` read.
+    /// A worker fleet needs the table: the in-memory store only with `PROCESS_ORDERS_LOCAL=1`.
+    pub async fn into_sqs_worker(
+        self,
+        config: &Config,
+        queue_url: &str,
+    ) -> Result<SqsWorker, StartupError> {
+        if config.store.table.is_none() && !config.local {
+            return Err(ConfigError::TableRequiredForWorker.into());
+        }
+        let options =
+            WorkerOptions::from_env(&lambda_kit::Env::process()).map_err(ConfigError::from)?;
+        let sdk = aws::load().await;
+        let queue = SqsQueue::connect(aws::sqs(&sdk, &WORKER_SQS_SDK), queue_url).await?;
+        let visibility = SqsVisibility::new(aws::sqs(&sdk, &SQS_SDK));
+        Ok(self.into_worker(queue, visibility, options))
+    }
     /// Builds the ports the configuration names, each client once. No network call happens
     /// here: the first request of the first invocation opens the first connection.
     pub async fn build(config: &Config) -> Result<Self, StartupError> {
@@ -239,6 +279,35 @@ where
     pub fn with_payloads(mut self, payloads: Payloads) -> Self {
         *self.processor.handler_mut().payloads_mut() = payloads;
         self
+    }
+
+    /// The same function as a long-polling worker on `queue` (`process-orders worker`): its
+    /// handler, clock, batch options, backoff policy and DLQ moves, with `visibility` for the
+    /// heartbeats and the releases at shutdown.
+    pub fn into_worker<Q, V2>(
+        self,
+        queue: Q,
+        visibility: V2,
+        options: WorkerOptions,
+    ) -> Worker<Handler<S, P, C>, C, Q, V2, D>
+    where
+        Q: QueuePort,
+        V2: sqs_batch::visibility::VisibilityPort + Clone,
+    {
+        let (handler, clock, batch) = self.processor.into_parts();
+        let mut worker = Worker::new(handler, clock, batch, queue, visibility, options)
+            .with_namespace(
+                self.metrics
+                    .as_ref()
+                    .map_or("ProcessOrders", |(settings, _)| settings.namespace.as_str()),
+            );
+        if let Some(backoff) = self.backoff {
+            worker = worker.with_backoff(backoff.policy);
+        }
+        if let Some(dead_letters) = self.dead_letters {
+            worker = worker.with_dead_letters(dead_letters);
+        }
+        worker
     }
 
     /// The order handler's ports.

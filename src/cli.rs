@@ -1,4 +1,5 @@
-//! The command line: Lambda mode (no arguments) or one-shot mode (`--event FILE`, `-` for stdin).
+//! The command line: Lambda mode (no arguments), one-shot mode (`--event FILE`, `-` for stdin),
+//! or the long-polling worker (`worker --queue-url URL`).
 
 use std::io::Read;
 
@@ -11,8 +12,10 @@ pub const ONE_SHOT_BUDGET_MS: u64 = 900_000;
 
 /// The command line's usage, printed with `--help` and after a usage error.
 pub const USAGE: &str = "usage: process-orders [--event FILE|-]
+       process-orders worker --queue-url URL
   no arguments   serve as an AWS Lambda function (Runtime API)
-  --event FILE   process one SQS event from FILE ('-' for stdin) and print the response JSON";
+  --event FILE   process one SQS event from FILE ('-' for stdin) and print the response JSON
+  worker         consume the queue at URL by long polling (ECS, EKS, EC2) until SIGTERM";
 
 /// How the binary runs.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -23,6 +26,11 @@ pub enum Mode {
     OneShot {
         /// The event file, or `-`.
         source: String,
+    },
+    /// A long-polling consumer of one queue, until SIGTERM or SIGINT.
+    Worker {
+        /// The queue's URL.
+        queue_url: String,
     },
     /// `--help`.
     Help,
@@ -59,6 +67,14 @@ pub fn parse_args(args: impl IntoIterator<Item = String>) -> Result<Mode, CliErr
         (Some("-h" | "--help"), None, _) => Ok(Mode::Help),
         (Some("--event"), Some(source), None) => Ok(Mode::OneShot { source }),
         (Some("--event"), None, _) => Err(CliError::Usage("--event needs a file or '-'".into())),
+        (Some("worker"), Some(flag), Some(queue_url)) if flag == "--queue-url" => {
+            match args.next() {
+                None if !queue_url.is_empty() => Ok(Mode::Worker { queue_url }),
+                None => Err(CliError::Usage("--queue-url needs a URL".into())),
+                Some(other) => Err(CliError::Usage(format!("unexpected argument {other:?}"))),
+            }
+        }
+        (Some("worker"), _, _) => Err(CliError::Usage("worker needs --queue-url URL".into())),
         (Some(other), _, _) => Err(CliError::Usage(format!("unexpected argument {other:?}"))),
     }
 }
@@ -149,5 +165,20 @@ mod tests {
             args(&["--event", "a", "b"]),
             Err(CliError::Usage(_))
         ));
+        assert_eq!(
+            args(&["worker", "--queue-url", "http://q"]).expect("worker"),
+            Mode::Worker {
+                queue_url: "http://q".into()
+            }
+        );
+        for wrong in [
+            &["worker"][..],
+            &["worker", "--queue-url"],
+            &["worker", "--queue-url", ""],
+            &["worker", "--queue", "http://q"],
+            &["worker", "--queue-url", "http://q", "extra"],
+        ] {
+            assert!(matches!(args(wrong), Err(CliError::Usage(_))), "{wrong:?}");
+        }
     }
 }

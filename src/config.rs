@@ -103,6 +103,12 @@ pub enum ConfigError {
          under a local emulator)"
     )]
     TableRequiredInLambda,
+    /// A worker fleet with in-memory stores would charge a duplicate on every other task.
+    #[error(
+        "IDEMPOTENCY_TABLE must be set for `process-orders worker`: each worker's in-memory store \
+         would protect that worker only (PROCESS_ORDERS_LOCAL=1 allows it for a local run)"
+    )]
+    TableRequiredForWorker,
     /// The claim check is configured in a build without it.
     #[error(
         "CLAIM_CHECK_BUCKET is set, but this build has no claim check: build with --features s3-claim-check"
@@ -165,6 +171,9 @@ pub struct Config {
     pub metrics: Option<MetricsSettings>,
     /// Running inside Lambda (`AWS_LAMBDA_FUNCTION_NAME` set).
     pub in_lambda: bool,
+    /// A local emulator declared itself (`PROCESS_ORDERS_LOCAL=1`, `AWS_SAM_LOCAL`): the
+    /// in-memory store and the simulated gateway are allowed where they otherwise are not.
+    pub local: bool,
 }
 
 impl Config {
@@ -259,6 +268,7 @@ impl Config {
             ),
             metrics,
             in_lambda,
+            local,
         };
         let region = env
             .text("AWS_REGION")

@@ -44,6 +44,15 @@ async fn main() -> ExitCode {
         Err(e) => return fail(&e, 2, true),
     };
     match mode {
+        Mode::Worker { queue_url } => {
+            let worker = match app.into_sqs_worker(&config, &queue_url).await {
+                Ok(worker) => worker,
+                Err(e) => return fail(&e, 2, true),
+            };
+            worker.run(sqs_batch::worker::shutdown_signal()).await;
+            telemetry::flush(u64::MAX).await;
+            ExitCode::SUCCESS
+        }
         Mode::OneShot { source } => {
             let result = cli::run_once(&app, &source).await;
             // One-shot mode has no invocation deadline.

@@ -25,3 +25,4 @@ mod secret_key;
 mod store;
 mod template;
 mod traces;
+mod worker;

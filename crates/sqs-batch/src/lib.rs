@@ -91,7 +91,7 @@ pub mod typed;
 pub mod visibility;
 pub mod worker;
 
-pub use aws_lambda_events::sqs::{SqsBatchResponse, SqsEvent};
+pub use aws_lambda_events::sqs::{SqsBatchResponse, SqsEvent, SqsMessage};
 // What the API takes from lambda-kit, so a user adds this crate alone.
 pub use backoff::{BackoffPolicy, RedriveCheck};
 pub use dead_letter::DeadLetters;

@@ -429,6 +429,12 @@ impl<H: RecordHandler, C: Clock> BatchProcessor<H, C> {
         &self.clock
     }
 
+    /// The handler, the clock and the options it was built from (to build another runtime
+    /// around them: [`crate::worker::Worker`]).
+    pub fn into_parts(self) -> (H, C, BatchOptions) {
+        (self.handler, self.clock, self.options)
+    }
+
     /// Processes a batch and logs every record that is not acknowledged, plus one summary line.
     ///
     /// Needs a Tokio runtime with the time driver (Lambda's runtime has it): records still

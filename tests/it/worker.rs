@@ -1,0 +1,316 @@
+//! `process-orders worker` against moto's SQS (started by the tests), dynoxide's DynamoDB
+//! (embedded) and the IETF-draft payment stub (real HTTP): the real binary stopped by SIGTERM
+//! and killed by SIGKILL, and the worker in-process behind a queue whose deletes fail.
+
+use std::process::Stdio;
+use std::time::Duration;
+
+use aws_sdk_sqs::types::QueueAttributeName;
+use idempotency::testkit::dynoxide::{Dynoxide, unique_table};
+use process_orders::app::App;
+use process_orders::config::Config;
+use process_orders::testkit::dynamo::{create_table, moto_endpoint};
+use process_orders::testkit::payment_stub::{Behaviour, PaymentStub};
+use sqs_batch::worker::sqs::SqsQueue;
+use sqs_batch::worker::{Delete, QueueError, QueuePort, WorkerOptions};
+use tokio::process::{Child, Command};
+
+const BIN: &str = env!("CARGO_BIN_EXE_process-orders");
+
+/// A queue on moto with its own visibility timeout, a table on dynoxide, a stub provider.
+struct World {
+    sqs: aws_sdk_sqs::Client,
+    queue_url: String,
+    stub: PaymentStub,
+    dynamodb: Dynoxide,
+    table: String,
+}
+
+async fn world(visibility_timeout_s: u32) -> World {
+    let sqs = aws_sdk_sqs::Client::new(&process_orders::aws::local_config(&moto_endpoint()));
+    let name = format!("worker-{}", fastrand::u64(..));
+    let queue_url = sqs
+        .create_queue()
+        .queue_name(&name)
+        .attributes(
+            QueueAttributeName::VisibilityTimeout,
+            visibility_timeout_s.to_string(),
+        )
+        .send()
+        .await
+        .expect("queue")
+        .queue_url
+        .expect("url");
+    let dynamodb = Dynoxide::start().await;
+    let table = unique_table();
+    create_table(&dynamodb.client(), &table).await;
+    World {
+        sqs,
+        queue_url,
+        stub: PaymentStub::start().await,
+        dynamodb,
+        table,
+    }
+}
+
+impl World {
+    async fn send(&self, order_id: &str) {
+        self.sqs
+            .send_message()
+            .queue_url(&self.queue_url)
+            .message_body(serde_json::json!({ "order_id": order_id, "amount": 10 }).to_string())
+            .send()
+            .await
+            .expect("send");
+    }
+
+    /// (visible, in flight), as SQS counts them.
+    async fn depth(&self) -> (u64, u64) {
+        let attributes = self
+            .sqs
+            .get_queue_attributes()
+            .queue_url(&self.queue_url)
+            .attribute_names(QueueAttributeName::ApproximateNumberOfMessages)
+            .attribute_names(QueueAttributeName::ApproximateNumberOfMessagesNotVisible)
+            .send()
+            .await
+            .expect("attributes");
+        let read = |name: QueueAttributeName| {
+            attributes
+                .attributes()
+                .and_then(|a| a.get(&name))
+                .and_then(|n| n.parse().ok())
+                .unwrap_or(u64::MAX)
+        };
+        (
+            read(QueueAttributeName::ApproximateNumberOfMessages),
+            read(QueueAttributeName::ApproximateNumberOfMessagesNotVisible),
+        )
+    }
+
+    /// A receive by somebody else, waiting up to `wait_s`: the message ids it got.
+    async fn receive(&self, wait_s: i32) -> Vec<String> {
+        self.sqs
+            .receive_message()
+            .queue_url(&self.queue_url)
+            .max_number_of_messages(10)
+            .wait_time_seconds(wait_s)
+            .send()
+            .await
+            .expect("receive")
+            .messages()
+            .iter()
+            .filter_map(|m| m.body().map(str::to_owned))
+            .collect()
+    }
+
+    /// The worker binary on this world, with `vars` on top.
+    fn spawn(&self, vars: &[(&str, &str)]) -> Child {
+        Command::new(BIN)
+            .args(["worker", "--queue-url", &self.queue_url])
+            .env_clear()
+            .envs([
+                ("AWS_REGION", "us-east-1"),
+                ("AWS_ACCESS_KEY_ID", "test"),
+                ("AWS_SECRET_ACCESS_KEY", "test"),
+                ("AWS_EC2_METADATA_DISABLED", "true"),
+                ("AWS_ENDPOINT_URL_SQS", &moto_endpoint()),
+                ("AWS_ENDPOINT_URL_DYNAMODB", &self.dynamodb.endpoint()),
+                ("IDEMPOTENCY_TABLE", &self.table),
+                ("PAYMENT_API_URL", &self.stub.url()),
+                ("METRICS_ENABLED", "false"),
+                ("WORKER_WAIT_TIME_SECONDS", "1"),
+            ])
+            .envs(vars.iter().copied())
+            .stdout(Stdio::null())
+            .stderr(Stdio::inherit())
+            .kill_on_drop(true)
+            .spawn()
+            .expect("spawn the worker")
+    }
+}
+
+/// Sends `signal` (`TERM`, `KILL`) to `child`.
+async fn signal(child: &Child, signal: &str) {
+    let pid = child.id().expect("running").to_string();
+    let status = Command::new("kill")
+        .args([format!("-{signal}"), pid])
+        .status()
+        .await
+        .expect("kill");
+    assert!(status.success());
+}
+
+/// The key whose charge the stub holds in flight, once one is.
+async fn in_flight(world: &World, keys: &[String]) -> String {
+    for _ in 0..400 {
+        if let Some(key) = keys.iter().find(|k| world.stub.requests(k) > 0) {
+            world.stub.in_flight(key).await;
+            return key.clone();
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!("no charge started in 20 s");
+}
+
+/// SIGTERM in the middle of a batch of long records, run one at a time: the record running
+/// finishes, is charged once and deleted; the records not started are visible again at once
+/// (the queue's own visibility timeout of 60 s would hide them); the worker exits 0 within its
+/// stop timeout (a receive, the drain, a margin).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_mid_batch_finishes_what_started_and_releases_the_rest() {
+    let world = world(60).await;
+    world
+        .stub
+        .set_default(Behaviour::Slow(Duration::from_secs(2)));
+    let keys: Vec<String> = (0..5).map(|i| format!("term-{i}")).collect();
+    for key in &keys {
+        world.send(key).await;
+    }
+    let mut worker = world.spawn(&[
+        ("MAX_CONCURRENCY", "1"),
+        ("WORKER_RECEIVES_IN_FLIGHT", "1"),
+        ("WORKER_DRAIN_TIMEOUT_SECONDS", "10"),
+    ]);
+    let running = in_flight(&world, &keys).await;
+    signal(&worker, "TERM").await;
+    let stop_timeout = Duration::from_secs(1 + 10 + 5);
+    let status = tokio::time::timeout(stop_timeout, worker.wait())
+        .await
+        .expect("stopped within its stop timeout")
+        .expect("status");
+    assert!(status.success(), "{status}");
+    assert_eq!(world.stub.charged_keys(), std::slice::from_ref(&running));
+    assert_eq!(world.stub.charges(&running), 1);
+    // The finished one deleted, the others released: all visible now, none in flight.
+    assert_eq!(world.depth().await, (keys.len() as u64 - 1, 0));
+    let mut left = world.receive(0).await;
+    left.sort();
+    assert_eq!(left.len(), keys.len() - 1);
+    assert!(
+        !left
+            .iter()
+            .any(|body| body.contains(&format!("\"{running}\"")))
+    );
+}
+
+/// A record that runs three times the queue's visibility timeout is not received by anyone else
+/// while its worker lives (the heartbeat), and is deleted once charged. After SIGKILL in the
+/// middle of the next one, that message is back within one extension.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_heartbeat_holds_a_long_record_and_stops_with_its_worker() {
+    let world = world(2).await;
+    world
+        .stub
+        .set("long", Behaviour::Slow(Duration::from_secs(6)));
+    world.send("long").await;
+    // One receive at a time: the worker's own next receive cannot take the message back, only
+    // the test's can.
+    let mut worker = world.spawn(&[
+        ("WORKER_VISIBILITY_EXTENSION_SECONDS", "3"),
+        ("WORKER_RECEIVES_IN_FLIGHT", "1"),
+    ]);
+    in_flight(&world, &["long".to_owned()]).await;
+    // Six seconds of another consumer's receives, three visibility timeouts: nothing.
+    for _ in 0..6 {
+        assert_eq!(world.receive(1).await, Vec::<String>::new());
+    }
+    world.stub.settled("long").await;
+    for _ in 0..100 {
+        if world.depth().await == (0, 0) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(world.depth().await, (0, 0));
+    assert_eq!(world.stub.charges("long"), 1);
+
+    world
+        .stub
+        .set("dies", Behaviour::Slow(Duration::from_secs(30)));
+    world.send("dies").await;
+    in_flight(&world, &["dies".to_owned()]).await;
+    signal(&worker, "KILL").await;
+    let _ = worker.wait().await;
+    // Back within one extension (3 s), plus a second of the receive's own wait.
+    let mut back = Vec::new();
+    for _ in 0..4 {
+        back = world.receive(1).await;
+        if !back.is_empty() {
+            break;
+        }
+    }
+    assert_eq!(back.len(), 1, "the message did not come back");
+    assert!(back[0].contains("\"dies\""));
+}
+
+/// A queue whose first `failing` delete calls fail every entry.
+struct FailingDeletes {
+    queue: SqsQueue,
+    failing: std::sync::atomic::AtomicUsize,
+}
+
+impl QueuePort for FailingDeletes {
+    fn arn(&self) -> &str {
+        self.queue.arn()
+    }
+
+    async fn receive(&self, max: u8, wait_s: u8) -> Result<Vec<sqs_batch::SqsMessage>, QueueError> {
+        self.queue.receive(max, wait_s).await
+    }
+
+    async fn delete(&self, entries: &[Delete<'_>]) -> Result<Vec<String>, QueueError> {
+        use std::sync::atomic::Ordering;
+        if self.failing.load(Ordering::SeqCst) > 0 {
+            self.failing.fetch_sub(1, Ordering::SeqCst);
+            return Ok(entries.iter().map(|e| e.message_id.to_owned()).collect());
+        }
+        self.queue.delete(entries).await
+    }
+
+    async fn visible_messages(&self) -> Result<u64, QueueError> {
+        self.queue.visible_messages().await
+    }
+}
+
+/// `DeleteMessageBatch` fails an entry every attempt: the message comes back after the queue's
+/// visibility timeout and is acknowledged as a duplicate, with no second charge request.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_message_whose_delete_failed_comes_back_as_a_duplicate() {
+    let world = world(2).await;
+    world.send("d-1").await;
+    let config = Config::from_lookup(|name| match name {
+        "PAYMENT_API_URL" => Some(world.stub.url()),
+        _ => None,
+    })
+    .expect("config");
+    let app = App::build(&config).await.expect("app");
+    let queue = FailingDeletes {
+        queue: SqsQueue::connect(world.sqs.clone(), &world.queue_url)
+            .await
+            .expect("queue"),
+        failing: std::sync::atomic::AtomicUsize::new(3),
+    };
+    let visibility = sqs_batch::visibility::SqsVisibility::new(world.sqs.clone());
+    let options = WorkerOptions::default()
+        .with_wait_time_seconds(1)
+        .with_metrics_interval_ms(0)
+        .with_receives_in_flight(1);
+    let worker = app.into_worker(queue, visibility, options);
+    let done = async {
+        for _ in 0..200 {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            if world.depth().await == (0, 0) {
+                return;
+            }
+        }
+    };
+    let report = worker.run(done).await;
+    assert_eq!(world.depth().await, (0, 0));
+    assert_eq!(
+        (report.batches, report.deleted, report.delete_failures),
+        (2, 1, 1)
+    );
+    assert_eq!(world.stub.charges("d-1"), 1);
+    assert_eq!(world.stub.requests("d-1"), 1);
+}
