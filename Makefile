@@ -150,8 +150,8 @@ invoke: $(PY_STAMP)
 
 # cfn-lint, checkov and SAM's own linter on template.yaml (all offline).
 check-template: $(IAC_STAMP)
-	$(IAC_VENV)/bin/cfn-lint template.yaml
-	$(IAC_VENV)/bin/checkov --quiet --compact --skip-download -f template.yaml
+	$(IAC_VENV)/bin/cfn-lint template.yaml worker.yaml
+	$(IAC_VENV)/bin/checkov --quiet --compact --skip-download -f template.yaml -f worker.yaml
 	SAM_CLI_TELEMETRY=0 AWS_DEFAULT_REGION=us-east-1 $(IAC_VENV)/bin/sam validate --lint -t template.yaml
 
 # The deployable arm64 bootstrap (zip in target/lambda/process-orders/).

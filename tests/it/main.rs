@@ -26,3 +26,4 @@ mod store;
 mod template;
 mod traces;
 mod worker;
+mod worker_template;
