@@ -106,12 +106,16 @@ fn the_stop_timeout_covers_a_receive_and_the_drain() {
         .iter()
         .filter_map(Value::as_str)
         .collect();
-    assert_eq!(command, ["worker", "--queue-url"]);
+    // The last is `!Ref QueueUrl`, read as the parameter's name.
+    assert_eq!(command, ["worker", "--queue-url", "QueueUrl"]);
     let env: BTreeSet<&str> = container["Environment"]
         .as_sequence()
         .expect("environment")
         .iter()
         .filter_map(|e| e["Name"].as_str())
         .collect();
-    assert!(env.contains("IDEMPOTENCY_TABLE"), "a worker fleet needs the table");
+    assert!(
+        env.contains("IDEMPOTENCY_TABLE"),
+        "a worker fleet needs the table"
+    );
 }

@@ -8,8 +8,8 @@
 //!   [`ManualClock`]), so leases, TTLs and deadlines are decided without sleeping in tests.
 //! - [`env`](mod@env): settings read from the environment once, each component its own, with errors that
 //!   name the variable ([`Env`], [`EnvError`]).
-//! - [`mutation`]: planted bugs the simulator must catch, compiled out unless the `mutations`
-//!   feature is on (only the simulator turns it on).
+//! - `mutation` (hidden, not part of the API): planted bugs the simulator must catch, compiled
+//!   out unless the `mutations` feature is on (only the simulator turns it on).
 //! - [`error_chain`]: an error and its sources on one line, for a log field.
 //! - [`Fnv1a`]: a hash that stays the same across builds and platforms, for what is stored.
 //!
@@ -33,6 +33,11 @@ struct ReadmeDoctests;
 
 pub mod clock;
 pub mod env;
+// Public only so the workspace's crates can ask it; not part of the API (no semver promise), and
+// a constant `false` without the `mutations` feature. A `cfg` would hide it from Cargo too, but
+// would need RUSTFLAGS (rebuilding every dependency) or an environment variable leaking into
+// the deployment build: the feature is the one switch Cargo scopes to the crates that ask.
+#[doc(hidden)]
 pub mod mutation;
 
 pub use clock::{Clock, ManualClock, SystemClock};
