@@ -11,6 +11,8 @@
 //!   `BENCH_PYTHON`, which `make bench` points at a venv holding `aws-lambda-powertools`).
 //! - (h) the deadline: SQS accepts connections and never answers, 100 reported records, the
 //!   deadline 6 s away: how long from the batch to the response.
+//! - (i) one long-polling worker against one Lambda container on the plan of (f): orders a
+//!   second and compute cost per million orders (`-- --bench worker` runs it alone).
 //!
 //! Under `cargo test --all-targets` (no `--bench` argument) it runs a small smoke version.
 
@@ -50,9 +52,14 @@ fn main() {
     runtime.block_on(async {
         let records = if full { 1_000 } else { 20 };
         let plan = Plan::new(records, 11);
-        tail_latency(&plan, if full { &[8, 16, 32] } else { &[8] }).await;
-        powertools(&plan).await;
-        deadline().await;
+        // `-- --bench worker`: the worker's comparison alone.
+        let only_worker = std::env::args().any(|a| a == "worker");
+        if !only_worker {
+            tail_latency(&plan, if full { &[8, 16, 32] } else { &[8] }).await;
+            powertools(&plan).await;
+            deadline().await;
+        }
+        worker_against_lambda(&plan).await;
     });
 }
 
@@ -235,38 +242,8 @@ async fn tail_latency(plan: &Plan, levels: &[usize]) {
         // A provider of its own per run: one that already charged these keys would answer
         // every request at once with its replay.
         let stub = PaymentStub::start().await;
-        for (order, latency) in &plan.payments {
-            // Past the timeout: in flight for longer than the client waits.
-            let delay = latency.unwrap_or(PAYMENT_TIMEOUT + Duration::from_secs(1));
-            stub.set(order, Behaviour::Slow(delay));
-        }
-        let (dynamodb, _) = client(&server.endpoint());
-        let table = unique_table();
-        create_table(&dynamodb, &table).await;
         let config = config(&[("MAX_CONCURRENCY", c.to_string())]);
-        let work: Work = Arc::default();
-        let store = SlowStore {
-            inner: DynamoDbStore::new(dynamodb, &table, config.store.retention),
-            delays: plan
-                .payments
-                .iter()
-                .map(|(order, _)| order.clone())
-                .zip(plan.store.iter().copied())
-                .collect(),
-            calls: Mutex::default(),
-            work: Arc::clone(&work),
-        };
-        let gateway = TimedGateway {
-            inner: HttpGateway::new(&HttpSettings {
-                base_url: stub.url().parse().expect("url"),
-                api_key: process_orders::payment::KeySetting::None,
-                connect_timeout: Duration::from_secs(1),
-                timeout: PAYMENT_TIMEOUT,
-                retryable_failures: process_orders::payment::http::RetryableFailures::default(),
-            })
-            .expect("gateway"),
-            work: Arc::clone(&work),
-        };
+        let (store, gateway, work) = timed_ports(plan, &server, &stub, &config).await;
         let app = App::with_ports(&config, store, gateway, SystemClock);
         let started = Instant::now();
         let response = app
@@ -289,6 +266,180 @@ async fn tail_latency(plan: &Plan, levels: &[usize]) {
             secs(greedy),
             response.batch_item_failures.len()
         );
+    }
+}
+
+/// The plan's store (a fresh table on `server`, each call delayed as planned) and gateway (the
+/// HTTP client to `stub`, each order's latency set as planned), both timed per order.
+async fn timed_ports(
+    plan: &Plan,
+    server: &Dynoxide,
+    stub: &PaymentStub,
+    config: &Config,
+) -> (SlowStore, TimedGateway, Work) {
+    for (order, latency) in &plan.payments {
+        // Past the timeout: in flight for longer than the client waits.
+        let delay = latency.unwrap_or(PAYMENT_TIMEOUT + Duration::from_secs(1));
+        stub.set(order, Behaviour::Slow(delay));
+    }
+    let (dynamodb, _) = client(&server.endpoint());
+    let table = unique_table();
+    create_table(&dynamodb, &table).await;
+    let work: Work = Arc::default();
+    let store = SlowStore {
+        inner: DynamoDbStore::new(dynamodb, &table, config.store.retention),
+        delays: plan
+            .payments
+            .iter()
+            .map(|(order, _)| order.clone())
+            .zip(plan.store.iter().copied())
+            .collect(),
+        calls: Mutex::default(),
+        work: Arc::clone(&work),
+    };
+    let gateway = TimedGateway {
+        inner: HttpGateway::new(&HttpSettings {
+            base_url: stub.url().parse().expect("url"),
+            api_key: process_orders::payment::KeySetting::None,
+            connect_timeout: Duration::from_secs(1),
+            timeout: PAYMENT_TIMEOUT,
+            retryable_failures: process_orders::payment::http::RetryableFailures::default(),
+        })
+        .expect("gateway"),
+        work: Arc::clone(&work),
+    };
+    (store, gateway, work)
+}
+
+/// (i) One worker against one Lambda container on the same orders, the same store and the same
+/// provider latencies: orders a second, and what each order costs (the Lambda function billed
+/// for its wall time at 256 MB; a Fargate task of 0.25 vCPU and 0.5 GB, arm64, billed by the
+/// hour whatever it does). The Lambda container takes the template's batches of 100 one after
+/// another; the worker its defaults (two receives of ten in flight).
+async fn worker_against_lambda(plan: &Plan) {
+    const LAMBDA_GB_S: f64 = 0.000_013_333_4;
+    const LAMBDA_MB: f64 = 256.0;
+    // us-east-1, Linux/ARM: per vCPU-hour and per GB-hour (checked 2026-12-01).
+    const FARGATE_TASK_HOUR: f64 = 0.25 * 0.032_38 + 0.5 * 0.003_56;
+    let records = plan.payments.len();
+    println!(
+        "\n(i) one worker against one Lambda container: {records} orders, the plan of (f), \
+         MAX_CONCURRENCY 16"
+    );
+    println!(
+        "| runtime | wall s | orders/s | cost per million orders (compute only) |\n|---|---|---|---|"
+    );
+    let server = Dynoxide::start().await;
+    let event: sqs_batch::SqsEvent = serde_json::from_str(&plan.json).expect("event");
+
+    // Lambda: invocations of 100 records, one after another (one container).
+    let stub = PaymentStub::start().await;
+    let config = config(&[]);
+    let (store, gateway, _) = timed_ports(plan, &server, &stub, &config).await;
+    let app = App::with_ports(&config, store, gateway, SystemClock);
+    let started = Instant::now();
+    for chunk in event.records.chunks(100) {
+        let mut batch = sqs_batch::SqsEvent::default();
+        batch.records = chunk.to_vec();
+        let json = serde_json::to_string(&batch).expect("batch");
+        app.handle_json(&json, SystemClock.now_ms() + 900_000)
+            .await
+            .expect("handled");
+    }
+    let wall = started.elapsed().as_secs_f64();
+    let per_order_s = wall / records as f64;
+    let lambda_per_million = 1e6 * per_order_s * LAMBDA_MB / 1024.0 * LAMBDA_GB_S;
+    println!(
+        "| Lambda, batches of 100, 256 MB | {wall:.2} | {:.1} | ${lambda_per_million:.2} |",
+        records as f64 / wall
+    );
+
+    // The worker: the same orders on an in-process queue (SQS's latency is not measured here).
+    let stub = PaymentStub::start().await;
+    let (store, gateway, _) = timed_ports(plan, &server, &stub, &config).await;
+    let app = App::with_ports(&config, store, gateway, SystemClock);
+    let queue = MemoryQueue::new(event.records.clone());
+    let worker = app.into_worker(
+        &queue,
+        NoChange,
+        sqs_batch::worker::WorkerOptions::default().with_metrics_interval_ms(0),
+    );
+    let started = Instant::now();
+    let until_empty = async {
+        while queue.deleted.load(std::sync::atomic::Ordering::SeqCst) < records {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    };
+    worker.run(until_empty).await;
+    let wall = started.elapsed().as_secs_f64();
+    let rate = records as f64 / wall;
+    let worker_per_million = 1e6 / rate / 3_600.0 * FARGATE_TASK_HOUR;
+    println!(
+        "| worker, 2 receives of 10 in flight, Fargate 0.25 vCPU / 0.5 GB | {wall:.2} | {rate:.1} | ${worker_per_million:.2} (busy all the time) |"
+    );
+}
+
+/// The worker's queue in memory: receives take the next ten, deletes count.
+struct MemoryQueue {
+    messages: Mutex<std::collections::VecDeque<sqs_batch::SqsMessage>>,
+    deleted: std::sync::atomic::AtomicUsize,
+}
+
+impl MemoryQueue {
+    fn new(records: Vec<sqs_batch::SqsMessage>) -> Self {
+        Self {
+            messages: Mutex::new(records.into()),
+            deleted: std::sync::atomic::AtomicUsize::new(0),
+        }
+    }
+}
+
+impl sqs_batch::worker::QueuePort for &MemoryQueue {
+    fn arn(&self) -> &str {
+        "arn:aws:sqs:us-east-1:123456789012:orders"
+    }
+
+    async fn receive(
+        &self,
+        max: u8,
+        _wait_s: u8,
+    ) -> Result<Vec<sqs_batch::SqsMessage>, sqs_batch::worker::QueueError> {
+        let batch: Vec<_> = {
+            let mut messages = self.messages.lock().expect("lock");
+            let n = usize::from(max).min(messages.len());
+            messages.drain(..n).collect()
+        };
+        if batch.is_empty() {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        Ok(batch)
+    }
+
+    async fn delete(
+        &self,
+        entries: &[sqs_batch::worker::Delete<'_>],
+    ) -> Result<Vec<String>, sqs_batch::worker::QueueError> {
+        self.deleted
+            .fetch_add(entries.len(), std::sync::atomic::Ordering::SeqCst);
+        Ok(Vec::new())
+    }
+
+    async fn visible_messages(&self) -> Result<u64, sqs_batch::worker::QueueError> {
+        Ok(self.messages.lock().expect("lock").len() as u64)
+    }
+}
+
+/// Visibility changes that go nowhere (the in-memory queue has no visibility).
+#[derive(Clone, Copy)]
+struct NoChange;
+
+impl sqs_batch::visibility::VisibilityPort for NoChange {
+    async fn change(
+        &self,
+        _queue_url: &str,
+        _changes: &[sqs_batch::visibility::Change<'_>],
+    ) -> Vec<sqs_batch::visibility::ChangeFailure> {
+        Vec::new()
     }
 }
 

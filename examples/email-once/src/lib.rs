@@ -10,7 +10,7 @@
 //!   is retried; the provider's idempotency key keeps a resend from mailing twice while it
 //!   remembers the key. This is what most functions need.
 //! - **Full control** ([`WelcomeEmails`]): `idempotency::guard::run` with a
-//!   [`GuardedWork`](idempotency::guard::GuardedWork) that can ask the provider what became of a
+//!   [`GuardedWork`] that can ask the provider what became of a
 //!   send that timed out, a key window, and the refused address as POISON. For work whose effect
 //!   must never be doubled, at any age of the key.
 //!
