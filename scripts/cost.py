@@ -8,6 +8,7 @@ another region. The output is the Markdown table docs/performance.md quotes.
 """
 
 import argparse
+import math
 import re
 import sys
 from pathlib import Path
@@ -29,7 +30,18 @@ INPUTS = {
     # 10 acknowledged (the poller's own calls, billed to the account), template BatchSize 100.
     "sqs_requests_per_order": 0.2,
     "batch_size": 100,
+    # One worker's throughput (process-orders worker, defaults: two receives of ten in flight),
+    # from `make bench` (docs/performance.md (i)): the plan of (f) on an in-process queue.
+    "worker_orders_per_s": 14.5,
+    # A worker task: Fargate, arm64, 0.25 vCPU and 0.5 GB.
+    "fargate_vcpu": 0.25,
+    "fargate_gb": 0.5,
+    # The worker's own SQS requests beside the 0.2 per order: a long poll every 20 s per receive
+    # in flight when the queue is empty (2 in flight), per task-hour.
+    "worker_idle_receives_per_hour": 360,
     # Prices, us-east-1.
+    "fargate_vcpu_hour_arm64": 0.03238,
+    "fargate_gb_hour_arm64": 0.00356,
     "lambda_gb_s_arm64": 0.0000133334,
     "lambda_per_million_requests": 0.20,
     "dynamodb_per_million_writes": 0.625,
@@ -59,6 +71,39 @@ def alarm_metrics():
     return total
 
 
+def worker_table(i, lambda_per_million):
+    """Per million orders at a steady rate: the Lambda function (the same at any rate) against
+    worker tasks on Fargate, as many as the rate needs (at least one), billed whether busy or
+    not. DynamoDB and SQS per order are the same for both and left out of both columns."""
+    task_hour = (
+        i["fargate_vcpu"] * i["fargate_vcpu_hour_arm64"]
+        + i["fargate_gb"] * i["fargate_gb_hour_arm64"]
+    )
+    idle_sqs_hour = i["worker_idle_receives_per_hour"] / 1e6 * i["sqs_per_million_requests"]
+    print()
+    print(
+        f"| steady rate | Lambda (256 MB) | worker tasks | Fargate per million orders |"
+    )
+    print("|---|---|---|---|")
+    for rate in (0.1, 1, 10, 100, 1000):
+        tasks = max(1, math.ceil(rate / i["worker_orders_per_s"]))
+        orders_per_hour = rate * 3600
+        fargate = tasks * (task_hour + idle_sqs_hour) / orders_per_hour * 1e6
+        print(
+            f"| {rate:g} orders/s | ${lambda_per_million:.2f} | {tasks} "
+            f"| **${fargate:.2f}** |"
+        )
+    busy = (task_hour + idle_sqs_hour) / (i["worker_orders_per_s"] * 3600) * 1e6
+    breakeven = task_hour / (lambda_per_million / 1e6) / 3600
+    print()
+    print(
+        f"A task costs ${task_hour:.4f} an hour and serves up to {i['worker_orders_per_s']:g} "
+        f"orders/s: kept busy, ${busy:.2f} per million orders against the function's "
+        f"${lambda_per_million:.2f}. A task would have to serve {breakeven:.1f} orders/s to "
+        f"cost what the function does (DynamoDB and SQS, the same for both, left out)."
+    )
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--set", action="append", default=[], metavar="NAME=VALUE")
@@ -86,6 +131,7 @@ def main():
         gb_s = orders * ms_per_record / 1000 * memory_mb / 1024
         return gb_s * i["lambda_gb_s_arm64"]
 
+    lambda_256 = compute(i["ours_ms_per_record"], 256) + requests
     rows = [
         ("process-orders", i["ours_ms_per_record"], 128),
         ("process-orders", i["ours_ms_per_record"], 256),
@@ -117,6 +163,7 @@ def main():
         f"${i['dashboard_per_month']:.2f}, the secret ${i['secret_per_month']:.2f}: "
         f"**${fixed:.2f}**."
     )
+    worker_table(i, lambda_256)
 
 
 if __name__ == "__main__":
