@@ -195,10 +195,9 @@ async fn sigterm_mid_batch_finishes_what_started_and_releases_the_rest() {
 }
 
 /// A record that runs three times the queue's visibility timeout is not received by anyone else
-/// while its worker lives (the heartbeat), and is deleted once charged. After SIGKILL in the
-/// middle of the next one, that message is back within one extension.
+/// while its worker lives (the heartbeat), and is deleted once charged.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_heartbeat_holds_a_long_record_and_stops_with_its_worker() {
+async fn the_heartbeat_holds_a_record_three_visibility_timeouts_long() {
     let world = world(2).await;
     world
         .stub
@@ -206,7 +205,7 @@ async fn the_heartbeat_holds_a_long_record_and_stops_with_its_worker() {
     world.send("long").await;
     // One receive at a time: the worker's own next receive cannot take the message back, only
     // the test's can.
-    let mut worker = world.spawn(&[
+    let _worker = world.spawn(&[
         ("WORKER_VISIBILITY_EXTENSION_SECONDS", "3"),
         ("WORKER_RECEIVES_IN_FLIGHT", "1"),
     ]);
@@ -216,22 +215,45 @@ async fn the_heartbeat_holds_a_long_record_and_stops_with_its_worker() {
         assert_eq!(world.receive(1).await, Vec::<String>::new());
     }
     world.stub.settled("long").await;
-    for _ in 0..100 {
+    drained(&world).await;
+    assert_eq!(world.stub.charges("long"), 1);
+}
+
+/// Waits (up to 60 s) until the queue holds nothing, visible or in flight.
+async fn drained(world: &World) {
+    for _ in 0..600 {
         if world.depth().await == (0, 0) {
-            break;
+            return;
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    assert_eq!(world.depth().await, (0, 0));
-    assert_eq!(world.stub.charges("long"), 1);
+    assert_eq!(world.depth().await, (0, 0), "not drained in 60 s");
+}
 
+/// SIGKILL in the middle of a charge: the heartbeat stops with the worker, so the message is
+/// back within one extension; a second worker takes the key over once the dead one's lease ends,
+/// looks the charge up, and the order is charged once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_workers_message_comes_back_and_is_charged_once() {
+    let world = world(2).await;
     world
         .stub
-        .set("dies", Behaviour::Slow(Duration::from_secs(30)));
+        .set("dies", Behaviour::Slow(Duration::from_millis(1_500)));
     world.send("dies").await;
+    // A lease of 8 s (above 2 x 1 s of store calls + 2 x 2 s of payment), so the takeover comes
+    // soon after the kill.
+    let short = [
+        ("WORKER_VISIBILITY_EXTENSION_SECONDS", "3"),
+        ("WORKER_RECEIVES_IN_FLIGHT", "1"),
+        ("IDEMPOTENCY_LEASE_SECONDS", "8"),
+        ("PAYMENT_TIMEOUT_MS", "2000"),
+        ("DYNAMODB_ATTEMPT_TIMEOUT_MS", "500"),
+        ("DYNAMODB_OPERATION_TIMEOUT_MS", "1000"),
+    ];
+    let mut first = world.spawn(&short);
     in_flight(&world, &["dies".to_owned()]).await;
-    signal(&worker, "KILL").await;
-    let _ = worker.wait().await;
+    signal(&first, "KILL").await;
+    let _ = first.wait().await;
     // Back within one extension (3 s), plus a second of the receive's own wait.
     let mut back = Vec::new();
     for _ in 0..4 {
@@ -242,6 +264,9 @@ async fn the_heartbeat_holds_a_long_record_and_stops_with_its_worker() {
     }
     assert_eq!(back.len(), 1, "the message did not come back");
     assert!(back[0].contains("\"dies\""));
+    let _second = world.spawn(&short);
+    drained(&world).await;
+    assert_eq!(world.stub.charges("dies"), 1);
 }
 
 /// A queue whose first `failing` delete calls fail every entry.
@@ -297,15 +322,7 @@ async fn a_message_whose_delete_failed_comes_back_as_a_duplicate() {
         .with_metrics_interval_ms(0)
         .with_receives_in_flight(1);
     let worker = app.into_worker(queue, visibility, options);
-    let done = async {
-        for _ in 0..200 {
-            tokio::time::sleep(Duration::from_millis(100)).await;
-            if world.depth().await == (0, 0) {
-                return;
-            }
-        }
-    };
-    let report = worker.run(done).await;
+    let report = worker.run(drained(&world)).await;
     assert_eq!(world.depth().await, (0, 0));
     assert_eq!(
         (report.batches, report.deleted, report.delete_failures),
