@@ -28,9 +28,9 @@ impl ConfiguredStore {
     /// again, unless `IDEMPOTENCY_IN_MEMORY=true` says so on purpose (a local emulator such as
     /// `cargo lambda watch`).
     pub async fn from_env() -> Result<Self, EnvError> {
-        let env = Env::process();
-        match Self::settings(&env)? {
-            Some((table, settings)) => {
+        let mut settings = Self::settings(&Env::process())?;
+        match settings.table.take() {
+            Some(table) => {
                 let sdk = aws_config::load_defaults(aws_config::BehaviorVersion::latest()).await;
                 let client = aws_sdk_dynamodb::Client::new(&sdk);
                 Ok(Self::DynamoDb(
@@ -38,17 +38,16 @@ impl ConfiguredStore {
                         .with_key_prefix(settings.key_prefix),
                 ))
             }
-            None => Ok(Self::Memory(MemoryStore::new(
-                StoreSettings::from_env(&env)?.retention,
-            ))),
+            None => Ok(Self::Memory(MemoryStore::new(settings.retention))),
         }
     }
 
-    /// The settings of a DynamoDB store, or `None` for memory (see [`ConfiguredStore::from_env`]).
-    fn settings(env: &Env<'_>) -> Result<Option<(String, StoreSettings)>, EnvError> {
+    /// The store's settings, a table or none (memory), checked as [`ConfiguredStore::from_env`]
+    /// says.
+    fn settings(env: &Env<'_>) -> Result<StoreSettings, EnvError> {
         let settings = StoreSettings::from_env(env)?;
-        if let Some(table) = settings.table.clone() {
-            return Ok(Some((table, settings)));
+        if settings.table.is_some() {
+            return Ok(settings);
         }
         let in_lambda = env.text("AWS_LAMBDA_FUNCTION_NAME").is_some();
         if in_lambda && !env.flag("IDEMPOTENCY_IN_MEMORY", false)? {
@@ -58,7 +57,7 @@ impl ConfiguredStore {
                 "a table name inside Lambda (or IDEMPOTENCY_IN_MEMORY=true for a local emulator)",
             ));
         }
-        Ok(None)
+        Ok(settings)
     }
 }
 
@@ -112,7 +111,7 @@ impl IdempotencyStore for ConfiguredStore {
 mod tests {
     use super::*;
 
-    fn settings(vars: &[(&str, &str)]) -> Result<Option<(String, StoreSettings)>, EnvError> {
+    fn settings(vars: &[(&str, &str)]) -> Result<StoreSettings, EnvError> {
         let vars: Vec<(String, String)> = vars
             .iter()
             .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
@@ -124,15 +123,16 @@ mod tests {
 
     #[test]
     fn a_table_names_dynamodb_and_lambda_without_one_is_refused_unless_memory_is_asked_for() {
-        let (table, settings_of_table) = settings(&[
+        let of_table = settings(&[
             ("IDEMPOTENCY_TABLE", "t"),
             ("AWS_LAMBDA_FUNCTION_NAME", "f"),
         ])
-        .unwrap()
         .unwrap();
-        assert_eq!(table, "t");
-        assert_eq!(settings_of_table.key_prefix, "f#");
-        assert_eq!(settings(&[]).unwrap(), None);
+        assert_eq!(of_table.table.as_deref(), Some("t"));
+        assert_eq!(of_table.key_prefix, "f#");
+        let memory = settings(&[("IDEMPOTENCY_RETENTION_DAYS", "2")]).unwrap();
+        assert_eq!(memory.table, None);
+        assert_eq!(memory.retention, std::time::Duration::from_secs(2 * 86_400));
         let refused = settings(&[("AWS_LAMBDA_FUNCTION_NAME", "f")]).unwrap_err();
         assert!(
             refused.to_string().starts_with("IDEMPOTENCY_TABLE="),
@@ -142,7 +142,7 @@ mod tests {
             ("AWS_LAMBDA_FUNCTION_NAME", "f"),
             ("IDEMPOTENCY_IN_MEMORY", "true"),
         ];
-        assert_eq!(settings(&asked).unwrap(), None);
+        assert_eq!(settings(&asked).unwrap().table, None);
         let bad = [
             ("AWS_LAMBDA_FUNCTION_NAME", "f"),
             ("IDEMPOTENCY_IN_MEMORY", "yes please"),

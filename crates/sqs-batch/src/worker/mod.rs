@@ -399,6 +399,17 @@ where
         self.processor.handler().stopping.load(Ordering::SeqCst)
     }
 
+    /// Resolves once the worker is stopping (at once if it already is): the waiter is registered
+    /// before the flag is read, so a stop between the two is never missed (a missed one would
+    /// keep a backoff or the metrics' interval, up to a minute, past the stop timeout).
+    async fn stopped(&self, stop: &Stop) {
+        let notified = stop.stopping.notified();
+        if self.stopping() {
+            return;
+        }
+        notified.await;
+    }
+
     /// One receive after another until the stop.
     async fn lane(&self, stop: &Stop, counters: &Counters) {
         let mut failures: u32 = 0;
@@ -419,7 +430,7 @@ where
                     warn!(error = %lambda_kit::error_chain(&e), retry_in_ms = wait.as_millis() as u64, "receive failed");
                     tokio::select! {
                         () = tokio::time::sleep(wait) => {}
-                        () = stop.stopping.notified() => {}
+                        () = self.stopped(stop) => {}
                     }
                     continue;
                 }
@@ -429,7 +440,7 @@ where
             }
             if self.stopping() {
                 // Received after the stop: nothing of it starts.
-                self.release_all(&messages, counters).await;
+                self.release_all(messages, counters).await;
                 break;
             }
             self.batch(messages, stop, counters).await;
@@ -495,7 +506,7 @@ where
                     .collect();
                 self.delete(&done, counters).await;
                 // Not started because of the stop: back to the queue at once.
-                let unstarted: Vec<&Message<'_>> = batch
+                let unstarted = batch
                     .messages
                     .iter()
                     .zip(&processed.report.statuses)
@@ -503,9 +514,8 @@ where
                         matches!(status, RecordStatus::Handled(v)
                             if v.outcome == Outcome::Retry && v.reason == SHUTTING_DOWN)
                     })
-                    .map(|(m, _)| m)
-                    .collect();
-                self.release(&unstarted, counters).await;
+                    .map(|(m, _)| m);
+                self.release(unstarted, counters).await;
             }
             Some(Err(e)) => {
                 error!(error = %e, "a batch's response failed its check: nothing deleted");
@@ -515,8 +525,7 @@ where
                     records = batch.messages.len(),
                     "the drain timeout ended this batch: its records are released"
                 );
-                let all: Vec<&Message<'_>> = batch.messages.iter().collect();
-                self.release(&all, counters).await;
+                self.release(batch.messages.iter(), counters).await;
             }
         }
     }
@@ -541,28 +550,36 @@ where
                 );
                 return std::future::pending().await;
             }
-            let changes: Vec<Change<'_>> = messages
-                .iter()
-                .filter_map(|m| {
-                    Some(Change {
-                        message_id: m.message_id,
-                        receipt_handle: m.receipt_handle?,
-                        seconds: self.options.visibility_extension_s,
-                    })
-                })
-                .collect();
-            self.change(&changes).await;
+            self.set_visibility(messages.iter(), self.options.visibility_extension_s)
+                .await;
         }
     }
 
-    /// Visibility changes in calls of ten; failures logged.
-    async fn change(&self, changes: &[Change<'_>]) {
+    /// Sets the visibility of `messages` to `seconds`, in calls of ten; failures logged.
+    /// Returns how many changes were asked for (messages with a receipt handle).
+    async fn set_visibility<'m>(
+        &self,
+        messages: impl Iterator<Item = &'m Message<'m>>,
+        seconds: u64,
+    ) -> usize {
+        let changes: Vec<Change<'_>> = messages
+            .filter_map(|m| {
+                Some(Change {
+                    message_id: m.message_id,
+                    receipt_handle: m.receipt_handle?,
+                    seconds,
+                })
+            })
+            .collect();
+        if changes.is_empty() {
+            return 0;
+        }
         let Some(url) = visibility::queue_url(self.queue.arn()) else {
             warn!(
                 queue_arn = self.queue.arn(),
                 "not an SQS queue ARN: no visibility change"
             );
-            return;
+            return 0;
         };
         for chunk in changes.chunks(visibility::BATCH_LIMIT) {
             for failure in self.visibility.change(&url, chunk).await {
@@ -573,35 +590,27 @@ where
                 );
             }
         }
+        changes.len()
     }
 
     /// Back to the queue at once (visibility 0).
-    async fn release(&self, messages: &[&Message<'_>], counters: &Counters) {
-        let changes: Vec<Change<'_>> = messages
-            .iter()
-            .filter_map(|m| {
-                Some(Change {
-                    message_id: m.message_id,
-                    receipt_handle: m.receipt_handle?,
-                    seconds: 0,
-                })
-            })
-            .collect();
-        if changes.is_empty() {
-            return;
-        }
-        self.change(&changes).await;
+    async fn release<'m>(
+        &self,
+        messages: impl Iterator<Item = &'m Message<'m>>,
+        counters: &Counters,
+    ) {
+        let released = self.set_visibility(messages, 0).await;
         counters
             .released
-            .fetch_add(changes.len() as u64, Ordering::SeqCst);
+            .fetch_add(released as u64, Ordering::SeqCst);
     }
 
-    async fn release_all(&self, messages: &[SqsMessage], counters: &Counters) {
+    /// Received after the stop: released without being started.
+    async fn release_all(&self, messages: Vec<SqsMessage>, counters: &Counters) {
         let mut event = SqsEvent::default();
-        event.records = messages.to_vec();
+        event.records = messages;
         if let Ok(batch) = Batch::from_event(&event) {
-            let all: Vec<&Message<'_>> = batch.messages.iter().collect();
-            self.release(&all, counters).await;
+            self.release(batch.messages.iter(), counters).await;
         }
     }
 
@@ -648,7 +657,7 @@ where
         while !self.stopping() {
             tokio::select! {
                 () = tokio::time::sleep(interval) => {}
-                () = stop.stopping.notified() => return,
+                () = self.stopped(stop) => return,
             }
             match self.queue.visible_messages().await {
                 Ok(visible) => println!(
@@ -668,7 +677,8 @@ where
     }
 }
 
-/// Resolves once the drain is over (at once if it already is).
+/// Resolves once the drain is over (at once if it already is). The waiter is registered before
+/// the flag is read, so a notification between the two is never lost.
 async fn drain_over(stop: &Stop) {
     let notified = stop.drain_over.notified();
     if stop.drain_is_over.load(Ordering::SeqCst) {
