@@ -250,9 +250,15 @@ impl IdempotencyStore for SlowStore {
         self.0.begin(request).await
     }
 
-    async fn complete(&self, key: &str, lease: &Lease, now_ms: u64) -> Result<(), StoreError> {
+    async fn complete(
+        &self,
+        key: &str,
+        lease: &Lease,
+        now_ms: u64,
+        output: Option<&str>,
+    ) -> Result<(), StoreError> {
         tokio::time::sleep(STORE_DELAY).await;
-        self.0.complete(key, lease, now_ms).await
+        self.0.complete(key, lease, now_ms, output).await
     }
 
     async fn mark_attempted(&self, key: &str, lease: &Lease, at_ms: u64) -> Result<(), StoreError> {

@@ -161,8 +161,14 @@ impl IdempotencyStore for SlowStore {
         self.delayed(request.key, self.inner.begin(request)).await
     }
 
-    async fn complete(&self, key: &str, lease: &Lease, now_ms: u64) -> Result<(), StoreError> {
-        self.delayed(key, self.inner.complete(key, lease, now_ms))
+    async fn complete(
+        &self,
+        key: &str,
+        lease: &Lease,
+        now_ms: u64,
+        output: Option<&str>,
+    ) -> Result<(), StoreError> {
+        self.delayed(key, self.inner.complete(key, lease, now_ms, output))
             .await
     }
 

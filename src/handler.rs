@@ -270,7 +270,10 @@ impl OrderDecision {
             return Outcome::Retry;
         };
         match outcome {
-            Guarded::Performed(()) | Guarded::Reconciled | Guarded::Duplicate => Outcome::Ack,
+            Guarded::Performed(())
+            | Guarded::Reconciled
+            | Guarded::Duplicate
+            | Guarded::Replayed(()) => Outcome::Ack,
             Guarded::Failed {
                 error: PaymentError::InFlight { .. },
                 ..
@@ -312,7 +315,7 @@ impl OrderDecision {
         match outcome {
             Guarded::Performed(()) => "charged",
             Guarded::Reconciled => "reconciled",
-            Guarded::Duplicate => "duplicate",
+            Guarded::Duplicate | Guarded::Replayed(()) => "duplicate",
             Guarded::Busy { .. } => "busy",
             Guarded::Conflict => "conflict",
             Guarded::Rejected => "payment_rejected",
@@ -534,6 +537,12 @@ mod tests {
                 None,
             ),
             (Guarded::Duplicate, (Outcome::Ack, "duplicate"), None, None),
+            (
+                Guarded::Replayed(()),
+                (Outcome::Ack, "duplicate"),
+                None,
+                None,
+            ),
             (
                 Guarded::Busy { until_ms: NOW + 9 },
                 (Outcome::Retry, "busy"),

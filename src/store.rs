@@ -39,11 +39,17 @@ impl<S: IdempotencyStore> IdempotencyStore for Timed<'_, S> {
         out
     }
 
-    async fn complete(&self, key: &str, lease: &Lease, now_ms: u64) -> Result<(), StoreError> {
+    async fn complete(
+        &self,
+        key: &str,
+        lease: &Lease,
+        now_ms: u64,
+        output: Option<&str>,
+    ) -> Result<(), StoreError> {
         let span = tracing::debug_span!("store.complete", error = tracing::field::Empty);
         let out = self
             .latency
-            .time(self.store.complete(key, lease, now_ms))
+            .time(self.store.complete(key, lease, now_ms, output))
             .instrument(span.clone())
             .await;
         crate::telemetry::record_error(&span, &out);

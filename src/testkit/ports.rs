@@ -113,12 +113,18 @@ impl IdempotencyStore for FlakyStore {
         self.inner.begin(request).await
     }
 
-    async fn complete(&self, key: &str, lease: &Lease, now_ms: u64) -> Result<(), StoreError> {
+    async fn complete(
+        &self,
+        key: &str,
+        lease: &Lease,
+        now_ms: u64,
+        output: Option<&str>,
+    ) -> Result<(), StoreError> {
         self.calls.fetch_add(1, Ordering::SeqCst);
         if self.fail_complete.load(Ordering::SeqCst) {
             return Err(Self::unavailable());
         }
-        self.inner.complete(key, lease, now_ms).await
+        self.inner.complete(key, lease, now_ms, output).await
     }
 
     async fn mark_attempted(&self, key: &str, lease: &Lease, at_ms: u64) -> Result<(), StoreError> {
@@ -192,13 +198,19 @@ impl<S: IdempotencyStore> IdempotencyStore for FaultyStore<S> {
         self.inner.begin(request).await
     }
 
-    async fn complete(&self, key: &str, lease: &Lease, now_ms: u64) -> Result<(), StoreError> {
+    async fn complete(
+        &self,
+        key: &str,
+        lease: &Lease,
+        now_ms: u64,
+        output: Option<&str>,
+    ) -> Result<(), StoreError> {
         if self.roll() < self.hang_rate {
             self.hangs.fetch_add(1, Ordering::SeqCst);
             std::future::pending::<()>().await;
         }
         self.fail()?;
-        self.inner.complete(key, lease, now_ms).await
+        self.inner.complete(key, lease, now_ms, output).await
     }
 
     async fn mark_attempted(&self, key: &str, lease: &Lease, at_ms: u64) -> Result<(), StoreError> {

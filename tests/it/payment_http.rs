@@ -318,11 +318,17 @@ impl IdempotencyStore for CrashOnComplete {
         self.0.begin(request)
     }
 
-    async fn complete(&self, key: &str, lease: &Lease, now_ms: u64) -> Result<(), StoreError> {
+    async fn complete(
+        &self,
+        key: &str,
+        lease: &Lease,
+        now_ms: u64,
+        output: Option<&str>,
+    ) -> Result<(), StoreError> {
         if self.1.swap(false, std::sync::atomic::Ordering::SeqCst) {
             std::future::pending::<()>().await;
         }
-        self.0.complete(key, lease, now_ms).await
+        self.0.complete(key, lease, now_ms, output).await
     }
 
     fn mark_attempted(

@@ -72,10 +72,16 @@ impl IdempotencyStore for ConfiguredStore {
         }
     }
 
-    async fn complete(&self, key: &str, lease: &Lease, now_ms: u64) -> Result<(), StoreError> {
+    async fn complete(
+        &self,
+        key: &str,
+        lease: &Lease,
+        now_ms: u64,
+        output: Option<&str>,
+    ) -> Result<(), StoreError> {
         match self {
-            Self::Memory(s) => s.complete(key, lease, now_ms).await,
-            Self::DynamoDb(s) => Box::pin(s.complete(key, lease, now_ms)).await,
+            Self::Memory(s) => s.complete(key, lease, now_ms, output).await,
+            Self::DynamoDb(s) => Box::pin(s.complete(key, lease, now_ms, output)).await,
         }
     }
 

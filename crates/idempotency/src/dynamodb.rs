@@ -64,6 +64,12 @@ pub mod attr {
     pub const SCHEMA: &str = "schema";
     /// Why it was refused (S), for the person who may clear it.
     pub const REJECTED_REASON: &str = "rejected_reason";
+    /// The work's output kept by the completion (S), returned to duplicates; removed by a claim.
+    pub const OUTPUT: &str = "output";
+    /// The completion that kept [`OUTPUT`], its [`COMPLETED_AT`] (N): an output whose time is
+    /// not the item's completion was left by a build that does not know outputs (a rollback
+    /// completing the key again), and is not returned.
+    pub const OUTPUT_AT: &str = "output_at";
 }
 
 pub use attr::{EXPIRES_AT as TTL_ATTRIBUTE, KEY as KEY_ATTRIBUTE};
@@ -137,13 +143,16 @@ const CLAIM_UPDATE: &str = "SET #status = :in_progress, #lease_token = :token, \
     #lease_until = :lease_until, #fingerprint = :fingerprint, #exp = :exp, \
     #message_id = :message_id, #claimed_at = :now_ms, \
     #schema = :schema, #first_attempt_at = if_not_exists(#first_attempt_at, :first_attempt) \
-    REMOVE #completed_at, #rejected_at, #rejected_reason ADD #attempts :one";
+    REMOVE #completed_at, #rejected_at, #rejected_reason, #output, #output_at ADD #attempts :one";
 const CLAIM_CONDITION: &str = "attribute_not_exists(#pk) \
     OR ((attribute_not_exists(#schema) OR #schema <= :schema) \
         AND (((#status = :completed OR #status = :rejected) AND #exp <= :now_s) \
         OR (#fingerprint = :fingerprint AND (#status = :attempted \
             OR (#status = :in_progress AND #lease_until <= :now_ms)))))";
 const COMPLETE_UPDATE: &str = "SET #status = :completed, #exp = :exp, #completed_at = :now_ms \
+    REMOVE #lease_token, #lease_until, #first_attempt_at, #attempts, #output, #output_at";
+const COMPLETE_WITH_OUTPUT_UPDATE: &str = "SET #status = :completed, #exp = :exp, \
+    #completed_at = :now_ms, #output = :output, #output_at = :now_ms \
     REMOVE #lease_token, #lease_until, #first_attempt_at, #attempts";
 const REJECT_UPDATE: &str = "SET #status = :rejected, #exp = :exp, #rejected_at = :now_ms, \
     #rejected_reason = :reason REMOVE #lease_token, #lease_until, #first_attempt_at, #attempts";
@@ -335,6 +344,23 @@ fn claim_state(item: &HashMap<String, AttributeValue>) -> Result<ClaimState, Sto
     })
 }
 
+/// The output a completed item kept for duplicates: only when it was kept by the item's own
+/// completion ([`attr::OUTPUT_AT`]).
+fn kept_output(item: &HashMap<String, AttributeValue>) -> Option<String> {
+    match (
+        item.get(attr::OUTPUT),
+        item.get(attr::OUTPUT_AT),
+        item.get(attr::COMPLETED_AT),
+    ) {
+        (
+            Some(AttributeValue::S(output)),
+            Some(AttributeValue::N(at)),
+            Some(AttributeValue::N(completed)),
+        ) if at == completed => Some(output.clone()),
+        _ => None,
+    }
+}
+
 /// What our own claim took over, read back from the item it wrote (its first answer, which
 /// said so, was lost): a claim count above one means an earlier attempt, whose first time the
 /// item kept. A first time equal to this claim's own `now` with earlier attempts can only come
@@ -382,6 +408,8 @@ impl IdempotencyStore for DynamoDbStore {
             .expression_attribute_names("#completed_at", attr::COMPLETED_AT)
             .expression_attribute_names("#rejected_at", attr::REJECTED_AT)
             .expression_attribute_names("#rejected_reason", attr::REJECTED_REASON)
+            .expression_attribute_names("#output", attr::OUTPUT)
+            .expression_attribute_names("#output_at", attr::OUTPUT_AT)
             .expression_attribute_names("#attempts", attr::ATTEMPTS)
             .expression_attribute_names("#schema", attr::SCHEMA)
             .expression_attribute_values(":in_progress", s(Status::InProgress.as_str()))
@@ -474,32 +502,52 @@ impl IdempotencyStore for DynamoDbStore {
                         prior: own_claim_prior(&state, request, self.retention_ms()),
                     });
                 }
-                Ok(decide(&state, request.fingerprint, request.now_ms))
+                Ok(decide(&state, request.fingerprint, request.now_ms)
+                    .with_output(kept_output(old)))
             }
             Err(e) => Err(unavailable(e)),
         }
     }
 
-    async fn complete(&self, key: &str, lease: &Lease, now_ms: u64) -> Result<(), StoreError> {
-        self.holder_update(
-            key,
-            lease,
-            COMPLETE_UPDATE,
-            &[
-                ("#status", attr::STATUS),
-                ("#exp", attr::EXPIRES_AT),
-                ("#completed_at", attr::COMPLETED_AT),
-                ("#lease_until", attr::LEASE_UNTIL),
-                ("#first_attempt_at", attr::FIRST_ATTEMPT_AT),
-                ("#attempts", attr::ATTEMPTS),
-            ],
-            [
-                (":completed", s(Status::Completed.as_str())),
-                (":exp", n(self.expires_at(now_ms))),
-                (":now_ms", n(now_ms)),
-            ],
-        )
-        .await
+    async fn complete(
+        &self,
+        key: &str,
+        lease: &Lease,
+        now_ms: u64,
+        output: Option<&str>,
+    ) -> Result<(), StoreError> {
+        const NAMES: &[(&str, &str)] = &[
+            ("#status", attr::STATUS),
+            ("#exp", attr::EXPIRES_AT),
+            ("#completed_at", attr::COMPLETED_AT),
+            ("#lease_until", attr::LEASE_UNTIL),
+            ("#first_attempt_at", attr::FIRST_ATTEMPT_AT),
+            ("#attempts", attr::ATTEMPTS),
+            ("#output", attr::OUTPUT),
+            ("#output_at", attr::OUTPUT_AT),
+        ];
+        let values = [
+            (":completed", s(Status::Completed.as_str())),
+            (":exp", n(self.expires_at(now_ms))),
+            (":now_ms", n(now_ms)),
+        ];
+        match output {
+            None => {
+                self.holder_update(key, lease, COMPLETE_UPDATE, NAMES, values)
+                    .await
+            }
+            Some(output) => {
+                let [completed, exp, now] = values;
+                self.holder_update(
+                    key,
+                    lease,
+                    COMPLETE_WITH_OUTPUT_UPDATE,
+                    NAMES,
+                    [completed, exp, now, (":output", s(output))],
+                )
+                .await
+            }
+        }
     }
 
     async fn mark_attempted(&self, key: &str, lease: &Lease, at_ms: u64) -> Result<(), StoreError> {
@@ -664,6 +712,8 @@ mod tests {
                     "#first_attempt_at",
                     "#completed_at",
                     "#attempts",
+                    "#output",
+                    "#output_at",
                     ":in_progress",
                     ":attempted",
                     ":completed",
@@ -693,6 +743,25 @@ mod tests {
                     ":completed",
                     ":exp",
                     ":now_ms",
+                    ":token",
+                ][..],
+            ),
+            (
+                &[COMPLETE_WITH_OUTPUT_UPDATE, HOLDER_CONDITION][..],
+                &[
+                    "#status",
+                    "#exp",
+                    "#completed_at",
+                    "#lease_token",
+                    "#lease_until",
+                    "#first_attempt_at",
+                    "#attempts",
+                    "#output",
+                    "#output_at",
+                    ":completed",
+                    ":exp",
+                    ":now_ms",
+                    ":output",
                     ":token",
                 ][..],
             ),

@@ -105,6 +105,23 @@ pub trait GuardedWork: Send + Sync {
         let _ = error;
         None
     }
+
+    /// The output to keep with the completion, as text (JSON, say), for a duplicate to get back
+    /// through [`GuardedWork::replay`]; `None` (the default) keeps nothing. One longer than
+    /// [`crate::MAX_OUTPUT_BYTES`] is not kept: the key is still completed, and the duplicate is
+    /// a plain [`Guarded::Duplicate`].
+    fn keep(&self, output: &Self::Output) -> Option<String> {
+        let _ = output;
+        None
+    }
+
+    /// A kept output read back for a duplicate ([`Guarded::Replayed`]), or `None` (the default,
+    /// and for text that no longer reads as an output: the duplicate is then a plain
+    /// [`Guarded::Duplicate`]).
+    fn replay(&self, kept: &str) -> Option<Self::Output> {
+        let _ = kept;
+        None
+    }
 }
 
 /// How the guard claims keys and trusts the other system.
@@ -236,6 +253,9 @@ pub enum Guarded<T, E> {
     Reconciled,
     /// Done before with the same payload.
     Duplicate,
+    /// Done before with the same payload, and this is the output that run kept
+    /// ([`GuardedWork::keep`]).
+    Replayed(T),
     /// Someone holds a live lease until this epoch ms.
     Busy {
         /// Epoch ms.
@@ -320,7 +340,12 @@ where
         Ok(Begin::Started { lease, prior }) => (lease, prior),
         unclaimed => {
             let outcome = match unclaimed {
-                Ok(Begin::Done) => Guarded::Duplicate,
+                Ok(Begin::Done { output }) => {
+                    match output.as_deref().and_then(|kept| work.replay(kept)) {
+                        Some(output) => Guarded::Replayed(output),
+                        None => Guarded::Duplicate,
+                    }
+                }
                 Ok(Begin::Rejected) => Guarded::Rejected,
                 Ok(Begin::Busy { until_ms }) => Guarded::Busy { until_ms },
                 Err(e) => Guarded::Store(e),
@@ -400,9 +425,23 @@ async fn settle<S: IdempotencyStore, C: Clock, W: GuardedWork>(
     outcome: Guarded<W::Output, W::Error>,
 ) -> Guarded<W::Output, W::Error> {
     let result = match &outcome {
-        Guarded::Performed(_) | Guarded::Reconciled => {
-            store.complete(key, lease, clock.now_ms()).await
+        Guarded::Performed(output) => {
+            let kept = work.keep(output).filter(|kept| {
+                let fits = kept.len() <= crate::MAX_OUTPUT_BYTES;
+                if !fits {
+                    tracing::warn!(
+                        key,
+                        bytes = kept.len(),
+                        "the output is too large to keep: duplicates will not get it back"
+                    );
+                }
+                fits
+            });
+            store
+                .complete(key, lease, clock.now_ms(), kept.as_deref())
+                .await
         }
+        Guarded::Reconciled => store.complete(key, lease, clock.now_ms(), None).await,
         // Only the look-up gets here with a claim: an earlier attempt was refused for good.
         // Boxed, as the other refusal: a rare path does not grow every record's future.
         Guarded::Rejected => {

@@ -25,6 +25,7 @@
 //! | the crate root | the claim's types, conditions and decisions ([`claimable`], [`decide`], [`prior_attempt`]), the [`IdempotencyStore`] port |
 //! | [`guard`] | [`guard::run`]: claim, look-up, work, settle, for any [`guard::GuardedWork`] |
 //! | [`memory`] | [`MemoryStore`], one process only |
+//! | `cached` | [`CachedStore`]: completed keys answered from memory, in front of any store |
 //! | `dynamodb` | `DynamoDbStore` and its table's schema (feature `dynamodb`) |
 //! | `testkit` | the store contract suite (feature `testkit`) |
 //!
@@ -70,6 +71,7 @@
 #[doc = include_str!("../README.md")]
 struct ReadmeDoctests;
 
+mod cached;
 #[cfg(feature = "dynamodb")]
 mod configured;
 #[cfg(feature = "dynamodb")]
@@ -85,13 +87,14 @@ mod verdict;
 use std::fmt;
 use std::future::Future;
 
+pub use cached::CachedStore;
 #[cfg(feature = "dynamodb")]
 pub use configured::ConfiguredStore;
 #[cfg(feature = "dynamodb")]
 pub use dynamodb::DynamoDbStore;
 pub use guard::Guarded;
 pub use memory::MemoryStore;
-pub use once::{Once, once};
+pub use once::{DiscardOutput, KeepOutput, Once, once};
 // What the API takes from lambda-kit, so a user adds this crate alone.
 pub use lambda_kit::{Clock, Env, EnvError, ManualClock, SystemClock};
 
@@ -172,7 +175,7 @@ pub struct PriorAttempt {
 }
 
 /// The answer to a claim.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Begin {
     /// The caller owns the key until the lease ends. `prior` is set when an earlier attempt may
     /// have taken effect: find out before doing the work again (see [`guard`]).
@@ -183,7 +186,11 @@ pub enum Begin {
         prior: Option<PriorAttempt>,
     },
     /// Done before with the same payload: acknowledge the duplicate.
-    Done,
+    Done {
+        /// The work's output as kept with the completion ([`IdempotencyStore::complete`]), for
+        /// the duplicate to get back; `None` when none was kept.
+        output: Option<String>,
+    },
     /// Someone holds a live lease: retry later, never acknowledge.
     Busy {
         /// When that lease ends, epoch ms.
@@ -333,7 +340,7 @@ pub fn decide(existing: &ClaimState, fingerprint: Fingerprint, now_ms: u64) -> B
         {
             Begin::Conflict
         }
-        Status::Completed => Begin::Done,
+        Status::Completed => Begin::Done { output: None },
         Status::Rejected => Begin::Rejected,
         Status::InProgress => Begin::Busy {
             until_ms: existing.lease_until_ms,
@@ -342,6 +349,23 @@ pub fn decide(existing: &ClaimState, fingerprint: Fingerprint, now_ms: u64) -> B
         Status::Attempted => Begin::Busy { until_ms: now_ms },
     }
 }
+
+impl Begin {
+    /// A store's answer with the output it kept for the key attached when the answer is
+    /// [`Begin::Done`] (as [`decide`] reads the item's state, not its output).
+    pub fn with_output(self, kept: Option<String>) -> Self {
+        match self {
+            Self::Done { .. } => Self::Done { output: kept },
+            other => other,
+        }
+    }
+}
+
+/// The most an output kept with a completion may weigh, in bytes of its JSON: a larger one is
+/// not kept (the key is still completed, and a duplicate gets no output back). DynamoDB bills a
+/// write per KiB and caps an item at 400 KiB; 64 KiB leaves the rest of the item, and a key of
+/// any allowed length, far below that cap.
+pub const MAX_OUTPUT_BYTES: usize = 65_536;
 
 /// What a successful claim took over: the item that was there before it, if any. A finished
 /// item (past its TTL) is a fresh start, as is no item, unless the request knows of an earlier
@@ -526,12 +550,15 @@ pub trait IdempotencyStore: Send + Sync {
         request: &ClaimRequest<'_>,
     ) -> impl Future<Output = Result<Begin, StoreError>> + Send;
 
-    /// Marks the key done; only the current holder of `lease` may.
+    /// Marks the key done, keeping `output` (the work's result as text, at most
+    /// [`MAX_OUTPUT_BYTES`]) for a duplicate to get back in [`Begin::Done`]; only the current
+    /// holder of `lease` may.
     fn complete(
         &self,
         key: &str,
         lease: &Lease,
         now_ms: u64,
+        output: Option<&str>,
     ) -> impl Future<Output = Result<(), StoreError>> + Send;
 
     /// Ends the lease and keeps the key `ATTEMPTED`: the work's effect may exist, so the next
@@ -577,8 +604,9 @@ impl<S: IdempotencyStore + ?Sized> IdempotencyStore for std::sync::Arc<S> {
         key: &str,
         lease: &Lease,
         now_ms: u64,
+        output: Option<&str>,
     ) -> impl Future<Output = Result<(), StoreError>> + Send {
-        (**self).complete(key, lease, now_ms)
+        (**self).complete(key, lease, now_ms, output)
     }
 
     fn mark_attempted(
@@ -664,7 +692,7 @@ mod tests {
     #[test]
     fn decide_tells_done_conflict_and_busy_apart() {
         let done = state(Status::Completed, 0, 100);
-        assert_eq!(decide(&done, FP, 1_000), Begin::Done);
+        assert_eq!(decide(&done, FP, 1_000), Begin::Done { output: None });
         assert_eq!(decide(&done, Fingerprint(2), 1_000), Begin::Conflict);
         let held = state(Status::InProgress, 9_000, 100);
         assert_eq!(decide(&held, FP, 1_000), Begin::Busy { until_ms: 9_000 });

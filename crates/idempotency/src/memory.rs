@@ -10,10 +10,12 @@ use super::{
     claimable, claimed_state, decide, prior_attempt,
 };
 
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 struct Item {
     state: ClaimState,
     token: Option<LeaseToken>,
+    /// The output kept by the completion, if any.
+    output: Option<String>,
 }
 
 /// Claims kept in this process's memory.
@@ -91,16 +93,18 @@ impl MemoryStore {
 
 impl MemoryStore {
     /// Ends the holder's work for good (`COMPLETED` or `REJECTED`): the lease and the attempt
-    /// record go, and the retention starts over.
+    /// record go, the retention starts over, and `output` is kept.
     fn finish(
         &self,
         key: &str,
         lease: &Lease,
         status: Status,
         now_ms: u64,
+        output: Option<&str>,
     ) -> Result<(), StoreError> {
         let expires_at_s = self.expires_at(now_ms);
         self.fenced(key, lease, |item| {
+            item.output = output.map(str::to_owned);
             item.state = ClaimState {
                 status,
                 expires_at_s,
@@ -119,8 +123,11 @@ impl IdempotencyStore for MemoryStore {
         let mut items = self.items();
         let existing = items.get(request.key).map(|item| item.state);
         if !claimable(existing.as_ref(), request.fingerprint, request.now_ms) {
-            let existing = existing.ok_or_else(|| StoreError::Malformed("vanished item".into()))?;
-            return Ok(decide(&existing, request.fingerprint, request.now_ms));
+            let item = items
+                .get(request.key)
+                .ok_or_else(|| StoreError::Malformed("vanished item".into()))?;
+            return Ok(decide(&item.state, request.fingerprint, request.now_ms)
+                .with_output(item.output.clone()));
         }
         let lease = Lease {
             token: LeaseToken::new(),
@@ -134,6 +141,7 @@ impl IdempotencyStore for MemoryStore {
                 self.retention_s.saturating_mul(1_000),
             ),
             token: Some(lease.token),
+            output: None,
         };
         items.insert(request.key.to_owned(), item);
         Ok(Begin::Started {
@@ -146,8 +154,14 @@ impl IdempotencyStore for MemoryStore {
         })
     }
 
-    async fn complete(&self, key: &str, lease: &Lease, now_ms: u64) -> Result<(), StoreError> {
-        self.finish(key, lease, Status::Completed, now_ms)
+    async fn complete(
+        &self,
+        key: &str,
+        lease: &Lease,
+        now_ms: u64,
+        output: Option<&str>,
+    ) -> Result<(), StoreError> {
+        self.finish(key, lease, Status::Completed, now_ms, output)
     }
 
     async fn mark_attempted(&self, key: &str, lease: &Lease, at_ms: u64) -> Result<(), StoreError> {
@@ -167,7 +181,7 @@ impl IdempotencyStore for MemoryStore {
         now_ms: u64,
         _reason: &str,
     ) -> Result<(), StoreError> {
-        self.finish(key, lease, Status::Rejected, now_ms)
+        self.finish(key, lease, Status::Rejected, now_ms, None)
     }
 
     async fn release(&self, key: &str, lease: &Lease) -> Result<(), StoreError> {

@@ -4,7 +4,7 @@
 //! | the key... | the work | `once` answers |
 //! |---|---|---|
 //! | is fresh | runs; `Ok` is recorded as done | [`Guarded::Performed`] with the work's output |
-//! | is done, same payload | does not run | [`Guarded::Duplicate`] |
+//! | is done, same payload | does not run | [`Guarded::Duplicate`], or [`Guarded::Replayed`] with the first run's output when it was kept ([`Once::keep_output`]) |
 //! | belongs to another payload | does not run | [`Guarded::Conflict`] |
 //! | is held by a live claim elsewhere | does not run | [`Guarded::Busy`] (until when) |
 //! | is fresh | runs; `Err` gives the key back, so the next delivery runs it again | [`Guarded::Failed`] |
@@ -46,10 +46,25 @@ use serde::Serialize;
 use crate::guard::{self, Claim, Effect, Failed, Found, GuardPolicy, Guarded, GuardedWork};
 use crate::{Fingerprint, IdempotencyStore, LeasePolicy, StoreError};
 
+/// The default of [`Once`]: the work's output is not kept, and a duplicate is a plain
+/// [`Guarded::Duplicate`].
+#[derive(Debug, Clone, Copy, Default)]
+pub struct DiscardOutput;
+
+/// Set by [`Once::keep_output`]: the work's output is kept with the completion as JSON, and a
+/// duplicate gets it back as [`Guarded::Replayed`].
+#[derive(Debug, Clone, Copy, Default)]
+pub struct KeepOutput;
+
 /// Guards `work` by `key` for `payload`: see the [module](self) for what each state of the key
 /// makes of it. Await the answer, after setting what the defaults do not know (the invocation's
 /// deadline: [`Once::for_record`] or [`Once::deadline_ms`]).
-pub fn once<'a, S, P, F>(store: &'a S, key: &'a str, payload: &P, work: F) -> Once<'a, S, F>
+pub fn once<'a, S, P, F>(
+    store: &'a S,
+    key: &'a str,
+    payload: &P,
+    work: F,
+) -> Once<'a, S, F, SystemClock, DiscardOutput>
 where
     S: IdempotencyStore,
     P: Serialize + ?Sized,
@@ -64,12 +79,13 @@ where
         deadline_ms: u64::MAX,
         message_id: "",
         earlier_attempt_ms: None,
+        output: DiscardOutput,
     }
 }
 
 /// A guarded run being set up: [`once`]'s answer. Await it to run.
 #[must_use = "nothing runs until it is awaited"]
-pub struct Once<'a, S, F, C = SystemClock> {
+pub struct Once<'a, S, F, C = SystemClock, K = DiscardOutput> {
     store: &'a S,
     key: &'a str,
     fingerprint: Result<Fingerprint, String>,
@@ -79,9 +95,10 @@ pub struct Once<'a, S, F, C = SystemClock> {
     deadline_ms: u64,
     message_id: &'a str,
     earlier_attempt_ms: Option<u64>,
+    output: K,
 }
 
-impl<S, F, C> std::fmt::Debug for Once<'_, S, F, C> {
+impl<S, F, C, K> std::fmt::Debug for Once<'_, S, F, C, K> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Once")
             .field("key", &self.key)
@@ -92,7 +109,7 @@ impl<S, F, C> std::fmt::Debug for Once<'_, S, F, C> {
     }
 }
 
-impl<'a, S, F, C> Once<'a, S, F, C> {
+impl<'a, S, F, C, K> Once<'a, S, F, C, K> {
     /// The invocation's deadline, epoch ms: the claim's lease ends at most the lease margin after
     /// it, so work cut off at the deadline frees its key soon. Without one the lease is the
     /// policy's whole lease (5 minutes by default), and work running longer than that can be
@@ -131,7 +148,7 @@ impl<'a, S, F, C> Once<'a, S, F, C> {
     }
 
     /// The clock leases and retention are reckoned by (the system's unless set).
-    pub fn clock<C2: Clock>(self, clock: C2) -> Once<'a, S, F, C2> {
+    pub fn clock<C2: Clock>(self, clock: C2) -> Once<'a, S, F, C2, K> {
         Once {
             store: self.store,
             key: self.key,
@@ -142,11 +159,32 @@ impl<'a, S, F, C> Once<'a, S, F, C> {
             deadline_ms: self.deadline_ms,
             message_id: self.message_id,
             earlier_attempt_ms: self.earlier_attempt_ms,
+            output: self.output,
+        }
+    }
+
+    /// Keeps the work's output (serde JSON, at most [`crate::MAX_OUTPUT_BYTES`]) with the
+    /// completion, so a duplicate gets it back as [`Guarded::Replayed`], as Powertools'
+    /// idempotent functions return the first call's response. An output that does not fit, or
+    /// that serde cannot write, is not kept: the duplicate is then a plain
+    /// [`Guarded::Duplicate`], as is one whose kept JSON no longer reads as the output type.
+    pub fn keep_output(self) -> Once<'a, S, F, C, KeepOutput> {
+        Once {
+            store: self.store,
+            key: self.key,
+            fingerprint: self.fingerprint,
+            work: self.work,
+            clock: self.clock,
+            policy: self.policy,
+            deadline_ms: self.deadline_ms,
+            message_id: self.message_id,
+            earlier_attempt_ms: self.earlier_attempt_ms,
+            output: KeepOutput,
         }
     }
 }
 
-impl<'a, S, F, C, Fut, T, E> IntoFuture for Once<'a, S, F, C>
+impl<'a, S, F, C, Fut, T, E> IntoFuture for Once<'a, S, F, C, DiscardOutput>
 where
     S: IdempotencyStore,
     C: Clock + 'a,
@@ -160,6 +198,45 @@ where
     type IntoFuture = Pin<Box<dyn Future<Output = Guarded<T, E>> + Send + 'a>>;
 
     fn into_future(self) -> Self::IntoFuture {
+        self.run(|_| None, |_| None)
+    }
+}
+
+impl<'a, S, F, C, Fut, T, E> IntoFuture for Once<'a, S, F, C, KeepOutput>
+where
+    S: IdempotencyStore,
+    C: Clock + 'a,
+    F: Fn() -> Fut + Send + Sync + 'a,
+    Fut: Future<Output = Result<T, E>> + Send,
+    T: Serialize + serde::de::DeserializeOwned + Send + 'a,
+    E: Send + 'a,
+{
+    type Output = Guarded<T, E>;
+    type IntoFuture = Pin<Box<dyn Future<Output = Guarded<T, E>> + Send + 'a>>;
+
+    fn into_future(self) -> Self::IntoFuture {
+        self.run(
+            |output| serde_json::to_string(output).ok(),
+            |kept| serde_json::from_str(kept).ok(),
+        )
+    }
+}
+
+impl<'a, S, F, C, K> Once<'a, S, F, C, K> {
+    /// The guarded run, keeping and replaying outputs as `keep` and `replay` say.
+    fn run<Fut, T, E>(
+        self,
+        keep: fn(&T) -> Option<String>,
+        replay: fn(&str) -> Option<T>,
+    ) -> Pin<Box<dyn Future<Output = Guarded<T, E>> + Send + 'a>>
+    where
+        S: IdempotencyStore,
+        C: Clock + 'a,
+        F: Fn() -> Fut + Send + Sync + 'a,
+        Fut: Future<Output = Result<T, E>> + Send,
+        T: Send + 'a,
+        E: Send + 'a,
+    {
         Box::pin(async move {
             let fingerprint = match self.fingerprint {
                 Ok(fingerprint) => fingerprint,
@@ -167,7 +244,11 @@ where
             };
             let claim = Claim::new(self.key, fingerprint, self.message_id, self.deadline_ms)
                 .with_earlier_attempt_ms(self.earlier_attempt_ms);
-            let work = Closure(&self.work);
+            let work = Closure {
+                work: &self.work,
+                keep,
+                replay,
+            };
             guard::run(self.store, &self.clock, &self.policy, &claim, &work)
                 .await
                 .outcome
@@ -176,9 +257,13 @@ where
 }
 
 /// A closure as guarded work: nothing to look up, and a failure did nothing.
-struct Closure<'f, F>(&'f F);
+struct Closure<'f, F, T> {
+    work: &'f F,
+    keep: fn(&T) -> Option<String>,
+    replay: fn(&str) -> Option<T>,
+}
 
-impl<F, Fut, T, E> GuardedWork for Closure<'_, F>
+impl<F, Fut, T, E> GuardedWork for Closure<'_, F, T>
 where
     F: Fn() -> Fut + Send + Sync,
     Fut: Future<Output = Result<T, E>> + Send,
@@ -195,10 +280,18 @@ where
     }
 
     async fn perform(&self) -> Result<T, Failed<E>> {
-        (self.0)().await.map_err(|error| Failed {
+        (self.work)().await.map_err(|error| Failed {
             error,
             effect: Effect::None,
         })
+    }
+
+    fn keep(&self, output: &T) -> Option<String> {
+        (self.keep)(output)
+    }
+
+    fn replay(&self, kept: &str) -> Option<T> {
+        (self.replay)(kept)
     }
 }
 
@@ -322,6 +415,95 @@ mod tests {
         // Not JSON: a map whose keys are not strings.
         let unwritable: BTreeMap<(u8, u8), u8> = [((1, 2), 3)].into();
         assert!(Fingerprint::of_json(&unwritable).is_err());
+    }
+
+    #[derive(Debug, PartialEq, Serialize, serde::Deserialize)]
+    struct Receipt {
+        id: String,
+        cents: u64,
+    }
+
+    /// A kept output comes back to each duplicate, in front of a cache too; without
+    /// `keep_output`, or when it does not fit or no longer reads, a duplicate is plain.
+    #[tokio::test]
+    async fn a_kept_output_is_replayed_to_duplicates() {
+        let runs = AtomicUsize::new(0);
+        let work = || async {
+            runs.fetch_add(1, Ordering::SeqCst);
+            Ok::<_, String>(Receipt {
+                id: "r-1".into(),
+                cents: 1_050,
+            })
+        };
+        let payload = Welcome {
+            user_id: "u-1",
+            email: "a@b.c",
+        };
+        let store = crate::CachedStore::new(MemoryStore::default(), 16);
+        let first = once(&store, "u-1", &payload, work).keep_output().await;
+        assert!(
+            matches!(&first, Guarded::Performed(r) if r.cents == 1_050),
+            "{first:?}"
+        );
+        for _ in 0..2 {
+            let again = once(&store, "u-1", &payload, work).keep_output().await;
+            let Guarded::Replayed(receipt) = again else {
+                panic!("expected the kept receipt, got {again:?}");
+            };
+            assert_eq!(
+                receipt,
+                Receipt {
+                    id: "r-1".into(),
+                    cents: 1_050
+                }
+            );
+        }
+        assert_eq!(runs.load(Ordering::SeqCst), 1);
+        // Kept as JSON in the store behind the cache too.
+        let behind = once(store.inner(), "u-1", &payload, work)
+            .keep_output()
+            .await;
+        assert!(matches!(behind, Guarded::Replayed(_)), "{behind:?}");
+        // Kept, but asked for without replay: a plain duplicate.
+        let plain = once(&store, "u-1", &payload, work).await;
+        assert!(matches!(plain, Guarded::Duplicate), "{plain:?}");
+
+        // Not asked to keep it: nothing to replay.
+        let store = MemoryStore::default();
+        once(&store, "u-2", &payload, work).await;
+        let again = once(&store, "u-2", &payload, work).keep_output().await;
+        assert!(matches!(again, Guarded::Duplicate), "{again:?}");
+
+        // Kept JSON that no longer reads as the output type (a deploy changed it): plain.
+        once(&store, "u-3", &payload, || async {
+            Ok::<_, String>("text".to_owned())
+        })
+        .keep_output()
+        .await;
+        let again = once(&store, "u-3", &payload, work).keep_output().await;
+        assert!(matches!(again, Guarded::Duplicate), "{again:?}");
+    }
+
+    #[tokio::test]
+    async fn an_output_past_the_bound_is_not_kept_and_the_key_is_still_done() {
+        let store = MemoryStore::default();
+        let big = || async { Ok::<_, String>("x".repeat(crate::MAX_OUTPUT_BYTES)) };
+        let payload = ("u-1", 1);
+        let first = once(&store, "big", &payload, big).keep_output().await;
+        assert!(matches!(first, Guarded::Performed(_)));
+        // Its JSON is two quotes longer than the bound.
+        let again = once(&store, "big", &payload, big).keep_output().await;
+        assert!(
+            matches!(again, Guarded::Duplicate),
+            "done, without its output"
+        );
+        let fits = || async { Ok::<_, String>("x".repeat(crate::MAX_OUTPUT_BYTES - 2)) };
+        once(&store, "fits", &payload, fits).keep_output().await;
+        let again = once(&store, "fits", &payload, fits).keep_output().await;
+        assert!(
+            matches!(&again, Guarded::Replayed(s) if s.len() == crate::MAX_OUTPUT_BYTES - 2),
+            "exactly at the bound it is kept"
+        );
     }
 
     #[tokio::test]

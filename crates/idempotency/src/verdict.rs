@@ -18,6 +18,7 @@ impl<T, E: Display> Guarded<T, E> {
     /// | `Performed` | ACK | `done` |
     /// | `Reconciled` | ACK | `done_before` |
     /// | `Duplicate` | ACK | `duplicate` |
+    /// | `Replayed` | ACK | `duplicate` |
     /// | `Busy` | RETRY, after the holder's lease | `busy` |
     /// | `Pending` | RETRY | `pending` |
     /// | `Conflict` | POISON | `key_conflict` |
@@ -33,7 +34,7 @@ impl<T, E: Display> Guarded<T, E> {
         match self {
             Self::Performed(_) => Verdict::ack("done"),
             Self::Reconciled => Verdict::ack("done_before"),
-            Self::Duplicate => Verdict::ack("duplicate"),
+            Self::Duplicate | Self::Replayed(_) => Verdict::ack("duplicate"),
             Self::Busy { until_ms } => Verdict::retry("busy").with_retry_after_ms(until_ms),
             Self::Pending => Verdict::retry("pending"),
             Self::Conflict => Verdict::poison("key_conflict"),
@@ -79,6 +80,7 @@ mod tests {
             (Guarded::Performed(1), (Ack, "done", None, None)),
             (Guarded::Reconciled, (Ack, "done_before", None, None)),
             (Guarded::Duplicate, (Ack, "duplicate", None, None)),
+            (Guarded::Replayed(1), (Ack, "duplicate", None, None)),
             (
                 Guarded::Busy { until_ms: 9 },
                 (Retry, "busy", None, Some(9)),

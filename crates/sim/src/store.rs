@@ -98,11 +98,17 @@ impl IdempotencyStore for SimStore {
         self.answer(request.key, "begin", lost, result)
     }
 
-    async fn complete(&self, key: &str, lease: &Lease, now_ms: u64) -> Result<(), StoreError> {
+    async fn complete(
+        &self,
+        key: &str,
+        lease: &Lease,
+        now_ms: u64,
+        output: Option<&str>,
+    ) -> Result<(), StoreError> {
         let lost = self.before(key, "complete").await?;
         let result = match &self.inner {
-            Table::Memory(store) => store.complete(key, lease, now_ms).await,
-            Table::DynamoDb(store) => store.complete(key, lease, now_ms).await,
+            Table::Memory(store) => store.complete(key, lease, now_ms, output).await,
+            Table::DynamoDb(store) => store.complete(key, lease, now_ms, output).await,
         };
         self.answer(key, "complete", lost, result)
     }

@@ -71,7 +71,7 @@ pub async fn key_prefixes_keep_users_of_a_shared_table_apart(client: &Client, ta
         other => panic!("{other:?}"),
     };
     orders
-        .complete("u-1", &lease, t0() + 1)
+        .complete("u-1", &lease, t0() + 1, None)
         .await
         .expect("complete");
     assert!(matches!(
@@ -227,7 +227,7 @@ pub async fn a_missing_table_is_an_outage_on_every_call(client: &Client) {
         matches!(begun, Err(StoreError::Unavailable(_))),
         "{begun:?}"
     );
-    let completed = store.complete("k", &lease, t0()).await;
+    let completed = store.complete("k", &lease, t0(), None).await;
     assert!(
         matches!(completed, Err(StoreError::Unavailable(_))),
         "{completed:?}"
@@ -244,6 +244,41 @@ pub async fn a_missing_table_is_an_outage_on_every_call(client: &Client) {
     );
 }
 
+/// A completed item whose output was kept by another completion than its own (a build that
+/// knows no outputs completed the key again after a rollback, leaving the older output behind):
+/// the stale output is never returned; the item's own is.
+pub async fn an_output_not_kept_by_the_items_own_completion_is_not_returned(
+    client: &Client,
+    table: &str,
+) {
+    let completed = |key: &str, output_at: u64| {
+        client
+            .put_item()
+            .table_name(table)
+            .item(attr::KEY, S(key.into()))
+            .item(attr::STATUS, S("COMPLETED".into()))
+            .item(attr::FINGERPRINT, S(FP.to_string()))
+            .item(attr::EXPIRES_AT, N((t0() / 1_000 + 86_400).to_string()))
+            .item(attr::COMPLETED_AT, N(t0().to_string()))
+            .item(attr::OUTPUT, S("\"receipt\"".into()))
+            .item(attr::OUTPUT_AT, N(output_at.to_string()))
+            .send()
+    };
+    completed("stale", t0() - 5_000).await.expect("seed");
+    completed("own", t0()).await.expect("seed");
+    let store = DynamoDbStore::new(client.clone(), table, RETENTION);
+    assert_eq!(
+        store.begin(&claim("stale", t0() + 1)).await.expect("claim"),
+        Begin::Done { output: None }
+    );
+    assert_eq!(
+        store.begin(&claim("own", t0() + 1)).await.expect("claim"),
+        Begin::Done {
+            output: Some("\"receipt\"".into())
+        }
+    );
+}
+
 /// One `#[tokio::test]` per DynamoDB store case above, for a DynamoDB-compatible server:
 /// `table` is an async expression giving a client and a fresh table on it.
 #[macro_export]
@@ -255,6 +290,7 @@ macro_rules! dynamodb_store_cases {
             key_prefixes_keep_users_of_a_shared_table_apart,
             clearing_a_refusal_returns_its_reason_and_touches_nothing_else,
             an_earlier_attempt_from_outside_counts_once_its_item_may_have_expired,
+            an_output_not_kept_by_the_items_own_completion_is_not_returned,
         );
 
         #[tokio::test]

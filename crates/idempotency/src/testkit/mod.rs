@@ -95,12 +95,56 @@ pub async fn a_live_lease_with_another_payload_is_conflict<S: IdempotencyStore>(
 pub async fn completed_key_is_done<S: IdempotencyStore>(store: S) {
     let lease = started(&store, &claim("k", t0())).await;
     store
-        .complete("k", &lease, t0() + 10)
+        .complete("k", &lease, t0() + 10, None)
         .await
         .expect("complete");
     assert_eq!(
         store.begin(&claim("k", t0() + 20)).await.expect("begin"),
-        Begin::Done
+        Begin::Done { output: None }
+    );
+}
+
+/// Contract: a completion's output comes back to every duplicate, and only to the same payload.
+pub async fn a_completed_keys_output_comes_back_to_duplicates<S: IdempotencyStore>(store: S) {
+    // Quotes, newlines and non-ASCII text are kept as written.
+    let output = "{\"receipt\":\"r-1\",\"note\":\"caf\u{e9} \\\"a\\\"\\n\"}";
+    let lease = started(&store, &claim("k", t0())).await;
+    store
+        .complete("k", &lease, t0() + 10, Some(output))
+        .await
+        .expect("complete");
+    for at in [t0() + 20, t0() + 30] {
+        assert_eq!(
+            store.begin(&claim("k", at)).await.expect("begin"),
+            Begin::Done {
+                output: Some(output.to_owned())
+            }
+        );
+    }
+    let other = ClaimRequest {
+        fingerprint: Fingerprint(9),
+        ..claim("k", t0() + 40)
+    };
+    assert_eq!(store.begin(&other).await.expect("begin"), Begin::Conflict);
+}
+
+/// Contract: a key claimed afresh after its retention forgets the earlier completion's output,
+/// so a completion without one is a plain done.
+pub async fn a_fresh_claim_forgets_the_earlier_output<S: IdempotencyStore>(store: S) {
+    let lease = started(&store, &claim("k", t0())).await;
+    store
+        .complete("k", &lease, t0(), Some("\"old\""))
+        .await
+        .expect("complete");
+    let later = t0() + RETENTION.as_millis() as u64 + 1_000;
+    let lease = started(&store, &claim("k", later)).await;
+    store
+        .complete("k", &lease, later + 1, None)
+        .await
+        .expect("complete");
+    assert_eq!(
+        store.begin(&claim("k", later + 2)).await.expect("begin"),
+        Begin::Done { output: None }
     );
 }
 
@@ -108,7 +152,7 @@ pub async fn completed_key_is_done<S: IdempotencyStore>(store: S) {
 pub async fn completed_key_with_another_payload_is_conflict<S: IdempotencyStore>(store: S) {
     let lease = started(&store, &claim("k", t0())).await;
     store
-        .complete("k", &lease, t0() + 10)
+        .complete("k", &lease, t0() + 10, None)
         .await
         .expect("complete");
     let other = ClaimRequest {
@@ -121,13 +165,16 @@ pub async fn completed_key_with_another_payload_is_conflict<S: IdempotencyStore>
 /// Contract: done is remembered for the retention then forgotten.
 pub async fn done_is_remembered_for_the_retention_then_forgotten<S: IdempotencyStore>(store: S) {
     let lease = started(&store, &claim("k", t0())).await;
-    store.complete("k", &lease, t0()).await.expect("complete");
+    store
+        .complete("k", &lease, t0(), None)
+        .await
+        .expect("complete");
     let retention_ms = RETENTION.as_millis() as u64;
     let before = store
         .begin(&claim("k", t0() + retention_ms - 1_000))
         .await
         .expect("begin");
-    assert_eq!(before, Begin::Done);
+    assert_eq!(before, Begin::Done { output: None });
     // Past its TTL the item counts as absent, even though nothing deleted it, for any payload,
     // and nothing of the finished work's attempts carries over.
     let fresh = ClaimRequest {
@@ -143,7 +190,7 @@ pub async fn done_is_remembered_for_the_retention_then_forgotten<S: IdempotencyS
 pub async fn the_retention_starts_over_at_the_finish<S: IdempotencyStore>(store: S) {
     let lease = started(&store, &claim("k", t0())).await;
     store
-        .complete("k", &lease, t0() + 20_000)
+        .complete("k", &lease, t0() + 20_000, None)
         .await
         .expect("complete");
     let retention_ms = RETENTION.as_millis() as u64;
@@ -151,7 +198,7 @@ pub async fn the_retention_starts_over_at_the_finish<S: IdempotencyStore>(store:
         .begin(&claim("k", t0() + retention_ms + 10_000))
         .await
         .expect("begin");
-    assert_eq!(later, Begin::Done);
+    assert_eq!(later, Begin::Done { output: None });
 }
 
 /// Contract: a rejected key refuses its payload for the retention (another payload is a
@@ -207,7 +254,10 @@ pub async fn an_expired_finished_key_starts_afresh_from_its_own_first_attempt<
                 .await
                 .expect("reject");
         } else {
-            store.complete(key, &lease, t0()).await.expect("complete");
+            store
+                .complete(key, &lease, t0(), None)
+                .await
+                .expect("complete");
         }
         let fresh_at = t0() + retention_ms + 1_000;
         let (lease, prior) = started_after(&store, &claim(key, fresh_at)).await;
@@ -247,7 +297,7 @@ pub async fn expired_lease_is_taken_over_and_fences_the_old_holder<S: Idempotenc
         Err(StoreError::LeaseLost)
     ));
     assert!(matches!(
-        store.complete("k", &old, later + 1).await,
+        store.complete("k", &old, later + 1, None).await,
         Err(StoreError::LeaseLost)
     ));
     assert!(matches!(
@@ -262,12 +312,12 @@ pub async fn expired_lease_is_taken_over_and_fences_the_old_holder<S: Idempotenc
         }
     );
     store
-        .complete("k", &new, later + 3)
+        .complete("k", &new, later + 3, None)
         .await
         .expect("new holder completes");
     assert_eq!(
         store.begin(&claim("k", later + 4)).await.expect("begin"),
-        Begin::Done
+        Begin::Done { output: None }
     );
 }
 
@@ -290,7 +340,7 @@ pub async fn only_the_holder_may_release_or_complete<S: IdempotencyStore>(store:
         Err(StoreError::LeaseLost)
     ));
     assert!(matches!(
-        store.complete("k", &stranger, t0() + 1).await,
+        store.complete("k", &stranger, t0() + 1, None).await,
         Err(StoreError::LeaseLost)
     ));
     assert!(matches!(
@@ -304,7 +354,7 @@ pub async fn completing_a_released_key_fails<S: IdempotencyStore>(store: S) {
     let lease = started(&store, &claim("k", t0())).await;
     store.release("k", &lease).await.expect("release");
     assert!(matches!(
-        store.complete("k", &lease, t0() + 1).await,
+        store.complete("k", &lease, t0() + 1, None).await,
         Err(StoreError::LeaseLost)
     ));
     assert!(matches!(
@@ -317,7 +367,7 @@ pub async fn completing_a_released_key_fails<S: IdempotencyStore>(store: S) {
 pub async fn a_done_key_cannot_be_released<S: IdempotencyStore>(store: S) {
     let lease = started(&store, &claim("k", t0())).await;
     store
-        .complete("k", &lease, t0() + 1)
+        .complete("k", &lease, t0() + 1, None)
         .await
         .expect("complete");
     assert!(matches!(
@@ -326,7 +376,7 @@ pub async fn a_done_key_cannot_be_released<S: IdempotencyStore>(store: S) {
     ));
     assert_eq!(
         store.begin(&claim("k", t0() + 2)).await.expect("begin"),
-        Begin::Done
+        Begin::Done { output: None }
     );
 }
 
@@ -383,12 +433,12 @@ pub async fn an_attempted_key_is_taken_over_at_once_by_its_own_payload_only<S: I
         Ok(Begin::Busy { .. })
     ));
     store
-        .complete("k", &third, t0() + 70)
+        .complete("k", &third, t0() + 70, None)
         .await
         .expect("complete");
     assert_eq!(
         store.begin(&claim("k", t0() + 80)).await.expect("begin"),
-        Begin::Done
+        Begin::Done { output: None }
     );
 }
 
@@ -432,7 +482,7 @@ pub async fn only_the_holder_may_mark_attempted<S: IdempotencyStore>(store: S) {
         .expect("the holder marks");
     // Marking ended the lease: the holder can no longer complete, release or mark.
     assert!(matches!(
-        store.complete("k", &holder, t0() + 3).await,
+        store.complete("k", &holder, t0() + 3, None).await,
         Err(StoreError::LeaseLost)
     ));
     assert!(matches!(
@@ -486,6 +536,8 @@ macro_rules! store_contract_tests {
             a_live_lease_with_another_payload_is_conflict,
             completed_key_is_done,
             completed_key_with_another_payload_is_conflict,
+            a_completed_keys_output_comes_back_to_duplicates,
+            a_fresh_claim_forgets_the_earlier_output,
             done_is_remembered_for_the_retention_then_forgotten,
             the_retention_starts_over_at_the_finish,
             expired_lease_is_taken_over_and_fences_the_old_holder,

@@ -27,6 +27,13 @@ async fn store() -> DynamoDbStore {
 }
 
 store_contract_tests!(store());
+
+/// The same contract behind a cache of completed keys.
+mod cached {
+    idempotency::store_contract_tests!(async {
+        idempotency::CachedStore::new(super::store().await, 64)
+    });
+}
 idempotency::dynamodb_store_cases!(table());
 
 /// The claim whose answer was lost took over an earlier attempt (an `ATTEMPTED` key): read back
@@ -83,11 +90,11 @@ async fn a_claim_applied_whose_answer_was_lost_is_ours_on_the_sdk_retry() {
     };
     assert_eq!(prior, None, "a fresh key");
     store
-        .complete("k-1", &lease, t0())
+        .complete("k-1", &lease, t0(), None)
         .await
         .expect("the lease is ours");
     assert_eq!(
         store.begin(&claim("k-1", t0())).await.expect("claim"),
-        Begin::Done
+        Begin::Done { output: None }
     );
 }

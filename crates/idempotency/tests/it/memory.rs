@@ -5,6 +5,14 @@ use idempotency::store_contract_tests;
 
 store_contract_tests!(async { MemoryStore::new(idempotency::testkit::RETENTION) });
 
+/// The same contract behind a cache of completed keys.
+mod cached {
+    use idempotency::{CachedStore, MemoryStore};
+    idempotency::store_contract_tests!(async {
+        CachedStore::new(MemoryStore::new(idempotency::testkit::RETENTION), 64)
+    });
+}
+
 /// As the DynamoDB store's case: clearing a refusal frees the key; a key in progress or absent
 /// is left as it was.
 #[tokio::test]
@@ -42,7 +50,7 @@ async fn a_finished_key_keeps_no_lease_and_no_attempts() {
         let finished = if reject {
             store.reject(key, &lease, t0() + 1, "declined").await
         } else {
-            store.complete(key, &lease, t0() + 1).await
+            store.complete(key, &lease, t0() + 1, None).await
         };
         finished.expect("finished");
         let state = store.state(key).expect("kept");

@@ -25,4 +25,11 @@ async fn store() -> DynamoDbStore {
 }
 
 idempotency::store_contract_tests!(sequential: store());
+
+/// The same contract behind a cache of completed keys.
+mod cached {
+    idempotency::store_contract_tests!(sequential: async {
+        idempotency::CachedStore::new(super::store().await, 64)
+    });
+}
 idempotency::dynamodb_store_cases!(table());
