@@ -342,10 +342,13 @@ where
         deadline_ms: u64,
     ) -> Result<SqsBatchResponse, EventError> {
         let event = EventView::parse(json)?;
-        Ok(self
+        let (response, report) = self
             .handle_batch(&Batch::from_view(&event)?, deadline_ms)
-            .await?
-            .0)
+            .await?;
+        if self.processor.options().fail_on_entire_batch_failure {
+            sqs_batch::check_entire_batch(&response, &report)?;
+        }
+        Ok(response)
     }
 
     /// Processes one batch ([`sqs_batch::process_batch`]: the records, the response and its

@@ -161,3 +161,49 @@ async fn the_fifo_sample_under_group_scope_reports_only_the_poison() {
         assert!(app.ports().gateway.charged(order), "{order}");
     }
 }
+
+/// `FAIL_ON_ENTIRE_BATCH_FAILURE=true`: the function fails an invocation whose every record
+/// failed (the batch comes back whole, and the mapping backs off), and answers any batch with
+/// one record done as usual; unset, it reports every record.
+#[tokio::test]
+async fn an_entire_batch_failure_fails_the_invocation_only_when_asked() {
+    let failing = r#"{"Records":[
+        {"messageId":"m-1","body":"not json","eventSourceARN":"arn:aws:sqs:eu-west-1:1:orders"},
+        {"messageId":"m-2","body":"{}","eventSourceARN":"arn:aws:sqs:eu-west-1:1:orders"}]}"#;
+    let config = Config::from_lookup(|name| {
+        (name == "FAIL_ON_ENTIRE_BATCH_FAILURE").then(|| "true".to_owned())
+    })
+    .expect("config");
+    let strict = App::with_ports(
+        &config,
+        MemoryStore::new(config.store.retention),
+        SimulatedGateway::new(),
+        SystemClock,
+    );
+    let error = strict
+        .handle_json(failing, deadline())
+        .await
+        .expect_err("every record failed");
+    assert!(
+        error
+            .to_string()
+            .starts_with("all 2 records of the batch failed"),
+        "{error}"
+    );
+    // standard.json: three of its records fail, the others are charged.
+    let (_, standard) = sample_events()
+        .into_iter()
+        .find(|(name, _)| name == "standard.json")
+        .expect("standard.json");
+    let response = strict
+        .handle_json(&standard, deadline())
+        .await
+        .expect("partial");
+    assert_eq!(failed_ids(&response).len(), 3);
+
+    let unset = app()
+        .handle_json(failing, deadline())
+        .await
+        .expect("reported");
+    assert_eq!(failed_ids(&unset), ["m-1", "m-2"]);
+}

@@ -29,7 +29,7 @@ use serde_json::value::RawValue;
 use lambda_kit::{Clock, Env, SystemClock};
 pub use lambda_runtime::{Context, Error, LambdaEvent};
 
-use crate::processor::{BatchOptions, BatchProcessor, RecordHandler};
+use crate::processor::{BatchOptions, BatchProcessor, Invocation, RecordHandler};
 use crate::{SqsBatchResponse, process_event};
 
 /// Serves `handler` in Lambda's loop, with [`BatchOptions::from_env`] and the system clock. A bad
@@ -69,8 +69,12 @@ pub fn handle<'a, H: RecordHandler, C: Clock>(
             event.context.deadline,
             processor.clock().now_ms(),
         );
-        let processed = process_event(processor, event.payload.get(), deadline_ms).await?;
-        Ok(processed.response)
+        let invocation = Invocation::new(deadline_ms).with_lambda(
+            &event.context.request_id,
+            &event.context.invoked_function_arn,
+        );
+        let processed = process_event(processor, event.payload.get(), invocation).await?;
+        Ok(processed.into_response(processor.options().fail_on_entire_batch_failure)?)
     })
 }
 
@@ -123,6 +127,67 @@ mod tests {
             .map(|f| f.item_identifier.as_str())
             .collect();
         assert_eq!(failed, ["m1", "m2"]);
+    }
+
+    /// Every record sees the invocation's request id and the ARN it was invoked by, as a typed
+    /// handler's `Record` does.
+    #[tokio::test]
+    async fn records_carry_the_invocations_request_id_and_function_arn() {
+        let handler = crate::json(|_: serde_json::Value, record: crate::Record| async move {
+            let seen = format!("{:?} {:?}", record.request_id, record.function_arn);
+            if seen == r#"Some("req-7") Some("arn:aws:lambda:eu-west-1:1:function:f:live")"# {
+                Verdict::ack("seen")
+            } else {
+                Verdict::retry("unseen").with_detail(seen)
+            }
+        });
+        let processor = BatchProcessor::new(handler, ManualClock::at(NOW), BatchOptions::default());
+        let mut event = event(
+            r#"{"Records":[{"messageId":"m1","body":"{}"},{"messageId":"m2","body":"1"}]}"#,
+            NOW + 30_000,
+        );
+        event.context.request_id = "req-7".into();
+        event.context.invoked_function_arn = "arn:aws:lambda:eu-west-1:1:function:f:live".into();
+        let response = handle(&processor, event).await.unwrap();
+        assert!(response.batch_item_failures.is_empty(), "{response:?}");
+    }
+
+    /// With `FAIL_ON_ENTIRE_BATCH_FAILURE`, a batch whose every record failed is an error (the
+    /// whole batch comes back, and the mapping backs off); one record done keeps the partial
+    /// response. Off, every record is reported as usual.
+    #[tokio::test]
+    async fn an_entire_batch_failure_fails_the_invocation_only_when_asked() {
+        let on = BatchOptions::from_env(&Env::new(|name| {
+            (name == "FAIL_ON_ENTIRE_BATCH_FAILURE").then(|| "true".to_owned())
+        }))
+        .unwrap();
+        assert!(on.fail_on_entire_batch_failure);
+        let failing = BatchProcessor::new(Expects(1), ManualClock::at(NOW), on);
+        let error = handle(&failing, event(BATCH, NOW + 30_000))
+            .await
+            .expect_err("every record failed");
+        assert_eq!(
+            error.to_string(),
+            "all 2 records of the batch failed (other_deadline: 2)"
+        );
+        // One record done of two: the partial response, with the other reported.
+        let by_body = crate::json(|body: String, _: crate::Record| async move {
+            if body == "ok" {
+                Verdict::ack("done")
+            } else {
+                Verdict::retry("later")
+            }
+        });
+        let mixed = BatchProcessor::new(by_body, ManualClock::at(NOW), *failing.options());
+        let half = r#"{"Records":[{"messageId":"m1","body":"\"ok\""},{"messageId":"m2","body":"\"no\""}]}"#;
+        let response = handle(&mixed, event(half, NOW + 30_000)).await.unwrap();
+        assert_eq!(response.batch_item_failures.len(), 1);
+        let empty = handle(&mixed, event(r#"{"Records":[]}"#, NOW + 30_000)).await;
+        assert!(empty.is_ok(), "an empty batch has no failure");
+
+        let off = BatchProcessor::new(Expects(1), ManualClock::at(NOW), BatchOptions::default());
+        let response = handle(&off, event(BATCH, NOW + 30_000)).await.unwrap();
+        assert_eq!(response.batch_item_failures.len(), 2);
     }
 
     /// Lambda retries the whole batch on an error: only for an event the processor cannot

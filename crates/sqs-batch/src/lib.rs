@@ -101,8 +101,8 @@ pub use edge::{
 };
 pub use lambda_kit::{Clock, Env, EnvError, ManualClock, SystemClock};
 pub use processor::{
-    BatchOptions, BatchProcessor, BatchReport, Counts, FifoScope, Outcome, RecordContext,
-    RecordHandler, RecordStatus, Verdict,
+    BatchOptions, BatchProcessor, BatchReport, Counts, FifoScope, Invocation, Outcome,
+    RecordContext, RecordHandler, RecordStatus, Verdict,
 };
 pub use typed::{Json, Record, json};
 
@@ -143,6 +143,52 @@ pub struct Processed {
     pub max_receive_count: Option<u32>,
 }
 
+impl Processed {
+    /// The response, or [`EntireBatchFailed`] when `fail_on_entire_batch_failure` is set and
+    /// every record failed ([`BatchOptions::fail_on_entire_batch_failure`]).
+    pub fn into_response(
+        self,
+        fail_on_entire_batch_failure: bool,
+    ) -> Result<SqsBatchResponse, EntireBatchFailed> {
+        if fail_on_entire_batch_failure {
+            check_entire_batch(&self.response, &self.report)?;
+        }
+        Ok(self.response)
+    }
+}
+
+/// [`EntireBatchFailed`] when the batch had records and `response` reports every one of them.
+pub fn check_entire_batch(
+    response: &SqsBatchResponse,
+    report: &BatchReport,
+) -> Result<(), EntireBatchFailed> {
+    let records = report.statuses.len();
+    if records == 0 || response.batch_item_failures.len() < records {
+        return Ok(());
+    }
+    let reasons: Vec<String> = report
+        .reasons()
+        .iter()
+        .map(|(reason, n)| format!("{reason}: {n}"))
+        .collect();
+    Err(EntireBatchFailed {
+        records,
+        reasons: reasons.join(", "),
+    })
+}
+
+/// Every record of the invocation failed, and the function was asked to fail the invocation
+/// then ([`BatchOptions::fail_on_entire_batch_failure`]): Lambda returns the whole batch to the
+/// queue, as it would have with every record reported.
+#[derive(Debug, thiserror::Error)]
+#[error("all {records} records of the batch failed ({reasons})")]
+pub struct EntireBatchFailed {
+    /// How many records the batch had.
+    pub records: usize,
+    /// Records per reason, as the summary line has them.
+    pub reasons: String,
+}
+
 /// One invocation from Lambda's payload: parse ([`EventView`]), process, build and check the
 /// response.
 ///
@@ -151,7 +197,7 @@ pub struct Processed {
 pub async fn process_event<H: RecordHandler, C: Clock>(
     processor: &BatchProcessor<H, C>,
     json: &str,
-    deadline_ms: u64,
+    invocation: impl Into<Invocation>,
 ) -> Result<Processed, EventError> {
     let view = EventView::parse(json)?;
     let no_backoff: Option<&Backoff<visibility::NoVisibility>> = None;
@@ -159,7 +205,7 @@ pub async fn process_event<H: RecordHandler, C: Clock>(
     process_batch(
         processor,
         &Batch::from_view(&view)?,
-        deadline_ms,
+        invocation,
         no_backoff,
         no_moves,
     )
@@ -177,7 +223,7 @@ pub async fn process_event<H: RecordHandler, C: Clock>(
 pub async fn process_batch<H, C, V, D>(
     processor: &BatchProcessor<H, C>,
     batch: &Batch<'_>,
-    deadline_ms: u64,
+    invocation: impl Into<Invocation>,
     backoff: Option<&Backoff<V>>,
     dead_letters: Option<&DeadLetters<D>>,
 ) -> Result<Processed, EventError>
@@ -188,6 +234,8 @@ where
     D: dead_letter::DeadLetterPort,
 {
     use tracing::Instrument;
+    let invocation = invocation.into();
+    let deadline_ms = invocation.deadline_ms;
     let records = &batch.messages;
     // Trace spans (DEBUG, target `sqs_batch`): disabled, and free, unless a trace exporter asks
     // for them; the records' spans are children of this one.
@@ -225,7 +273,7 @@ where
         None => processor.options().give_up_at_receive,
     };
     let mut report = processor
-        .process_until(records, batch.kind, deadline_ms, give_up_at_receive)
+        .process_until(records, batch.kind, invocation, give_up_at_receive)
         .instrument(span.clone())
         .await;
     // A quarter of the margin stays free for the response itself.

@@ -18,6 +18,7 @@ use std::collections::HashMap;
 use std::future::Future;
 use std::num::NonZeroUsize;
 use std::panic::AssertUnwindSafe;
+use std::sync::Arc;
 use std::time::Duration;
 
 use futures_util::stream::FuturesUnordered;
@@ -124,18 +125,72 @@ impl Verdict {
 }
 
 /// What the handler gets besides the record.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct RecordContext {
     /// The invocation's deadline, epoch ms.
     pub deadline_ms: u64,
+    /// The Lambda invocation's request id, when the batch came from Lambda
+    /// ([`Invocation::with_lambda`]).
+    pub request_id: Option<Arc<str>>,
+    /// The ARN the function was invoked by (with its alias or version), under Lambda.
+    pub function_arn: Option<Arc<str>>,
 }
 
 impl RecordContext {
-    /// The context of a record whose invocation ends at `deadline_ms` (epoch ms). Fields will be
-    /// added (the invocation's request id, the function's ARN); this stays the way to build one.
+    /// The context of a record whose invocation ends at `deadline_ms` (epoch ms), outside Lambda.
+    /// Fields may be added; this stays the way to build one.
     pub fn new(deadline_ms: u64) -> Self {
-        Self { deadline_ms }
+        Self::of(&Invocation::new(deadline_ms))
+    }
+
+    /// The context of a record of `invocation`.
+    pub fn of(invocation: &Invocation) -> Self {
+        Self {
+            deadline_ms: invocation.deadline_ms,
+            request_id: invocation.request_id.clone(),
+            function_arn: invocation.function_arn.clone(),
+        }
+    }
+}
+
+/// The invocation a batch is processed in: its deadline and, under Lambda, its request id and
+/// the function's ARN (every record's [`RecordContext`] carries them, shared, not copied).
+/// A bare deadline converts into one (`From<u64>`), so the processing calls take either.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Invocation {
+    /// The deadline, epoch ms: records are not started too close to it, and are cut off at it.
+    pub deadline_ms: u64,
+    /// The Lambda request id.
+    pub request_id: Option<Arc<str>>,
+    /// The ARN the function was invoked by.
+    pub function_arn: Option<Arc<str>>,
+}
+
+impl Invocation {
+    /// An invocation ending at `deadline_ms` (epoch ms), outside Lambda.
+    pub fn new(deadline_ms: u64) -> Self {
+        Self {
+            deadline_ms,
+            request_id: None,
+            function_arn: None,
+        }
+    }
+
+    /// With Lambda's request id and the ARN the function was invoked by.
+    pub fn with_lambda(self, request_id: &str, function_arn: &str) -> Self {
+        Self {
+            request_id: Some(Arc::from(request_id)),
+            function_arn: Some(Arc::from(function_arn)),
+            ..self
+        }
+    }
+}
+
+impl From<u64> for Invocation {
+    fn from(deadline_ms: u64) -> Self {
+        Self::new(deadline_ms)
     }
 }
 
@@ -189,14 +244,22 @@ pub struct BatchOptions {
     /// alone, with its reason, instead of SQS's redrive moving it at the next receive together
     /// with the FIFO records behind it, which ride the same receive counts. `None`: never.
     pub give_up_at_receive: Option<u32>,
+    /// Whether an invocation in which every record failed returns an error instead of reporting
+    /// them all in `batchItemFailures` ([`crate::lambda`] and the order function). The batch
+    /// comes back either way; an error also counts in the function's `Errors` metric and makes
+    /// the event source mapping scale its polling down, as Powertools does by default. Off by
+    /// default: our own visibility backoff already spaces the retries, and `Errors` stays the
+    /// signal for the function's own faults.
+    pub fail_on_entire_batch_failure: bool,
 }
 
 /// The least `DEADLINE_MARGIN_MS` may be: below it a record can run into the deadline.
 pub const MIN_DEADLINE_MARGIN_MS: u64 = 1_000;
 
 impl BatchOptions {
-    /// `MAX_CONCURRENCY` (16, 1-1000), `FIFO_SCOPE` (`batch` or `group`; `batch`) and
-    /// `DEADLINE_MARGIN_MS` (5000, at least [`MIN_DEADLINE_MARGIN_MS`]). `abandoned_hold_ms`
+    /// `MAX_CONCURRENCY` (16, 1-1000), `FIFO_SCOPE` (`batch` or `group`; `batch`),
+    /// `DEADLINE_MARGIN_MS` (5000, at least [`MIN_DEADLINE_MARGIN_MS`]), `MAX_RECEIVE_COUNT`
+    /// (0, unknown) and `FAIL_ON_ENTIRE_BATCH_FAILURE` (false). `abandoned_hold_ms`
     /// starts at the deadline margin; a caller that holds leases sets its own.
     pub fn from_env(env: &Env<'_>) -> Result<Self, EnvError> {
         let max_concurrency: usize = env.ranged("MAX_CONCURRENCY", 16, 1, 1_000)?;
@@ -210,7 +273,9 @@ impl BatchOptions {
             env.ranged("DEADLINE_MARGIN_MS", 5_000, MIN_DEADLINE_MARGIN_MS, 900_000)?;
         // The queue's maxReceiveCount, when the deployment states it (0: unknown).
         let max_receive_count: u32 = env.ranged("MAX_RECEIVE_COUNT", 0, 0, 1_000)?;
+        let fail_on_entire_batch_failure = env.flag("FAIL_ON_ENTIRE_BATCH_FAILURE", false)?;
         Ok(Self {
+            fail_on_entire_batch_failure,
             max_concurrency: NonZeroUsize::new(max_concurrency).unwrap_or(NonZeroUsize::MIN),
             fifo_scope,
             deadline_margin_ms,
@@ -228,6 +293,7 @@ impl Default for BatchOptions {
             deadline_margin_ms: 5_000,
             abandoned_hold_ms: 5_000,
             give_up_at_receive: None,
+            fail_on_entire_batch_failure: false,
         }
     }
 }
@@ -266,6 +332,15 @@ impl BatchOptions {
     pub fn with_give_up_at_receive(self, give_up_at_receive: Option<u32>) -> Self {
         Self {
             give_up_at_receive,
+            ..self
+        }
+    }
+
+    /// Failing the invocation when every record failed
+    /// ([`BatchOptions::fail_on_entire_batch_failure`]).
+    pub fn with_fail_on_entire_batch_failure(self, fail: bool) -> Self {
+        Self {
+            fail_on_entire_batch_failure: fail,
             ..self
         }
     }
@@ -443,9 +518,9 @@ impl<H: RecordHandler, C: Clock> BatchProcessor<H, C> {
         &self,
         batch: &[Message<'_>],
         kind: QueueKind,
-        deadline_ms: u64,
+        invocation: impl Into<Invocation>,
     ) -> BatchReport {
-        self.process_until(batch, kind, deadline_ms, self.options.give_up_at_receive)
+        self.process_until(batch, kind, invocation, self.options.give_up_at_receive)
             .await
     }
 
@@ -456,12 +531,15 @@ impl<H: RecordHandler, C: Clock> BatchProcessor<H, C> {
         &self,
         batch: &[Message<'_>],
         kind: QueueKind,
-        deadline_ms: u64,
+        invocation: impl Into<Invocation>,
         give_up_at_receive: Option<u32>,
     ) -> BatchReport {
+        let invocation = invocation.into();
+        let deadline_ms = invocation.deadline_ms;
         let limits = Limits {
             deadline_ms,
             give_up_at_receive,
+            invocation: &invocation,
         };
         let started_ms = self.clock.now_ms();
         if !batch.is_empty()
@@ -492,13 +570,13 @@ impl<H: RecordHandler, C: Clock> BatchProcessor<H, C> {
     }
 
     /// Runs one record unless the deadline is too close; a panic becomes RETRY.
-    async fn run_one(&self, message: &Message<'_>, limits: Limits) -> RecordStatus {
+    async fn run_one(&self, message: &Message<'_>, limits: Limits<'_>) -> RecordStatus {
         let deadline_ms = limits.deadline_ms;
         let remaining = deadline_ms.saturating_sub(self.clock.now_ms());
         if remaining < self.options.deadline_margin_ms {
             return RecordStatus::SkippedDeadline;
         }
-        let context = RecordContext { deadline_ms };
+        let context = RecordContext::of(limits.invocation);
         // The record's trace span (DEBUG: free unless a trace exporter is on), linked to the
         // producer's trace (`AWSTraceHeader`); its outcome is recorded once decided.
         let span = tracing::debug_span!(
@@ -548,9 +626,11 @@ impl<H: RecordHandler, C: Clock> BatchProcessor<H, C> {
 
 /// What bounds one batch's records: its deadline, and the receive from which a RETRY gives up.
 #[derive(Debug, Clone, Copy)]
-struct Limits {
+struct Limits<'a> {
     deadline_ms: u64,
     give_up_at_receive: Option<u32>,
+    /// What each record's context carries.
+    invocation: &'a Invocation,
 }
 
 /// A RETRY at or past `give_up_at_receive` ([`BatchOptions::give_up_at_receive`], or the
@@ -589,7 +669,7 @@ impl<H: RecordHandler, C: Clock> BatchProcessor<H, C> {
     // not from stream closures: a closure returning a borrowing future hits a compiler limit
     // (rust-lang/rust#110338) that makes the whole batch future fail to prove `Send`.
 
-    async fn concurrent(&self, batch: &[Message<'_>], limits: Limits) -> Vec<RecordStatus> {
+    async fn concurrent(&self, batch: &[Message<'_>], limits: Limits<'_>) -> Vec<RecordStatus> {
         let limit = self.options.max_concurrency.get();
         let mut pending = batch.iter().enumerate();
         let mut in_flight = FuturesUnordered::new();
@@ -613,19 +693,19 @@ impl<H: RecordHandler, C: Clock> BatchProcessor<H, C> {
         &self,
         index: usize,
         message: &Message<'_>,
-        limits: Limits,
+        limits: Limits<'_>,
     ) -> (usize, RecordStatus) {
         (index, self.run_one(message, limits).await)
     }
 
-    async fn in_order(&self, batch: &[Message<'_>], limits: Limits) -> Vec<RecordStatus> {
+    async fn in_order(&self, batch: &[Message<'_>], limits: Limits<'_>) -> Vec<RecordStatus> {
         // The whole batch is one group.
         let all = (0..batch.len()).collect();
         let statuses = self.run_group(batch, all, limits, Hold::AnyFailure).await;
         statuses.into_iter().map(|(_, status)| status).collect()
     }
 
-    async fn by_group(&self, batch: &[Message<'_>], limits: Limits) -> Vec<RecordStatus> {
+    async fn by_group(&self, batch: &[Message<'_>], limits: Limits<'_>) -> Vec<RecordStatus> {
         // Records without a group id share one anonymous group: ordered, never reordered.
         let mut group_of: HashMap<Option<&str>, usize> = HashMap::new();
         let mut groups: Vec<Vec<usize>> = Vec::new();
@@ -665,7 +745,7 @@ impl<H: RecordHandler, C: Clock> BatchProcessor<H, C> {
         &self,
         batch: &[Message<'_>],
         members: Vec<usize>,
-        limits: Limits,
+        limits: Limits<'_>,
         hold: Hold,
     ) -> Vec<(usize, RecordStatus)> {
         let mut out = Vec::with_capacity(members.len());
@@ -792,7 +872,8 @@ mod tests {
             .with_fifo_scope(FifoScope::Group)
             .with_deadline_margin_ms(7)
             .with_abandoned_hold_ms(11)
-            .with_give_up_at_receive(Some(4));
+            .with_give_up_at_receive(Some(4))
+            .with_fail_on_entire_batch_failure(true);
         assert_eq!(
             built,
             BatchOptions {
@@ -801,6 +882,7 @@ mod tests {
                 deadline_margin_ms: 7,
                 abandoned_hold_ms: 11,
                 give_up_at_receive: Some(4),
+                fail_on_entire_batch_failure: true,
             }
         );
         // One at a time, the rest untouched.

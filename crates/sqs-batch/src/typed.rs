@@ -29,6 +29,7 @@
 
 use std::future::Future;
 use std::marker::PhantomData;
+use std::sync::Arc;
 
 use serde::de::DeserializeOwned;
 
@@ -52,16 +53,24 @@ pub struct Record {
     /// says: a copy moved to the DLQ by this crate ([`dead_letter`]) and redriven carries its
     /// first failure's time. `None` for most messages.
     pub earlier_attempt_ms: Option<u64>,
+    /// The Lambda request id of the invocation, under Lambda (for logs that Powertools users
+    /// expect to carry it).
+    pub request_id: Option<Arc<str>>,
+    /// The ARN the function was invoked by (with its alias or version), under Lambda.
+    pub function_arn: Option<Arc<str>>,
 }
 
 impl Record {
-    /// The record of `message`, processed in an invocation ending at `deadline_ms`.
-    pub fn new(message: &Message<'_>, deadline_ms: u64) -> Self {
+    /// The record of `message`, processed with `context` (its invocation's deadline, request id
+    /// and function ARN).
+    pub fn new(message: &Message<'_>, context: RecordContext) -> Self {
         Self {
             message_id: message.message_id.to_owned(),
-            deadline_ms,
+            deadline_ms: context.deadline_ms,
             receive_count: message.receive_count,
             earlier_attempt_ms: dead_letter::earlier_attempt_ms(message),
+            request_id: context.request_id,
+            function_arn: context.function_arn,
         }
     }
 }
@@ -106,7 +115,7 @@ where
 {
     async fn handle(&self, message: &Message<'_>, context: RecordContext) -> Verdict {
         match serde_json::from_str::<T>(message.body) {
-            Ok(body) => (self.handler)(body, Record::new(message, context.deadline_ms)).await,
+            Ok(body) => (self.handler)(body, Record::new(message, context)).await,
             Err(error) => Verdict::poison("invalid_body").with_detail(why_not(&error)),
         }
     }
@@ -185,10 +194,14 @@ mod tests {
     }
 
     #[test]
-    fn a_record_carries_the_messages_receive_count_and_deadline() {
+    fn a_record_carries_the_messages_receive_count_and_its_invocation() {
         let mut message = Message::new("m-9", "{}");
         message.receive_count = Some(3);
-        let record = Record::new(&message, 1_000);
+        let invocation = crate::Invocation::new(1_000).with_lambda(
+            "req-1",
+            "arn:aws:lambda:eu-west-1:123456789012:function:f:live",
+        );
+        let record = Record::new(&message, RecordContext::of(&invocation));
         assert_eq!(
             record,
             Record {
@@ -196,6 +209,8 @@ mod tests {
                 deadline_ms: 1_000,
                 receive_count: Some(3),
                 earlier_attempt_ms: None,
+                request_id: Some("req-1".into()),
+                function_arn: Some("arn:aws:lambda:eu-west-1:123456789012:function:f:live".into()),
             }
         );
     }
