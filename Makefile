@@ -22,7 +22,7 @@ AUDITABLE_BIN := $(CARGO_BIN_DIR)/cargo-auditable
 SBOM_BIN := $(CARGO_BIN_DIR)/auditable2cdx
 AUDITABLE := RUSTC_WORKSPACE_WRAPPER="$(AUDITABLE_BIN)" CARGO_AUDITABLE_ORIG_ARGS='{"offline":false,"locked":false,"frozen":false,"config":[]}'
 
-.PHONY: run run-dynamodb demo ops-demo test chaos sim mutants bench lint package deny fuzz invoke check-template build build-lambda check-lambda deploy clean-venv
+.PHONY: run run-dynamodb demo ops-demo test chaos sim mutants bench lint package msrv deny fuzz invoke check-template build build-lambda check-lambda deploy clean-venv
 
 run:
 	@$(CARGO) build --quiet --bin process-orders
@@ -131,6 +131,13 @@ mutants: $(PY_STAMP)
 LIBRARY_CRATES = lambda-kit sqs-batch idempotency claim-check
 package:
 	$(CARGO) package --allow-dirty $(addprefix -p ,$(LIBRARY_CRATES))
+
+# The libraries' MSRV: `rust-version` in Cargo.toml, promised for default features, checked with
+# that very toolchain (rustup installs it; its own target directory, beside the usual one).
+MSRV := $(shell sed -n 's/^rust-version = "\(.*\)"/\1/p' Cargo.toml)
+msrv:
+	rustup toolchain install $(MSRV) --profile minimal --no-self-update
+	CARGO_TARGET_DIR="$${CARGO_TARGET_DIR:-target}-msrv" cargo +$(MSRV) check --lib $(addprefix -p ,$(LIBRARY_CRATES))
 
 # Supply chain: licenses, bans (no OpenSSL) and sources, per deny.toml. Offline.
 deny:

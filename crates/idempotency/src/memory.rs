@@ -82,7 +82,10 @@ impl MemoryStore {
     ) -> Result<(), StoreError> {
         let mut items = self.items();
         match items.get_mut(key) {
-            Some(item) if item.token == Some(lease.token) => {
+            Some(item)
+                if item.token == Some(lease.token)
+                    || lambda_kit::mutation::active("store.ignores_lease_token") =>
+            {
                 change(item);
                 Ok(())
             }

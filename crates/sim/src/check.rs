@@ -297,6 +297,13 @@ pub(crate) fn report(run: &Run<'_>, sim_ms: u64) -> Report {
     drop(ledger);
     drop(queue);
     let world = run.world.lock();
+    for (key, what) in &world.fence.stale_writes {
+        violations.push(Violation {
+            rule: "a write applied for a stale lease",
+            order_id: key.clone(),
+            detail: what.clone(),
+        });
+    }
     report.digest = world.digest();
     report.faults = world.faults;
     if let Some(first) = violations.first() {

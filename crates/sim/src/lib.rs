@@ -71,7 +71,7 @@ const BURST: u64 = 250;
 const LONG_POLL_MS: u64 = 20_000;
 
 /// The planted bugs, by the name their check site asks for, with what each does wrong.
-pub const MUTATIONS: [(&str, &str); 13] = [
+pub const MUTATIONS: [(&str, &str); 14] = [
     (
         "guard.releases_after_ambiguous",
         "releases the claim after a charge whose outcome is unknown, instead of marking it attempted",
@@ -123,6 +123,10 @@ pub const MUTATIONS: [(&str, &str); 13] = [
     (
         "processor.never_abandons",
         "lets a record run past the deadline instead of abandoning it",
+    ),
+    (
+        "store.ignores_lease_token",
+        "applies a holder's write (complete, mark attempted, release, reject) whatever lease it holds: an unfenced store",
     ),
 ];
 

@@ -62,6 +62,13 @@ impl SimStore {
         Ok(lost)
     }
 
+    /// The fence audit's view of a fenced write the table answered.
+    fn audit(&self, key: &str, call: &str, lease: &Lease, result: &Result<(), StoreError>) {
+        if result.is_ok() {
+            self.world.lock().fence.applied(key, call, lease.token);
+        }
+    }
+
     fn answer<T: std::fmt::Debug>(
         &self,
         key: &str,
@@ -95,6 +102,9 @@ impl IdempotencyStore for SimStore {
             Table::Memory(store) => store.begin(request).await,
             Table::DynamoDb(store) => store.begin(request).await,
         };
+        if let Ok(Begin::Started { lease, .. }) = &result {
+            self.world.lock().fence.claimed(request.key, lease.token);
+        }
         self.answer(request.key, "begin", lost, result)
     }
 
@@ -110,6 +120,7 @@ impl IdempotencyStore for SimStore {
             Table::Memory(store) => store.complete(key, lease, now_ms, output).await,
             Table::DynamoDb(store) => store.complete(key, lease, now_ms, output).await,
         };
+        self.audit(key, "complete", lease, &result);
         self.answer(key, "complete", lost, result)
     }
 
@@ -119,6 +130,7 @@ impl IdempotencyStore for SimStore {
             Table::Memory(store) => store.mark_attempted(key, lease, at_ms).await,
             Table::DynamoDb(store) => store.mark_attempted(key, lease, at_ms).await,
         };
+        self.audit(key, "mark_attempted", lease, &result);
         self.answer(key, "mark_attempted", lost, result)
     }
 
@@ -128,6 +140,7 @@ impl IdempotencyStore for SimStore {
             Table::Memory(store) => store.release(key, lease).await,
             Table::DynamoDb(store) => store.release(key, lease).await,
         };
+        self.audit(key, "release", lease, &result);
         self.answer(key, "release", lost, result)
     }
 
@@ -143,6 +156,7 @@ impl IdempotencyStore for SimStore {
             Table::Memory(store) => store.reject(key, lease, now_ms, reason).await,
             Table::DynamoDb(store) => store.reject(key, lease, now_ms, reason).await,
         };
+        self.audit(key, "reject", lease, &result);
         self.answer(key, "reject", lost, result)
     }
 }

@@ -104,12 +104,49 @@ impl Faults {
     }
 }
 
+/// The fence audit: who holds each key as the table's own answers say, and every fenced write
+/// the table applied for anyone else. A store must refuse a holder whose lease was taken over
+/// (or ended); the audit sees from outside the store whether it did, whichever store runs.
+#[derive(Default)]
+pub struct FenceAudit {
+    /// The token of the latest claim the table granted, per key, until a fenced write ends it.
+    holders: HashMap<String, idempotency::LeaseToken>,
+    /// Writes applied for a caller that did not hold the key: (key, what).
+    pub stale_writes: Vec<(String, String)>,
+}
+
+impl FenceAudit {
+    /// The table granted `key` to `token`.
+    pub fn claimed(&mut self, key: &str, token: idempotency::LeaseToken) {
+        self.holders.insert(key.to_owned(), token);
+    }
+
+    /// The table applied `call` on `key` for `token`: a violation unless `token` held it. Every
+    /// fenced write ends the holder's lease.
+    pub fn applied(&mut self, key: &str, call: &str, token: idempotency::LeaseToken) {
+        match self.holders.remove(key) {
+            Some(holder) if holder == token => {}
+            holder => self.stale_writes.push((
+                key.to_owned(),
+                format!(
+                    "{call} applied for lease {token}, while the key was {}",
+                    holder.map_or("held by no live claim".to_owned(), |h| format!(
+                        "held by {h}"
+                    ))
+                ),
+            )),
+        }
+    }
+}
+
 /// The run's shared state.
 pub struct World {
     rng: fastrand::Rng,
     digest: u64,
     /// The faults injected so far.
     pub faults: Faults,
+    /// Fenced writes against the table's own grants.
+    pub fence: FenceAudit,
     /// What happened to each order, in order: (simulated ms, what).
     stories: HashMap<String, Vec<(u64, String)>>,
     clock: SimClock,
@@ -127,6 +164,7 @@ impl Shared {
             rng: fastrand::Rng::with_seed(seed),
             digest: 0xcbf2_9ce4_8422_2325,
             faults: Faults::default(),
+            fence: FenceAudit::default(),
             stories: HashMap::new(),
             clock,
         })))
