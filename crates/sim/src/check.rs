@@ -47,7 +47,7 @@ fn unjustified(
         "conflict" | "payment_conflict" => (!run
             .payloads
             .iter()
-            .any(|p| p.order_id == order && p.amount != payload.amount && !p.poison))
+            .any(|p| p.order_id == order && p.money() != payload.money() && !p.poison))
         .then(|| format!("{reason}: no other payload was ever sent under {order}")),
         "needs_reconciliation" => {
             let moved_ms = crate::world::EPOCH_MS + dead.at_ms;
@@ -124,6 +124,11 @@ pub struct Report {
     pub windows: [(u64, u64); 3],
     /// How often the run's mutation was reached (0 without one).
     pub mutation_hits: u64,
+    /// The provider's ledger by currency: charges that moved money in each.
+    pub charged_by_currency: BTreeMap<String, usize>,
+    /// Orders sent again under their id with the same number in another currency (a conflict
+    /// only the currency tells apart).
+    pub currency_only_conflicts: usize,
 }
 
 impl Report {
@@ -172,6 +177,26 @@ pub(crate) fn report(run: &Run<'_>, sim_ms: u64) -> Report {
         .filter(|o| seen.insert(o))
         .collect();
     report.orders = orders.len();
+    for (money, _) in ledger.charges.values().flatten() {
+        *report
+            .charged_by_currency
+            .entry(money.currency.as_str().to_owned())
+            .or_default() += 1;
+    }
+    let mut first: HashMap<&str, &Payload> = HashMap::new();
+    for payload in run.payloads.iter().filter(|p| !p.poison) {
+        match first.get(payload.order_id.as_str()) {
+            Some(earlier)
+                if earlier.amount == payload.amount && earlier.currency != payload.currency =>
+            {
+                report.currency_only_conflicts += 1;
+            }
+            Some(_) => {}
+            None => {
+                first.insert(&payload.order_id, payload);
+            }
+        }
+    }
     for order in &orders {
         if let (Some(declined_ms), Some(charges)) = (
             ledger.first_declined_ms.get(*order),
@@ -268,7 +293,7 @@ pub(crate) fn report(run: &Run<'_>, sim_ms: u64) -> Report {
         let charged_with_it = ledger
             .charges
             .get(&payload.order_id)
-            .is_some_and(|c| c.iter().any(|(amount, _)| *amount == payload.amount));
+            .is_some_and(|c| c.iter().any(|(amount, _)| *amount == payload.money()));
         if charged_with_it || in_dlq.contains(&index) {
             continue;
         }
@@ -286,8 +311,8 @@ pub(crate) fn report(run: &Run<'_>, sim_ms: u64) -> Report {
             rule: "lost",
             order_id: payload.order_id.clone(),
             detail: format!(
-                "the message for {} ({declined}not charged with it) was {fate}",
-                payload.amount
+                "the message for {} {} ({declined}not charged with it) was {fate}",
+                payload.amount, payload.currency
             ),
         });
     }
@@ -317,7 +342,7 @@ pub(crate) fn report(run: &Run<'_>, sim_ms: u64) -> Report {
 fn fifo_order(
     run: &Run<'_>,
     queue: &crate::queue::Queue,
-    charges: &HashMap<String, Vec<(u64, u64)>>,
+    charges: &HashMap<String, Vec<(process_orders::money::Money, u64)>>,
     violations: &mut Vec<Violation>,
 ) {
     let moved_out: HashSet<usize> = queue
@@ -336,7 +361,7 @@ fn fifo_order(
         }
         let Some(at) = charges.get(&payload.order_id).and_then(|c| {
             c.iter()
-                .find(|(amount, _)| *amount == payload.amount)
+                .find(|(amount, _)| *amount == payload.money())
                 .map(|(_, at)| *at)
         }) else {
             continue;

@@ -80,12 +80,12 @@ pub enum ChargeAnswer {
 pub enum LookupAnswer {
     /// No charge under the key (never, or forgotten).
     Missing,
-    /// Being processed, for this amount.
-    Pending(u64),
+    /// Being processed, for this amount (in its currency).
+    Pending(Money),
     /// Charged this amount.
-    Charged(u64),
+    Charged(Money),
     /// Declined, for this amount.
-    Declined(u64),
+    Declined(Money),
     /// The status endpoint failed.
     Failing,
 }
@@ -223,9 +223,16 @@ impl Dialect {
         }
     }
 
-    /// The look-up's answer about `key`, for a charge of `money`'s currency.
+    /// The look-up's answer about `key`, asked for `money`: a charge it knows is worded in its
+    /// own currency (another payload's may differ from the one asked for).
     pub fn lookup(self, answer: LookupAnswer, key: &str, money: Money) -> Wire {
-        let currency = money.currency.as_str();
+        let known = match answer {
+            LookupAnswer::Pending(known)
+            | LookupAnswer::Charged(known)
+            | LookupAnswer::Declined(known) => known,
+            LookupAnswer::Missing | LookupAnswer::Failing => money,
+        };
+        let currency = known.currency.as_str();
         let lower = currency.to_ascii_lowercase();
         match (self, answer) {
             (_, LookupAnswer::Failing) => wire(503, json!({"message": "Service Unavailable"})),
@@ -242,56 +249,56 @@ impl Dialect {
                 json!({"status": 404, "errorCode": "not_found", "errorType": "validation",
                        "message": "Payment not found"}),
             ),
-            (Self::Draft, LookupAnswer::Pending(minor)) => wire(
+            (Self::Draft, LookupAnswer::Pending(Money { minor, .. })) => wire(
                 200,
                 json!({"id": key, "status": "pending", "amount": minor, "currency": currency}),
             ),
-            (Self::Stripe, LookupAnswer::Pending(minor)) => wire(
+            (Self::Stripe, LookupAnswer::Pending(Money { minor, .. })) => wire(
                 200,
                 json!({"object": "payment_intent", "status": "processing", "amount": minor,
                        "currency": lower}),
             ),
-            (Self::Adyen, LookupAnswer::Pending(minor)) => wire(
+            (Self::Adyen, LookupAnswer::Pending(Money { minor, .. })) => wire(
                 200,
                 json!({"resultCode": "Received", "amount": {"value": minor, "currency": currency}}),
             ),
             (Self::Bare, LookupAnswer::Pending(_)) => wire(200, json!({"status": "under_review"})),
-            (Self::Draft, LookupAnswer::Charged(minor)) => wire(
+            (Self::Draft, LookupAnswer::Charged(Money { minor, .. })) => wire(
                 200,
                 json!({"id": key, "status": "succeeded", "amount": minor, "currency": currency}),
             ),
-            (Self::Stripe, LookupAnswer::Charged(minor)) => wire(
+            (Self::Stripe, LookupAnswer::Charged(Money { minor, .. })) => wire(
                 200,
                 json!({"object": "payment_intent", "status": "succeeded", "amount": minor,
                        "amount_received": minor, "currency": lower, "last_payment_error": null}),
             ),
-            (Self::Adyen, LookupAnswer::Charged(minor)) => wire(
+            (Self::Adyen, LookupAnswer::Charged(Money { minor, .. })) => wire(
                 200,
                 json!({"resultCode": "Authorised", "amount": {"value": minor, "currency": currency}}),
             ),
-            (Self::Bare, LookupAnswer::Charged(minor)) => wire(
+            (Self::Bare, LookupAnswer::Charged(Money { minor, .. })) => wire(
                 200,
                 json!({"status": "succeeded", "amount": minor, "meta": {"v": 3}}),
             ),
-            (Self::Draft, LookupAnswer::Declined(minor)) => wire(
+            (Self::Draft, LookupAnswer::Declined(Money { minor, .. })) => wire(
                 200,
                 json!({"id": key, "status": "failed", "amount": minor, "currency": currency,
                        "decline_code": "insufficient_funds"}),
             ),
-            (Self::Stripe, LookupAnswer::Declined(minor)) => wire(
+            (Self::Stripe, LookupAnswer::Declined(Money { minor, .. })) => wire(
                 200,
                 json!({"object": "payment_intent", "status": "requires_payment_method",
                        "amount": minor, "currency": lower,
                        "last_payment_error": {"type": "card_error", "code": "card_declined",
                                               "decline_code": "insufficient_funds"}}),
             ),
-            (Self::Adyen, LookupAnswer::Declined(minor)) => wire(
+            (Self::Adyen, LookupAnswer::Declined(Money { minor, .. })) => wire(
                 200,
                 json!({"resultCode": "Refused", "refusalReason": "Not enough balance",
                        "amount": {"value": minor, "currency": currency}}),
             ),
             // The bare `failed`: no code, no decline named.
-            (Self::Bare, LookupAnswer::Declined(minor)) => {
+            (Self::Bare, LookupAnswer::Declined(Money { minor, .. })) => {
                 wire(200, json!({"status": "failed", "amount": minor}))
             }
         }

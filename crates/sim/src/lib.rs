@@ -48,6 +48,7 @@ use idempotency::MemoryStore;
 use lambda_kit::Clock;
 use process_orders::app::App;
 use process_orders::config::Config;
+use process_orders::money::{Currency, Money};
 use process_orders::payment::http::RetryableFailures;
 use sqs_batch::dead_letter::SqsDeadLetters;
 use sqs_batch::visibility::SqsVisibility;
@@ -71,7 +72,7 @@ const BURST: u64 = 250;
 const LONG_POLL_MS: u64 = 20_000;
 
 /// The planted bugs, by the name their check site asks for, with what each does wrong.
-pub const MUTATIONS: [(&str, &str); 14] = [
+pub const MUTATIONS: [(&str, &str); 15] = [
     (
         "guard.releases_after_ambiguous",
         "releases the claim after a charge whose outcome is unknown, instead of marking it attempted",
@@ -128,6 +129,10 @@ pub const MUTATIONS: [(&str, &str); 14] = [
         "store.ignores_lease_token",
         "applies a holder's write (complete, mark attempted, release, reject) whatever lease it holds: an unfenced store",
     ),
+    (
+        "order.fingerprint_ignores_currency",
+        "leaves the currency out of an order's fingerprint: the same number in another currency is taken as a duplicate",
+    ),
 ];
 
 /// One message the producer sent.
@@ -135,8 +140,10 @@ pub const MUTATIONS: [(&str, &str); 14] = [
 pub struct Payload {
     /// The order id.
     pub order_id: String,
-    /// The amount, in minor units.
+    /// The amount, in minor units of `currency`.
     pub amount: u64,
+    /// The currency the body names, or the deployment's default (`DEFAULT_CURRENCY`, EUR).
+    pub currency: Currency,
     /// The body.
     pub body: String,
     /// The FIFO message group.
@@ -147,6 +154,58 @@ pub struct Payload {
     pub poison: bool,
     /// When it was sent, simulated ms.
     pub sent_ms: u64,
+}
+
+impl Payload {
+    /// What the order charges: its amount in its currency.
+    pub fn money(&self) -> Money {
+        Money {
+            minor: self.amount,
+            currency: self.currency,
+        }
+    }
+}
+
+/// The currencies producers send, with the share of orders in each: most name none (the
+/// deployment's default, EUR), and the rest span every minor unit there is in practice (the yen's
+/// none, the dollar's two, the Kuwaiti dinar's three), one of them in lower case.
+const CURRENCIES: [(Option<&str>, f64); 4] = [
+    (None, 0.6),
+    (Some("JPY"), 0.15),
+    (Some("KWD"), 0.15),
+    (Some("usd"), 0.1),
+];
+
+/// A currency drawn from [`CURRENCIES`]: the code the body names (if any) and the currency.
+fn draw_currency(world: &Shared) -> (Option<&'static str>, Currency) {
+    let mut roll = world.roll();
+    for (code, share) in CURRENCIES {
+        if roll < share {
+            return (
+                code,
+                code.and_then(Currency::parse).unwrap_or(Currency::EUR),
+            );
+        }
+        roll -= share;
+    }
+    (None, Currency::EUR)
+}
+
+/// `minor` units of `currency` as the JSON number a producer writes (`1234` yen, `12.34`
+/// dollars, `1.234` dinars).
+fn decimal(minor: u64, currency: Currency) -> String {
+    match currency.minor_digits() {
+        0 => minor.to_string(),
+        digits => {
+            let unit = 10u64.pow(digits);
+            format!(
+                "{}.{:0width$}",
+                minor / unit,
+                minor % unit,
+                width = digits as usize
+            )
+        }
+    }
 }
 
 /// Runs one simulation to the end (the queue and any redrive drained) and reports it.
@@ -263,17 +322,18 @@ fn payloads(settings: &SimSettings, world: &Shared) -> Vec<Payload> {
         let note = world
             .chance(settings.edges.large_body_rate)
             .then(|| filler(usize::try_from(world.between(10_000..=200_000)).unwrap_or(0)));
-        let body = |amount: u64| match &note {
-            None => format!(
-                r#"{{"order_id": "{order_id}", "amount": {}.{:02}}}"#,
-                amount / 100,
-                amount % 100
-            ),
-            Some(note) => format!(
-                r#"{{"order_id": "{order_id}", "amount": {}.{:02}, "note": "{note}"}}"#,
-                amount / 100,
-                amount % 100
-            ),
+        let (code, currency) = draw_currency(world);
+        let body = |amount: u64, code: Option<&str>, currency: Currency| {
+            let currency_field = code.map_or(String::new(), |c| format!(r#", "currency": "{c}""#));
+            let amount = decimal(amount, currency);
+            match &note {
+                None => {
+                    format!(r#"{{"order_id": "{order_id}", "amount": {amount}{currency_field}}}"#)
+                }
+                Some(note) => format!(
+                    r#"{{"order_id": "{order_id}", "amount": {amount}{currency_field}, "note": "{note}"}}"#
+                ),
+            }
         };
         // Orders arrive in bursts (a sale, a batch job upstream): full batches, long queues.
         let sent_ms = (i as u64 / BURST) * BURST * SEND_GAP_MS;
@@ -303,6 +363,7 @@ fn payloads(settings: &SimSettings, world: &Shared) -> Vec<Payload> {
                     ),
                     order_id,
                     amount: 0,
+                    currency: Currency::EUR,
                     group: group.clone(),
                     attributes: Attrs::new(),
                     poison: true,
@@ -334,6 +395,7 @@ fn payloads(settings: &SimSettings, world: &Shared) -> Vec<Payload> {
             out.push(Payload {
                 order_id,
                 amount,
+                currency: Currency::EUR,
                 body,
                 group,
                 attributes,
@@ -342,23 +404,44 @@ fn payloads(settings: &SimSettings, world: &Shared) -> Vec<Payload> {
             });
             continue;
         }
-        let payload = |amount: u64, sent_ms: u64| Payload {
-            order_id: order_id.clone(),
-            amount,
-            body: body(amount),
-            group: group.clone(),
-            attributes: attributes.clone(),
-            poison: false,
-            sent_ms,
-        };
-        out.push(payload(amount, sent_ms));
+        let payload =
+            |amount: u64, (code, currency): (Option<&str>, Currency), sent_ms: u64| Payload {
+                order_id: order_id.clone(),
+                amount,
+                currency,
+                body: body(amount, code, currency),
+                group: group.clone(),
+                attributes: attributes.clone(),
+                poison: false,
+                sent_ms,
+            };
+        out.push(payload(amount, (code, currency), sent_ms));
         // A producer that retries sends the same order again, a little later.
         if world.chance(settings.producer_duplicate_rate) {
-            out.push(payload(amount, sent_ms + world.between(0..=600_000)));
+            out.push(payload(
+                amount,
+                (code, currency),
+                sent_ms + world.between(0..=600_000),
+            ));
         }
-        // A producer bug: the same order id with another amount.
+        // A producer bug: the same order id with another amount, or (half the time) the same
+        // number in another currency, which only the currency tells apart.
         if world.chance(settings.conflict_rate) {
-            out.push(payload(amount + 1, sent_ms + world.between(0..=600_000)));
+            let other = if world.chance(0.5) {
+                (amount + 1, (code, currency))
+            } else if currency == Currency::EUR {
+                (
+                    amount,
+                    (Some("JPY"), Currency::parse("JPY").unwrap_or(Currency::EUR)),
+                )
+            } else {
+                (amount, (Some("EUR"), Currency::EUR))
+            };
+            out.push(payload(
+                other.0,
+                other.1,
+                sent_ms + world.between(0..=600_000),
+            ));
         }
     }
     out.sort_by_key(|p| p.sent_ms);
@@ -611,7 +694,7 @@ async fn produce(d: Rc<Deployment>) {
             tokio::time::sleep(Duration::from_millis(wait)).await;
         }
         d.world.tell(&payload.order_id, || {
-            format!("sent, amount {}", payload.amount)
+            format!("sent, amount {} {}", payload.amount, payload.currency)
         });
         d.queue.lock().send(index, payload, truth.sim_ms());
         d.sent.notify_waiters();

@@ -31,7 +31,8 @@ pub enum Fate {
 /// One use of an idempotency key.
 #[derive(Debug, Clone, Copy)]
 struct KeyUse {
-    amount: u64,
+    /// What the first request under the key charges (amount and currency).
+    amount: Money,
     first_seen_ms: u64,
     /// Until when the first request is being processed (409 for others meanwhile).
     done_at_ms: u64,
@@ -45,8 +46,8 @@ pub struct Ledger {
     keys: HashMap<String, KeyUse>,
     /// What the status look-up knows (forgotten after its retention).
     status: HashMap<String, KeyUse>,
-    /// Every charge that moved money, by key: (amount in minor units, provider ms).
-    pub charges: HashMap<String, Vec<(u64, u64)>>,
+    /// Every charge that moved money, by key: (the amount in its currency, provider ms).
+    pub charges: HashMap<String, Vec<(Money, u64)>>,
     /// Keys whose every accepted request was declined.
     pub declined: HashMap<String, u64>,
     /// When each key was first declined, provider ms.
@@ -148,7 +149,7 @@ impl Provider {
     }
 
     /// A charge arrives: the provider's answer per the draft, and the money it moves.
-    fn arrive(&self, key: &str, amount: u64, now_ms: u64) -> Arrival {
+    fn arrive(&self, key: &str, amount: Money, now_ms: u64) -> Arrival {
         let mut ledger = self.ledger();
         if let Some(used) = ledger.keys.get(key)
             && now_ms >= used.done_at_ms
@@ -191,7 +192,7 @@ impl Provider {
         } else {
             (self.world.between(20..=300), Fate::Charged)
         };
-        let fate = if declines(amount) {
+        let fate = if declines(amount.minor) {
             Fate::Declined
         } else {
             fate
@@ -265,8 +266,9 @@ impl PaymentGateway for Provider {
             });
             return self.say(ChargeAnswer::KeyRotated, key, request.amount);
         }
-        let amount = request.amount.minor;
+        let amount = request.amount;
         let arrival = self.arrive(key, amount, self.clock.now_ms());
+        let amount = format!("{} {}", amount.minor, amount.currency);
         let (processing_ms, fate) = match arrival {
             Arrival::KeyReused => {
                 self.world

@@ -87,6 +87,8 @@ fn fixed_seeds_on(
     let mut faults = sim::Faults::default();
     let mut reasons = std::collections::BTreeMap::<&str, usize>::new();
     let mut moved = std::collections::BTreeMap::<String, usize>::new();
+    let mut currencies = std::collections::BTreeMap::<String, usize>::new();
+    let mut currency_only_conflicts = 0;
     for seed in 1..=seeds {
         let settings = SimSettings {
             store,
@@ -104,18 +106,40 @@ fn fixed_seeds_on(
         for (reason, count) in report.moved_reasons {
             *moved.entry(reason).or_default() += count;
         }
+        for (currency, count) in report.charged_by_currency {
+            *currencies.entry(currency).or_default() += count;
+        }
+        currency_only_conflicts += report.currency_only_conflicts;
     }
     eprintln!(
         "{profile} ({store:?}, {provider:?}): {seeds} seeds, {orders} orders, {invocations} invocations, {faults:?}"
     );
     eprintln!("{profile} ({store:?}, {provider:?}): decisions {reasons:?}");
     eprintln!("{profile} ({store:?}, {provider:?}): moved to the DLQ {moved:?}");
+    eprintln!(
+        "{profile} ({store:?}, {provider:?}): charged by currency {currencies:?}, \
+         {currency_only_conflicts} conflicts in currency alone"
+    );
+    // Orders in every kind of minor unit were charged (none, two and three digits, a code in
+    // lower case), each in its own currency (the ledger is checked per currency above).
+    for currency in ["EUR", "JPY", "KWD", "USD"] {
+        assert!(
+            currencies.get(currency).is_some_and(|n| *n > 0),
+            "nothing charged in {currency}: {currencies:?}"
+        );
+    }
     // The producers' edges did reach the function: bodies that are not orders, moved with their
     // reason (within SQS's limits, or the run would have broken).
     assert!(
         moved.get("invalid_body").is_some_and(|n| *n > 0),
         "no body that is not an order was moved"
     );
+    if orders >= 5_000 {
+        assert!(
+            currency_only_conflicts > 0,
+            "no order was sent again in another currency alone"
+        );
+    }
     // The faults the profile is about did happen.
     assert!(faults.crashes > 0 && faults.store_answers_lost > 0 && faults.charge_answers_lost > 0);
     assert!(faults.slow_charges > 0 && faults.pending_charges > 0 && faults.lookup_errors > 0);
@@ -253,6 +277,7 @@ async fn the_simulated_sqs_refuses_what_sqs_refuses() {
     let payload = sim::Payload {
         order_id: "o-1".into(),
         amount: 100,
+        currency: process_orders::money::Currency::EUR,
         body: "{}".into(),
         group: None,
         attributes: sim::queue::Attrs::new(),
@@ -440,6 +465,13 @@ fn caught_on(
 #[test]
 fn an_unfenced_store_is_caught_by_the_fence_audit() {
     caught("store.ignores_lease_token", "skewed");
+}
+
+/// Orders in mixed currencies: the same order id and number in another currency is another
+/// payload. Taken as a duplicate, the second is acknowledged and never charged nor moved.
+#[test]
+fn a_fingerprint_without_the_currency_is_caught() {
+    caught("order.fingerprint_ignores_currency", "standard");
 }
 
 #[test]
