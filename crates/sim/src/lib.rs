@@ -72,7 +72,7 @@ const BURST: u64 = 250;
 const LONG_POLL_MS: u64 = 20_000;
 
 /// The planted bugs, by the name their check site asks for, with what each does wrong.
-pub const MUTATIONS: [(&str, &str); 15] = [
+pub const MUTATIONS: [(&str, &str); 16] = [
     (
         "guard.releases_after_ambiguous",
         "releases the claim after a charge whose outcome is unknown, instead of marking it attempted",
@@ -132,6 +132,10 @@ pub const MUTATIONS: [(&str, &str); 15] = [
     (
         "order.fingerprint_ignores_currency",
         "leaves the currency out of an order's fingerprint: the same number in another currency is taken as a duplicate",
+    ),
+    (
+        "backoff.ignores_retry_after",
+        "gives a RETRY whose verdict names a retry time (a lease held elsewhere) only the schedule's delay",
     ),
 ];
 
@@ -881,5 +885,50 @@ async fn poll(index: usize, d: Rc<Deployment>) {
                 d.world.tell(&m.order_id, || format!("{}: deleted", m.id));
             }
         }
+        if let Some(policy) = &d.config.backoff {
+            for (m, status) in received.iter().zip(&report.statuses) {
+                let set = queue.current(&m.receipt).and_then(|s| s.visibility_set_s);
+                if let (RecordStatus::Handled(verdict), Some(set_s)) = (status, set)
+                    && let Some(short) = short_visibility(policy, verdict, m, set_s, &clock, &truth)
+                {
+                    d.violations.borrow_mut().push(Violation {
+                        rule: "a visibility shorter than its schedule",
+                        order_id: m.order_id.clone(),
+                        detail: format!("{}: {short}", m.id),
+                    });
+                }
+            }
+        }
     }
+}
+
+/// Why the visibility `set_s` the function gave a RETRY is too short, if it is: every retry
+/// stays away at least its receive's floor in the schedule, and at least until the verdict's own
+/// retry time (a lease that ends later), as far as SQS's 12 hours from the receive allow.
+fn short_visibility(
+    policy: &sqs_batch::BackoffPolicy,
+    verdict: &sqs_batch::Verdict,
+    m: &queue::Stored,
+    set_s: u64,
+    clock: &SimClock,
+    truth: &SimClock,
+) -> Option<String> {
+    if verdict.outcome != sqs_batch::Outcome::Retry {
+        return None;
+    }
+    let floor_s = policy.least_delay(m.receive_count);
+    // In the container's own clock, as the function reckoned it (floored: the call came
+    // earlier than this check).
+    let retry_s = verdict
+        .retry_after_ms
+        .map_or(0, |at| at.saturating_sub(clock.now_ms()) / 1_000);
+    let left_s = (m.received_ms + queue::MAX_VISIBILITY_MS).saturating_sub(truth.sim_ms()) / 1_000;
+    let required_s = floor_s.max(retry_s).min(left_s);
+    (set_s < required_s).then(|| {
+        format!(
+            "RETRY {} at receive {} visible again in {set_s} s; the schedule's floor is {floor_s} s \
+             and the verdict's retry {retry_s} s",
+            verdict.reason, m.receive_count
+        )
+    })
 }

@@ -100,6 +100,9 @@ pub struct Stored {
     pub receipt: String,
     /// When the latest receive happened, simulated ms.
     pub received_ms: u64,
+    /// The visibility timeout the function set for the latest receive, seconds (`None`: none
+    /// set, or the change failed).
+    pub visibility_set_s: Option<u64>,
 }
 
 /// A message in the DLQ, and why.
@@ -230,6 +233,7 @@ impl Queue {
                 first_receive_ms: None,
                 receipt: String::new(),
                 received_ms: 0,
+                visibility_set_s: None,
             },
         );
     }
@@ -307,6 +311,7 @@ impl Queue {
             message.first_receive_ms.get_or_insert(EPOCH_MS + now_ms);
             message.receipt = format!("{}/{}", message.id, message.receive_count);
             message.received_ms = now_ms;
+            message.visibility_set_s = None;
             if !self.fifo && world.chance(self.duplicate_rate) {
                 world.count(|f| f.duplicate_deliveries += 1);
             } else {

@@ -470,6 +470,7 @@ impl SimSqs {
                 continue;
             };
             message.visible_at_ms = until_ms;
+            message.visibility_set_s = u64::try_from(seconds).ok();
             let (order, mid) = (message.order_id.clone(), message.id.clone());
             drop(queue);
             self.world

@@ -474,6 +474,13 @@ fn a_fingerprint_without_the_currency_is_caught() {
     caught("order.fingerprint_ignores_currency", "standard");
 }
 
+/// A busy key's RETRY must stay away until the holder's lease ends: back sooner, it only finds
+/// the key busy again and burns a receive. Only the visibility check sees it.
+#[test]
+fn a_visibility_that_ignores_the_retry_time_is_caught() {
+    caught("backoff.ignores_retry_after", "standard");
+}
+
 #[test]
 fn a_release_after_an_ambiguous_charge_is_caught() {
     caught("guard.releases_after_ambiguous", "standard");
