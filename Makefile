@@ -80,7 +80,7 @@ lint:
 	$(CARGO) clippy --workspace --all-targets --all-features -- -D warnings
 	RUSTDOCFLAGS="-D warnings" $(CARGO) doc --workspace --no-deps --all-features --quiet
 
-# The deterministic simulation at scale (crates/sim): ORDERS orders over SEEDS seeds from
+# The deterministic simulation at scale (tools/sim): ORDERS orders over SEEDS seeds from
 # FIRST_SEED, PROFILE standard, fifo, brownout, skewed, lowered or mixed (the five in turn),
 # MUTATION a planted bug
 # to watch being caught; a summary table at the end; a broken invariant prints the command that

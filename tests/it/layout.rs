@@ -96,6 +96,18 @@ fn no_dependency_points_from_a_lower_layer_to_a_higher_one() {
         }
     }
     assert!(checked > 10, "only {checked} workspace edges seen");
+    // `crates/` holds the libraries only (layers 0 to 2, each publishable); whatever depends on
+    // the function (the simulator, the tools) lives in `tools/`, examples in `examples/`.
+    for package in metadata["packages"].as_array().expect("packages") {
+        let name = package["name"].as_str().expect("name");
+        let manifest = package["manifest_path"].as_str().expect("manifest path");
+        if manifest.contains("/crates/") {
+            assert!(
+                layer(name) <= 2,
+                "{name} is in crates/ but is not a library"
+            );
+        }
+    }
 }
 
 /// The on-call tool builds neither the emulator nor the batch testkit.
@@ -118,7 +130,7 @@ fn the_on_call_tool_does_not_compile_the_emulator() {
 }
 
 /// The planted bugs of the simulator (`lambda_kit::mutation`) never reach the deployable
-/// bootstrap: only `crates/sim` turns the `mutations` feature on, and the function's own tree,
+/// bootstrap: only `tools/sim` turns the `mutations` feature on, and the function's own tree,
 /// as `sam build` and `cargo lambda build` compile it, does not have it.
 #[test]
 fn the_bootstrap_does_not_compile_the_planted_bugs() {
