@@ -30,6 +30,7 @@
 pub mod check;
 pub mod dialect;
 pub mod dynamodb;
+pub mod harness;
 pub mod http;
 pub mod provider;
 pub mod queue;
@@ -69,7 +70,7 @@ const SEND_GAP_MS: u64 = 100;
 /// ...in bursts of this many at once.
 const BURST: u64 = 250;
 /// SQS's longest receive wait.
-const LONG_POLL_MS: u64 = 20_000;
+pub(crate) const LONG_POLL_MS: u64 = 20_000;
 
 /// The planted bugs, by the name their check site asks for, with what each does wrong.
 pub const MUTATIONS: [(&str, &str); 16] = [

@@ -2,6 +2,8 @@
 //! skewed clocks, 32,000 orders in all) break no invariant; every planted bug is caught within a bounded
 //! number of seeds; the checks read the template.
 
+mod email_once;
+
 use sim::{DIALECTS, Dialect, MUTATIONS, Report, SimSettings, StoreKind, run};
 
 /// Orders per seed of the fixed runs; seeds per profile (four profiles: 32,000 orders). Sized
