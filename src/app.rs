@@ -339,11 +339,11 @@ where
     pub async fn handle_json(
         &self,
         json: &str,
-        deadline_ms: u64,
+        invocation: impl Into<sqs_batch::Invocation>,
     ) -> Result<SqsBatchResponse, EventError> {
         let event = EventView::parse(json)?;
         let (response, report) = self
-            .handle_batch(&Batch::from_view(&event)?, deadline_ms)
+            .handle_batch(&Batch::from_view(&event)?, invocation)
             .await?;
         if self.processor.options().fail_on_entire_batch_failure {
             sqs_batch::check_entire_batch(&response, &report)?;
@@ -356,8 +356,9 @@ where
     pub async fn handle_batch(
         &self,
         batch: &Batch<'_>,
-        deadline_ms: u64,
+        invocation: impl Into<sqs_batch::Invocation>,
     ) -> Result<(SqsBatchResponse, BatchReport), EventError> {
+        let invocation = invocation.into();
         // A duration measurement only: the monotonic clock, not the injected one.
         let started = Instant::now();
         // The breaker's count is per invocation: a key fixed meanwhile is tried again now. So is
@@ -367,7 +368,7 @@ where
         let processed = sqs_batch::process_batch(
             &self.processor,
             batch,
-            deadline_ms,
+            invocation,
             self.backoff.as_ref(),
             self.dead_letters.as_ref(),
         )

@@ -79,8 +79,12 @@ async fn main() -> ExitCode {
                     event.context.deadline,
                     SystemClock.now_ms(),
                 );
+                let invocation = sqs_batch::Invocation::new(deadline_ms).with_lambda(
+                    &event.context.request_id,
+                    &event.context.invoked_function_arn,
+                );
                 let response = app
-                    .handle_json(event.payload.get(), deadline_ms)
+                    .handle_json(event.payload.get(), invocation)
                     .instrument(span)
                     .await;
                 // Before the response (Lambda may freeze the container right after it), and

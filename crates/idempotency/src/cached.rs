@@ -1,10 +1,14 @@
 //! A bounded, in-process cache of completed keys in front of any store: a duplicate that this
 //! container has seen completed is answered without a request to the table.
 //!
-//! Only [`Begin::Done`] is ever answered from the cache, and only for the payload that completed
-//! the key: a completed key stays completed until its retention ends, so the cache can only be
-//! stale about a key a person deleted by hand, for at most its time to live. Every other answer
-//! (busy, conflict, a takeover) comes from the store, and every write goes to it.
+//! Only [`Begin::Done`] is ever answered from the cache, only for a key this process completed
+//! itself (so the completion's time, and with it the item's expiry, is known), only for the
+//! payload that completed it, and only for its time to live, which must be shorter than the
+//! store's retention. A completed key stays completed until its retention ends, so the cache
+//! can only be stale about a key a person deleted by hand, for at most its time to live. A
+//! `Done` the store answers is not cached (the item may be about to expire), nor is an output
+//! above [`MAX_CACHED_OUTPUT_BYTES`] (the cache's memory stays within capacity x that). Every
+//! other answer (busy, conflict, a takeover) comes from the store, and every write goes to it.
 //!
 //! ```
 //! use idempotency::{CachedStore, MemoryStore};
@@ -19,6 +23,10 @@ use std::time::Duration;
 
 use crate::{Begin, ClaimRequest, Fingerprint, IdempotencyStore, Lease, LeaseToken, StoreError};
 
+/// The largest output a cached completion keeps in memory; a completion with a larger one is
+/// not cached (its duplicates go to the store).
+pub const MAX_CACHED_OUTPUT_BYTES: usize = 4_096;
+
 /// `store` with the completed keys this process saw kept in memory, the least recently used
 /// dropped first.
 #[derive(Debug)]
@@ -32,7 +40,7 @@ pub struct CachedStore<S> {
 
 impl<S> CachedStore<S> {
     /// `inner` with a cache of at most `capacity` keys (0 caches nothing), each answered from
-    /// memory for 5 minutes after it was seen completed.
+    /// memory for 5 minutes after this process completed it.
     pub fn new(inner: S, capacity: usize) -> Self {
         Self {
             inner,
@@ -42,9 +50,9 @@ impl<S> CachedStore<S> {
         }
     }
 
-    /// How long a completed key is answered from memory. Keep it well below the store's
-    /// retention, and as short as a person deleting a completed key by hand (to have its work
-    /// done again) can wait for every container to see it.
+    /// How long a completed key is answered from memory. It must be below the store's
+    /// retention (minutes against days), and as short as a person deleting a completed key by
+    /// hand (to have its work done again) can wait for every container to see it.
     pub fn with_ttl(mut self, ttl: Duration) -> Self {
         self.ttl_ms = u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX);
         self
@@ -168,14 +176,7 @@ impl<S: IdempotencyStore> IdempotencyStore for CachedStore<S> {
                     fingerprint: request.fingerprint,
                 },
             ),
-            Begin::Done { output } => self.remember(
-                request.key,
-                Entry::Done {
-                    fingerprint: request.fingerprint,
-                    output: output.clone(),
-                    until_ms: request.now_ms.saturating_add(self.ttl_ms),
-                },
-            ),
+            // Not cached: when the item was completed, and so when it expires, is unknown here.
             _ => self.entries().remove(request.key),
         }
         Ok(answer)
@@ -191,7 +192,10 @@ impl<S: IdempotencyStore> IdempotencyStore for CachedStore<S> {
         let result = self.inner.complete(key, lease, now_ms, output).await;
         let mut entries = self.entries();
         match (entries.get(key), &result) {
-            (Some(Entry::Held { token, fingerprint }), Ok(())) if *token == lease.token => {
+            (Some(Entry::Held { token, fingerprint }), Ok(()))
+                if *token == lease.token
+                    && output.is_none_or(|o| o.len() <= MAX_CACHED_OUTPUT_BYTES) =>
+            {
                 let done = Entry::Done {
                     fingerprint: *fingerprint,
                     output: output.map(str::to_owned),
@@ -199,9 +203,7 @@ impl<S: IdempotencyStore> IdempotencyStore for CachedStore<S> {
                 };
                 entries.put(key, done, self.capacity);
             }
-            (Some(Entry::Held { token, .. }), Err(_)) if *token == lease.token => {
-                entries.remove(key)
-            }
+            (Some(Entry::Held { token, .. }), _) if *token == lease.token => entries.remove(key),
             _ => {}
         }
         result
@@ -316,18 +318,45 @@ mod tests {
             assert_eq!(again, done(Some("r-1")));
         }
         assert_eq!(store.inner().begins.load(Ordering::SeqCst), 1, "no request");
-        // Past the time to live the store is asked again, and its answer kept anew.
-        let late = store
-            .begin(&claim("k", t0() + 60_001))
-            .await
-            .expect("begin");
-        assert_eq!(late, done(Some("r-1")));
-        assert_eq!(store.inner().begins.load(Ordering::SeqCst), 2);
+        // Past the time to live the store is asked, every time: its `Done` is not cached (the
+        // item may be about to expire).
+        for at in [t0() + 60_001, t0() + 60_002] {
+            let late = store.begin(&claim("k", at)).await.expect("begin");
+            assert_eq!(late, done(Some("r-1")));
+        }
+        assert_eq!(store.inner().begins.load(Ordering::SeqCst), 3);
+    }
+
+    /// A key whose retention ends right after a completion seen elsewhere is started afresh,
+    /// never answered `Done` from memory past its expiry.
+    #[tokio::test]
+    async fn a_done_from_the_store_is_not_cached() {
+        let store = cached(8);
+        let lease = started(store.inner(), &claim("k", t0())).await;
         store
-            .begin(&claim("k", t0() + 60_002))
+            .inner()
+            .complete("k", &lease, t0(), None)
+            .await
+            .expect("complete");
+        let expiry = t0() + RETENTION.as_millis() as u64;
+        let before = store.begin(&claim("k", expiry - 1_000)).await.expect("begin");
+        assert_eq!(before, done(None));
+        let after = store
+            .begin(&claim("k", expiry + 1_000))
             .await
             .expect("begin");
+        assert!(matches!(after, Begin::Started { .. }), "{after:?}");
+    }
+
+    #[tokio::test]
+    async fn a_large_output_is_not_kept_in_memory() {
+        let store = cached(8);
+        let large = "x".repeat(MAX_CACHED_OUTPUT_BYTES + 1);
+        complete(&store, "k", Some(&large)).await;
+        let again = store.begin(&claim("k", t0() + 2)).await.expect("begin");
+        assert_eq!(again, done(Some(&large)), "from the store");
         assert_eq!(store.inner().begins.load(Ordering::SeqCst), 2);
+        assert!(store.entries().map.is_empty());
     }
 
     #[tokio::test]

@@ -531,7 +531,7 @@ impl IdempotencyStore for DynamoDbStore {
             (":exp", n(self.expires_at(now_ms))),
             (":now_ms", n(now_ms)),
         ];
-        match output {
+        match crate::bounded_output(key, output) {
             None => {
                 self.holder_update(key, lease, COMPLETE_UPDATE, NAMES, values)
                     .await
@@ -740,6 +740,8 @@ mod tests {
                     "#lease_until",
                     "#first_attempt_at",
                     "#attempts",
+                    "#output",
+                    "#output_at",
                     ":completed",
                     ":exp",
                     ":now_ms",

@@ -426,20 +426,9 @@ async fn settle<S: IdempotencyStore, C: Clock, W: GuardedWork>(
 ) -> Guarded<W::Output, W::Error> {
     let result = match &outcome {
         Guarded::Performed(output) => {
-            let kept = work.keep(output).filter(|kept| {
-                let fits = kept.len() <= crate::MAX_OUTPUT_BYTES;
-                if !fits {
-                    tracing::warn!(
-                        key,
-                        bytes = kept.len(),
-                        "the output is too large to keep: duplicates will not get it back"
-                    );
-                }
-                fits
-            });
-            store
-                .complete(key, lease, clock.now_ms(), kept.as_deref())
-                .await
+            let kept = work.keep(output);
+            let kept = crate::bounded_output(key, kept.as_deref());
+            store.complete(key, lease, clock.now_ms(), kept).await
         }
         Guarded::Reconciled => store.complete(key, lease, clock.now_ms(), None).await,
         // Only the look-up gets here with a claim: an earlier attempt was refused for good.

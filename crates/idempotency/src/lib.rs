@@ -367,6 +367,24 @@ impl Begin {
 /// any allowed length, far below that cap.
 pub const MAX_OUTPUT_BYTES: usize = 65_536;
 
+/// `output` when it is at most [`MAX_OUTPUT_BYTES`]; a larger one is dropped with a warning
+/// (the key is still completed: the work is never redone for want of room for its answer).
+/// The guard and every store apply it, so a direct caller of a store cannot write an item
+/// DynamoDB would refuse.
+pub fn bounded_output<'o>(key: &str, output: Option<&'o str>) -> Option<&'o str> {
+    output.filter(|kept| {
+        let fits = kept.len() <= MAX_OUTPUT_BYTES;
+        if !fits {
+            tracing::warn!(
+                key,
+                bytes = kept.len(),
+                "the output is too large to keep: duplicates will not get it back"
+            );
+        }
+        fits
+    })
+}
+
 /// What a successful claim took over: the item that was there before it, if any. A finished
 /// item (past its TTL) is a fresh start, as is no item, unless the request knows of an earlier
 /// attempt that the store may have forgotten ([`earlier_attempt`]); anything else may carry an
@@ -550,9 +568,9 @@ pub trait IdempotencyStore: Send + Sync {
         request: &ClaimRequest<'_>,
     ) -> impl Future<Output = Result<Begin, StoreError>> + Send;
 
-    /// Marks the key done, keeping `output` (the work's result as text, at most
-    /// [`MAX_OUTPUT_BYTES`]) for a duplicate to get back in [`Begin::Done`]; only the current
-    /// holder of `lease` may.
+    /// Marks the key done, keeping `output` (the work's result as text) for a duplicate to get
+    /// back in [`Begin::Done`]; an output above [`MAX_OUTPUT_BYTES`] is dropped
+    /// ([`bounded_output`]). Only the current holder of `lease` may.
     fn complete(
         &self,
         key: &str,

@@ -164,6 +164,7 @@ impl IdempotencyStore for MemoryStore {
         now_ms: u64,
         output: Option<&str>,
     ) -> Result<(), StoreError> {
+        let output = crate::bounded_output(key, output);
         self.finish(key, lease, Status::Completed, now_ms, output)
     }
 

@@ -12,8 +12,9 @@ use std::collections::{HashMap, HashSet};
 use aws_lambda_events::sqs::{SqsBatchResponse, SqsEvent, SqsMessage, SqsMessageAttribute};
 use serde_json::value::RawValue;
 
-/// A whole event that cannot be processed. Lambda retries the batch.
+/// A whole event that cannot be processed. Lambda retries the batch. Variants may be added.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum EventError {
     /// The payload is not an SQS event.
     #[error("the event is not an SQS event: {0}")]

@@ -170,6 +170,10 @@ mod tests {
             error.to_string(),
             "all 2 records of the batch failed (other_deadline: 2)"
         );
+        // A message id twice (the response names it once): still every record.
+        let twice = r#"{"Records":[{"messageId":"m1","body":"x"},{"messageId":"m1","body":"x"}]}"#;
+        let error = handle(&failing, event(twice, NOW + 30_000)).await;
+        assert!(error.is_err(), "{error:?}");
         // One record done of two: the partial response, with the other reported.
         let by_body = crate::json(|body: String, _: crate::Record| async move {
             if body == "ok" {

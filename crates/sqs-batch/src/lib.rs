@@ -163,7 +163,12 @@ pub fn check_entire_batch(
     report: &BatchReport,
 ) -> Result<(), EntireBatchFailed> {
     let records = report.statuses.len();
-    if records == 0 || response.batch_item_failures.len() < records {
+    // Counted on the statuses, not the response: the response names a repeated message id once.
+    let acknowledged = report
+        .statuses
+        .iter()
+        .any(|s| s.is_ack() || matches!(s, RecordStatus::Moved(_)));
+    if records == 0 || acknowledged || response.batch_item_failures.is_empty() {
         return Ok(());
     }
     let reasons: Vec<String> = report
@@ -182,6 +187,7 @@ pub fn check_entire_batch(
 /// queue, as it would have with every record reported.
 #[derive(Debug, thiserror::Error)]
 #[error("all {records} records of the batch failed ({reasons})")]
+#[non_exhaustive]
 pub struct EntireBatchFailed {
     /// How many records the batch had.
     pub records: usize,
