@@ -339,7 +339,10 @@ mod tests {
             .await
             .expect("complete");
         let expiry = t0() + RETENTION.as_millis() as u64;
-        let before = store.begin(&claim("k", expiry - 1_000)).await.expect("begin");
+        let before = store
+            .begin(&claim("k", expiry - 1_000))
+            .await
+            .expect("begin");
         assert_eq!(before, done(None));
         let after = store
             .begin(&claim("k", expiry + 1_000))
