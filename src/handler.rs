@@ -100,7 +100,32 @@ where
     P: PaymentGateway,
     C: Clock,
 {
-    async fn handle(&self, message: &Message<'_>, context: RecordContext) -> Verdict {
+    fn handle(
+        &self,
+        message: &Message<'_>,
+        context: RecordContext,
+    ) -> impl Future<Output = Verdict> + Send {
+        // Only the deadline goes into the record's future: the invocation's ids the context
+        // also carries are not read here, and every byte of that future is moved around.
+        self.handle_order_record(message, context.deadline_ms)
+    }
+
+    fn record_span(&self, message: &Message<'_>) -> tracing::Span {
+        match order_id_hint(message.body) {
+            Some(order_id) => order_span(&order_id),
+            None => tracing::Span::none(),
+        }
+    }
+}
+
+impl<S, P, C> OrderHandler<S, P, C>
+where
+    S: IdempotencyStore,
+    P: PaymentGateway,
+    C: Clock,
+{
+    /// Steps 3 to 6 for one record.
+    async fn handle_order_record(&self, message: &Message<'_>, deadline_ms: u64) -> Verdict {
         // Step 3: decoding.
         let body = message.body;
         let order = match decode_order(body, self.default_currency) {
@@ -125,18 +150,11 @@ where
             message_id = message.message_id
         );
         // Steps 4 and 5: the breaker, then the guard.
-        let (decision, lease) = handle_order(&order, &self.ports, message, context.deadline_ms)
+        let (decision, lease) = handle_order(&order, &self.ports, message, deadline_ms)
             .instrument(span)
             .await;
         // Step 6: the verdict.
         verdict(decision, order, lease, self.ports.clock.now_ms())
-    }
-
-    fn record_span(&self, message: &Message<'_>) -> tracing::Span {
-        match order_id_hint(message.body) {
-            Some(order_id) => order_span(&order_id),
-            None => tracing::Span::none(),
-        }
     }
 }
 

@@ -425,11 +425,17 @@ async fn settle<S: IdempotencyStore, C: Clock, W: GuardedWork>(
     outcome: Guarded<W::Output, W::Error>,
 ) -> Guarded<W::Output, W::Error> {
     let result = match &outcome {
-        Guarded::Performed(output) => {
-            let kept = work.keep(output);
-            let kept = crate::bounded_output(key, kept.as_deref());
-            store.complete(key, lease, clock.now_ms(), kept).await
-        }
+        Guarded::Performed(output) => match work.keep(output) {
+            // Boxed, as the refusals: only work that keeps its output pays for the room.
+            Some(kept) => {
+                Box::pin(async move {
+                    let kept = crate::bounded_output(key, Some(&kept));
+                    store.complete(key, lease, clock.now_ms(), kept).await
+                })
+                .await
+            }
+            None => store.complete(key, lease, clock.now_ms(), None).await,
+        },
         Guarded::Reconciled => store.complete(key, lease, clock.now_ms(), None).await,
         // Only the look-up gets here with a claim: an earlier attempt was refused for good.
         // Boxed, as the other refusal: a rare path does not grow every record's future.
