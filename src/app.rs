@@ -346,7 +346,7 @@ where
             .handle_batch(&Batch::from_view(&event)?, invocation)
             .await?;
         if self.processor.options().fail_on_entire_batch_failure {
-            sqs_batch::check_entire_batch(&response, &report)?;
+            sqs_batch::check_entire_batch(&report)?;
         }
         Ok(response)
     }

@@ -151,24 +151,18 @@ impl Processed {
         fail_on_entire_batch_failure: bool,
     ) -> Result<SqsBatchResponse, EntireBatchFailed> {
         if fail_on_entire_batch_failure {
-            check_entire_batch(&self.response, &self.report)?;
+            check_entire_batch(&self.report)?;
         }
         Ok(self.response)
     }
 }
 
-/// [`EntireBatchFailed`] when the batch had records and `response` reports every one of them.
-pub fn check_entire_batch(
-    response: &SqsBatchResponse,
-    report: &BatchReport,
-) -> Result<(), EntireBatchFailed> {
+/// [`EntireBatchFailed`] when the batch had records and none was acknowledged (or moved): the
+/// response reports every one. Judged on the statuses, not the response, which names a
+/// repeated message id once.
+pub fn check_entire_batch(report: &BatchReport) -> Result<(), EntireBatchFailed> {
     let records = report.statuses.len();
-    // Counted on the statuses, not the response: the response names a repeated message id once.
-    let acknowledged = report
-        .statuses
-        .iter()
-        .any(|s| s.is_ack() || matches!(s, RecordStatus::Moved(_)));
-    if records == 0 || acknowledged || response.batch_item_failures.is_empty() {
+    if records == 0 || report.statuses.iter().any(RecordStatus::is_ack) {
         return Ok(());
     }
     let reasons: Vec<String> = report
