@@ -190,8 +190,10 @@ where
     };
     // A copy redriven from the DLQ carries its history: if its item may have expired since,
     // the provider is asked before any charge (shared/DESIGN.md section 6).
+    let earlier_attempt_ms = sqs_batch::dead_letter::earlier_attempt_ms(message)
+        .filter(|_| !lambda_kit::mutation::active("handler.ignores_carried_history"));
     let claim = Claim::new(key, order.fingerprint(), message.message_id, deadline_ms)
-        .with_earlier_attempt_ms(sqs_batch::dead_letter::earlier_attempt_ms(message));
+        .with_earlier_attempt_ms(earlier_attempt_ms);
     let run = guard::run(&store, &ports.clock, &ports.guard, &claim, &work).await;
     // Only answers from the provider move the breaker; store-only outcomes say nothing of it.
     let provider_answered = matches!(
@@ -246,6 +248,14 @@ impl<P: PaymentGateway> GuardedWork for ChargeWork<'_, P> {
             ChargeStatus::Unknown => Found::Unknown,
             ChargeStatus::Pending => Found::Pending,
             // Another amount or currency under the order's key: not this order's charge.
+            ChargeStatus::Conflict
+                if lambda_kit::mutation::active("lookup.conflict_is_an_error") =>
+            {
+                return Err(PaymentError::Ambiguous {
+                    reason: "the look-up found another amount under the key".into(),
+                    source: None,
+                });
+            }
             ChargeStatus::Conflict => Found::Conflict,
             // An answer not understood settles nothing and charges nothing.
             ChargeStatus::Unclear => Found::Unclear,

@@ -73,7 +73,7 @@ const BURST: u64 = 250;
 pub(crate) const LONG_POLL_MS: u64 = 20_000;
 
 /// The planted bugs, by the name their check site asks for, with what each does wrong.
-pub const MUTATIONS: [(&str, &str); 16] = [
+pub const MUTATIONS: [(&str, &str); 18] = [
     (
         "guard.releases_after_ambiguous",
         "releases the claim after a charge whose outcome is unknown, instead of marking it attempted",
@@ -137,6 +137,14 @@ pub const MUTATIONS: [(&str, &str); 16] = [
     (
         "backoff.ignores_retry_after",
         "gives a RETRY whose verdict names a retry time (a lease held elsewhere) only the schedule's delay",
+    ),
+    (
+        "handler.ignores_carried_history",
+        "ignores the failure history a copy replayed from the DLQ carries: once its item has expired, the order is charged as new without asking the provider",
+    ),
+    (
+        "lookup.conflict_is_an_error",
+        "reads a look-up that found another amount under the key as a failed look-up, instead of a conflict settled by a person",
     ),
 ];
 

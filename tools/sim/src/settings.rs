@@ -337,9 +337,24 @@ impl SimSettings {
         }
     }
 
+    /// As [`SimSettings::faulty`], with the DLQ's copies sent again 20 days later by a tool
+    /// that archived them (SQS keeps a DLQ message at most 14 days; the table keeps an item 18),
+    /// and a provider whose look-up remembers a charge for 90 days (as Stripe's does). Every
+    /// copy's item has expired by then, so only the failure history the copy carries tells the
+    /// function to ask before it charges, and the look-up then finds what the provider did,
+    /// another payload's charge under the same id included.
+    pub fn archived(seed: u64, orders: usize) -> Self {
+        Self {
+            redrive_after_ms: Some(20 * 86_400_000),
+            lookup_retention_s: 90 * 86_400,
+            ..Self::faulty(seed, orders)
+        }
+    }
+
     /// The settings a profile gives a seed (`make sim PROFILE=...`): `standard`, `fifo` (8
-    /// groups), `brownout`, `skewed`, `lowered` (`maxReceiveCount` edited to 5 mid-run), or
-    /// `mixed` (the five in turn, by seed).
+    /// groups), `brownout`, `skewed`, `lowered` (`maxReceiveCount` edited to 5 mid-run),
+    /// `archived` (the DLQ sent again after its items expired), or `mixed` (the six in turn, by
+    /// seed).
     pub fn profile(name: &str, seed: u64, orders: usize) -> Option<Self> {
         match name {
             "lowered" => Some(Self::lowered(seed, orders)),
@@ -347,11 +362,13 @@ impl SimSettings {
             "fifo" => Some(Self::fifo(seed, orders, 8)),
             "brownout" => Some(Self::brownout(seed, orders)),
             "skewed" => Some(Self::skewed(seed, orders)),
-            "mixed" => match seed % 5 {
+            "archived" => Some(Self::archived(seed, orders)),
+            "mixed" => match seed % 6 {
                 1 => Some(Self::faulty(seed, orders)),
                 2 => Some(Self::fifo(seed, orders, 8)),
                 3 => Some(Self::brownout(seed, orders)),
                 4 => Some(Self::lowered(seed, orders)),
+                5 => Some(Self::archived(seed, orders)),
                 _ => Some(Self::skewed(seed, orders)),
             },
             _ => None,

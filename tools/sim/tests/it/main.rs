@@ -91,6 +91,7 @@ fn fixed_seeds_on(
     let mut moved = std::collections::BTreeMap::<String, usize>::new();
     let mut currencies = std::collections::BTreeMap::<String, usize>::new();
     let mut currency_only_conflicts = 0;
+    let mut redriven = 0;
     for seed in 1..=seeds {
         let settings = SimSettings {
             store,
@@ -112,6 +113,7 @@ fn fixed_seeds_on(
             *currencies.entry(currency).or_default() += count;
         }
         currency_only_conflicts += report.currency_only_conflicts;
+        redriven += report.redriven;
     }
     eprintln!(
         "{profile} ({store:?}, {provider:?}): {seeds} seeds, {orders} orders, {invocations} invocations, {faults:?}"
@@ -156,6 +158,11 @@ fn fixed_seeds_on(
             reasons.get("retries_exhausted").is_some_and(|n| *n > 0),
             "the function never gave up at the lowered count"
         ),
+        // The copies came back after their items expired, and their look-ups settled them.
+        "archived" => assert!(
+            redriven > 0 && reasons.get("reconciled").is_some_and(|n| *n > 0),
+            "no archived copy came back, or none was settled by its look-up: {reasons:?}"
+        ),
         _ => assert!(faults.outage_refusals > 0 && faults.duplicate_deliveries > 0),
     }
 }
@@ -190,6 +197,19 @@ fn skewed_clock_seeds_charge_every_order_once() {
 fn a_lowered_receive_count_loses_nothing_and_charges_nothing_twice() {
     fixed_seeds_on(
         "lowered",
+        (StoreKind::Memory, Dialect::Draft),
+        SEEDS / 4,
+        ORDERS,
+    );
+}
+
+/// The DLQ's copies sent again 20 days later, after their items expired: every copy is asked
+/// about before any charge (its history says it may have been charged), and a provider that
+/// remembers settles it.
+#[test]
+fn copies_sent_again_after_their_items_expired_charge_nothing_twice() {
+    fixed_seeds_on(
+        "archived",
         (StoreKind::Memory, Dialect::Draft),
         SEEDS / 4,
         ORDERS,
@@ -500,6 +520,22 @@ fn a_bare_failed_read_as_not_charged_is_caught() {
         ORDERS,
         10,
     );
+}
+
+/// The seams finding of a copy replayed after its item expired (the reading before its fix: the
+/// copy's failure history ignored). Only `lowered` replays the DLQ after the table's retention,
+/// so only there is the order taken as new and charged a second time.
+#[test]
+fn a_replayed_copy_whose_history_is_ignored_is_caught() {
+    caught("handler.ignores_carried_history", "archived");
+}
+
+/// The seams finding of a look-up that found another amount under the key (the reading before
+/// its fix: a failed look-up). Past the key window the record retries until its schedule gives
+/// up, a transient reason in the DLQ for what only a person can settle.
+#[test]
+fn a_conflict_found_by_the_look_up_read_as_a_failure_is_caught() {
+    caught("lookup.conflict_is_an_error", "archived");
 }
 
 /// The guard's bugs do not depend on the store: the same planted bug is caught on the real one.
