@@ -1005,13 +1005,20 @@ fn short_reason(status: StatusCode, body: Option<&str>, secret: Option<&str>) ->
         .and_then(|v| field(&[v.get("error").and_then(|e| e.get("code")), v.get("code")]));
     let reason =
         from_body.unwrap_or_else(|| status.canonical_reason().unwrap_or("rejected").to_owned());
-    let reason = match secret.and_then(|key| super::redact::scrub_key(&reason, key)) {
+    let scrub = |reason: String| match secret.and_then(|key| super::redact::scrub_key(&reason, key))
+    {
         Some(scrubbed) => scrubbed,
         None => reason,
     };
-    let reason = match reason.char_indices().nth(REASON_MAX) {
+    let cut = |reason: String| match reason.char_indices().nth(REASON_MAX) {
         Some((cut, _)) => format!("{}...", &reason[..cut]),
         None => reason,
+    };
+    // Scrubbed before it is cut: a key cut in two is no longer found whole.
+    let reason = if lambda_kit::mutation::active("redact.cut_before_scrub") {
+        scrub(cut(reason))
+    } else {
+        cut(scrub(reason))
     };
     match code {
         Some(code) if code.len() <= 64 && !reason.contains(&code) => {

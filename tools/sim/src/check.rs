@@ -76,6 +76,10 @@ fn unjustified(
     }
 }
 
+/// The shortest run of the payment key that must not leave the function: eight characters in a
+/// row narrow a key down (the function scrubs every such run, `redact::MIN_KEY_RUN`).
+const KEY_RUN: usize = 8;
+
 /// A broken invariant.
 #[derive(Debug, Clone)]
 pub struct Violation {
@@ -263,6 +267,33 @@ pub(crate) fn report(run: &Run<'_>, sim_ms: u64) -> Report {
             order_id: String::new(),
             detail: format!("a copy moved for {reason} no longer names its payload"),
         });
+    }
+    // The payment key never leaves the function: no run of it long enough to narrow it down
+    // in any copy the DLQ received (checked here, not with the function's own scrub).
+    let secret = run.provider.secret().as_bytes();
+    for dead in queue.redriven.iter().flatten().chain(&queue.dlq) {
+        let texts = std::iter::once(&dead.body).chain(
+            dead.attributes
+                .values()
+                .filter_map(|attr| attr.string_value.as_ref()),
+        );
+        for text in texts {
+            if let Some(piece) = secret
+                .windows(KEY_RUN)
+                .find(|piece| text.as_bytes().windows(KEY_RUN).any(|w| w == *piece))
+            {
+                violations.push(Violation {
+                    rule: "the payment key reached the DLQ",
+                    order_id: run.payloads[dead.payload].order_id.clone(),
+                    detail: format!(
+                        "a copy moved for {} carries {}, a run of the key",
+                        dead.reason,
+                        String::from_utf8_lossy(piece)
+                    ),
+                });
+                break;
+            }
+        }
     }
     for (index, payload) in run.payloads.iter().enumerate() {
         if payload.poison {

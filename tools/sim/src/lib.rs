@@ -73,7 +73,7 @@ const BURST: u64 = 250;
 pub(crate) const LONG_POLL_MS: u64 = 20_000;
 
 /// The planted bugs, by the name their check site asks for, with what each does wrong.
-pub const MUTATIONS: [(&str, &str); 18] = [
+pub const MUTATIONS: [(&str, &str); 19] = [
     (
         "guard.releases_after_ambiguous",
         "releases the claim after a charge whose outcome is unknown, instead of marking it attempted",
@@ -145,6 +145,10 @@ pub const MUTATIONS: [(&str, &str); 18] = [
     (
         "lookup.conflict_is_an_error",
         "reads a look-up that found another amount under the key as a failed look-up, instead of a conflict settled by a person",
+    ),
+    (
+        "redact.cut_before_scrub",
+        "cuts the provider's text to its 200 characters before scrubbing the payment key from it, and scrubs only the whole key",
     ),
 ];
 
@@ -614,6 +618,14 @@ async fn simulate(settings: SimSettings) -> Report {
         pending_rate: settings.pending_rate,
         slow_rate: settings.slow_rate,
         lookup_error_rate: settings.lookup_error_rate,
+        // Letters only, so that no rule for tokens (letters and digits) hides a piece of it:
+        // only the scrub of the key itself does.
+        secret: {
+            let mut rng = fastrand::Rng::with_seed(settings.seed ^ 0x5ec2e7);
+            std::iter::repeat_with(|| rng.alphabetic())
+                .take(32)
+                .collect()
+        },
     };
     world.log(&format!("{provider_settings:?}"));
     let fifo = matches!(settings.queue, QueueShape::Fifo { .. });

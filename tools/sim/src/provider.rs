@@ -84,6 +84,9 @@ pub struct ProviderSettings {
     pub slow_rate: f64,
     /// Share of look-ups that fail.
     pub lookup_error_rate: f64,
+    /// The payment key the function sends. A quarter of the orders' declines echo it deep in
+    /// their text, as a gateway's debug output may ([`Provider::echo_secret`]).
+    pub secret: String,
 }
 
 /// The provider, shared by every container.
@@ -118,14 +121,50 @@ impl Provider {
 
     /// A charge's answer, worded in the run's dialect and read by the function's reader.
     fn say(&self, answer: ChargeAnswer, key: &str, money: Money) -> Result<(), PaymentError> {
-        let wire = self.settings.dialect.charge(answer, key, money);
+        let mut wire = self.settings.dialect.charge(answer, key, money);
+        if matches!(answer, ChargeAnswer::Declined) {
+            self.echo_secret(&mut wire, key);
+        }
         dialect::read_charge(&wire, self.reading())
+    }
+
+    /// The payment key the function sends.
+    pub fn secret(&self) -> &str {
+        &self.settings.secret
+    }
+
+    /// A quarter of the orders (by their key's hash) have the provider's decline text echo the
+    /// payment key, starting between its 150th and 192nd character: a reader that cut the text
+    /// to its 200 characters before scrubbing the key (the seams finding 7) keeps 8 to 50 of
+    /// them. Only the dialects whose declines carry a message (the draft's, Stripe's).
+    fn echo_secret(&self, wire: &mut dialect::Wire, key: &str) {
+        let mut hash = lambda_kit::Fnv1a::new();
+        hash.write(key.as_bytes());
+        let hash = hash.finish();
+        if !hash.is_multiple_of(4) {
+            return;
+        }
+        let Ok(mut body) = serde_json::from_str::<serde_json::Value>(&wire.body) else {
+            return;
+        };
+        let Some(message) = body.pointer_mut("/error/message") else {
+            return;
+        };
+        let lead = 150 + usize::try_from(hash / 4 % 43).unwrap_or(0);
+        let mut text = format!("card declined (simulated) for {key}; sent with ");
+        while text.len() < lead {
+            text.push('.');
+        }
+        text.push_str(&self.settings.secret);
+        text.push_str(" (debug)");
+        *message = serde_json::Value::String(text);
+        wire.body = body.to_string();
     }
 
     fn reading(&self) -> Reading<'_> {
         Reading {
             retryable: &self.settings.retryable,
-            secret: None,
+            secret: Some(&self.settings.secret),
         }
     }
 

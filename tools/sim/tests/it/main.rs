@@ -538,6 +538,13 @@ fn a_conflict_found_by_the_look_up_read_as_a_failure_is_caught() {
     caught("lookup.conflict_is_an_error", "archived");
 }
 
+/// The seams finding of a payment key echoed deep in a provider's text: cut before it was
+/// scrubbed, its first characters reached the DLQ copy's detail.
+#[test]
+fn a_key_cut_before_it_is_scrubbed_is_caught() {
+    caught("redact.cut_before_scrub", "standard");
+}
+
 /// The guard's bugs do not depend on the store: the same planted bug is caught on the real one.
 #[test]
 fn a_release_after_an_ambiguous_charge_is_caught_on_the_dynamodb_store() {
