@@ -555,7 +555,7 @@ fn names_decline(json: &serde_json::Map<String, serde_json::Value>) -> bool {
     .into_iter()
     .flatten()
     .filter_map(serde_json::Value::as_str)
-    .any(|t| is_decline_code(t) || t.to_ascii_lowercase().contains("declin"));
+    .any(is_decline_code);
     let code = failure_code(json).is_some_and(|code| is_decline_code(&code));
     decline_code || outcome || words || code || names(json, &["card_error", "declin"])
 }
@@ -1602,6 +1602,8 @@ mod tests {
             r#"{"outcome":{"type":"blocked"}}"#,
             r#"{"last_payment_error":{"type":"card_declined_now"}}"#,
             r#"{"last_payment_error":{"code":"expired_card"}}"#,
+            // Every field is read, not only the first code found.
+            r#"{"failure_code":"processing_error","last_payment_error":{"code":"expired_card"}}"#,
             r#"{"refusalReasonCode":"stolen_card"}"#,
             r#"{"type":"card_error"}"#,
             r#"{"error":{"code":"card_declined"}}"#,
