@@ -85,7 +85,7 @@ pub struct ProviderSettings {
     /// Share of look-ups that fail.
     pub lookup_error_rate: f64,
     /// The payment key the function sends. A quarter of the orders' declines echo it deep in
-    /// their text, as a gateway's debug output may ([`Provider::echo_secret`]).
+    /// their text, as a gateway's debug output may (`Provider::echo_secret`).
     pub secret: String,
 }
 
