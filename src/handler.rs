@@ -190,8 +190,11 @@ where
     };
     // A copy redriven from the DLQ carries its history: if its item may have expired since,
     // the provider is asked before any charge (shared/DESIGN.md section 6).
-    let earlier_attempt_ms = sqs_batch::dead_letter::earlier_attempt_ms(message)
-        .filter(|_| !lambda_kit::mutation::active("handler.ignores_carried_history"));
+    // (The planted bug's switch is written without a `!`, which cargo-mutants would delete.)
+    let earlier_attempt_ms = match sqs_batch::dead_letter::earlier_attempt_ms(message) {
+        Some(_) if lambda_kit::mutation::active("handler.ignores_carried_history") => None,
+        carried => carried,
+    };
     let claim = Claim::new(key, order.fingerprint(), message.message_id, deadline_ms)
         .with_earlier_attempt_ms(earlier_attempt_ms);
     let run = guard::run(&store, &ports.clock, &ports.guard, &claim, &work).await;

@@ -623,7 +623,7 @@ async fn simulate(settings: SimSettings) -> Report {
         secret: {
             let mut rng = fastrand::Rng::with_seed(settings.seed ^ 0x5ec2e7);
             std::iter::repeat_with(|| rng.alphabetic())
-                .take(32)
+                .take(64)
                 .collect()
         },
     };
@@ -677,7 +677,7 @@ async fn simulate(settings: SimSettings) -> Report {
     let producer = tokio::task::spawn_local(produce(deployment.clone()));
     drain(&deployment).await;
     drop(producer.await);
-    // A week later an operator redrives the DLQ.
+    // Later (a week, or 20 days in `archived`) an operator redrives the DLQ.
     if let Some(after_ms) = settings.redrive_after_ms {
         tokio::time::sleep(Duration::from_millis(after_ms)).await;
         let now_ms = truth.sim_ms();

@@ -186,7 +186,7 @@ fn main() {
     }
     println!("| charged exactly once | {charged} |");
     println!("| declined, never charged | {declined} |");
-    println!("| redriven from the DLQ a week later | {redriven} |");
+    println!("| redriven from the DLQ by the operator | {redriven} |");
     for (reason, count) in &dlq {
         println!("| left in the DLQ: {reason} | {count} |");
     }

@@ -134,9 +134,10 @@ impl Provider {
     }
 
     /// A quarter of the orders (by their key's hash) have the provider's decline text echo the
-    /// payment key, starting between its 150th and 192nd character: a reader that cut the text
-    /// to its 200 characters before scrubbing the key (the seams finding 7) keeps 8 to 50 of
-    /// them. Only the dialects whose declines carry a message (the draft's, Stripe's).
+    /// payment key (64 letters), starting at its 151st to 193rd character: a reader that cut
+    /// the text to its 200 characters before scrubbing the key (the seams finding 7) keeps 8 to
+    /// 50 of them, never the whole key. Only the dialects whose declines carry a message (the
+    /// draft's, Stripe's).
     fn echo_secret(&self, wire: &mut dialect::Wire, key: &str) {
         let mut hash = lambda_kit::Fnv1a::new();
         hash.write(key.as_bytes());
@@ -152,7 +153,7 @@ impl Provider {
         };
         let lead = 150 + usize::try_from(hash / 4 % 43).unwrap_or(0);
         let mut text = format!("card declined (simulated) for {key}; sent with ");
-        while text.len() < lead {
+        while text.chars().count() < lead {
             text.push('.');
         }
         text.push_str(&self.settings.secret);

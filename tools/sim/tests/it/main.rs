@@ -529,7 +529,7 @@ fn a_bare_failed_read_as_not_charged_is_caught() {
 }
 
 /// The seams finding of a copy replayed after its item expired (the reading before its fix: the
-/// copy's failure history ignored). Only `lowered` replays the DLQ after the table's retention,
+/// copy's failure history ignored). Only `archived` replays the DLQ after the table's retention,
 /// so only there is the order taken as new and charged a second time.
 #[test]
 fn a_replayed_copy_whose_history_is_ignored_is_caught() {
