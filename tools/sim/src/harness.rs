@@ -125,14 +125,7 @@ where
     H: RecordHandler + 'static,
     F: Fn(Ports) -> H + 'static,
 {
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_time()
-        .start_paused(true)
-        .build()
-        .expect("a current-thread runtime");
-    fastrand::seed(settings.seed ^ 0x9e37_79b9_7f4a_7c15);
-    let local = tokio::task::LocalSet::new();
-    runtime.block_on(local.run_until(simulate(settings.clone(), Arc::new(handler))))
+    crate::block_on_seeded(settings.seed, simulate(settings.clone(), Arc::new(handler)))
 }
 
 struct Run<F> {

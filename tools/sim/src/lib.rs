@@ -225,8 +225,9 @@ fn decimal(minor: u64, currency: Currency) -> String {
     }
 }
 
-/// Runs one simulation to the end (the queue and any redrive drained) and reports it.
-pub fn run(settings: &SimSettings) -> Report {
+/// Runs `future` to its end on a paused single-threaded runtime, its tasks local: the simulated
+/// clock moves only when every task waits, so a seed replays.
+pub(crate) fn block_on_seeded<T>(seed: u64, future: impl Future<Output = T>) -> T {
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_time()
         .start_paused(true)
@@ -234,11 +235,16 @@ pub fn run(settings: &SimSettings) -> Report {
         .expect("a current-thread runtime");
     // The real code draws lease tokens and backoff jitter from fastrand's thread-local source:
     // seeded too, so the run replays.
-    fastrand::seed(settings.seed ^ 0x9e37_79b9_7f4a_7c15);
+    fastrand::seed(seed ^ 0x9e37_79b9_7f4a_7c15);
     let local = tokio::task::LocalSet::new();
-    let simulate = local.run_until(simulate(settings.clone()));
-    let (report, hits) =
-        lambda_kit::mutation::with(settings.mutation, || runtime.block_on(simulate));
+    runtime.block_on(local.run_until(future))
+}
+
+/// Runs one simulation to the end (the queue and any redrive drained) and reports it.
+pub fn run(settings: &SimSettings) -> Report {
+    let (report, hits) = lambda_kit::mutation::with(settings.mutation, || {
+        block_on_seeded(settings.seed, simulate(settings.clone()))
+    });
     Report {
         mutation_hits: hits,
         ..report
