@@ -239,6 +239,8 @@ fn counts(report: &BatchReport) -> [(&'static str, f64); COUNT_METRICS.len()] {
                 }
             }
             RecordStatus::SkippedDeadline => add("SkippedDeadline"),
+            // Only a worker that is stopping skips so; it counts them as released.
+            RecordStatus::SkippedStopping => {}
             RecordStatus::SkippedAfter { .. } => add("SkippedAfterFailure"),
         }
     }

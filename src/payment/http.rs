@@ -38,7 +38,7 @@ use super::key::{ApiKey, Authorization, KeySetting, KeySetupError};
 use super::redact::redact;
 use super::{ChargeRequest, ChargeStatus, PaymentError, PaymentGateway};
 use crate::config::ConfigError;
-use crate::money::Money;
+use crate::money::{Currency, Money};
 use lambda_kit::{Env, EnvError};
 
 /// The longest provider reason kept for the log, in characters.
@@ -762,26 +762,72 @@ pub fn classify_lookup(
         }
         _ => return Err(unanswered(status, body, reading.secret)),
     };
-    // A charge under our key for another amount (minor units, as sent) or another currency is
-    // not this order's charge: the draft's and Stripe's `amount` and `currency`, Adyen's
-    // `amount.value` and `amount.currency`.
     let Some(json) = json.as_ref() else {
         return Ok(found);
     };
-    let (charged_amount, charged_currency) = match json.get("amount") {
-        Some(serde_json::Value::Object(money)) => (money.get("value"), money.get("currency")),
-        other => (other, json.get("currency")),
+    Ok(
+        match charged_money(json, amount, found == ChargeStatus::Succeeded) {
+            MoneyHeld::Same => found,
+            MoneyHeld::Other => ChargeStatus::Conflict,
+            MoneyHeld::Unreadable => ChargeStatus::Unclear,
+        },
+    )
+}
+
+/// What a look-up's answer says of the money under our key, held against the order's.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum MoneyHeld {
+    /// Every amount and currency it names is the order's (or it names none).
+    Same,
+    /// It names another amount or currency, read exactly: not this order's charge.
+    Other,
+    /// It names an amount or currency that cannot be read exactly (text, a decimal, a nested
+    /// object without its value, null): never a match, so the check fails closed.
+    Unreadable,
+}
+
+/// The money a look-up's answer names, in each dialect's own fields: the draft's and a Stripe
+/// Charge's integer `amount` and `currency`, a Stripe PaymentIntent's `amount` and, once
+/// succeeded, `amount_received`, Adyen's `amount.value` and `amount.currency`. Amounts are read
+/// only as JSON integers of minor units (as sent), currencies only as three-letter codes.
+fn charged_money(
+    json: &serde_json::Map<String, serde_json::Value>,
+    order: Money,
+    succeeded: bool,
+) -> MoneyHeld {
+    use serde_json::Value;
+    let (amount, nested_currency) = match json.get("amount") {
+        // Adyen's shape: the value must be there; an object without it names no amount.
+        Some(Value::Object(money)) => (
+            Some(money.get("value").unwrap_or(&Value::Null)),
+            money.get("currency"),
+        ),
+        other => (other, None),
     };
-    let other_amount = charged_amount
-        .and_then(serde_json::Value::as_u64)
-        .is_some_and(|charged| charged != amount.minor);
-    let other_currency = charged_currency
-        .and_then(serde_json::Value::as_str)
-        .is_some_and(|code| !code.eq_ignore_ascii_case(amount.currency.as_str()));
-    if other_amount || other_currency {
-        return Ok(ChargeStatus::Conflict);
-    }
-    Ok(found)
+    let received = json.get("amount_received").filter(|_| succeeded);
+    let amounts = [amount, received].into_iter().flatten().map(|value| {
+        // `as_u64` reads integers only: `5000.0`, `"5000"` and `-1` are not read.
+        match value.as_u64() {
+            Some(minor) if minor == order.minor => MoneyHeld::Same,
+            Some(_) => MoneyHeld::Other,
+            None => MoneyHeld::Unreadable,
+        }
+    });
+    let currencies = [json.get("currency"), nested_currency]
+        .into_iter()
+        .flatten()
+        .map(|value| match value.as_str().and_then(Currency::parse) {
+            Some(code) if code == order.currency => MoneyHeld::Same,
+            Some(_) => MoneyHeld::Other,
+            None => MoneyHeld::Unreadable,
+        });
+    amounts
+        .chain(currencies)
+        .fold(MoneyHeld::Same, |held, field| match (held, field) {
+            (MoneyHeld::Other, _) | (_, MoneyHeld::Other) => MoneyHeld::Other,
+            (MoneyHeld::Unreadable, _) | (_, MoneyHeld::Unreadable) => MoneyHeld::Unreadable,
+            _ => MoneyHeld::Same,
+        })
 }
 
 /// A status that is neither an answer nor a refusal of the charge itself.
@@ -1669,6 +1715,113 @@ mod tests {
             answer(r#"{"resultCode":"Error","refusalReasonCode":"processing_error"}"#),
             Err(PaymentError::Failed { .. })
         ));
+    }
+
+    /// Issue 49, finding 1: the money a look-up names is read in each dialect's own fields, and
+    /// only exactly (integers of minor units, three-letter codes). Another amount read exactly
+    /// is a conflict; an amount or currency present but not readable so is unclear, even when
+    /// its text looks like the order's: never a match.
+    #[test]
+    fn the_money_a_look_up_names_is_read_exactly_or_not_at_all() {
+        let ten = Money::parse("10", crate::money::Currency::EUR).expect("amount");
+        let retryable = RetryableFailures::default();
+        let reading = Reading {
+            retryable: &retryable,
+            secret: None,
+        };
+        let lookup = |body: &str| classify_lookup(status(200), ten, Some(body), reading);
+        let cases: &[(&str, ChargeStatus)] = &[
+            // The draft's and Stripe's integer amount, a lower-case currency.
+            (
+                r#"{"status":"succeeded","amount":5000,"currency":"EUR"}"#,
+                ChargeStatus::Conflict,
+            ),
+            (
+                r#"{"status":"succeeded","amount":1000,"currency":"eur"}"#,
+                ChargeStatus::Succeeded,
+            ),
+            // Worded otherwise: not read, whatever it says.
+            (
+                r#"{"status":"succeeded","amount":"5000","currency":"EUR"}"#,
+                ChargeStatus::Unclear,
+            ),
+            (
+                r#"{"status":"succeeded","amount":"1000","currency":"EUR"}"#,
+                ChargeStatus::Unclear,
+            ),
+            (
+                r#"{"status":"succeeded","amount":5000.0,"currency":"EUR"}"#,
+                ChargeStatus::Unclear,
+            ),
+            (
+                r#"{"status":"succeeded","amount":1000.0}"#,
+                ChargeStatus::Unclear,
+            ),
+            (
+                r#"{"status":"succeeded","amount":1e3}"#,
+                ChargeStatus::Unclear,
+            ),
+            (
+                r#"{"status":"succeeded","amount":-1000}"#,
+                ChargeStatus::Unclear,
+            ),
+            (
+                r#"{"status":"succeeded","amount":null}"#,
+                ChargeStatus::Unclear,
+            ),
+            (
+                r#"{"status":"succeeded","amount":1000,"currency":978}"#,
+                ChargeStatus::Unclear,
+            ),
+            (
+                r#"{"status":"succeeded","amount":1000,"currency":"EURO"}"#,
+                ChargeStatus::Unclear,
+            ),
+            // Adyen's nested money: its value read as an integer, its currency beside it.
+            (
+                r#"{"resultCode":"Authorised","amount":{"value":"5000","currency":"EUR"}}"#,
+                ChargeStatus::Unclear,
+            ),
+            (
+                r#"{"resultCode":"Authorised","amount":{"value":1000,"currency":"USD"}}"#,
+                ChargeStatus::Conflict,
+            ),
+            (
+                r#"{"resultCode":"Authorised","amount":{"currency":"EUR"}}"#,
+                ChargeStatus::Unclear,
+            ),
+            (
+                r#"{"resultCode":"Authorised","amount":{"value":1000,"currency":"EUR"}}"#,
+                ChargeStatus::Succeeded,
+            ),
+            // A Stripe PaymentIntent: what it received counts once it succeeded; before, it is 0.
+            (
+                r#"{"object":"payment_intent","status":"succeeded","amount":1000,"amount_received":5000,"currency":"eur"}"#,
+                ChargeStatus::Conflict,
+            ),
+            (
+                r#"{"object":"payment_intent","status":"succeeded","amount":1000,"amount_received":"1000","currency":"eur"}"#,
+                ChargeStatus::Unclear,
+            ),
+            (
+                r#"{"object":"payment_intent","status":"succeeded","amount":1000,"amount_received":1000,"currency":"eur"}"#,
+                ChargeStatus::Succeeded,
+            ),
+            (
+                r#"{"object":"payment_intent","status":"processing","amount":1000,"amount_received":0,"currency":"eur"}"#,
+                ChargeStatus::Pending,
+            ),
+            // Another amount read exactly wins over a field that cannot be read: a conflict.
+            (
+                r#"{"status":"succeeded","amount":5000,"currency":"€"}"#,
+                ChargeStatus::Conflict,
+            ),
+            // No money named at all: the status alone.
+            (r#"{"status":"succeeded"}"#, ChargeStatus::Succeeded),
+        ];
+        for (body, expected) in cases {
+            assert_eq!(lookup(body).ok(), Some(*expected), "{body}");
+        }
     }
 
     /// A look-up's failure with a code nobody listed as retryable is final.

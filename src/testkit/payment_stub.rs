@@ -75,6 +75,37 @@ pub enum LookupDialect {
     Stripe,
     /// A status nobody documented (`"status": "under_review"`), for every known key.
     UnknownStatus,
+    /// Adyen's payment: `resultCode` `Authorised` / `Received` / `Refused`, the money nested as
+    /// `"amount": {"value": ..., "currency": ...}`.
+    Adyen,
+}
+
+/// How the look-up words a charge's amount: a JSON integer of minor units, as every documented
+/// dialect does, or as some providers and proxies rewrite it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum AmountWording {
+    /// `5000`.
+    #[default]
+    Integer,
+    /// `"5000"`: the minor units as text.
+    Text,
+    /// `5000.0`: the minor units as a decimal number.
+    Decimal,
+}
+
+impl AmountWording {
+    /// `minor` in this wording (an amount that is not a number is left as it is).
+    fn word(self, minor: serde_json::Value) -> serde_json::Value {
+        let Some(n) = minor.as_u64() else {
+            return minor;
+        };
+        match self {
+            Self::Integer => minor,
+            Self::Text => n.to_string().into(),
+            // `n as f64` is exact for every amount the function accepts (at most 2^53 - 1).
+            Self::Decimal => serde_json::Number::from_f64(n as f64).map_or(minor, Into::into),
+        }
+    }
 }
 
 /// Random faults for the chaos run, each a share of new requests.
@@ -139,6 +170,8 @@ struct Ledger {
     echo_key_after: Option<usize>,
     /// How the look-up words its answers.
     lookup_dialect: LookupDialect,
+    /// How the look-up words amounts.
+    amount_wording: AmountWording,
     requests: HashMap<String, usize>,
     /// Money that moved per key: above 1 is a double charge.
     charges: HashMap<String, usize>,
@@ -268,6 +301,11 @@ impl PaymentStub {
     /// How the look-up words its answers from now on.
     pub fn set_lookup_dialect(&self, dialect: LookupDialect) {
         self.ledger().lookup_dialect = dialect;
+    }
+
+    /// How the look-up words amounts from now on.
+    pub fn set_amount_wording(&self, wording: AmountWording) {
+        self.ledger().amount_wording = wording;
     }
 
     /// Charges `key` for `amount` minor units in `currency` as another client of the provider
@@ -693,6 +731,7 @@ async fn lookup(
         .get(&key)
         .cloned()
         .unwrap_or_else(|| "EUR".into());
+    let amount = l.amount_wording.word(amount);
     let body = lookup_body(l.lookup_dialect, &key, fate, amount, &currency);
     json_answer(200, &body.to_string())
 }
@@ -743,6 +782,16 @@ fn lookup_body(
             }
             body
         }
+        LookupDialect::Adyen => json!({
+            "pspReference": format!("psp_{key}"),
+            "merchantReference": key,
+            "resultCode": match fate {
+                Fate::Pending => "Received",
+                Fate::Succeeded => "Authorised",
+                Fate::Failed => "Refused",
+            },
+            "amount": { "value": amount, "currency": currency },
+        }),
         LookupDialect::UnknownStatus => json!({
             "id": format!("ch_{key}"), "status": "under_review", "amount": amount,
             "currency": currency,

@@ -461,6 +461,52 @@ async fn a_look_up_showing_another_amount_or_currency_is_a_conflict() {
     }
 }
 
+/// Issue 49, finding 1. As above, with the other charge worded as each dialect words money, and
+/// its amount as an integer, as text (`"5000"`) or as a decimal (`5000.0`). Read exactly, another
+/// amount is a conflict; worded so it cannot be read exactly, it is not understood
+/// (`needs_reconciliation`). Never a match: the order is not completed as paid by a charge of
+/// 50.00 EUR for an order of 10.00, and nothing is charged again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_look_up_amount_that_cannot_be_read_exactly_is_never_a_match() {
+    use process_orders::testkit::payment_stub::AmountWording;
+    for dialect in [
+        LookupDialect::Draft,
+        LookupDialect::Stripe,
+        LookupDialect::Adyen,
+    ] {
+        for (wording, expected) in [
+            (AmountWording::Integer, "conflict"),
+            (AmountWording::Text, "needs_reconciliation"),
+            (AmountWording::Decimal, "needs_reconciliation"),
+        ] {
+            let clock = ManualClock::at(T0);
+            let stub = PaymentStub::start_with_clock(Arc::new(clock.clone())).await;
+            stub.set_lookup_dialect(dialect);
+            stub.set_amount_wording(wording);
+            stub.set("o-1", Behaviour::Status(503));
+            let app = app(&stub, &clock, None);
+            let json = event(&[("m1", "o-1", 10.0)], 1);
+            let (_, statuses) = invoke(&app, &json).await;
+            assert_eq!(outcome(&statuses[0]), (Outcome::Retry, "payment_ambiguous"));
+            stub.charge_directly("o-1", 5_000, "EUR");
+            let (failed, statuses) = invoke(&app, &json).await;
+            assert_eq!(failed, ["m1"], "{dialect:?} {wording:?}");
+            assert_eq!(
+                outcome(&statuses[0]),
+                (Outcome::Poison, expected),
+                "{dialect:?} {wording:?}: {}",
+                detail(&statuses[0])
+            );
+            assert_eq!(
+                stub.requests("o-1"),
+                1,
+                "{dialect:?} {wording:?}: charged again"
+            );
+            assert_eq!(stub.lookups("o-1"), 1);
+        }
+    }
+}
+
 /// Seams finding 7. A gateway echoes the refused key in its message, past the first 190
 /// characters, with nothing before it that marks it as a credential. No run of eight characters
 /// of the key survives into the verdict's detail (which the log and a DLQ copy carry), though the
@@ -490,9 +536,24 @@ async fn no_run_of_the_key_survives_the_cut_of_the_provider_text() {
 /// An event of one record carrying a moved copy's failure attribute (as a redrive of the DLQ
 /// delivers it), first failed at `first_failure_ms`.
 fn redriven_event(order_id: &str, first_failure_ms: u64) -> String {
+    redriven_copy(
+        order_id,
+        10.0,
+        ("retries_exhausted", "payment_ambiguous at receive 200"),
+        first_failure_ms,
+    )
+}
+
+/// As [`redriven_event`], for an order of `amount` moved for `reason` (and its detail).
+fn redriven_copy(
+    order_id: &str,
+    amount: f64,
+    (reason, detail): (&str, &str),
+    first_failure_ms: u64,
+) -> String {
     let failure = sqs_batch::dead_letter::Failure {
-        reason: "retries_exhausted".into(),
-        detail: Some("payment_ambiguous at receive 200".into()),
+        reason: reason.into(),
+        detail: Some(detail.into()),
         key: Some(order_id.into()),
         source_queue_arn: "arn:aws:sqs:us-east-1:123456789012:orders".into(),
         receive_count: Some(200),
@@ -505,7 +566,7 @@ fn redriven_event(order_id: &str, first_failure_ms: u64) -> String {
     json!({ "Records": [{
         "messageId": "m-redriven",
         "receiptHandle": "rh-redriven",
-        "body": json!({ "order_id": order_id, "amount": 10.0 }).to_string(),
+        "body": json!({ "order_id": order_id, "amount": amount }).to_string(),
         "attributes": { "ApproximateReceiveCount": "1" },
         "messageAttributes": { sqs_batch::dead_letter::FAILURE_ATTRIBUTE: {
             "stringValue": attribute, "dataType": "String",
@@ -550,12 +611,86 @@ async fn a_moved_copy_redriven_after_its_item_expired_is_looked_up_before_any_ch
     assert_eq!(stub.lookups("o-9"), 1, "looked up first");
     assert_eq!(stub.charges("o-9"), 1, "charged again 20 days later");
 
-    // Moved two days ago (inside the retention): its absent item is proof enough.
-    let (failed, statuses) =
-        invoke(&later, &redriven_event("o-10", clock.now_ms() - 2 * DAY_MS)).await;
+    // Moved an hour ago: looked up too (its absent item proves nothing of a refused claim's
+    // earlier item), and the provider's "no such charge" inside the key window lets it go out.
+    let (failed, statuses) = invoke(
+        &later,
+        &redriven_event("o-10", clock.now_ms() - DAY_MS / 24),
+    )
+    .await;
     assert!(failed.is_empty(), "{statuses:?}");
     assert_eq!(outcome(&statuses[0]), (Outcome::Ack, "charged"));
-    assert_eq!(stub.lookups("o-10"), 0);
+    assert_eq!(stub.lookups("o-10"), 1);
+    assert_eq!(stub.charges("o-10"), 1);
+}
+
+/// Issue 49, finding 3. A copy whose claim was refused wrote no item: a resend of a charged
+/// order with another amount (`conflict`), or of a declined one (`payment_rejected`). Moved on
+/// day 10, redriven on day 19, after the order's own item (written on day 0) expired: the copy's
+/// history is the only sign that the key was used, whatever its age. Looked up first: the
+/// charge of day 0 for another amount is a conflict, the decline of day 0 is final, and neither
+/// is sent to the provider again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_copy_redriven_after_its_item_expired_is_looked_up_first() {
+    let clock = ManualClock::at(T0);
+    let stub = PaymentStub::start_with_clock(Arc::new(clock.clone())).await;
+    stub.set_key_window(Some(std::time::Duration::from_millis(DAY_MS)));
+    stub.set("o-2", Behaviour::Decline);
+    let day0 = app(&stub, &clock, None);
+    let (_, statuses) = invoke(
+        &day0,
+        &event(&[("m1", "o-1", 10.0), ("m2", "o-2", 10.0)], 1),
+    )
+    .await;
+    assert_eq!(outcome(&statuses[0]), (Outcome::Ack, "charged"));
+    assert_eq!(outcome(&statuses[1]), (Outcome::Poison, "payment_rejected"));
+
+    // Day 10: the producer sends both ids again; each claim is refused by the item of day 0.
+    clock.advance_ms(10 * DAY_MS);
+    let (_, statuses) = invoke(
+        &day0,
+        &event(&[("m3", "o-1", 20.0), ("m4", "o-2", 10.0)], 1),
+    )
+    .await;
+    assert_eq!(outcome(&statuses[0]), (Outcome::Poison, "conflict"));
+    assert_eq!(outcome(&statuses[1]), (Outcome::Poison, "payment_rejected"));
+    let moved_ms = clock.now_ms();
+
+    // Day 19: the items of day 0 expired (18 days); the DLQ is redriven.
+    clock.advance_ms(9 * DAY_MS);
+    stub.set("o-2", Behaviour::Normal);
+    let day19 = app(&stub, &clock, None);
+    let conflict = redriven_copy(
+        "o-1",
+        20.0,
+        ("conflict", "done before with another payload"),
+        moved_ms,
+    );
+    let (failed, statuses) = invoke(&day19, &conflict).await;
+    assert_eq!(failed, ["m-redriven"]);
+    assert_eq!(
+        outcome(&statuses[0]),
+        (Outcome::Poison, "conflict"),
+        "{}",
+        detail(&statuses[0])
+    );
+    let declined = redriven_copy(
+        "o-2",
+        10.0,
+        ("payment_rejected", "the payment was declined"),
+        moved_ms,
+    );
+    let (failed, statuses) = invoke(&day19, &declined).await;
+    assert_eq!(failed, ["m-redriven"]);
+    assert_eq!(
+        outcome(&statuses[0]),
+        (Outcome::Poison, "payment_rejected"),
+        "{}",
+        detail(&statuses[0])
+    );
+    assert_eq!(stub.charges("o-1"), 1, "charged again under the order id");
+    assert_eq!(stub.requests("o-2"), 1, "the declined card was sent again");
+    assert_eq!((stub.lookups("o-1"), stub.lookups("o-2")), (1, 1));
 }
 
 /// A configuration error (our key refused) and the records the breaker then keeps from the

@@ -199,10 +199,6 @@ impl DynamoDbStore {
         (now_ms / 1_000).saturating_add(self.retention_s)
     }
 
-    fn retention_ms(&self) -> u64 {
-        self.retention_s.saturating_mul(1_000)
-    }
-
     /// Clears a refusal ([`Status::Rejected`]) on `key`, so the next delivery does the work
     /// again: for a person who knows the refusal no longer holds (a card that was updated).
     /// Returns the recorded reason, or `None` when the key is not rejected (nothing changed).
@@ -366,13 +362,9 @@ fn kept_output(item: &HashMap<String, AttributeValue>) -> Option<String> {
 /// item kept. A first time equal to this claim's own `now` with earlier attempts can only come
 /// from an item that had none recorded: unknown, so the oldest possible. A first claim of the
 /// key is fresh, unless the request knows of an earlier attempt that counts ([`earlier_attempt`]).
-fn own_claim_prior(
-    state: &ClaimState,
-    request: &ClaimRequest<'_>,
-    retention_ms: u64,
-) -> Option<PriorAttempt> {
+fn own_claim_prior(state: &ClaimState, request: &ClaimRequest<'_>) -> Option<PriorAttempt> {
     if state.attempts <= 1 {
-        return earlier_attempt(request, retention_ms);
+        return earlier_attempt(request);
     }
     Some(PriorAttempt {
         first_attempt_ms: state
@@ -425,10 +417,7 @@ impl IdempotencyStore for DynamoDbStore {
             .expression_attribute_values(":now_s", n(request.now_ms / 1_000))
             .expression_attribute_values(":one", n(1))
             .expression_attribute_values(":schema", n(SCHEMA_VERSION))
-            .expression_attribute_values(
-                ":first_attempt",
-                n(first_attempt_of_fresh(request, self.retention_ms())),
-            )
+            .expression_attribute_values(":first_attempt", n(first_attempt_of_fresh(request)))
             .return_values(ReturnValue::AllOld)
             .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
             .send()
@@ -473,7 +462,7 @@ impl IdempotencyStore for DynamoDbStore {
                 }
                 Ok(Begin::Started {
                     lease,
-                    prior: prior_attempt(replaced.as_ref(), request, self.retention_ms()),
+                    prior: prior_attempt(replaced.as_ref(), request),
                 })
             }
             Err(SdkError::ServiceError(e)) if e.err().is_conditional_check_failed_exception() => {
@@ -499,7 +488,7 @@ impl IdempotencyStore for DynamoDbStore {
                     // key is ours, not BUSY until our own lease ends.
                     return Ok(Begin::Started {
                         lease,
-                        prior: own_claim_prior(&state, request, self.retention_ms()),
+                        prior: own_claim_prior(&state, request),
                     });
                 }
                 Ok(decide(&state, request.fingerprint, request.now_ms)

@@ -223,23 +223,25 @@ pub struct ClaimRequest<'a> {
     pub earlier_attempt_ms: Option<u64>,
 }
 
-/// How much older than the retention an earlier attempt must be before its item may have
-/// expired: the stores' clocks and the time a message carries (SQS's) may disagree.
-pub const EXPIRY_MARGIN_MS: u64 = 3_600_000;
-
 /// The earlier attempt a claim that found its key fresh (absent, or finished and past its TTL)
-/// must assume, from [`ClaimRequest::earlier_attempt_ms`]: only when an item written at that
-/// time could have expired by now (it is kept `retention_ms` after its last write). Until then,
-/// every item written since is still there, so its absence is proof; after, the store may
-/// simply have forgotten.
-pub fn earlier_attempt(request: &ClaimRequest<'_>, retention_ms: u64) -> Option<PriorAttempt> {
+/// must assume, from [`ClaimRequest::earlier_attempt_ms`], whatever its age. The key's absence
+/// proves nothing for such a request: its item may have expired, or never have been written (a
+/// refused claim, a conflict or a refusal for good, writes nothing while an older item of the
+/// key, since expired, held the effect). So the effect is looked up before the work is done
+/// again: one look-up per such request is cheap, doing the work twice is not.
+pub fn earlier_attempt(request: &ClaimRequest<'_>) -> Option<PriorAttempt> {
     let at = request.earlier_attempt_ms?;
-    (request.now_ms.saturating_add(EXPIRY_MARGIN_MS) >= at.saturating_add(retention_ms)).then_some(
-        PriorAttempt {
-            first_attempt_ms: at,
-            attempts: 0,
-        },
-    )
+    if lambda_kit::mutation::active("store.trusts_absence_of_young_copies") {
+        // The rule before issue 49: only once an item written then may have expired.
+        const RETENTION_MS: u64 = 18 * 86_400_000;
+        if request.now_ms < at.saturating_add(RETENTION_MS) {
+            return None;
+        }
+    }
+    Some(PriorAttempt {
+        first_attempt_ms: at,
+        attempts: 0,
+    })
 }
 
 /// The state of a key.
@@ -392,7 +394,6 @@ pub fn bounded_output<'o>(key: &str, output: Option<&'o str>) -> Option<&'o str>
 pub fn prior_attempt(
     replaced: Option<&ClaimState>,
     request: &ClaimRequest<'_>,
-    retention_ms: u64,
 ) -> Option<PriorAttempt> {
     match replaced.filter(|s| !s.status.is_final()) {
         Some(old) => Some(PriorAttempt {
@@ -401,7 +402,7 @@ pub fn prior_attempt(
             first_attempt_ms: old.first_attempt_ms.unwrap_or(0),
             attempts: old.attempts,
         }),
-        None => earlier_attempt(request, retention_ms),
+        None => earlier_attempt(request),
     }
 }
 
@@ -414,11 +415,10 @@ pub fn claimed_state(
     replaced: Option<&ClaimState>,
     request: &ClaimRequest<'_>,
     expires_at_s: u64,
-    retention_ms: u64,
 ) -> ClaimState {
     let first_attempt_ms = match replaced {
         Some(old) if !old.status.is_final() => old.first_attempt_ms.unwrap_or(0),
-        _ => first_attempt_of_fresh(request, retention_ms),
+        _ => first_attempt_of_fresh(request),
     };
     ClaimState {
         status: Status::InProgress,
@@ -432,8 +432,8 @@ pub fn claimed_state(
 
 /// The first attempt's time a claim that found its key fresh writes: the earlier attempt it
 /// must assume ([`earlier_attempt`]), else now.
-pub fn first_attempt_of_fresh(request: &ClaimRequest<'_>, retention_ms: u64) -> u64 {
-    earlier_attempt(request, retention_ms).map_or(request.now_ms, |p| p.first_attempt_ms)
+pub fn first_attempt_of_fresh(request: &ClaimRequest<'_>) -> u64 {
+    earlier_attempt(request).map_or(request.now_ms, |p| p.first_attempt_ms)
 }
 
 /// How leases are sized.
@@ -745,9 +745,9 @@ mod tests {
     #[test]
     fn a_takeover_reports_the_first_attempt_and_a_fresh_key_does_not() {
         let fresh = request(9_000, None);
-        assert_eq!(prior_attempt(None, &fresh, 1_000), None);
+        assert_eq!(prior_attempt(None, &fresh), None);
         assert_eq!(
-            prior_attempt(Some(&state(Status::Completed, 0, 1)), &fresh, 1_000),
+            prior_attempt(Some(&state(Status::Completed, 0, 1)), &fresh),
             None
         );
         let prior = Some(PriorAttempt {
@@ -755,11 +755,11 @@ mod tests {
             attempts: 1,
         });
         assert_eq!(
-            prior_attempt(Some(&state(Status::Attempted, 0, 9)), &fresh, 1_000),
+            prior_attempt(Some(&state(Status::Attempted, 0, 9)), &fresh),
             prior
         );
         assert_eq!(
-            prior_attempt(Some(&state(Status::InProgress, 1, 9)), &fresh, 1_000),
+            prior_attempt(Some(&state(Status::InProgress, 1, 9)), &fresh),
             prior
         );
         let unknown = ClaimState {
@@ -767,61 +767,55 @@ mod tests {
             ..state(Status::InProgress, 1, 9)
         };
         assert_eq!(
-            prior_attempt(Some(&unknown), &fresh, 1_000).map(|p| p.first_attempt_ms),
+            prior_attempt(Some(&unknown), &fresh).map(|p| p.first_attempt_ms),
             Some(0)
         );
     }
 
     /// A moved message's history says an attempt may have been made at 1,000: a fresh key
-    /// counts it only once an item written then may have expired (retention, less a margin).
+    /// counts it at any age, the next day as 20 days later (issue 49: a refused claim wrote no
+    /// item, so the key's absence proves nothing), and keeps it as the first attempt's time.
     #[test]
-    fn an_earlier_attempt_known_from_outside_counts_once_its_item_may_have_expired() {
-        const RETENTION_MS: u64 = 18 * 86_400_000;
-        let expired_by = 1_000 + RETENTION_MS - EXPIRY_MARGIN_MS;
+    fn an_earlier_attempt_known_from_outside_counts_at_any_age() {
         let earlier = Some(PriorAttempt {
             first_attempt_ms: 1_000,
             attempts: 0,
         });
+        for now_ms in [1_001, 1_000 + 86_400_000, 1_000 + 20 * 86_400_000] {
+            assert_eq!(
+                prior_attempt(None, &request(now_ms, Some(1_000))),
+                earlier,
+                "at {now_ms}"
+            );
+            // An expired finished item is a fresh start too, and the history still counts.
+            assert_eq!(
+                prior_attempt(
+                    Some(&state(Status::Completed, 0, 1)),
+                    &request(now_ms, Some(1_000))
+                ),
+                earlier
+            );
+            // The claim keeps that time as its first attempt, so the next one judges the same age.
+            let claimed = claimed_state(None, &request(now_ms, Some(1_000)), 77);
+            assert_eq!(claimed.first_attempt_ms, Some(1_000));
+        }
+        assert_eq!(prior_attempt(None, &request(5_000, None)), None);
         assert_eq!(
-            prior_attempt(None, &request(expired_by - 1, Some(1_000)), RETENTION_MS),
-            None,
-            "its item would still be kept: absent means never left unsettled"
+            claimed_state(None, &request(5_000, None), 77).first_attempt_ms,
+            Some(5_000)
         );
-        assert_eq!(
-            prior_attempt(None, &request(expired_by, Some(1_000)), RETENTION_MS),
-            earlier
-        );
-        // An expired finished item is a fresh start too, and the history still counts.
-        assert_eq!(
-            prior_attempt(
-                Some(&state(Status::Completed, 0, 1)),
-                &request(expired_by, Some(1_000)),
-                RETENTION_MS
-            ),
-            earlier
-        );
-        // The claim keeps that time as its first attempt, so the next one judges the same age.
-        let claimed = claimed_state(None, &request(expired_by, Some(1_000)), 77, RETENTION_MS);
-        assert_eq!(claimed.first_attempt_ms, Some(1_000));
-        let claimed = claimed_state(
-            None,
-            &request(expired_by - 1, Some(1_000)),
-            77,
-            RETENTION_MS,
-        );
-        assert_eq!(claimed.first_attempt_ms, Some(expired_by - 1));
     }
 
     #[test]
     fn a_claim_keeps_the_first_attempt_and_counts_attempts() {
         let request = request(9_000, None);
-        let fresh = claimed_state(None, &request, 77, 1_000);
+        let fresh = claimed_state(None, &request, 77);
         assert_eq!((fresh.first_attempt_ms, fresh.attempts), (Some(9_000), 1));
         assert_eq!(
             (fresh.status, fresh.lease_until_ms),
             (Status::InProgress, 19_000)
         );
-        let again = claimed_state(Some(&state(Status::Attempted, 0, 9)), &request, 77, 1_000);
+        let again = claimed_state(Some(&state(Status::Attempted, 0, 9)), &request, 77);
         assert_eq!((again.first_attempt_ms, again.attempts), (Some(500), 2));
     }
 

@@ -137,23 +137,14 @@ impl IdempotencyStore for MemoryStore {
             until_ms: request.lease_until_ms,
         };
         let item = Item {
-            state: claimed_state(
-                existing.as_ref(),
-                request,
-                self.expires_at(request.now_ms),
-                self.retention_s.saturating_mul(1_000),
-            ),
+            state: claimed_state(existing.as_ref(), request, self.expires_at(request.now_ms)),
             token: Some(lease.token),
             output: None,
         };
         items.insert(request.key.to_owned(), item);
         Ok(Begin::Started {
             lease,
-            prior: prior_attempt(
-                existing.as_ref(),
-                request,
-                self.retention_s.saturating_mul(1_000),
-            ),
+            prior: prior_attempt(existing.as_ref(), request),
         })
     }
 

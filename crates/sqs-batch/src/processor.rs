@@ -19,6 +19,7 @@ use std::future::Future;
 use std::num::NonZeroUsize;
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use futures_util::stream::FuturesUnordered;
@@ -353,6 +354,9 @@ pub enum RecordStatus {
     Handled(Verdict),
     /// Not started: too close to the deadline.
     SkippedDeadline,
+    /// Not started: the runtime is stopping ([`BatchProcessor::stop_starting`], a worker's
+    /// shutdown). Released, whatever its receive count: it was never tried.
+    SkippedStopping,
     /// Not started: an earlier record (by index) failed, and FIFO order must hold.
     SkippedAfter {
         /// The index of the record that failed first.
@@ -369,7 +373,9 @@ impl RecordStatus {
         match self {
             Self::Handled(v) => v.outcome,
             Self::Moved(_) => Outcome::Poison,
-            Self::SkippedDeadline | Self::SkippedAfter { .. } => Outcome::Retry,
+            Self::SkippedDeadline | Self::SkippedStopping | Self::SkippedAfter { .. } => {
+                Outcome::Retry
+            }
         }
     }
 
@@ -412,9 +418,9 @@ impl BatchReport {
                     counts.poison += 1;
                     counts.moved += 1;
                 }
-                RecordStatus::SkippedDeadline | RecordStatus::SkippedAfter { .. } => {
-                    counts.skipped += 1
-                }
+                RecordStatus::SkippedDeadline
+                | RecordStatus::SkippedStopping
+                | RecordStatus::SkippedAfter { .. } => counts.skipped += 1,
             }
         }
         counts
@@ -430,6 +436,7 @@ impl BatchReport {
             let reason = match status {
                 RecordStatus::Handled(v) | RecordStatus::Moved(v) => v.reason,
                 RecordStatus::SkippedDeadline => "deadline",
+                RecordStatus::SkippedStopping => crate::worker::SHUTTING_DOWN,
                 RecordStatus::SkippedAfter { .. } => "after_failure",
             };
             match reasons.iter_mut().find(|(r, _)| *r == reason) {
@@ -467,11 +474,25 @@ pub struct Counts {
 }
 
 /// Drives a [`RecordHandler`] over batches.
-#[derive(Debug, Clone)]
+#[derive(Debug)]
 pub struct BatchProcessor<H, C> {
     handler: H,
     clock: C,
     options: BatchOptions,
+    /// Set once the runtime stops: no record starts after it ([`RecordStatus::SkippedStopping`]).
+    stopping: AtomicBool,
+}
+
+impl<H: Clone, C: Clone> Clone for BatchProcessor<H, C> {
+    /// Another processor with the same handler, clock and options, not stopping.
+    fn clone(&self) -> Self {
+        Self {
+            handler: self.handler.clone(),
+            clock: self.clock.clone(),
+            options: self.options,
+            stopping: AtomicBool::new(false),
+        }
+    }
 }
 
 impl<H: RecordHandler, C: Clock> BatchProcessor<H, C> {
@@ -481,7 +502,20 @@ impl<H: RecordHandler, C: Clock> BatchProcessor<H, C> {
             handler,
             clock,
             options,
+            stopping: AtomicBool::new(false),
         }
+    }
+
+    /// From now on no record starts: each one not yet started is
+    /// [`RecordStatus::SkippedStopping`] (and never gives up as `retries_exhausted`, whatever
+    /// its receive count). Records already running finish. For a runtime that is shutting down.
+    pub fn stop_starting(&self) {
+        self.stopping.store(true, Ordering::SeqCst);
+    }
+
+    /// Whether [`BatchProcessor::stop_starting`] was called.
+    pub fn is_stopping(&self) -> bool {
+        self.stopping.load(Ordering::SeqCst)
     }
 
     /// The handler.
@@ -575,6 +609,9 @@ impl<H: RecordHandler, C: Clock> BatchProcessor<H, C> {
         let remaining = deadline_ms.saturating_sub(self.clock.now_ms());
         if remaining < self.options.deadline_margin_ms {
             return RecordStatus::SkippedDeadline;
+        }
+        if self.is_stopping() {
+            return RecordStatus::SkippedStopping;
         }
         let context = RecordContext::of(limits.invocation);
         // The record's trace span (DEBUG: free unless a trace exporter is on), linked to the
@@ -828,6 +865,15 @@ fn log_report<H: RecordHandler>(
                 first_receive_ms = message.first_receive_ms,
                 group_id = message.group_id,
                 "record not started: too close to the invocation deadline"
+            ),
+            RecordStatus::SkippedStopping => warn!(
+                message_id = message.message_id,
+                outcome = Outcome::Retry.as_str(),
+                reason = crate::worker::SHUTTING_DOWN,
+                receive_count,
+                first_receive_ms = message.first_receive_ms,
+                group_id = message.group_id,
+                "record not started: the runtime is stopping"
             ),
             RecordStatus::SkippedAfter { culprit } => warn!(
                 message_id = message.message_id,

@@ -889,6 +889,7 @@ async fn poll(index: usize, d: Rc<Deployment>) {
             let reason = match status {
                 RecordStatus::Handled(v) | RecordStatus::Moved(v) => v.reason,
                 RecordStatus::SkippedDeadline => "deadline",
+                RecordStatus::SkippedStopping => "shutting_down",
                 RecordStatus::SkippedAfter { .. } => "after_failure",
             };
             *d.decisions.borrow_mut().entry(reason).or_default() += 1;

@@ -181,35 +181,26 @@ pub async fn clearing_a_refusal_returns_its_reason_and_touches_nothing_else(
     assert_eq!(store.clear_rejected("absent").await.expect("clear"), None);
 }
 
-/// A claim that carries an earlier attempt known from outside (a redriven copy's history) counts
-/// it on a fresh key only once an item written then may have expired (the retention, less
-/// `EXPIRY_MARGIN_MS`): before that, the key's absence proves nothing was left unsettled.
-pub async fn an_earlier_attempt_from_outside_counts_once_its_item_may_have_expired(
-    client: &Client,
-    table: &str,
-) {
-    use crate::EXPIRY_MARGIN_MS;
+/// A claim that carries an earlier attempt known from outside (a redriven copy's history)
+/// counts it on a fresh key at any age, an hour later as 20 days later: a refused claim wrote no
+/// item, so the key's absence proves nothing (issue 49).
+pub async fn an_earlier_attempt_from_outside_counts_at_any_age(client: &Client, table: &str) {
     let store = DynamoDbStore::new(client.clone(), table, RETENTION);
-    let retention_ms = u64::try_from(RETENTION.as_millis()).expect("retention");
-    let expired_at = t0() + EXPIRY_MARGIN_MS - retention_ms;
-    let recent = crate::ClaimRequest {
-        earlier_attempt_ms: Some(expired_at + 1),
-        ..claim("recent", t0())
-    };
-    let (_, prior) = super::started_after(&store, &recent).await;
-    assert_eq!(prior, None, "its item would still be kept");
-    let old = crate::ClaimRequest {
-        earlier_attempt_ms: Some(expired_at),
-        ..claim("old", t0())
-    };
-    let (_, prior) = super::started_after(&store, &old).await;
-    assert_eq!(
-        prior,
-        Some(PriorAttempt {
-            first_attempt_ms: expired_at,
-            attempts: 0
-        })
-    );
+    for (key, age_ms) in [("recent", 3_600_000), ("old", 20 * 86_400_000)] {
+        let request = crate::ClaimRequest {
+            earlier_attempt_ms: Some(t0() - age_ms),
+            ..claim(key, t0())
+        };
+        let (_, prior) = super::started_after(&store, &request).await;
+        assert_eq!(
+            prior,
+            Some(PriorAttempt {
+                first_attempt_ms: t0() - age_ms,
+                attempts: 0
+            }),
+            "{key}"
+        );
+    }
 }
 
 /// A store whose table does not exist (a wrong name, a deleted stack) is an outage on every
@@ -289,7 +280,7 @@ macro_rules! dynamodb_store_cases {
             an_item_of_a_later_format_is_never_taken_over,
             key_prefixes_keep_users_of_a_shared_table_apart,
             clearing_a_refusal_returns_its_reason_and_touches_nothing_else,
-            an_earlier_attempt_from_outside_counts_once_its_item_may_have_expired,
+            an_earlier_attempt_from_outside_counts_at_any_age,
             an_output_not_kept_by_the_items_own_completion_is_not_returned,
         );
 

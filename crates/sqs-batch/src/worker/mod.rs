@@ -38,9 +38,7 @@ use tracing::{error, info, warn};
 use crate::backoff::BackoffPolicy;
 use crate::dead_letter::{DeadLetterPort, DeadLetters};
 use crate::edge::{Batch, Message};
-use crate::processor::{
-    BatchProcessor, Outcome, RecordContext, RecordHandler, RecordStatus, Verdict,
-};
+use crate::processor::{BatchProcessor, RecordHandler, RecordStatus};
 use crate::visibility::{self, Change, VisibilityPort};
 use crate::{Backoff, process_batch};
 
@@ -218,34 +216,6 @@ pub trait QueuePort: Send + Sync {
     fn visible_messages(&self) -> impl Future<Output = Result<u64, QueueError>> + Send;
 }
 
-/// A handler that starts nothing once the worker is stopping: a record not started is reported
-/// [`SHUTTING_DOWN`] and released.
-#[derive(Debug)]
-pub struct Gate<H> {
-    inner: H,
-    stopping: AtomicBool,
-}
-
-impl<H> Gate<H> {
-    /// The handler behind the gate.
-    pub fn inner(&self) -> &H {
-        &self.inner
-    }
-}
-
-impl<H: RecordHandler> RecordHandler for Gate<H> {
-    async fn handle(&self, message: &Message<'_>, context: RecordContext) -> Verdict {
-        if self.stopping.load(Ordering::SeqCst) {
-            return Verdict::retry(SHUTTING_DOWN);
-        }
-        self.inner.handle(message, context).await
-    }
-
-    fn record_span(&self, message: &Message<'_>) -> tracing::Span {
-        self.inner.record_span(message)
-    }
-}
-
 /// What a worker did, for its last log line and for tests.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct WorkerReport {
@@ -263,7 +233,7 @@ pub struct WorkerReport {
 
 /// The long-polling consumer: a [`BatchProcessor`] over a queue.
 pub struct Worker<H, C, Q, V, D> {
-    processor: BatchProcessor<Gate<H>, C>,
+    processor: BatchProcessor<H, C>,
     queue: Q,
     visibility: V,
     backoff: Option<BackoffPolicy>,
@@ -317,12 +287,8 @@ where
         visibility: V,
         options: WorkerOptions,
     ) -> Self {
-        let gate = Gate {
-            inner: handler,
-            stopping: AtomicBool::new(false),
-        };
         Self {
-            processor: BatchProcessor::new(gate, clock, batch_options),
+            processor: BatchProcessor::new(handler, clock, batch_options),
             queue,
             visibility,
             backoff: None,
@@ -352,7 +318,7 @@ where
 
     /// The record handler.
     pub fn handler(&self) -> &H {
-        self.processor.handler().inner()
+        self.processor.handler()
     }
 
     /// Consumes the queue until `shutdown` resolves, then drains (see the module) and returns.
@@ -369,10 +335,7 @@ where
         let stopper = async {
             shutdown.await;
             info!("shutting down: no more receives; draining what started");
-            self.processor
-                .handler()
-                .stopping
-                .store(true, Ordering::SeqCst);
+            self.processor.stop_starting();
             stop.stopping.notify_waiters();
             tokio::time::sleep(Duration::from_millis(self.options.drain_timeout_ms)).await;
             stop.drain_is_over.store(true, Ordering::SeqCst);
@@ -396,7 +359,7 @@ where
     }
 
     fn stopping(&self) -> bool {
-        self.processor.handler().stopping.load(Ordering::SeqCst)
+        self.processor.is_stopping()
     }
 
     /// Resolves once the worker is stopping (at once if it already is): the waiter is registered
@@ -505,15 +468,21 @@ where
                     })
                     .collect();
                 self.delete(&done, counters).await;
-                // Not started because of the stop: back to the queue at once.
+                // Not started because of the stop (or held behind a FIFO record that was not):
+                // back to the queue at once, whatever the receive count.
+                let statuses = &processed.report.statuses;
+                let stopped = |status: &RecordStatus| match status {
+                    RecordStatus::SkippedStopping => true,
+                    RecordStatus::SkippedAfter { culprit } => {
+                        matches!(statuses.get(*culprit), Some(RecordStatus::SkippedStopping))
+                    }
+                    _ => false,
+                };
                 let unstarted = batch
                     .messages
                     .iter()
-                    .zip(&processed.report.statuses)
-                    .filter(|(_, status)| {
-                        matches!(status, RecordStatus::Handled(v)
-                            if v.outcome == Outcome::Retry && v.reason == SHUTTING_DOWN)
-                    })
+                    .zip(statuses)
+                    .filter(|(_, status)| stopped(status))
                     .map(|(m, _)| m);
                 self.release(unstarted, counters).await;
             }

@@ -8,6 +8,7 @@ use std::sync::atomic::AtomicUsize;
 
 use super::*;
 use crate::dead_letter::NoDeadLetters;
+use crate::processor::{RecordContext, Verdict};
 use crate::visibility::ChangeFailure;
 use crate::{BatchOptions, ManualClock};
 
@@ -55,6 +56,14 @@ impl FakeQueue {
             }
         }
         queue
+    }
+
+    /// Each message as if already received `n` times (its next receive is `n + 1`).
+    fn received_before(self, n: u32) -> Self {
+        for entry in self.state.lock().unwrap().messages.values_mut() {
+            entry.2 = n;
+        }
+        self
     }
 
     fn deleted(&self) -> Vec<String> {
@@ -249,6 +258,78 @@ async fn a_stop_finishes_what_started_and_releases_the_rest() {
         .map(|c| (c.0, c.1))
         .collect();
     assert_eq!(released, [("b".to_owned(), 0), ("c".to_owned(), 0)]);
+    assert_eq!(queue.visible_messages().await.unwrap(), 2);
+    assert_eq!((report.deleted, report.released), (1, 2));
+}
+
+/// A DLQ that records what it is sent, under a redrive policy of `max_receive_count`.
+struct RecordingDeadLetters {
+    max_receive_count: u32,
+    moved: Mutex<Vec<(String, String)>>,
+}
+
+impl DeadLetterPort for &RecordingDeadLetters {
+    async fn send(
+        &self,
+        _source_arn: &str,
+        moves: &[crate::dead_letter::Move<'_>],
+    ) -> Vec<crate::dead_letter::MoveFailure> {
+        let mut moved = self.moved.lock().unwrap();
+        for m in moves {
+            moved.push((m.message.message_id.to_owned(), m.failure.reason.clone()));
+        }
+        Vec::new()
+    }
+
+    async fn max_receive_count(&self, _source_arn: &str) -> Option<u32> {
+        Some(self.max_receive_count)
+    }
+}
+
+/// Issue 49, finding 2. SIGTERM mid-batch at the receive before the queue's redrive
+/// (`maxReceiveCount` 3, so receive 2 is the give-up's): the record running finishes, and the
+/// ones not started are released like at any other receive, never moved to the DLQ as
+/// `retries_exhausted`. Only a record that was tried can give up; a deploy or a scale-in never
+/// costs an order its place.
+#[tokio::test(start_paused = true)]
+async fn a_stop_at_the_give_up_receive_releases_what_did_not_start() {
+    let queue = FakeQueue::with(&[("a", "5000"), ("b", "5000"), ("c", "5000")]).received_before(1);
+    let dead_letters = RecordingDeadLetters {
+        max_receive_count: 3,
+        moved: Mutex::default(),
+    };
+    let worker = Worker::new(
+        Sleeper::default(),
+        ManualClock::at(1_767_225_600_000),
+        BatchOptions::default().with_max_concurrency(std::num::NonZeroUsize::MIN),
+        &queue,
+        &queue,
+        WorkerOptions::default()
+            .with_receives_in_flight(1)
+            .with_drain_timeout_ms(20_000)
+            .with_metrics_interval_ms(0),
+    )
+    .with_dead_letters(DeadLetters {
+        port: &dead_letters,
+        moved_by: "worker".into(),
+    });
+    let report = worker
+        .run(tokio::time::sleep(Duration::from_millis(1_000)))
+        .await;
+    assert_eq!(*worker.handler().finished.lock().unwrap(), ["a"]);
+    assert!(
+        dead_letters.moved.lock().unwrap().is_empty(),
+        "moved: {:?}",
+        dead_letters.moved.lock().unwrap()
+    );
+    assert_eq!(queue.deleted(), ["a"]);
+    let released: Vec<String> = queue
+        .changes()
+        .into_iter()
+        .filter(|c| c.1 == 0)
+        .map(|c| c.0)
+        .collect();
+    assert_eq!(released, ["b", "c"]);
     assert_eq!(queue.visible_messages().await.unwrap(), 2);
     assert_eq!((report.deleted, report.released), (1, 2));
 }
