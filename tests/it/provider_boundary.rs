@@ -624,6 +624,37 @@ async fn a_moved_copy_redriven_after_its_item_expired_is_looked_up_before_any_ch
     assert_eq!(stub.charges("o-10"), 1);
 }
 
+/// A copy SQS moved itself (no failure attribute of ours) that still carries SQS's
+/// `DeadLetterQueueSourceArn` after a redrive has been in a DLQ: looked up before any charge, as
+/// of unknown age, so the provider's "no such charge" proves nothing and a person decides.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_copy_sqs_moved_itself_is_looked_up_when_its_mark_survives() {
+    let clock = ManualClock::at(T0);
+    let stub = PaymentStub::start_with_clock(Arc::new(clock.clone())).await;
+    stub.set_key_window(Some(std::time::Duration::from_millis(DAY_MS)));
+    let app = app(&stub, &clock, None);
+    let marked = json!({ "Records": [{
+        "messageId": "m-sqs",
+        "receiptHandle": "rh-sqs",
+        "body": json!({ "order_id": "o-7", "amount": 10.0 }).to_string(),
+        "attributes": {
+            "ApproximateReceiveCount": "1",
+            "DeadLetterQueueSourceArn": "arn:aws:sqs:us-east-1:123456789012:orders",
+        },
+        "eventSourceARN": "arn:aws:sqs:us-east-1:123456789012:orders",
+    }]})
+    .to_string();
+    let (failed, statuses) = invoke(&app, &marked).await;
+    assert_eq!(failed, ["m-sqs"]);
+    assert_eq!(
+        outcome(&statuses[0]),
+        (Outcome::Poison, "needs_reconciliation"),
+        "{}",
+        detail(&statuses[0])
+    );
+    assert_eq!((stub.lookups("o-7"), stub.requests("o-7")), (1, 0));
+}
+
 /// Issue 49, finding 3. A copy whose claim was refused wrote no item: a resend of a charged
 /// order with another amount (`conflict`), or of a declined one (`payment_rejected`). Moved on
 /// day 10, redriven on day 19, after the order's own item (written on day 0) expired: the copy's

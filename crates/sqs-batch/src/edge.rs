@@ -100,6 +100,10 @@ pub struct Message<'a> {
     /// `AWSTraceHeader`: the producer's X-Ray trace (`Root=...;Parent=...;Sampled=...`), which
     /// the record's trace span links to.
     pub trace_header: Option<&'a str>,
+    /// `DeadLetterQueueSourceArn`: SQS sets it on a message it moved to a dead-letter queue
+    /// itself. A record received with it has been in a DLQ (when a redrive keeps it, which AWS
+    /// does not document either way).
+    pub dead_letter_source: Option<&'a str>,
     /// The producer's message attributes, read when a handler asks for one.
     pub attributes: MessageAttributes<'a>,
 }
@@ -115,6 +119,7 @@ impl<'a> Message<'a> {
             first_receive_ms: None,
             receipt_handle: None,
             trace_header: None,
+            dead_letter_source: None,
             attributes: MessageAttributes::None,
         }
     }
@@ -160,6 +165,14 @@ impl<'a> Message<'a> {
     pub fn with_trace_header(self, trace_header: Option<&'a str>) -> Self {
         Self {
             trace_header,
+            ..self
+        }
+    }
+
+    /// With its `DeadLetterQueueSourceArn`.
+    pub fn with_dead_letter_source(self, dead_letter_source: Option<&'a str>) -> Self {
+        Self {
+            dead_letter_source,
             ..self
         }
     }
@@ -334,6 +347,7 @@ struct Fields<'a> {
     receipt_handle: Option<&'a str>,
     queue_arn: Option<&'a str>,
     trace_header: Option<&'a str>,
+    dead_letter_source: Option<&'a str>,
     attributes: MessageAttributes<'a>,
 }
 
@@ -356,6 +370,10 @@ impl<'a> Batch<'a> {
                 receipt_handle: r.receipt_handle.as_deref(),
                 queue_arn: r.queue_arn(),
                 trace_header: r.attributes.get("AWSTraceHeader").map(String::as_str),
+                dead_letter_source: r
+                    .attributes
+                    .get("DeadLetterQueueSourceArn")
+                    .map(String::as_str),
                 attributes: if r.message_attributes.is_empty() {
                     MessageAttributes::None
                 } else {
@@ -378,6 +396,7 @@ impl<'a> Batch<'a> {
                 receipt_handle: text(&r.receipt_handle),
                 queue_arn: text(&r.event_source_arn),
                 trace_header: attributes.and_then(|a| text(&a.trace_header)),
+                dead_letter_source: attributes.and_then(|a| text(&a.dead_letter_source)),
                 attributes: MessageAttributes::from_raw(r.message_attributes),
             }
         }))
@@ -406,6 +425,7 @@ impl<'a> Batch<'a> {
                 first_receive_ms: r.first_receive_ms.and_then(|v| v.parse().ok()),
                 receipt_handle: r.receipt_handle,
                 trace_header: r.trace_header,
+                dead_letter_source: r.dead_letter_source,
                 attributes: r.attributes,
             });
         }
@@ -476,6 +496,8 @@ struct AttributesView<'a> {
     first_receive_ms: Option<Text<'a>>,
     #[serde(rename = "AWSTraceHeader", borrow, default)]
     trace_header: Option<Text<'a>>,
+    #[serde(rename = "DeadLetterQueueSourceArn", borrow, default)]
+    dead_letter_source: Option<Text<'a>>,
 }
 
 /// A JSON string, borrowed from the input when it has no escapes.
@@ -630,6 +652,29 @@ mod tests {
             Some("arn:aws:sqs:us-east-1:123456789012:orders.fifo")
         );
         assert_eq!(Batch::from_event(&ev).expect("batch").kind, QueueKind::Fifo);
+    }
+
+    /// SQS's mark on a message it moved to a DLQ itself is read by both readers.
+    #[test]
+    fn a_dead_letter_source_is_read_from_either_form_of_the_event() {
+        let records = serde_json::json!([{
+            "messageId": "m1", "body": "{}",
+            "attributes": { "DeadLetterQueueSourceArn": "arn:aws:sqs:us-east-1:1:orders" }
+        }, { "messageId": "m2", "body": "{}", "attributes": {} }]);
+        let owned = event(records.clone());
+        let json = serde_json::json!({ "Records": records }).to_string();
+        let view = EventView::parse(&json).expect("view");
+        for batch in [
+            Batch::from_event(&owned).expect("batch"),
+            Batch::from_view(&view).expect("batch"),
+        ] {
+            let sources: Vec<_> = batch
+                .messages
+                .iter()
+                .map(|m| m.dead_letter_source)
+                .collect();
+            assert_eq!(sources, [Some("arn:aws:sqs:us-east-1:1:orders"), None]);
+        }
     }
 
     #[test]

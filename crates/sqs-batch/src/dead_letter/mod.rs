@@ -124,12 +124,17 @@ impl Failure {
     }
 }
 
-/// When the work of `message` may first have been attempted, if it is a moved copy (redriven
-/// from the DLQ): for an idempotency claim's `earlier_attempt_ms`, so that a copy redriven
-/// after its idempotency item expired is looked up before its work is done again (only moved
-/// copies pay for reading their attributes).
+/// When the work of `message` may first have been attempted, if it has been in a dead-letter
+/// queue: for an idempotency claim's `earlier_attempt_ms`, so that a redriven copy is looked up
+/// before its work is done again, whatever its age (its item may have expired, or never have
+/// been written). A copy the function moved says when from its [`FAILURE_ATTRIBUTE`]; one that
+/// SQS moved itself and that still carries SQS's `DeadLetterQueueSourceArn` is of unknown age
+/// (0, the oldest possible). Only such records pay for reading their attributes.
 pub fn earlier_attempt_ms(message: &Message<'_>) -> Option<u64> {
-    Failure::of(message).map(|failure| failure.earliest_ms())
+    match Failure::of(message) {
+        Some(failure) => Some(failure.earliest_ms()),
+        None => message.dead_letter_source.map(|_| 0),
+    }
 }
 
 /// The most earlier moves a [`Failure`] keeps.
