@@ -149,19 +149,23 @@ const CLAIM_CONDITION: &str = "attribute_not_exists(#pk) \
         AND (((#status = :completed OR #status = :rejected) AND #exp <= :now_s) \
         OR (#fingerprint = :fingerprint AND (#status = :attempted \
             OR (#status = :in_progress AND #lease_until <= :now_ms)))))";
+// A finishing write keeps the holder's token on the item: with the state it wrote, it is how a
+// retry of the same write (its first answer lost, the SDK trying again) knows the item as its
+// own work (`holder_update`). The holder condition's status check spends the token: after its finish,
+// the holder can write nothing else, and the next claim writes a token of its own.
 const COMPLETE_UPDATE: &str = "SET #status = :completed, #exp = :exp, #completed_at = :now_ms \
-    REMOVE #lease_token, #lease_until, #first_attempt_at, #attempts, #output, #output_at";
+    REMOVE #lease_until, #first_attempt_at, #attempts, #output, #output_at";
 const COMPLETE_WITH_OUTPUT_UPDATE: &str = "SET #status = :completed, #exp = :exp, \
     #completed_at = :now_ms, #output = :output, #output_at = :now_ms \
-    REMOVE #lease_token, #lease_until, #first_attempt_at, #attempts";
+    REMOVE #lease_until, #first_attempt_at, #attempts";
 const REJECT_UPDATE: &str = "SET #status = :rejected, #exp = :exp, #rejected_at = :now_ms, \
-    #rejected_reason = :reason REMOVE #lease_token, #lease_until, #first_attempt_at, #attempts";
+    #rejected_reason = :reason REMOVE #lease_until, #first_attempt_at, #attempts";
 const MARK_ATTEMPTED_UPDATE: &str = "SET #status = :attempted, #attempted_at = :now_ms, \
-    #exp = :exp REMOVE #lease_token, #lease_until";
+    #exp = :exp REMOVE #lease_until";
 /// An unfinished item without its first attempt's time (not one this store wrote): unknown,
 /// so the oldest possible (see `claimed_state`).
 const UNKNOWN_FIRST_ATTEMPT_UPDATE: &str = "SET #first_attempt_at = :unknown";
-const HOLDER_CONDITION: &str = "#lease_token = :token";
+const HOLDER_CONDITION: &str = "#lease_token = :token AND #status = :in_progress";
 
 /// The store on a DynamoDB table keyed by `pk` (string), with TTL on `expires_at`.
 #[derive(Debug, Clone)]
@@ -238,10 +242,11 @@ impl DynamoDbStore {
         &self,
         key: &str,
         lease: &Lease,
-        update: &str,
+        (update, writes): (&str, Status),
         names: &[(&str, &str)],
         values: [(&str, AttributeValue); V],
     ) -> Result<(), StoreError> {
+        let token = lease.token.to_string();
         let mut request = self
             .client
             .update_item()
@@ -250,18 +255,42 @@ impl DynamoDbStore {
             .update_expression(update)
             .condition_expression(HOLDER_CONDITION)
             .expression_attribute_names("#lease_token", attr::LEASE_TOKEN)
-            .expression_attribute_values(":token", s(lease.token.to_string()));
+            .expression_attribute_names("#status", attr::STATUS)
+            .expression_attribute_values(":token", s(token.as_str()))
+            .expression_attribute_values(":in_progress", s(Status::InProgress.as_str()))
+            .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld);
         for (placeholder, name) in names {
             request = request.expression_attribute_names(*placeholder, *name);
         }
         for (placeholder, value) in values {
             request = request.expression_attribute_values(placeholder, value);
         }
-        fenced(
-            request.send().await,
-            UpdateItemError::is_conditional_check_failed_exception,
-        )
+        match request.send().await {
+            Ok(_) => Ok(()),
+            Err(SdkError::ServiceError(e)) if e.err().is_conditional_check_failed_exception() => {
+                let UpdateItemError::ConditionalCheckFailedException(failed) = e.into_err() else {
+                    unreachable!("checked just above")
+                };
+                if written_by(failed.item(), &token, writes) {
+                    // The SDK retried a write DynamoDB had applied but whose answer was lost:
+                    // the item holds the state this very write sets, under our token.
+                    Ok(())
+                } else {
+                    Err(StoreError::LeaseLost)
+                }
+            }
+            Err(e) => Err(unavailable(e)),
+        }
     }
+}
+
+/// Whether `item` (the old item a refused holder write got back) is the work of the holder of
+/// `token` that wrote `status`: its own earlier, applied attempt at the same write.
+fn written_by(item: Option<&HashMap<String, AttributeValue>>, token: &str, status: Status) -> bool {
+    item.is_some_and(|item| {
+        matches!(item.get(attr::LEASE_TOKEN), Some(AttributeValue::S(t)) if t == token)
+            && matches!(item.get(attr::STATUS), Some(AttributeValue::S(s)) if s == status.as_str())
+    })
 }
 
 fn n(value: u64) -> AttributeValue {
@@ -454,7 +483,7 @@ impl IdempotencyStore for DynamoDbStore {
                     self.holder_update(
                         request.key,
                         &lease,
-                        UNKNOWN_FIRST_ATTEMPT_UPDATE,
+                        (UNKNOWN_FIRST_ATTEMPT_UPDATE, Status::InProgress),
                         &[("#first_attempt_at", attr::FIRST_ATTEMPT_AT)],
                         [(":unknown", n(0))],
                     )
@@ -506,7 +535,6 @@ impl IdempotencyStore for DynamoDbStore {
         output: Option<&str>,
     ) -> Result<(), StoreError> {
         const NAMES: &[(&str, &str)] = &[
-            ("#status", attr::STATUS),
             ("#exp", attr::EXPIRES_AT),
             ("#completed_at", attr::COMPLETED_AT),
             ("#lease_until", attr::LEASE_UNTIL),
@@ -522,15 +550,21 @@ impl IdempotencyStore for DynamoDbStore {
         ];
         match crate::bounded_output(key, output) {
             None => {
-                self.holder_update(key, lease, COMPLETE_UPDATE, NAMES, values)
-                    .await
+                self.holder_update(
+                    key,
+                    lease,
+                    (COMPLETE_UPDATE, Status::Completed),
+                    NAMES,
+                    values,
+                )
+                .await
             }
             Some(output) => {
                 let [completed, exp, now] = values;
                 self.holder_update(
                     key,
                     lease,
-                    COMPLETE_WITH_OUTPUT_UPDATE,
+                    (COMPLETE_WITH_OUTPUT_UPDATE, Status::Completed),
                     NAMES,
                     [completed, exp, now, (":output", s(output))],
                 )
@@ -543,9 +577,8 @@ impl IdempotencyStore for DynamoDbStore {
         self.holder_update(
             key,
             lease,
-            MARK_ATTEMPTED_UPDATE,
+            (MARK_ATTEMPTED_UPDATE, Status::Attempted),
             &[
-                ("#status", attr::STATUS),
                 ("#attempted_at", attr::ATTEMPTED_AT),
                 ("#exp", attr::EXPIRES_AT),
                 ("#lease_until", attr::LEASE_UNTIL),
@@ -569,9 +602,8 @@ impl IdempotencyStore for DynamoDbStore {
         self.holder_update(
             key,
             lease,
-            REJECT_UPDATE,
+            (REJECT_UPDATE, Status::Rejected),
             &[
-                ("#status", attr::STATUS),
                 ("#exp", attr::EXPIRES_AT),
                 ("#rejected_at", attr::REJECTED_AT),
                 ("#rejected_reason", attr::REJECTED_REASON),
@@ -597,7 +629,9 @@ impl IdempotencyStore for DynamoDbStore {
             .key(attr::KEY, self.pk(key))
             .condition_expression(HOLDER_CONDITION)
             .expression_attribute_names("#lease_token", attr::LEASE_TOKEN)
+            .expression_attribute_names("#status", attr::STATUS)
             .expression_attribute_values(":token", s(lease.token.to_string()))
+            .expression_attribute_values(":in_progress", s(Status::InProgress.as_str()))
             .send()
             .await;
         fenced(
@@ -735,6 +769,7 @@ mod tests {
                     ":exp",
                     ":now_ms",
                     ":token",
+                    ":in_progress",
                 ][..],
             ),
             (
@@ -754,6 +789,7 @@ mod tests {
                     ":now_ms",
                     ":output",
                     ":token",
+                    ":in_progress",
                 ][..],
             ),
             (
@@ -768,11 +804,19 @@ mod tests {
                     ":now_ms",
                     ":exp",
                     ":token",
+                    ":in_progress",
                 ][..],
             ),
             (
                 &[UNKNOWN_FIRST_ATTEMPT_UPDATE, HOLDER_CONDITION][..],
-                &["#first_attempt_at", "#lease_token", ":unknown", ":token"][..],
+                &[
+                    "#first_attempt_at",
+                    "#lease_token",
+                    "#status",
+                    ":unknown",
+                    ":token",
+                    ":in_progress",
+                ][..],
             ),
         ] {
             let text = exprs.join(" ");

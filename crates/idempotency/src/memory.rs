@@ -73,22 +73,28 @@ impl MemoryStore {
 }
 
 impl MemoryStore {
-    /// Applies `change` to the key's item if `lease` holds it, else `LeaseLost`.
+    /// Applies `change`, a write that leaves the item `writes`, to the key's item if `lease`
+    /// holds it (the token is the lease's and the item in progress), else `LeaseLost`. The
+    /// holder's token stays on the item it finished, so the same write repeated (a retry of one
+    /// whose answer was lost, as the DynamoDB store meets it) finds its own work and succeeds;
+    /// any other write by that holder is refused.
     fn fenced(
         &self,
         key: &str,
         lease: &Lease,
+        writes: Status,
         change: impl FnOnce(&mut Item),
     ) -> Result<(), StoreError> {
         let mut items = self.items();
         match items.get_mut(key) {
             Some(item)
-                if item.token == Some(lease.token)
+                if (item.token == Some(lease.token) && item.state.status == Status::InProgress)
                     || lambda_kit::mutation::active("store.ignores_lease_token") =>
             {
                 change(item);
                 Ok(())
             }
+            Some(item) if item.token == Some(lease.token) && item.state.status == writes => Ok(()),
             _ => Err(StoreError::LeaseLost),
         }
     }
@@ -96,7 +102,8 @@ impl MemoryStore {
 
 impl MemoryStore {
     /// Ends the holder's work for good (`COMPLETED` or `REJECTED`): the lease and the attempt
-    /// record go, the retention starts over, and `output` is kept.
+    /// record go (the token stays, spent: see [`MemoryStore::fenced`]), the retention starts
+    /// over, and `output` is kept.
     fn finish(
         &self,
         key: &str,
@@ -106,7 +113,7 @@ impl MemoryStore {
         output: Option<&str>,
     ) -> Result<(), StoreError> {
         let expires_at_s = self.expires_at(now_ms);
-        self.fenced(key, lease, |item| {
+        self.fenced(key, lease, status, |item| {
             item.output = output.map(str::to_owned);
             item.state = ClaimState {
                 status,
@@ -116,7 +123,6 @@ impl MemoryStore {
                 attempts: 0,
                 ..item.state
             };
-            item.token = None;
         })
     }
 }
@@ -161,11 +167,10 @@ impl IdempotencyStore for MemoryStore {
 
     async fn mark_attempted(&self, key: &str, lease: &Lease, at_ms: u64) -> Result<(), StoreError> {
         let expires_at_s = self.expires_at(at_ms);
-        self.fenced(key, lease, |item| {
+        self.fenced(key, lease, Status::Attempted, |item| {
             item.state.status = Status::Attempted;
             item.state.lease_until_ms = 0;
             item.state.expires_at_s = expires_at_s;
-            item.token = None;
         })
     }
 
@@ -182,7 +187,9 @@ impl IdempotencyStore for MemoryStore {
     async fn release(&self, key: &str, lease: &Lease) -> Result<(), StoreError> {
         let mut items = self.items();
         match items.get(key) {
-            Some(item) if item.token == Some(lease.token) => {
+            Some(item)
+                if item.token == Some(lease.token) && item.state.status == Status::InProgress =>
+            {
                 items.remove(key);
                 Ok(())
             }

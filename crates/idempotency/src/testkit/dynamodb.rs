@@ -203,6 +203,44 @@ pub async fn an_earlier_attempt_from_outside_counts_at_any_age(client: &Client, 
     }
 }
 
+/// DynamoDB applied a holder's finishing write whose answer was lost (the connection reset after
+/// the write), and the SDK retried it: the retry meets the item in the state it wrote, under its
+/// own token. That is the holder's own work, a success, never a lost lease (which would report a
+/// charged order as RETRY `lease_lost` and redeliver it).
+///
+/// `endpoint` is the server's (`http://host:port`), `table` a table on it: the case puts a proxy
+/// that loses answers in front of it.
+pub async fn a_finishing_write_whose_answer_was_lost_is_its_own(endpoint: &str, table: &str) {
+    use crate::Status::{Attempted, Completed, Rejected};
+    let upstream: std::net::SocketAddr = endpoint
+        .trim_start_matches("http://")
+        .trim_end_matches('/')
+        .parse()
+        .expect("a loopback endpoint");
+    let client = super::dynoxide::client_for(endpoint);
+    let proxy = super::dynoxide::LossyProxy::start(upstream).await;
+    let direct = DynamoDbStore::new(client, table, RETENTION);
+    for (n, (key, status)) in [("c", Completed), ("a", Attempted), ("r", Rejected)]
+        .into_iter()
+        .enumerate()
+    {
+        let lease = super::started(&direct, &claim(key, t0())).await;
+        // A client of its own: the next connection it opens is the one whose answer is lost.
+        let lossy = DynamoDbStore::new(
+            super::dynoxide::client_for(&proxy.endpoint()),
+            table,
+            RETENTION,
+        );
+        proxy.lose_next_answers(1);
+        super::finish(&lossy, key, &lease, status, t0() + 1)
+            .await
+            .unwrap_or_else(|e| panic!("{status:?} whose answer was lost: {e}"));
+        assert_eq!(proxy.lost(), n + 1, "{status:?}: the first answer was lost");
+        let begun = direct.begin(&claim(key, t0() + 2)).await.expect("begin");
+        assert!(super::after_finish(status, &begun), "{status:?}: {begun:?}");
+    }
+}
+
 /// A store whose table does not exist (a wrong name, a deleted stack) is an outage on every
 /// call: never a lost lease, a busy key or "nothing to clear", each of which would let the
 /// caller decide on an answer DynamoDB never gave.

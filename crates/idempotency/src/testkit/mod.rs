@@ -480,7 +480,7 @@ pub async fn only_the_holder_may_mark_attempted<S: IdempotencyStore>(store: S) {
         .mark_attempted("k", &holder, t0() + 2)
         .await
         .expect("the holder marks");
-    // Marking ended the lease: the holder can no longer complete, release or mark.
+    // Marking ended the lease: the holder can no longer complete or release.
     assert!(matches!(
         store.complete("k", &holder, t0() + 3, None).await,
         Err(StoreError::LeaseLost)
@@ -489,6 +489,62 @@ pub async fn only_the_holder_may_mark_attempted<S: IdempotencyStore>(store: S) {
         store.release("k", &holder).await,
         Err(StoreError::LeaseLost)
     ));
+}
+
+/// A holder's finishing write that leaves the key `status`.
+pub async fn finish<S: IdempotencyStore>(
+    store: &S,
+    key: &str,
+    lease: &Lease,
+    status: crate::Status,
+    now_ms: u64,
+) -> Result<(), StoreError> {
+    match status {
+        crate::Status::Completed => store.complete(key, lease, now_ms, None).await,
+        crate::Status::Attempted => store.mark_attempted(key, lease, now_ms).await,
+        crate::Status::Rejected => store.reject(key, lease, now_ms, "declined").await,
+        crate::Status::InProgress => store.release(key, lease).await,
+    }
+}
+
+/// The answer a claim of the contract's payload gets from a key left `status` by its holder.
+fn after_finish(status: crate::Status, begun: &Begin) -> bool {
+    match status {
+        crate::Status::Completed => *begun == Begin::Done { output: None },
+        crate::Status::Rejected => *begun == Begin::Rejected,
+        _ => matches!(begun, Begin::Started { prior: Some(_), .. }),
+    }
+}
+
+/// Contract: a holder's finishing write (complete, mark attempted, reject) repeated finds its
+/// own work and succeeds: what the SDK's retry of a write whose answer was lost meets. The
+/// finish spends the lease: every other write of that holder is refused, and the key keeps the
+/// state the first write left.
+pub async fn a_finishing_write_repeated_by_its_holder_is_its_own<S: IdempotencyStore>(store: S) {
+    use crate::Status::{Attempted, Completed, InProgress, Rejected};
+    for (key, status) in [("c", Completed), ("a", Attempted), ("r", Rejected)] {
+        let lease = started(&store, &claim(key, t0())).await;
+        finish(&store, key, &lease, status, t0() + 1)
+            .await
+            .expect("the holder finishes");
+        finish(&store, key, &lease, status, t0() + 2)
+            .await
+            .unwrap_or_else(|e| panic!("{status:?} repeated by its holder: {e}"));
+        for other in [Completed, Attempted, Rejected, InProgress] {
+            if other == status {
+                continue;
+            }
+            assert!(
+                matches!(
+                    finish(&store, key, &lease, other, t0() + 3).await,
+                    Err(StoreError::LeaseLost)
+                ),
+                "{other:?} after {status:?} by the same holder"
+            );
+        }
+        let begun = store.begin(&claim(key, t0() + 4)).await.expect("begin");
+        assert!(after_finish(status, &begun), "{status:?}: {begun:?}");
+    }
 }
 
 /// Contract: keys are independent.
@@ -545,6 +601,7 @@ macro_rules! store_contract_tests {
             an_attempted_key_is_taken_over_at_once_by_its_own_payload_only,
             an_attempted_key_past_its_ttl_still_refuses_another_payload,
             only_the_holder_may_mark_attempted,
+            a_finishing_write_repeated_by_its_holder_is_its_own,
             release_lets_the_next_claim_start,
             only_the_holder_may_release_or_complete,
             completing_a_released_key_fails,

@@ -98,3 +98,17 @@ async fn a_claim_applied_whose_answer_was_lost_is_ours_on_the_sdk_retry() {
         Begin::Done { output: None }
     );
 }
+
+/// A finishing write applied whose answer was lost is the holder's own on the SDK's retry.
+#[tokio::test]
+async fn a_finishing_write_whose_answer_was_lost_is_its_own() {
+    let server = Dynoxide::start().await;
+    let table = unique_table();
+    create_table(&server.client(), &table).await.expect("table");
+    idempotency::testkit::dynamodb::a_finishing_write_whose_answer_was_lost_is_its_own(
+        &server.endpoint(),
+        &table,
+    )
+    .await;
+    std::mem::forget(server);
+}

@@ -10,7 +10,7 @@
 use aws_sdk_dynamodb::Client;
 use idempotency::DynamoDbStore;
 use idempotency::testkit::RETENTION;
-use process_orders::testkit::dynamo::{create_table, moto_client, unique_table};
+use process_orders::testkit::dynamo::{create_table, moto_client, moto_endpoint, unique_table};
 
 async fn table() -> (Client, String) {
     let client = moto_client();
@@ -33,3 +33,15 @@ mod cached {
     });
 }
 idempotency::dynamodb_store_cases!(table());
+
+/// A finishing write applied whose answer was lost is the holder's own on the SDK's retry, on
+/// moto too.
+#[tokio::test]
+async fn a_finishing_write_whose_answer_was_lost_is_its_own() {
+    let (_, table) = table().await;
+    idempotency::testkit::dynamodb::a_finishing_write_whose_answer_was_lost_is_its_own(
+        &moto_endpoint(),
+        &table,
+    )
+    .await;
+}
