@@ -91,10 +91,7 @@ pub enum ConfigError {
     )]
     PlainHttpInLambda,
     /// Two sources for one key: which one is meant cannot be guessed.
-    #[error(
-        "PAYMENT_API_KEY and PAYMENT_API_KEY_SECRET are both set: set one (the secret in AWS, \
-         the plain value for local use)"
-    )]
+    #[error("{}", crate::payment::SettingsError::TwoKeys)]
     TwoPaymentKeys,
     /// Inside Lambda the in-memory store would protect one container only.
     #[error(
@@ -128,6 +125,15 @@ pub enum ConfigError {
         /// reads of it and the call retried after a refusal.
         longest_record_ms: u64,
     },
+}
+
+impl From<crate::payment::SettingsError> for ConfigError {
+    fn from(error: crate::payment::SettingsError) -> Self {
+        match error {
+            crate::payment::SettingsError::Invalid(e) => Self::Invalid(e),
+            crate::payment::SettingsError::TwoKeys => Self::TwoPaymentKeys,
+        }
+    }
 }
 
 /// The whole configuration.

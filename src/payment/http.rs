@@ -36,8 +36,7 @@ use serde::Serialize;
 use super::key::secrets_manager::SECRETS_SDK;
 use super::key::{ApiKey, Authorization, KeySetting, KeySetupError};
 use super::redact::redact;
-use super::{ChargeRequest, ChargeStatus, PaymentError, PaymentGateway};
-use crate::config::ConfigError;
+use super::{ChargeRequest, ChargeStatus, PaymentError, PaymentGateway, SettingsError};
 use crate::money::{Currency, Money};
 use lambda_kit::{Env, EnvError};
 
@@ -117,7 +116,7 @@ impl HttpSettings {
     /// `PAYMENT_API_URL`, its key (`PAYMENT_API_KEY` or `PAYMENT_API_KEY_SECRET`) and timeouts
     /// (`PAYMENT_CONNECT_TIMEOUT_MS`, `PAYMENT_TIMEOUT_MS`). `None` without a URL: the simulated
     /// gateway, for local runs.
-    pub fn from_env(env: &Env<'_>) -> Result<Option<Self>, ConfigError> {
+    pub fn from_env(env: &Env<'_>) -> Result<Option<Self>, SettingsError> {
         // Read first, so two keys are refused even before a URL is set.
         let api_key = KeySetting::from_env(env)?;
         let Some(raw) = env.text("PAYMENT_API_URL") else {

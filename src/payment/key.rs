@@ -60,13 +60,13 @@ pub enum KeySetting {
 impl KeySetting {
     /// `PAYMENT_API_KEY` or `PAYMENT_API_KEY_SECRET`; both at once is refused, since which one
     /// is meant cannot be guessed.
-    pub fn from_env(env: &lambda_kit::Env<'_>) -> Result<Self, crate::config::ConfigError> {
+    pub fn from_env(env: &lambda_kit::Env<'_>) -> Result<Self, super::SettingsError> {
         Ok(
             match (
                 env.text("PAYMENT_API_KEY"),
                 env.text("PAYMENT_API_KEY_SECRET"),
             ) {
-                (Some(_), Some(_)) => return Err(crate::config::ConfigError::TwoPaymentKeys),
+                (Some(_), Some(_)) => return Err(super::SettingsError::TwoKeys),
                 (Some(value), None) => Self::Value(Secret::new(value)),
                 (None, Some(secret_id)) => Self::SecretsManager {
                     secret_id: secret_id.trim().to_owned(),

@@ -23,6 +23,21 @@ use idempotency::guard::Effect;
 
 use crate::money::Money;
 
+/// Why the payment settings cannot be read: the payment module's own, so that it depends on
+/// nothing of the function's configuration (`config::ConfigError` takes it in).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SettingsError {
+    /// A variable's value cannot be used.
+    #[error(transparent)]
+    Invalid(#[from] lambda_kit::EnvError),
+    /// Two sources for one key: which one is meant cannot be guessed.
+    #[error(
+        "PAYMENT_API_KEY and PAYMENT_API_KEY_SECRET are both set: set one (the secret in AWS, \
+         the plain value for local use)"
+    )]
+    TwoKeys,
+}
+
 /// One charge. The provider applies `idempotency_key` once: every retry of the same charge
 /// sends the same key, so a crash between charge and completion cannot charge twice.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -221,3 +221,134 @@ fn the_libraries_are_publishable_and_nothing_else_is() {
     }
     assert_eq!(libraries, LIBRARIES.len());
 }
+
+/// The function's modules (and the payment module's own) depend on one another without a
+/// circle: each is read, understood and tested from the ones below it. An edge is a `crate::m`
+/// (or, inside `payment`, a `super::m`) in a module's code outside its tests.
+#[test]
+fn the_functions_modules_form_no_circle() {
+    let src = Path::new(ROOT).join("src");
+    let mut modules: Vec<(String, String)> = Vec::new();
+    for entry in std::fs::read_dir(&src).expect("src") {
+        let path = entry.expect("entry").path();
+        let name = path
+            .file_stem()
+            .expect("name")
+            .to_string_lossy()
+            .into_owned();
+        if matches!(name.as_str(), "main" | "lib" | "testkit") {
+            continue;
+        }
+        if path.is_dir() {
+            for file in std::fs::read_dir(&path).expect("dir") {
+                let file = file.expect("entry").path();
+                if file.extension().is_some_and(|e| e == "rs") {
+                    let sub = file
+                        .file_stem()
+                        .expect("name")
+                        .to_string_lossy()
+                        .into_owned();
+                    let module = if sub == "mod" {
+                        name.clone()
+                    } else {
+                        format!("{name}::{sub}")
+                    };
+                    modules.push((module, std::fs::read_to_string(&file).expect("read")));
+                }
+            }
+        } else if path.extension().is_some_and(|e| e == "rs") {
+            modules.push((name, std::fs::read_to_string(&path).expect("read")));
+        }
+    }
+    let names: Vec<String> = modules.iter().map(|(m, _)| m.clone()).collect();
+    // The longest module name a path starts with (`payment::http` before `payment`).
+    let target = |path: &str| {
+        names
+            .iter()
+            .filter(|n| path == n.as_str() || path.starts_with(&format!("{n}::")))
+            .max_by_key(|n| n.len())
+            .cloned()
+    };
+    let mut edges: Vec<(String, String)> = Vec::new();
+    for (module, text) in &modules {
+        // Code only: not the tests, not comments (a doc link is no dependency).
+        let code: String = text
+            .split("#[cfg(test)]")
+            .next()
+            .unwrap_or_default()
+            .lines()
+            .filter(|line| !line.trim_start().starts_with("//"))
+            .collect::<Vec<_>>()
+            .join("\n");
+        let parent = module.split("::").next().unwrap_or_default();
+        let mut refer = |path: &str| {
+            if let Some(to) = target(path).filter(|to| to != module) {
+                edges.push((module.clone(), to));
+            }
+        };
+        for (prefix, base) in [
+            ("crate::", String::new()),
+            ("super::", format!("{parent}::")),
+        ] {
+            if prefix == "super::" && !module.contains("::") {
+                continue;
+            }
+            for (i, _) in code.match_indices(prefix) {
+                let rest = &code[i + prefix.len()..];
+                let path: String = rest
+                    .chars()
+                    .take_while(|c| c.is_ascii_alphanumeric() || *c == '_' || *c == ':')
+                    .collect();
+                let path = path.trim_end_matches(':');
+                refer(&format!("{base}{path}"));
+                // `use crate::payment::{http, key}`: each name in the braces.
+                if rest[path.len()..].starts_with("::{") {
+                    let inner = rest[path.len() + 3..].split('}').next().unwrap_or_default();
+                    for item in inner.split(',') {
+                        let item = item.trim().split("::").next().unwrap_or_default().trim();
+                        refer(&format!("{base}{path}::{item}"));
+                    }
+                }
+            }
+        }
+    }
+    edges.sort();
+    edges.dedup();
+    // Depth-first search for a circle, naming it when found.
+    fn visit(
+        node: &str,
+        edges: &[(String, String)],
+        path: &mut Vec<String>,
+        done: &mut Vec<String>,
+    ) -> Option<Vec<String>> {
+        if let Some(at) = path.iter().position(|p| p == node) {
+            let mut circle = path[at..].to_vec();
+            circle.push(node.to_owned());
+            return Some(circle);
+        }
+        if done.iter().any(|d| d == node) {
+            return None;
+        }
+        path.push(node.to_owned());
+        for (_, to) in edges.iter().filter(|(from, _)| from == node) {
+            if let Some(circle) = visit(to, edges, path, done) {
+                return Some(circle);
+            }
+        }
+        path.pop();
+        done.push(node.to_owned());
+        None
+    }
+    let mut done = Vec::new();
+    for name in &names {
+        if let Some(circle) = visit(name, &edges, &mut Vec::new(), &mut done) {
+            panic!("a circle of modules: {}", circle.join(" -> "));
+        }
+    }
+    assert!(
+        edges
+            .iter()
+            .any(|(from, to)| from == "config" && to == "payment::http"),
+        "the graph is read: {edges:?}"
+    );
+}
