@@ -309,7 +309,7 @@ async fn timed_ports(
             api_key: process_orders::payment::KeySetting::None,
             connect_timeout: Duration::from_secs(1),
             timeout: PAYMENT_TIMEOUT,
-            retryable_failures: process_orders::payment::http::RetryableFailures::default(),
+            retryable_failures: process_orders::payment::answers::RetryableFailures::default(),
         })
         .expect("gateway"),
         work: Arc::clone(&work),

@@ -7,6 +7,7 @@
 //! ([`PaymentError::effect`]), which decides whether the idempotency item keeps a "may exist"
 //! record (see `idempotency::guard`).
 
+pub mod answers;
 pub mod http;
 pub mod key;
 pub mod redact;

@@ -7,7 +7,7 @@ use reqwest::StatusCode;
 
 use crate::money::{Currency, Money};
 use crate::payment::PaymentError;
-use crate::payment::http::{Reading, classify, classify_lookup};
+use crate::payment::answers::{Reading, classify, classify_lookup};
 
 /// A provider's answer from fuzz bytes: the first two bytes pick the status (100 to 599), the
 /// rest is the body (lossy UTF-8; an empty rest is an unreadable body).

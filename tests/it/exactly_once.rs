@@ -46,7 +46,7 @@ pub(super) fn app_with(
         api_key: api_key.map_or(KeySetting::None, |k| KeySetting::Value(Secret::new(k))),
         connect_timeout: Duration::from_millis(500),
         timeout: Duration::from_millis(300),
-        retryable_failures: process_orders::payment::http::RetryableFailures::default(),
+        retryable_failures: process_orders::payment::answers::RetryableFailures::default(),
     })
     .expect("gateway");
     App::with_ports(

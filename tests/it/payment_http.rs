@@ -28,7 +28,7 @@ fn settings(url: &str, api_key: Option<&str>) -> HttpSettings {
         api_key: api_key.map_or(KeySetting::None, |k| KeySetting::Value(Secret::new(k))),
         connect_timeout: Duration::from_millis(500),
         timeout: Duration::from_millis(800),
-        retryable_failures: process_orders::payment::http::RetryableFailures::default(),
+        retryable_failures: process_orders::payment::answers::RetryableFailures::default(),
     }
 }
 

@@ -89,7 +89,7 @@ fn app(
         },
         connect_timeout: Duration::from_millis(500),
         timeout: Duration::from_secs(5),
-        retryable_failures: process_orders::payment::http::RetryableFailures::default(),
+        retryable_failures: process_orders::payment::answers::RetryableFailures::default(),
     };
     let reads = Arc::new(AtomicUsize::new(0));
     let source = Counting {

@@ -8,7 +8,7 @@
 use std::time::Duration;
 
 use process_orders::money::Money;
-use process_orders::payment::http::{Reading, classify, classify_lookup};
+use process_orders::payment::answers::{Reading, classify, classify_lookup};
 use process_orders::payment::{ChargeStatus, PaymentError};
 use reqwest::StatusCode;
 use serde_json::json;

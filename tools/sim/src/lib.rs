@@ -50,7 +50,7 @@ use lambda_kit::Clock;
 use process_orders::app::App;
 use process_orders::config::Config;
 use process_orders::money::{Currency, Money};
-use process_orders::payment::http::RetryableFailures;
+use process_orders::payment::answers::RetryableFailures;
 use sqs_batch::dead_letter::SqsDeadLetters;
 use sqs_batch::visibility::SqsVisibility;
 use sqs_batch::{Backoff, Batch, Message, MessageAttributes, QueueKind, RecordStatus};

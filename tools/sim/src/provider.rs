@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use lambda_kit::Clock;
 use process_orders::money::Money;
-use process_orders::payment::http::{Reading, RetryableFailures};
+use process_orders::payment::answers::{Reading, RetryableFailures};
 use process_orders::payment::{ChargeRequest, ChargeStatus, PaymentError, PaymentGateway};
 
 use crate::dialect::{self, ChargeAnswer, Dialect, LookupAnswer};

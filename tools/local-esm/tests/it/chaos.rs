@@ -183,7 +183,7 @@ async fn every_valid_order_is_charged_exactly_once_and_only_poison_reaches_the_d
         api_key: process_orders::payment::KeySetting::None,
         connect_timeout: Duration::from_millis(500),
         timeout: Duration::from_secs(1),
-        retryable_failures: process_orders::payment::http::RetryableFailures::default(),
+        retryable_failures: process_orders::payment::answers::RetryableFailures::default(),
     })
     .unwrap();
     let app = App::with_ports(&config, store, gateway, SystemClock).with_backoff(Some(Backoff {

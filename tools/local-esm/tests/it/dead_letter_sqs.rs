@@ -305,7 +305,7 @@ async fn a_fifo_record_only_a_person_can_settle_leaves_alone_and_its_group_goes_
         api_key: process_orders::payment::KeySetting::None,
         connect_timeout: Duration::from_millis(500),
         timeout: Duration::from_secs(1),
-        retryable_failures: process_orders::payment::http::RetryableFailures::default(),
+        retryable_failures: process_orders::payment::answers::RetryableFailures::default(),
     })
     .expect("gateway");
     let app = App::with_ports(&config, store, gateway, SystemClock).with_dead_letters(Some(

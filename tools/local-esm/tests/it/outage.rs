@@ -103,7 +103,7 @@ fn app<S: IdempotencyStore>(
         api_key: process_orders::payment::KeySetting::None,
         connect_timeout: Duration::from_millis(500),
         timeout: Duration::from_secs(1),
-        retryable_failures: process_orders::payment::http::RetryableFailures::default(),
+        retryable_failures: process_orders::payment::answers::RetryableFailures::default(),
     })
     .expect("gateway");
     App::with_ports(&config, store, gateway, SystemClock).with_backoff(Some(Backoff {
