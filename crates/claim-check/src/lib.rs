@@ -1,7 +1,8 @@
 //! # claim-check
 //!
-//! A payload too large for an SQS message (256 KiB) travels through a store (S3), and the
-//! message carries a pointer to it. A message whose `payload-pointer` attribute is `s3` has a
+//! A payload too large for an SQS message (above its queue's `MaximumMessageSize`: 1 MiB at
+//! most, and often set lower) travels through a store (S3), and the message carries a pointer
+//! to it. A message whose `payload-pointer` attribute is `s3` has a
 //! body of `{"bucket": ..., "key": ..., "size": ...}`; [`ClaimCheck`] wraps any
 //! [`RecordHandler`], loads the object, and hands the inner handler the same message with the
 //! payload as its body. Everything the inner handler decides stands; a pointer that can never be
