@@ -49,7 +49,7 @@ test: $(PY_STAMP)
 	$(CARGO) test -p claim-check -p process-orders --features claim-check/s3,process-orders/s3-claim-check --lib
 	PATH="$(VENV)/bin:$$PATH" $(CARGO) test -p orders-ops --features s3-claim-check --test it
 
-# An on-call session on a local server: orders-ops depth, inspect and redrive --manual.
+# An on-call session on a local server: orders-ops depth, inspect and redrive.
 ops-demo: $(PY_STAMP)
 	@$(CARGO) build --quiet -p local-esm -p orders-ops
 	@PATH="$(VENV)/bin:$$PATH" ESM="$${CARGO_TARGET_DIR:-target}/debug/local-esm" OPS="$${CARGO_TARGET_DIR:-target}/debug/orders-ops" scripts/ops-session.sh

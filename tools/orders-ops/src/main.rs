@@ -17,7 +17,7 @@ use std::process::ExitCode;
 use std::time::{Duration, SystemTime};
 
 use aws_sdk_sqs::Client;
-use clap::{Args, Parser, Subcommand, ValueEnum};
+use clap::{Args, CommandFactory, Parser, Subcommand, ValueEnum};
 use orders_ops::{self as ops, Queue};
 use sqs_admin::{FailureClass, ToolError, progress_bar, sdk_config};
 
@@ -99,16 +99,34 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
-    /// Moves the DLQ's messages back to the source queue, after a confirmation.
+    /// Moves the DLQ's messages back to the source queue by reason, after a confirmation:
+    /// every reason but `conflict` unless --reason names some. Messages SQS's redrive moved go
+    /// back stamped, so the function still knows they were tried before.
     #[command(after_help = "Examples:
-  orders-ops redrive --queue orders                 (SQS's own move task, 10 a second)
-  orders-ops redrive --queue orders --rate 2 --yes
-  orders-ops redrive --queue orders.fifo --manual   (receive, send, delete: FIFO groups kept)")]
+  orders-ops redrive --queue orders                 (every reason but conflict, 10 a second)
+  orders-ops redrive --queue orders --dry-run       (what would move, by reason)
+  orders-ops redrive --queue orders --reason payment_rejected,retries_exhausted --rate 2 --yes
+  orders-ops redrive --queue orders --reason redrive_policy   (only SQS's own moves)
+  orders-ops redrive --queue orders.fifo --move-task   (SQS's move task: everything, unstamped)
+
+Reasons: the function's reason codes (invalid_body, payment_rejected, conflict, ...; see
+`orders-ops inspect`), redrive_policy for a message SQS's redrive moved (no dead-letter-failure
+attribute), unreadable for one whose attribute cannot be read.")]
     Redrive {
         #[command(flatten)]
         queue: QueueArg,
-        /// Receive, send and delete by hand instead of SQS's message move task (moto has none).
-        #[arg(long)]
+        /// Only messages with this reason (repeat it, or separate reasons with commas). Without
+        /// it, every reason but conflict: a conflict goes back only when named.
+        #[arg(long = "reason", value_name = "REASON", value_delimiter = ',',
+              value_parser = clap::builder::NonEmptyStringValueParser::new())]
+        reasons: Vec<String>,
+        /// SQS's own message move task instead: moves every message, cannot filter by reason,
+        /// and gives the messages SQS's redrive moved a new id and send time, so they lose their
+        /// age. Not with --reason.
+        #[arg(long, conflicts_with = "manual")]
+        move_task: bool,
+        /// The default (receive, send and delete by hand); the name older runbooks use.
+        #[arg(long, hide = true)]
         manual: bool,
         /// Messages a second (SQS's move task takes at most 500).
         #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u16).range(1..=500))]
@@ -116,7 +134,7 @@ enum Command {
         /// Do not ask for confirmation.
         #[arg(long)]
         yes: bool,
-        /// Say what would move, and move nothing.
+        /// Read every message and say, by reason, what would move; move nothing.
         #[arg(long)]
         dry_run: bool,
     },
@@ -221,6 +239,28 @@ impl From<ToolError> for Failure {
     }
 }
 
+impl Cli {
+    /// What clap's attributes cannot say: why a move task takes no reason. Refused before any
+    /// AWS call, as a wrong command line (252).
+    fn checked(self) -> Result<Self, clap::Error> {
+        if let Command::Redrive {
+            move_task: true,
+            reasons,
+            ..
+        } = &self.command
+            && !reasons.is_empty()
+        {
+            return Err(Self::command().error(
+                clap::error::ErrorKind::ArgumentConflict,
+                "--move-task cannot be used with --reason: SQS's message move task moves every \
+                 message of the DLQ and cannot filter them. Drop --move-task to redrive by reason \
+                 (the default receives, filters, stamps and sends back).",
+            ));
+        }
+        Ok(self)
+    }
+}
+
 /// The exit code for a command line clap refused (252), or 0 for `--help` and `--version`.
 fn usage_code(error: &clap::Error) -> u8 {
     match error.kind() {
@@ -241,7 +281,7 @@ struct QueueArg {
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> ExitCode {
     sqs_admin::init_tool_logging();
-    let cli = match Cli::try_parse() {
+    let cli = match Cli::try_parse().and_then(Cli::checked) {
         Ok(cli) => cli,
         Err(error) => {
             let _ = error.print();
@@ -335,7 +375,9 @@ async fn run(cli: Cli) -> Result<(), Failure> {
         }
         Command::Redrive {
             queue,
-            manual,
+            reasons,
+            move_task,
+            manual: _,
             rate,
             yes,
             dry_run,
@@ -343,21 +385,78 @@ async fn run(cli: Cli) -> Result<(), Failure> {
             let source = ops::resolve(&sqs, &queue.queue).await?;
             let dlq = ops::dead_letter_queue(&sqs, &source).await?;
             say(ops::REDRIVE_CHECKLIST);
+            if move_task {
+                say(ops::MOVE_TASK_WARNING);
+            }
             let waiting = ops::depth(&sqs, &dlq.url).await?;
+            let selection = if move_task {
+                ops::Selection::Everything
+            } else {
+                ops::Selection::named(&reasons)
+            };
             say(&format!(
-                "Move the {} message(s) of {} back to {} at {rate}/s ({}).",
+                "Move {} of the {} message(s) of {} back to {} at {rate}/s ({}).",
+                match &selection {
+                    ops::Selection::Default => "every reason but conflict".to_owned(),
+                    ops::Selection::Only(named) => format!(
+                        "the reason(s) {}",
+                        named.iter().cloned().collect::<Vec<_>>().join(", ")
+                    ),
+                    ops::Selection::Everything => "all (a move task)".to_owned(),
+                },
                 waiting.visible,
                 dlq.name(),
                 source.name(),
                 place(&source.arn)
             ));
+            let plan = ops::Plan {
+                selection,
+                rate: u32::from(rate),
+                dry_run,
+            };
             if dry_run {
-                say("Dry run: nothing moved.");
+                // Read, counted by reason, made visible again: the same loop, sending nothing.
+                let bar = progress_bar(waiting.visible, "read");
+                let seen = ops::redrive_manual(&sqs, &dlq, &source, &plan, |m| {
+                    bar.set_position(m.read.values().sum::<usize>() as u64);
+                })
+                .await?;
+                bar.finish_and_clear();
+                let read: usize = seen.read.values().sum();
+                // SQS's own moves: stamped by the default redrive, unstamped by a move task.
+                let (stamped, aged) = if move_task {
+                    (0, seen.stamped)
+                } else {
+                    (seen.stamped, 0)
+                };
+                say(&format!(
+                    "Dry run: read {read} message(s); nothing moved.\nwould move: {} ({}; {} not \
+                     fitting the source queue)\nwould stay in the DLQ: {}",
+                    by_reason(&seen.moved_by_reason),
+                    if move_task {
+                        format!("{aged} of SQS's own moves, which a move task cannot stamp")
+                    } else {
+                        format!("{stamped} of SQS's own moves to be stamped")
+                    },
+                    seen.failed,
+                    by_reason(&seen.skipped)
+                ));
+                warn_unmatched(&plan.selection, &seen, say);
+                if seen
+                    .skipped
+                    .keys()
+                    .any(|r| ops::KEPT_BY_DEFAULT.contains(&r.as_str()))
+                {
+                    say(CONFLICT_NOTE);
+                }
                 if json {
                     println!(
                         "{}",
                         serde_json::json!({ "dry_run": true, "dlq": dlq.name(),
-                            "queue": source.name(), "messages": waiting.visible })
+                            "queue": source.name(), "messages": waiting.visible, "read": read,
+                            "would_move": seen.moved_by_reason, "would_stamp": stamped,
+                            "would_lose_age": aged,
+                            "would_skip": seen.skipped, "unfit": seen.failed })
                     );
                 }
                 return Ok(());
@@ -365,27 +464,43 @@ async fn run(cli: Cli) -> Result<(), Failure> {
             if !yes && !confirm(json)? {
                 return Err(Failure::NotDone("not confirmed; nothing moved".into()));
             }
-            if manual {
-                let bar = progress_bar(waiting.visible, "moved");
-                let moved = ops::redrive_manual(&sqs, &dlq, &source, u32::from(rate), |m| {
-                    bar.set_position(m.moved as u64);
-                })
-                .await?;
-                bar.finish_and_clear();
-                say(&format!(
-                    "moved {} message(s); {} refused by the source queue",
-                    moved.moved, moved.failed
-                ));
-                if json {
-                    println!(
-                        "{}",
-                        serde_json::json!({ "moved": moved.moved, "refused": moved.failed })
-                    );
-                }
-                Ok(())
-            } else {
-                move_task(&sqs, &dlq, &source, i32::from(rate), json).await
+            if move_task {
+                return run_move_task(&sqs, &dlq, &source, i32::from(rate), json).await;
             }
+            let bar = progress_bar(waiting.visible, "moved");
+            let moved = ops::redrive_manual(&sqs, &dlq, &source, &plan, |m| {
+                bar.set_position(m.moved as u64);
+            })
+            .await?;
+            bar.finish_and_clear();
+            say(&format!(
+                "moved {} message(s): {} ({} of SQS's own moves stamped, {} of them with an \
+                 attribute or the detail left out); {} refused by the source queue or not \
+                 fitting it\nleft in the DLQ by reason: {}",
+                moved.moved,
+                by_reason(&moved.moved_by_reason),
+                moved.stamped,
+                moved.trimmed,
+                moved.failed,
+                by_reason(&moved.skipped)
+            ));
+            warn_unmatched(&plan.selection, &moved, say);
+            if moved
+                .skipped
+                .keys()
+                .any(|r| ops::KEPT_BY_DEFAULT.contains(&r.as_str()))
+            {
+                say(CONFLICT_NOTE);
+            }
+            if json {
+                println!(
+                    "{}",
+                    serde_json::json!({ "moved": moved.moved, "refused": moved.failed,
+                        "stamped": moved.stamped, "trimmed": moved.trimmed,
+                        "moved_by_reason": moved.moved_by_reason, "skipped": moved.skipped })
+                );
+            }
+            Ok(())
         }
         Command::ClearDecline {
             table,
@@ -517,6 +632,34 @@ async fn run(cli: Cli) -> Result<(), Failure> {
     }
 }
 
+/// Said when conflicts stay behind: where they go instead.
+const CONFLICT_NOTE: &str = "conflict copies (another payload under an order id already charged) \
+can never succeed: they go to the producer's team. Name --reason conflict to send them back anyway.";
+
+/// Counts by reason, for a person: `conflict 2, redrive_policy 1`, or `none`.
+fn by_reason(counts: &std::collections::BTreeMap<String, usize>) -> String {
+    if counts.is_empty() {
+        return "none".to_owned();
+    }
+    counts
+        .iter()
+        .map(|(reason, n)| format!("{reason} {n}"))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// Names the reasons `--reason` gave that no message had: a typo moves nothing, and says so.
+fn warn_unmatched(selection: &ops::Selection, seen: &ops::Moved, say: impl Fn(&str)) {
+    let unmatched = selection.unmatched(&seen.read);
+    if !unmatched.is_empty() {
+        say(&format!(
+            "No message read had the reason(s) {} (reasons read: {}).",
+            unmatched.join(", "),
+            by_reason(&seen.read)
+        ));
+    }
+}
+
 /// Asks for `yes` (on stderr when stdout carries JSON).
 fn confirm(json: bool) -> Result<bool, Failure> {
     let prompt = "Type yes to go on: ";
@@ -633,7 +776,7 @@ async fn inspect(sqs: &Client, source: &Queue, max: usize, json: bool) -> Result
 
 /// SQS's own redrive: a message move task at `rate` per second, followed until it ends and
 /// cancelled on Ctrl-C.
-async fn move_task(
+async fn run_move_task(
     sqs: &Client,
     dlq: &Queue,
     source: &Queue,
@@ -650,7 +793,7 @@ async fn move_task(
         .map_err(|e| {
             ToolError::aws(
                 "start the message move task (a server without move tasks, such as moto, \
-                 needs --manual)",
+                 needs the default redrive, without --move-task)",
                 e,
             )
         })?;
@@ -712,7 +855,6 @@ async fn move_task(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use clap::CommandFactory;
 
     #[test]
     fn the_command_line_is_consistent() {

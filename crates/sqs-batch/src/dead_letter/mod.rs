@@ -42,6 +42,10 @@ pub const BATCH_LIMIT: usize = 10;
 /// SQS allows a message ten.
 pub const FAILURE_ATTRIBUTE: &str = "dead-letter-failure";
 
+/// The reason a moved copy reads as when its [`FAILURE_ATTRIBUTE`] is there but cannot be read
+/// ([`Failure::of`]).
+pub const UNREADABLE_REASON: &str = "unreadable";
+
 /// Why a record was moved, as its copy in the DLQ carries it ([`FAILURE_ATTRIBUTE`]). Read
 /// leniently (every field may be missing): a copy moved by another build still tells its
 /// history.
@@ -106,7 +110,7 @@ impl Failure {
     pub fn of(message: &Message<'_>) -> Option<Self> {
         let text = message.attributes.string(FAILURE_ATTRIBUTE)?;
         Some(serde_json::from_str(&text).unwrap_or_else(|_| Failure {
-            reason: "unreadable".to_owned(),
+            reason: UNREADABLE_REASON.to_owned(),
             first_failure_ms: Some(0),
             ..Failure::default()
         }))

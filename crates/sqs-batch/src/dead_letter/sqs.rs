@@ -262,6 +262,18 @@ fn fit(one: &Move<'_>, max_bytes: usize) -> Result<Copy, String> {
     }
 }
 
+/// The message attributes of `one`'s copy: the message's own (without an earlier failure) and
+/// `one.failure`, within SQS's ten attributes and `max_bytes` (body included), trimmed as the
+/// function trims its own moves and named in the failure's `trimmed`; or why it cannot fit (the
+/// body alone is too large). For a tool that sends such copies itself (`orders-ops redrive`
+/// stamps the messages SQS's redrive moved), so that every copy is fitted by this one rule.
+pub fn copy_attributes(
+    one: &Move<'_>,
+    max_bytes: usize,
+) -> Result<HashMap<String, MessageAttributeValue>, String> {
+    fit(one, max_bytes).map(|copy| copy.attributes)
+}
+
 /// The copies in calls of at most ten entries and [`BATCH_BYTES`], in their order.
 fn calls(copies: Vec<(usize, Copy)>) -> Vec<Vec<(usize, Copy)>> {
     let mut calls: Vec<Vec<(usize, Copy)>> = Vec::new();

@@ -123,6 +123,59 @@ fn numbers_are_checked_against_their_ranges() {
     assert_eq!(output.status.code(), Some(252));
 }
 
+/// A move task moves every message and cannot filter: `--move-task` with `--reason` is refused
+/// as a wrong command line, saying why, before any AWS call (nothing is configured here: a call
+/// would fail with 253). So are an empty reason and `--move-task` with `--manual`.
+#[test]
+fn a_move_task_takes_no_reason() {
+    for args in [
+        &[
+            "redrive",
+            "--queue",
+            "orders",
+            "--move-task",
+            "--reason",
+            "conflict",
+        ][..],
+        &[
+            "redrive",
+            "--queue",
+            "orders",
+            "--reason=payment_rejected",
+            "--move-task",
+            "--yes",
+        ],
+    ] {
+        let output = ops(args, "");
+        assert_eq!(
+            output.status.code(),
+            Some(252),
+            "{args:?}: {}",
+            stderr(&output)
+        );
+        assert!(
+            stderr(&output).contains("--move-task cannot be used with --reason")
+                && stderr(&output).contains("cannot filter"),
+            "{args:?}: {}",
+            stderr(&output)
+        );
+        assert!(output.stdout.is_empty(), "{args:?} printed a result");
+    }
+    for args in [
+        &["redrive", "--queue", "orders", "--reason", ""][..],
+        &["redrive", "--queue", "orders", "--reason", "conflict,"],
+        &["redrive", "--queue", "orders", "--move-task", "--manual"],
+    ] {
+        let output = ops(args, "");
+        assert_eq!(
+            output.status.code(),
+            Some(252),
+            "{args:?}: {}",
+            stderr(&output)
+        );
+    }
+}
+
 /// A fresh standard queue and its DLQ on moto, named from `prefix`: the endpoint, a client, the
 /// pair.
 async fn queue_pair_on_moto(prefix: &str) -> (String, Client, setup::QueuePair) {
@@ -198,8 +251,9 @@ async fn exit_codes_follow_the_aws_clis_classes() {
     assert_eq!(missing.status.code(), Some(254), "{}", stderr(&missing));
 }
 
-/// `--dry-run` says where and what, and changes nothing; with `--output json` the result is one
-/// JSON object on stdout and the checklist goes to stderr.
+/// `--dry-run` says where and, by reason, what would move, and changes nothing; with `--output
+/// json` the result is one JSON object on stdout and the checklist goes to stderr. A move task's
+/// dry run warns that it cannot filter or stamp, and counts the conflict as moving too.
 #[tokio::test]
 async fn a_dry_run_redrive_names_the_account_and_moves_nothing() {
     let (endpoint, sqs, queue) = queue_pair_on_moto("cli-dry").await;
@@ -211,9 +265,27 @@ async fn a_dry_run_redrive_names_the_account_and_moves_nothing() {
             .await
             .expect("send");
     }
+    let conflict = sqs_batch::dead_letter::Failure {
+        reason: "conflict".into(),
+        ..Default::default()
+    };
+    sqs.send_message()
+        .queue_url(&queue.dlq_url)
+        .message_body(r#"{"order_id": "o-1", "amount": 7}"#)
+        .message_attributes(
+            sqs_batch::dead_letter::FAILURE_ATTRIBUTE,
+            aws_sdk_sqs::types::MessageAttributeValue::builder()
+                .data_type("String")
+                .string_value(serde_json::to_string(&conflict).expect("JSON"))
+                .build()
+                .expect("attribute"),
+        )
+        .send()
+        .await
+        .expect("send");
     let account = queue.dlq_url.split('/').nth(3).expect("account in the URL");
-    let output = ops(
-        &[
+    let dry_run = |extra: &[&str]| {
+        let mut args = vec![
             "redrive",
             "--queue",
             &queue.name,
@@ -222,18 +294,44 @@ async fn a_dry_run_redrive_names_the_account_and_moves_nothing() {
             "--dry-run",
             "--output",
             "json",
-        ],
-        "",
-    );
-    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
-    let result: serde_json::Value =
-        serde_json::from_slice(&output.stdout).expect("one JSON object on stdout");
+        ];
+        args.extend_from_slice(extra);
+        let output = ops(&args, "");
+        assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+        let result: serde_json::Value =
+            serde_json::from_slice(&output.stdout).expect("one JSON object on stdout");
+        (result, stderr(&output))
+    };
+    let (result, said) = dry_run(&[]);
     assert_eq!(result["dry_run"], true);
-    assert_eq!(result["messages"], 3);
+    assert_eq!(result["messages"], 4);
+    assert_eq!(result["read"], 4, "{result}");
+    assert_eq!(
+        result["would_move"],
+        serde_json::json!({ "redrive_policy": 3 }),
+        "{result}"
+    );
+    assert_eq!(result["would_stamp"], 3, "{result}");
+    assert_eq!(result["would_skip"], serde_json::json!({ "conflict": 1 }));
+    assert!(said.contains(&format!("account {account}")), "{said}");
+    assert!(said.contains("producer's team"), "{said}");
+    assert!(!said.contains("Warning"), "{said}");
+    // `--manual`, the old name of the default, is still taken.
+    let (manual, _) = dry_run(&["--manual"]);
+    assert_eq!(manual["would_move"], result["would_move"]);
+    let (task, said) = dry_run(&["--move-task"]);
+    assert_eq!(
+        task["would_move"],
+        serde_json::json!({ "conflict": 1, "redrive_policy": 3 }),
+        "{task}"
+    );
+    assert_eq!(
+        (&task["would_stamp"], &task["would_lose_age"]),
+        (&0.into(), &3.into())
+    );
     assert!(
-        stderr(&output).contains(&format!("account {account}")),
-        "{}",
-        stderr(&output)
+        said.contains("Warning: SQS's move task") && said.contains("new MessageId"),
+        "{said}"
     );
     let depth = sqs
         .get_queue_attributes()
@@ -249,7 +347,7 @@ async fn a_dry_run_redrive_names_the_account_and_moves_nothing() {
                 |a| a.get(&aws_sdk_sqs::types::QueueAttributeName::ApproximateNumberOfMessages)
             )
             .map(String::as_str),
-        Some("3"),
+        Some("4"),
         "a dry run moved messages"
     );
 }
