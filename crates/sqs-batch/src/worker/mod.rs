@@ -8,9 +8,11 @@
 //! - **Delete after success**: the acknowledged and moved records of a batch are deleted with
 //!   `DeleteMessageBatch`; every `Failed` entry is retried, then logged (the message comes back,
 //!   and idempotency answers it as a duplicate).
-//! - **Heartbeat**: while a batch runs its messages' visibility is extended every third of the
-//!   extension; never past SQS's 12 hours from the receive, which is logged as an error, not
-//!   clamped. A worker that dies stops extending, so its messages return within one extension.
+//! - **Heartbeat**: while a batch's records run its messages' visibility is extended every third
+//!   of the extension; never past SQS's 12 hours from the receive, which is logged as an error,
+//!   not clamped. It stops before the DLQ moves and the visibility backoff, so a reported
+//!   record's backoff is the last visibility it gets. A worker that dies stops extending, so its
+//!   messages return within one extension.
 //! - **Graceful shutdown**: once `shutdown` resolves (SIGTERM or SIGINT: [`shutdown_signal`]) no
 //!   receive starts; a receive in flight ends (at most `WaitTimeSeconds`) and what it brought is
 //!   released (visibility 0); records already started finish, records not started are released,
@@ -35,12 +37,12 @@ use lambda_kit::{Clock, Env, EnvError};
 use tokio::sync::Notify;
 use tracing::{error, info, warn};
 
+use crate::Backoff;
 use crate::backoff::BackoffPolicy;
 use crate::dead_letter::{DeadLetterPort, DeadLetters};
 use crate::edge::{Batch, Message};
 use crate::processor::{BatchProcessor, RecordHandler, RecordStatus};
 use crate::visibility::{self, Change, VisibilityPort};
-use crate::{Backoff, process_batch};
 
 /// SQS keeps a received message invisible for at most 12 hours from the receive.
 pub const VISIBILITY_CAP_MS: u64 = 12 * 3_600_000;
@@ -436,16 +438,32 @@ where
             port: self.visibility.clone(),
             policy,
         });
-        let work = process_batch(
-            &self.processor,
-            &batch,
-            deadline_ms,
-            backoff.as_ref(),
-            self.dead_letters.as_ref(),
-        );
+        let dead_letters = self.dead_letters.as_ref();
+        let records = async {
+            let learned = crate::learn(&self.processor, &batch, deadline_ms, dead_letters).await;
+            let report = crate::run(&self.processor, &batch, deadline_ms.into(), &learned).await;
+            (learned, report)
+        };
+        let work = async {
+            // The heartbeat runs while the records do, and stops before the moves and the
+            // backoff: the visibility the backoff gives a reported record must be its last.
+            let (learned, report) = tokio::select! {
+                done = records => done,
+                never = self.heartbeat(&batch.messages, received_at) => match never {},
+            };
+            crate::settle(
+                &self.processor,
+                &batch,
+                deadline_ms,
+                report,
+                learned,
+                backoff.as_ref(),
+                dead_letters,
+            )
+            .await
+        };
         let outcome = tokio::select! {
             processed = work => Some(processed),
-            never = self.heartbeat(&batch.messages, received_at) => match never {},
             () = drain_over(stop) => None,
         };
         match outcome {

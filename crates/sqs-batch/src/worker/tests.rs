@@ -4,7 +4,7 @@
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::Mutex;
-use std::sync::atomic::AtomicUsize;
+use std::sync::atomic::{AtomicU64, AtomicUsize};
 
 use super::*;
 use crate::dead_letter::NoDeadLetters;
@@ -22,6 +22,8 @@ struct FakeQueue {
     /// Delete entries to fail, by message id, each once.
     fail_deletes: Mutex<Vec<String>>,
     receive_errors: AtomicUsize,
+    /// How long a visibility change takes to answer, ms, after SQS applied it (0: at once).
+    change_latency_ms: AtomicU64,
 }
 
 #[derive(Default)]
@@ -45,6 +47,7 @@ impl FakeQueue {
             state: Mutex::default(),
             fail_deletes: Mutex::default(),
             receive_errors: AtomicUsize::new(0),
+            change_latency_ms: AtomicU64::new(0),
         };
         {
             let mut state = queue.state.lock().unwrap();
@@ -72,6 +75,11 @@ impl FakeQueue {
 
     fn changes(&self) -> Vec<(String, u64, u64)> {
         self.state.lock().unwrap().changes.clone()
+    }
+
+    /// When the message is visible again, ms since start (`None`: deleted).
+    fn visible_from(&self, id: &str) -> Option<u64> {
+        self.state.lock().unwrap().messages.get(id).map(|m| m.1)
     }
 }
 
@@ -150,21 +158,28 @@ impl VisibilityPort for &FakeQueue {
             queue_url,
             "https://sqs.us-east-1.amazonaws.com/123456789012/work"
         );
-        let mut state = self.state.lock().unwrap();
-        let now = self.now_ms();
-        for change in changes {
-            state
-                .changes
-                .push((change.message_id.to_owned(), change.seconds, now));
-            if let Some(m) = state.messages.get_mut(change.message_id) {
-                m.1 = now + change.seconds * 1_000;
+        {
+            let mut state = self.state.lock().unwrap();
+            let now = self.now_ms();
+            for change in changes {
+                state
+                    .changes
+                    .push((change.message_id.to_owned(), change.seconds, now));
+                if let Some(m) = state.messages.get_mut(change.message_id) {
+                    m.1 = now + change.seconds * 1_000;
+                }
             }
+        }
+        let latency = self.change_latency_ms.load(Ordering::SeqCst);
+        if latency > 0 {
+            tokio::time::sleep(Duration::from_millis(latency)).await;
         }
         Vec::new()
     }
 }
 
-/// Sleeps the time its body names (ms), counting what it started and finished.
+/// Sleeps the time its body names (ms), counting what it started and finished; ACK, or the
+/// verdict the body names after the time (`9500 retry`, `0 poison`).
 #[derive(Default)]
 struct Sleeper {
     started: Mutex<Vec<String>>,
@@ -177,13 +192,18 @@ impl RecordHandler for Sleeper {
             .lock()
             .unwrap()
             .push(message.message_id.to_owned());
-        let ms: u64 = message.body.parse().unwrap_or(0);
+        let mut words = message.body.split_whitespace();
+        let ms: u64 = words.next().and_then(|w| w.parse().ok()).unwrap_or(0);
         tokio::time::sleep(Duration::from_millis(ms)).await;
         self.finished
             .lock()
             .unwrap()
             .push(message.message_id.to_owned());
-        Verdict::ack("slept")
+        match words.next() {
+            Some("retry") => Verdict::retry("tried"),
+            Some("poison") => Verdict::poison("unreadable"),
+            _ => Verdict::ack("slept"),
+        }
     }
 }
 
@@ -387,6 +407,39 @@ async fn the_heartbeat_keeps_a_long_record_invisible() {
     assert!(changes.iter().all(|c| c.0 == "long" && c.1 == 30));
     // Received once: never visible while it ran.
     assert_eq!(worker.handler().started.lock().unwrap().len(), 1);
+}
+
+/// Issue 49, worker item 1. A RETRY's backoff is the last visibility its message gets: the
+/// heartbeat stops when the records are processed, before the backoff, so no tick overwrites it.
+/// The backoff's call answers a second after SQS applied it, and the record ends half a second
+/// before a tick: with the heartbeat still running through the backoff, that tick lands after it
+/// and the message would come back after the extension (30 s) instead of its backoff.
+#[tokio::test(start_paused = true)]
+async fn no_heartbeat_overwrites_a_retrys_backoff() {
+    let queue = FakeQueue::with(&[("retry", "9500 retry")]);
+    queue.change_latency_ms.store(1_000, Ordering::SeqCst);
+    let worker = worker(
+        &queue,
+        WorkerOptions::default()
+            .with_receives_in_flight(1)
+            .with_visibility_extension_s(30),
+        false,
+    )
+    .with_backoff(BackoffPolicy {
+        base_s: 200,
+        cap_s: 200,
+    });
+    worker
+        .run(tokio::time::sleep(Duration::from_millis(15_000)))
+        .await;
+    let changes = queue.changes();
+    // Receive 1: a delay in [100, 200] s, set when the record ended.
+    let (id, seconds, at) = changes.last().cloned().expect("a backoff");
+    assert_eq!(id, "retry");
+    assert!((100..=200).contains(&seconds), "{changes:?}");
+    assert!((9_500..9_510).contains(&at), "{changes:?}");
+    assert!(changes.iter().all(|c| c.1 != 30), "{changes:?}");
+    assert_eq!(queue.visible_from("retry"), Some(at + seconds * 1_000));
 }
 
 /// The heartbeat never extends past SQS's 12 hours from the receive: it stops (an error in the
