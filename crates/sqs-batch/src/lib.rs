@@ -101,7 +101,7 @@ pub use edge::{
 };
 pub use lambda_kit::{Clock, Env, EnvError, ManualClock, SystemClock};
 pub use processor::{
-    BatchOptions, BatchProcessor, BatchReport, Counts, FifoScope, Invocation, Outcome,
+    ABANDONED, BatchOptions, BatchProcessor, BatchReport, Counts, FifoScope, Invocation, Outcome,
     RecordContext, RecordHandler, RecordStatus, Verdict,
 };
 pub use typed::{Json, Record, json};

@@ -16,7 +16,9 @@
 //! - **Graceful shutdown**: once `shutdown` resolves (SIGTERM or SIGINT: [`shutdown_signal`]) no
 //!   receive starts; a receive in flight ends (at most `WaitTimeSeconds`) and what it brought is
 //!   released (visibility 0); records already started finish, records not started are released,
-//!   within [`WorkerOptions::drain_timeout_ms`]; past it, what is unfinished is released.
+//!   within [`WorkerOptions::drain_timeout_ms`]. At its end the records still running are
+//!   abandoned ([`BatchProcessor::abandon_running`]) and released; the rest of their batch is
+//!   settled as usual (the finished deleted, POISON moved), so nothing that finished comes back.
 //! - **Scaling on backlog**: every minute the worker writes an EMF document with the queue's
 //!   visible messages and `Consumers` 1, so that CloudWatch can divide the first by the sum of the
 //!   second (the backlog per consumer, [`backlog_per_consumer`]) for a target-tracking policy.
@@ -41,7 +43,7 @@ use crate::Backoff;
 use crate::backoff::BackoffPolicy;
 use crate::dead_letter::{DeadLetterPort, DeadLetters};
 use crate::edge::{Batch, Message};
-use crate::processor::{BatchProcessor, RecordHandler, RecordStatus};
+use crate::processor::{ABANDONED, BatchProcessor, RecordHandler, RecordStatus};
 use crate::visibility::{self, Change, VisibilityPort};
 
 /// SQS keeps a received message invisible for at most 12 hours from the receive.
@@ -265,7 +267,7 @@ struct Counters {
 /// The stop, as the lanes see it.
 struct Stop {
     stopping: Notify,
-    drain_over: Notify,
+    /// Set at the drain's end, before the running records are abandoned.
     drain_is_over: AtomicBool,
 }
 
@@ -328,7 +330,6 @@ where
         let counters = Counters::default();
         let stop = Stop {
             stopping: Notify::new(),
-            drain_over: Notify::new(),
             drain_is_over: AtomicBool::new(false),
         };
         let lanes =
@@ -341,12 +342,12 @@ where
             stop.stopping.notify_waiters();
             tokio::time::sleep(Duration::from_millis(self.options.drain_timeout_ms)).await;
             stop.drain_is_over.store(true, Ordering::SeqCst);
-            stop.drain_over.notify_waiters();
+            self.processor.abandon_running();
         };
         tokio::select! {
             _ = async { tokio::join!(lanes, metrics) } => {}
-            // The stopper never ends first: its last step is the drain's end, which the lanes
-            // answer by returning.
+            // The stopper never ends first: its last step is the drain's end, at which the
+            // running records are abandoned and the lanes settle their batches and return.
             () = async { stopper.await; std::future::pending::<()>().await } => {}
         }
         let report = WorkerReport {
@@ -444,77 +445,75 @@ where
             let report = crate::run(&self.processor, &batch, deadline_ms.into(), &learned).await;
             (learned, report)
         };
-        let work = async {
-            // The heartbeat runs while the records do, and stops before the moves and the
-            // backoff: the visibility the backoff gives a reported record must be its last.
-            let (learned, report) = tokio::select! {
-                done = records => done,
-                never = self.heartbeat(&batch.messages, received_at) => match never {},
-            };
-            crate::settle(
-                &self.processor,
-                &batch,
-                deadline_ms,
-                report,
-                learned,
-                backoff.as_ref(),
-                dead_letters,
-            )
-            .await
+        // The heartbeat runs while the records do, and stops before the moves and the backoff:
+        // the visibility the backoff gives a reported record must be its last.
+        let (learned, report) = tokio::select! {
+            done = records => done,
+            never = self.heartbeat(&batch.messages, received_at) => match never {},
         };
-        let outcome = tokio::select! {
-            processed = work => Some(processed),
-            () = drain_over(stop) => None,
-        };
-        match outcome {
-            Some(Ok(processed)) => {
-                let reported: std::collections::HashSet<&str> = processed
-                    .response
-                    .batch_item_failures
-                    .iter()
-                    .map(|f| f.item_identifier.as_str())
-                    .collect();
-                let done: Vec<Delete<'_>> = batch
-                    .messages
-                    .iter()
-                    .filter(|m| !reported.contains(m.message_id))
-                    .filter_map(|m| {
-                        Some(Delete {
-                            message_id: m.message_id,
-                            receipt_handle: m.receipt_handle?,
-                        })
-                    })
-                    .collect();
-                self.delete(&done, counters).await;
-                // Not started because of the stop (or held behind a FIFO record that was not):
-                // back to the queue at once, whatever the receive count.
-                let statuses = &processed.report.statuses;
-                let stopped = |status: &RecordStatus| match status {
-                    RecordStatus::SkippedStopping => true,
-                    RecordStatus::SkippedAfter { culprit } => {
-                        matches!(statuses.get(*culprit), Some(RecordStatus::SkippedStopping))
-                    }
-                    _ => false,
-                };
-                let unstarted = batch
-                    .messages
-                    .iter()
-                    .zip(statuses)
-                    .filter(|(_, status)| stopped(status))
-                    .map(|(m, _)| m);
-                self.release(unstarted, counters).await;
-            }
-            Some(Err(e)) => {
+        let settled = crate::settle(
+            &self.processor,
+            &batch,
+            deadline_ms,
+            report,
+            learned,
+            backoff.as_ref(),
+            dead_letters,
+        )
+        .await;
+        let processed = match settled {
+            Ok(processed) => processed,
+            Err(e) => {
                 error!(error = %e, "a batch's response failed its check: nothing deleted");
+                return;
             }
-            None => {
-                warn!(
-                    records = batch.messages.len(),
-                    "the drain timeout ended this batch: its records are released"
-                );
-                self.release(batch.messages.iter(), counters).await;
-            }
+        };
+        let reported: std::collections::HashSet<&str> = processed
+            .response
+            .batch_item_failures
+            .iter()
+            .map(|f| f.item_identifier.as_str())
+            .collect();
+        let done: Vec<Delete<'_>> = batch
+            .messages
+            .iter()
+            .filter(|m| !reported.contains(m.message_id))
+            .filter_map(|m| {
+                Some(Delete {
+                    message_id: m.message_id,
+                    receipt_handle: m.receipt_handle?,
+                })
+            })
+            .collect();
+        self.delete(&done, counters).await;
+        // Back to the queue at once, whatever the receive count: what the stop kept from
+        // starting, what the drain's end abandoned, and what a FIFO hold kept behind either.
+        let drain_is_over = stop.drain_is_over.load(Ordering::SeqCst);
+        let statuses = &processed.report.statuses;
+        let cut_by_stop = |status: &RecordStatus| match status {
+            RecordStatus::SkippedStopping => true,
+            RecordStatus::Handled(verdict) => drain_is_over && verdict.reason == ABANDONED,
+            _ => false,
+        };
+        let unfinished: Vec<&Message<'_>> = batch
+            .messages
+            .iter()
+            .zip(statuses)
+            .filter(|(_, status)| match status {
+                RecordStatus::SkippedAfter { culprit } => {
+                    statuses.get(*culprit).is_some_and(cut_by_stop)
+                }
+                other => cut_by_stop(other),
+            })
+            .map(|(m, _)| m)
+            .collect();
+        if drain_is_over && !unfinished.is_empty() {
+            warn!(
+                records = unfinished.len(),
+                "the drain timeout ended this batch: its unfinished records are released"
+            );
         }
+        self.release(unfinished.into_iter(), counters).await;
     }
 
     /// Extends the batch's visibility every third of the extension, until SQS's cap; never
@@ -662,16 +661,6 @@ where
             }
         }
     }
-}
-
-/// Resolves once the drain is over (at once if it already is). The waiter is registered before
-/// the flag is read, so a notification between the two is never lost.
-async fn drain_over(stop: &Stop) {
-    let notified = stop.drain_over.notified();
-    if stop.drain_is_over.load(Ordering::SeqCst) {
-        return;
-    }
-    notified.await;
 }
 
 /// The wait after `failures` failed receives in a row: equal jitter in [bound/2, bound], the

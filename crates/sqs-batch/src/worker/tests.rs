@@ -377,6 +377,53 @@ async fn past_the_drain_timeout_the_unfinished_batch_is_released() {
     assert_eq!(queue.visible_messages().await.unwrap(), 1);
 }
 
+/// Issue 49, worker item 2. At the drain's end only what did not finish is released: a batch
+/// of a quick record, a POISON one and one longer than the drain. The quick one is deleted, the
+/// POISON one moved and deleted, neither released (a release would redeliver the first and
+/// copy the second to the DLQ again); the long one is abandoned and released.
+#[tokio::test(start_paused = true)]
+async fn at_the_drains_end_only_the_unfinished_records_are_released() {
+    let queue = FakeQueue::with(&[("quick", "1000"), ("bad", "0 poison"), ("long", "60000")]);
+    let dead_letters = RecordingDeadLetters {
+        max_receive_count: 3,
+        moved: Mutex::default(),
+    };
+    let worker = Worker::new(
+        Sleeper::default(),
+        ManualClock::at(1_767_225_600_000),
+        BatchOptions::default(),
+        &queue,
+        &queue,
+        WorkerOptions::default()
+            .with_receives_in_flight(1)
+            .with_drain_timeout_ms(5_000)
+            .with_metrics_interval_ms(0),
+    )
+    .with_dead_letters(DeadLetters {
+        port: &dead_letters,
+        moved_by: "worker".into(),
+    });
+    let started = tokio::time::Instant::now();
+    let report = worker
+        .run(tokio::time::sleep(Duration::from_millis(500)))
+        .await;
+    assert_eq!(started.elapsed(), Duration::from_millis(5_500));
+    assert_eq!(
+        *dead_letters.moved.lock().unwrap(),
+        [("bad".to_owned(), "unreadable".to_owned())]
+    );
+    assert_eq!(queue.deleted(), ["quick", "bad"]);
+    let released: Vec<String> = queue
+        .changes()
+        .into_iter()
+        .filter(|c| c.1 == 0)
+        .map(|c| c.0)
+        .collect();
+    assert_eq!(released, ["long"]);
+    assert_eq!((report.deleted, report.released), (2, 1));
+    assert_eq!(queue.visible_messages().await.unwrap(), 1);
+}
+
 /// A record that runs nearly three times the extension is kept invisible by the heartbeat: a change
 /// every third of the extension, each of the whole extension, and the message never visible
 /// while it runs.
