@@ -269,6 +269,22 @@ async fn a_killed_workers_message_comes_back_and_is_charged_once() {
     assert_eq!(world.stub.charges("dies"), 1);
 }
 
+/// Issue 49, worker item 5. The adapter's `ReceiveMessage` carries the visibility it is given
+/// (the worker's extension) as its `VisibilityTimeout`: on a queue whose own timeout is 0, a
+/// message it received is hidden from every other receive at once, not from the first heartbeat.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_adapter_receives_with_the_visibility_it_is_given() {
+    let world = world(0).await;
+    world.send("hidden").await;
+    let queue = SqsQueue::connect(world.sqs.clone(), &world.queue_url)
+        .await
+        .expect("queue");
+    let received = queue.receive(10, 0, 60).await.expect("receive");
+    assert_eq!(received.len(), 1);
+    assert_eq!(world.receive(0).await, Vec::<String>::new());
+    assert_eq!(world.depth().await, (0, 1));
+}
+
 /// A queue whose first `failing` delete calls fail every entry.
 struct FailingDeletes {
     queue: SqsQueue,
@@ -280,8 +296,13 @@ impl QueuePort for FailingDeletes {
         self.queue.arn()
     }
 
-    async fn receive(&self, max: u8, wait_s: u8) -> Result<Vec<sqs_batch::SqsMessage>, QueueError> {
-        self.queue.receive(max, wait_s).await
+    async fn receive(
+        &self,
+        max: u8,
+        wait_s: u8,
+        visibility_s: u32,
+    ) -> Result<Vec<sqs_batch::SqsMessage>, QueueError> {
+        self.queue.receive(max, wait_s, visibility_s).await
     }
 
     async fn delete(&self, entries: &[Delete<'_>]) -> Result<Vec<String>, QueueError> {
@@ -298,8 +319,9 @@ impl QueuePort for FailingDeletes {
     }
 }
 
-/// `DeleteMessageBatch` fails an entry every attempt: the message comes back after the queue's
-/// visibility timeout and is acknowledged as a duplicate, with no second charge request.
+/// `DeleteMessageBatch` fails an entry every attempt: the message comes back after the
+/// receive's visibility (the extension, 3 s) and is acknowledged as a duplicate, with no second
+/// charge request.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_message_whose_delete_failed_comes_back_as_a_duplicate() {
     let world = world(2).await;
@@ -319,6 +341,7 @@ async fn a_message_whose_delete_failed_comes_back_as_a_duplicate() {
     let visibility = sqs_batch::visibility::SqsVisibility::new(world.sqs.clone());
     let options = WorkerOptions::default()
         .with_wait_time_seconds(1)
+        .with_visibility_extension_s(3)
         .with_metrics_interval_ms(0)
         .with_receives_in_flight(1);
     let worker = app.into_worker(queue, visibility, options);

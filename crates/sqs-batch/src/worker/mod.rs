@@ -3,7 +3,9 @@
 //! under Lambda, and what Lambda's event source mapping did for it:
 //!
 //! - **Long polling**: `ReceiveMessage` with `WaitTimeSeconds` 20, up to 10 messages, every
-//!   attribute; several receives in flight ([`WorkerOptions::receives_in_flight`]). A failed
+//!   attribute, and `VisibilityTimeout` the heartbeat's extension (the messages are hidden for it
+//!   from the receive on, whatever the queue's own timeout); several receives in flight
+//!   ([`WorkerOptions::receives_in_flight`]). A failed
 //!   receive is retried with jittered backoff, never a crash loop.
 //! - **Delete after success**: the acknowledged and moved records of a batch are deleted with
 //!   `DeleteMessageBatch`; every `Failed` entry is retried, then logged (the message comes back,
@@ -203,11 +205,14 @@ pub trait QueuePort: Send + Sync {
     /// The queue's ARN (its kind, the DLQ moves, the visibility changes go by it).
     fn arn(&self) -> &str;
 
-    /// Up to `max` messages, waiting up to `wait_s` for the first, with every attribute.
+    /// Up to `max` messages, waiting up to `wait_s` for the first, with every attribute, each
+    /// invisible for `visibility_s` from the receive (`ReceiveMessage`'s `VisibilityTimeout`,
+    /// at most 12 hours) whatever the queue's own visibility timeout.
     fn receive(
         &self,
         max: u8,
         wait_s: u8,
+        visibility_s: u32,
     ) -> impl Future<Output = Result<Vec<SqsMessage>, QueueError>> + Send;
 
     /// Deletes up to ten messages; returns the message ids of the entries SQS did not delete.
@@ -382,7 +387,11 @@ where
         while !self.stopping() {
             let received = self
                 .queue
-                .receive(self.options.max_messages, self.options.wait_time_seconds)
+                .receive(
+                    self.options.max_messages,
+                    self.options.wait_time_seconds,
+                    self.receive_visibility_s(),
+                )
                 .await;
             let messages = match received {
                 Ok(messages) => {
@@ -411,6 +420,18 @@ where
             }
             self.batch(messages, stop, counters).await;
         }
+    }
+
+    /// The visibility a receive gives its messages: the extension, so they are hidden from the
+    /// start for as long as each heartbeat hides them, and the first heartbeat (a third of it
+    /// later) comes before the queue's own visibility timeout could end.
+    fn receive_visibility_s(&self) -> u32 {
+        u32::try_from(
+            self.options
+                .visibility_extension_s
+                .min(VISIBILITY_CAP_MS / 1_000),
+        )
+        .unwrap_or(u32::MAX)
     }
 
     /// One batch: processed with a heartbeat, then its finished records deleted.

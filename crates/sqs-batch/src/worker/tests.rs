@@ -34,6 +34,8 @@ struct QueueState {
     deleted: Vec<String>,
     /// (message id, seconds, at ms)
     changes: Vec<(String, u64, u64)>,
+    /// (message id, the receive's `VisibilityTimeout`)
+    receives: Vec<(String, u32)>,
 }
 
 impl FakeQueue {
@@ -77,6 +79,10 @@ impl FakeQueue {
         self.state.lock().unwrap().changes.clone()
     }
 
+    fn receives(&self) -> Vec<(String, u32)> {
+        self.state.lock().unwrap().receives.clone()
+    }
+
     /// When the message is visible again, ms since start (`None`: deleted).
     fn visible_from(&self, id: &str) -> Option<u64> {
         self.state.lock().unwrap().messages.get(id).map(|m| m.1)
@@ -88,7 +94,12 @@ impl QueuePort for FakeQueue {
         ARN
     }
 
-    async fn receive(&self, max: u8, wait_s: u8) -> Result<Vec<SqsMessage>, QueueError> {
+    async fn receive(
+        &self,
+        max: u8,
+        wait_s: u8,
+        visibility_s: u32,
+    ) -> Result<Vec<SqsMessage>, QueueError> {
         if self.receive_errors.load(Ordering::SeqCst) > 0 {
             self.receive_errors.fetch_sub(1, Ordering::SeqCst);
             return Err(QueueError {
@@ -106,12 +117,14 @@ impl QueuePort for FakeQueue {
                 .take(usize::from(max))
                 .cloned()
                 .collect();
+            let receives = ids.iter().map(|id| (id.clone(), visibility_s));
+            state.receives.extend(receives);
             ids.iter()
                 .map(|id| {
                     let entry = state.messages.get_mut(id).unwrap();
                     entry.2 += 1;
-                    // The queue's own visibility timeout: 30 s.
-                    entry.1 = now + 30_000;
+                    // ReceiveMessage's VisibilityTimeout: SQS applies it over the queue's own.
+                    entry.1 = now + u64::from(visibility_s) * 1_000;
                     let mut record = SqsMessage::default();
                     record.message_id = Some(id.clone());
                     record.receipt_handle = Some(format!("{id}#{}", entry.2));
@@ -234,8 +247,9 @@ impl QueuePort for &FakeQueue {
         &self,
         max: u8,
         wait_s: u8,
+        visibility_s: u32,
     ) -> impl Future<Output = Result<Vec<SqsMessage>, QueueError>> + Send {
-        (**self).receive(max, wait_s)
+        (**self).receive(max, wait_s, visibility_s)
     }
 
     fn delete(
@@ -487,6 +501,31 @@ async fn no_heartbeat_overwrites_a_retrys_backoff() {
     assert!((9_500..9_510).contains(&at), "{changes:?}");
     assert!(changes.iter().all(|c| c.1 != 30), "{changes:?}");
     assert_eq!(queue.visible_from("retry"), Some(at + seconds * 1_000));
+}
+
+/// Issue 49, worker item 5. The receive itself hides its messages for the extension (SQS
+/// applies `ReceiveMessage`'s `VisibilityTimeout` over the queue's own, which may end before the
+/// first heartbeat, a third of the extension later): the other lane, polling every second, never
+/// receives the record while it runs, and the first heartbeat renews the receive's visibility.
+#[tokio::test(start_paused = true)]
+async fn the_receive_hides_its_messages_for_the_extension() {
+    let queue = FakeQueue::with(&[("long", "25000")]);
+    let worker = worker(
+        &queue,
+        WorkerOptions::default()
+            .with_receives_in_flight(2)
+            .with_wait_time_seconds(1)
+            .with_visibility_extension_s(60),
+        false,
+    );
+    worker
+        .run(tokio::time::sleep(Duration::from_millis(26_000)))
+        .await;
+    assert_eq!(queue.receives(), [("long".to_owned(), 60)]);
+    assert_eq!(*worker.handler().started.lock().unwrap(), ["long"]);
+    assert_eq!(queue.deleted(), ["long"]);
+    let changes: Vec<(String, u64)> = queue.changes().into_iter().map(|c| (c.0, c.1)).collect();
+    assert_eq!(changes, [("long".to_owned(), 60)]);
 }
 
 /// The heartbeat never extends past SQS's 12 hours from the receive: it stops (an error in the
