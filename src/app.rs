@@ -9,7 +9,7 @@ use lambda_kit::{Clock, SystemClock};
 use sqs_batch::dead_letter::SqsDeadLetters;
 use sqs_batch::visibility::SqsVisibility;
 use sqs_batch::worker::sqs::SqsQueue;
-use sqs_batch::worker::{QueueError, QueuePort, Worker, WorkerOptions};
+use sqs_batch::worker::{QueueError, QueuePort, Worker, WorkerHooks, WorkerOptions};
 use sqs_batch::{
     Backoff, Batch, BatchProcessor, BatchReport, DeadLetters, EventError, EventView, RedriveCheck,
     SqsBatchResponse, SqsEvent,
@@ -283,7 +283,9 @@ where
 
     /// The same function as a long-polling worker on `queue` (`process-orders worker`): its
     /// handler, clock, batch options, backoff policy and DLQ moves, with `visibility` for the
-    /// heartbeats and the releases at shutdown.
+    /// heartbeats and the releases at shutdown. Its metrics documents go where the function's
+    /// do; with metrics off (`METRICS_ENABLED`, `POWERTOOLS_METRICS_DISABLED`) it writes none,
+    /// whatever `options` say.
     pub fn into_worker<Q, V2>(
         self,
         queue: Q,
@@ -295,12 +297,19 @@ where
         V2: sqs_batch::visibility::VisibilityPort + Clone,
     {
         let (handler, clock, batch) = self.processor.into_parts();
+        let options = match self.metrics {
+            Some(_) => options,
+            None => options.with_metrics_interval_ms(0),
+        };
         let mut worker = Worker::new(handler, clock, batch, queue, visibility, options)
             .with_namespace(
                 self.metrics
                     .as_ref()
                     .map_or("ProcessOrders", |(settings, _)| settings.namespace.as_str()),
-            );
+            )
+            .with_hooks(WorkerReporting {
+                metrics: self.metrics,
+            });
         if let Some(backoff) = self.backoff {
             worker = worker.with_backoff(backoff.policy);
         }
@@ -407,6 +416,21 @@ where
             }
         }
         Ok((processed.response, processed.report))
+    }
+}
+
+/// The function's side of a worker ([`App::into_worker`]).
+#[derive(Debug)]
+struct WorkerReporting {
+    /// EMF metrics, when on, and where they are written.
+    metrics: Option<(MetricsSettings, MetricsSink)>,
+}
+
+impl<H> WorkerHooks<H> for WorkerReporting {
+    fn write_metrics(&self, document: &str) {
+        if let Some((_, sink)) = &self.metrics {
+            sink.write(document);
+        }
     }
 }
 

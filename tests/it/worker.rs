@@ -354,3 +354,144 @@ async fn a_message_whose_delete_failed_comes_back_as_a_duplicate() {
     assert_eq!(world.stub.charges("d-1"), 1);
     assert_eq!(world.stub.requests("d-1"), 1);
 }
+
+/// A queue in memory, for the worker in-process on Tokio's paused clock: each receive takes up
+/// to `max` of the messages left (nothing comes back), deletes are kept.
+struct ListQueue {
+    messages: std::sync::Mutex<std::collections::VecDeque<sqs_batch::SqsMessage>>,
+    deleted: std::sync::Mutex<Vec<String>>,
+}
+
+impl ListQueue {
+    /// Messages `id` with `body`, each at its first receive.
+    fn with(bodies: &[(&str, &str)]) -> Self {
+        let messages = bodies
+            .iter()
+            .map(|(id, body)| {
+                let mut message = sqs_batch::SqsMessage::default();
+                message.message_id = Some((*id).to_owned());
+                message.receipt_handle = Some(format!("{id}#1"));
+                message.body = Some((*body).to_owned());
+                message.attributes =
+                    [("ApproximateReceiveCount".to_owned(), "1".to_owned())].into();
+                message
+            })
+            .collect();
+        Self {
+            messages: std::sync::Mutex::new(messages),
+            deleted: std::sync::Mutex::default(),
+        }
+    }
+}
+
+impl QueuePort for &ListQueue {
+    fn arn(&self) -> &str {
+        "arn:aws:sqs:eu-west-1:123456789012:orders"
+    }
+
+    async fn receive(
+        &self,
+        max: u8,
+        wait_s: u8,
+        _visibility_s: u32,
+    ) -> Result<Vec<sqs_batch::SqsMessage>, QueueError> {
+        let got: Vec<sqs_batch::SqsMessage> = {
+            let mut messages = self.messages.lock().expect("lock");
+            let n = usize::from(max).min(messages.len());
+            messages.drain(..n).collect()
+        };
+        if got.is_empty() {
+            tokio::time::sleep(Duration::from_secs(u64::from(wait_s.max(1)))).await;
+        }
+        Ok(got)
+    }
+
+    async fn delete(&self, entries: &[Delete<'_>]) -> Result<Vec<String>, QueueError> {
+        let mut deleted = self.deleted.lock().expect("lock");
+        deleted.extend(entries.iter().map(|e| e.message_id.to_owned()));
+        Ok(Vec::new())
+    }
+
+    async fn visible_messages(&self) -> Result<u64, QueueError> {
+        Ok(self.messages.lock().expect("lock").len() as u64)
+    }
+}
+
+/// A visibility port that accepts every change (nothing here reads visibility).
+#[derive(Debug, Clone, Copy)]
+struct NoChanges;
+
+impl sqs_batch::visibility::VisibilityPort for NoChanges {
+    async fn change(
+        &self,
+        _queue_url: &str,
+        _changes: &[sqs_batch::visibility::Change<'_>],
+    ) -> Vec<sqs_batch::visibility::ChangeFailure> {
+        Vec::new()
+    }
+}
+
+/// The function with its stores and provider in memory.
+type InMemoryApp = App<
+    idempotency::MemoryStore,
+    process_orders::payment::SimulatedGateway,
+    lambda_kit::ManualClock,
+>;
+
+/// The function with `vars`, its stores in memory, its metrics documents kept.
+fn in_memory_app(
+    vars: &'static [(&'static str, &'static str)],
+) -> (InMemoryApp, std::sync::Arc<std::sync::Mutex<Vec<String>>>) {
+    let config = Config::from_lookup(|k| {
+        vars.iter()
+            .find(|(n, _)| *n == k)
+            .map(|(_, v)| (*v).to_owned())
+    })
+    .expect("config");
+    let documents = std::sync::Arc::default();
+    let app = App::with_ports(
+        &config,
+        idempotency::MemoryStore::new(config.store.retention),
+        process_orders::payment::SimulatedGateway::new(),
+        lambda_kit::ManualClock::at(1_767_225_600_000),
+    )
+    .with_metrics_sink(process_orders::metrics::MetricsSink::Memory(
+        std::sync::Arc::clone(&documents),
+    ));
+    (app, documents)
+}
+
+/// Issue 49, worker item 4. With metrics off (`METRICS_ENABLED=false`, or Powertools'
+/// `POWERTOOLS_METRICS_DISABLED=true`) the worker writes no backlog document, whatever its
+/// options ask; with metrics on, it writes one every interval to the function's metrics sink.
+#[tokio::test(start_paused = true)]
+async fn the_backlog_document_follows_the_functions_metrics_switch() {
+    let every_second = WorkerOptions::default().with_metrics_interval_ms(1_000);
+    for off in [
+        &[("METRICS_ENABLED", "false")][..],
+        &[("POWERTOOLS_METRICS_DISABLED", "true")][..],
+    ] {
+        let (app, documents) = in_memory_app(off);
+        let queue = ListQueue::with(&[]);
+        let worker = app.into_worker(&queue, NoChanges, every_second);
+        assert_eq!(worker.options().metrics_interval_ms, 0, "{off:?}");
+        worker
+            .run(tokio::time::sleep(Duration::from_millis(2_500)))
+            .await;
+        assert!(documents.lock().expect("lock").is_empty(), "{off:?}");
+    }
+    let (app, documents) = in_memory_app(&[]);
+    let queue = ListQueue::with(&[]);
+    let worker = app.into_worker(&queue, NoChanges, every_second);
+    worker
+        .run(tokio::time::sleep(Duration::from_millis(2_500)))
+        .await;
+    let documents = documents.lock().expect("lock").clone();
+    assert_eq!(documents.len(), 2, "{documents:?}");
+    for document in documents {
+        let document: serde_json::Value = serde_json::from_str(&document).expect("json");
+        assert_eq!(document["QueueName"], "orders");
+        assert_eq!(document["VisibleMessages"], 0);
+        assert_eq!(document["Consumers"], 1.0 / 60.0);
+    }
+}

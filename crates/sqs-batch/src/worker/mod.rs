@@ -21,8 +21,9 @@
 //!   within [`WorkerOptions::drain_timeout_ms`]. At its end the records still running are
 //!   abandoned ([`BatchProcessor::abandon_running`]) and released; the rest of their batch is
 //!   settled as usual (the finished deleted, POISON moved), so nothing that finished comes back.
-//! - **Scaling on backlog**: every minute the worker writes an EMF document with the queue's
-//!   visible messages and `Consumers` 1, so that CloudWatch can divide the first by the sum of the
+//! - **Scaling on backlog**: every minute (or [`WorkerOptions::metrics_interval_ms`]) the worker
+//!   writes an EMF document with the queue's visible messages and its share of a consumer (1 a
+//!   minute: the interval over 60 s), so that CloudWatch can divide the first by the sum of the
 //!   second (the backlog per consumer, [`backlog_per_consumer`]) for a target-tracking policy.
 //!
 //! The platform's stop timeout must be longer than `WaitTimeSeconds` plus the drain timeout
@@ -75,7 +76,8 @@ pub struct WorkerOptions {
     pub drain_timeout_ms: u64,
     /// Attempts at a `DeleteMessageBatch` entry before it is logged and left (3).
     pub delete_attempts: u32,
-    /// How often the backlog document is written, ms (60 s; 0: never).
+    /// How often the backlog document is written, ms (60 s; 0: never). Each document's
+    /// `Consumers` is this over a minute, so a minute's sum stays one per worker.
     pub metrics_interval_ms: u64,
 }
 
@@ -102,12 +104,24 @@ pub const VARIABLES: &[(&str, Option<&str>)] = &[
     ("WORKER_VISIBILITY_EXTENSION_SECONDS", Some("60")),
     ("WORKER_BATCH_TIMEOUT_SECONDS", Some("900")),
     ("WORKER_DRAIN_TIMEOUT_SECONDS", Some("25")),
+    ("WORKER_METRICS_INTERVAL_SECONDS", Some("60")),
 ];
 
 impl WorkerOptions {
     /// The options from the environment ([`VARIABLES`]); a value out of range names its variable.
     pub fn from_env(env: &Env<'_>) -> Result<Self, EnvError> {
         let extension_s: u64 = env.ranged("WORKER_VISIBILITY_EXTENSION_SECONDS", 60, 3, 43_200)?;
+        // A divisor of a minute: target tracking sums `Consumers` per minute, so each minute must
+        // hold the same number of documents from a worker.
+        let metrics_interval_s: u64 = env.ranged("WORKER_METRICS_INTERVAL_SECONDS", 60, 1, 60)?;
+        if 60 % metrics_interval_s != 0 {
+            return Err(EnvError::invalid(
+                "WORKER_METRICS_INTERVAL_SECONDS",
+                &metrics_interval_s.to_string(),
+                "a divisor of 60 (1, 2, 3, 4, 5, 6, 10, 12, 15, 20, 30 or 60), so every minute \
+                 holds whole backlog documents",
+            ));
+        }
         Ok(Self {
             wait_time_seconds: env.ranged("WORKER_WAIT_TIME_SECONDS", 20, 0, 20)?,
             max_messages: env.ranged("WORKER_MAX_MESSAGES", 10, 1, 10)?,
@@ -115,6 +129,7 @@ impl WorkerOptions {
             visibility_extension_s: extension_s,
             batch_timeout_ms: env.ranged("WORKER_BATCH_TIMEOUT_SECONDS", 900, 1, 43_200)? * 1_000,
             drain_timeout_ms: env.ranged("WORKER_DRAIN_TIMEOUT_SECONDS", 25, 1, 3_600)? * 1_000,
+            metrics_interval_ms: metrics_interval_s * 1_000,
             ..Self::default()
         })
     }
@@ -225,6 +240,18 @@ pub trait QueuePort: Send + Sync {
     fn visible_messages(&self) -> impl Future<Output = Result<u64, QueueError>> + Send;
 }
 
+/// What the owner of a worker hears from it. Every method has a default.
+pub trait WorkerHooks<H>: Send + Sync {
+    /// Writes one metrics document (the backlog's): by default one line on stdout, where
+    /// CloudWatch Logs' embedded metric format finds it.
+    fn write_metrics(&self, document: &str) {
+        println!("{document}");
+    }
+}
+
+/// No hooks: the defaults.
+impl<H> WorkerHooks<H> for () {}
+
 /// What a worker did, for its last log line and for tests.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct WorkerReport {
@@ -249,6 +276,7 @@ pub struct Worker<H, C, Q, V, D> {
     dead_letters: Option<DeadLetters<D>>,
     options: WorkerOptions,
     namespace: String,
+    hooks: Box<dyn WorkerHooks<H>>,
 }
 
 impl<H, C, Q, V, D> std::fmt::Debug for Worker<H, C, Q, V, D> {
@@ -304,7 +332,19 @@ where
             dead_letters: None,
             options,
             namespace: "SqsWorker".to_owned(),
+            hooks: Box::new(()),
         }
+    }
+
+    /// What the worker tells its owner ([`WorkerHooks`]).
+    pub fn with_hooks(mut self, hooks: impl WorkerHooks<H> + 'static) -> Self {
+        self.hooks = Box::new(hooks);
+        self
+    }
+
+    /// The options it runs with.
+    pub fn options(&self) -> &WorkerOptions {
+        &self.options
     }
 
     /// Reported records get their visibility from `policy`.
@@ -667,15 +707,13 @@ where
                 () = self.stopped(stop) => return,
             }
             match self.queue.visible_messages().await {
-                Ok(visible) => println!(
-                    "{}",
-                    backlog_document(
-                        &self.namespace,
-                        queue_name(self.queue.arn()),
-                        visible,
-                        self.processor.clock().now_ms()
-                    )
-                ),
+                Ok(visible) => self.hooks.write_metrics(&backlog_document(
+                    &self.namespace,
+                    queue_name(self.queue.arn()),
+                    visible,
+                    self.options.metrics_interval_ms as f64 / 60_000.0,
+                    self.processor.clock().now_ms(),
+                )),
                 Err(e) => {
                     warn!(error = %lambda_kit::error_chain(&e), "the queue's depth could not be read")
                 }
@@ -699,10 +737,23 @@ fn queue_name(arn: &str) -> &str {
     arn.rsplit(':').next().unwrap_or(arn)
 }
 
-/// One EMF document: the queue's visible messages and this consumer (1), per queue. CloudWatch
+/// One EMF document: the queue's visible messages and this consumer's share of the minute
+/// (`consumers`: 1 for a document a minute, 0.5 for one every 30 s), per queue. CloudWatch
 /// divides the average of the first by the sum of the second over a minute: the backlog per
 /// consumer (docs/operations.md, "The worker").
-pub fn backlog_document(namespace: &str, queue: &str, visible: u64, now_ms: u64) -> String {
+pub fn backlog_document(
+    namespace: &str,
+    queue: &str,
+    visible: u64,
+    consumers: f64,
+    now_ms: u64,
+) -> String {
+    // A whole share is written as an integer, as the document always had it.
+    let consumers = if consumers.fract() == 0.0 && consumers <= u32::MAX as f64 {
+        serde_json::json!(consumers as u32)
+    } else {
+        serde_json::json!(consumers)
+    };
     serde_json::json!({
         "_aws": {
             "Timestamp": now_ms,
@@ -717,7 +768,7 @@ pub fn backlog_document(namespace: &str, queue: &str, visible: u64, now_ms: u64)
         },
         "QueueName": queue,
         "VisibleMessages": visible,
-        "Consumers": 1
+        "Consumers": consumers
     })
     .to_string()
 }

@@ -220,6 +220,16 @@ impl RecordHandler for Sleeper {
     }
 }
 
+/// Hooks that keep the documents written.
+#[derive(Clone, Default)]
+struct Written(std::sync::Arc<Mutex<Vec<String>>>);
+
+impl<H> WorkerHooks<H> for Written {
+    fn write_metrics(&self, document: &str) {
+        self.0.lock().unwrap().push(document.to_owned());
+    }
+}
+
 type TestWorker<'q> = Worker<Sleeper, ManualClock, &'q FakeQueue, &'q FakeQueue, NoDeadLetters>;
 
 fn worker(queue: &FakeQueue, options: WorkerOptions, one_at_a_time: bool) -> TestWorker<'_> {
@@ -648,7 +658,7 @@ fn the_seeds_scaling_example() {
 #[test]
 fn the_backlog_document_is_emf() {
     let doc: serde_json::Value =
-        serde_json::from_str(&backlog_document("Orders", "work", 1_500, 7)).unwrap();
+        serde_json::from_str(&backlog_document("Orders", "work", 1_500, 1.0, 7)).unwrap();
     assert_eq!(doc["VisibleMessages"], 1_500);
     assert_eq!(doc["Consumers"], 1);
     assert_eq!(doc["QueueName"], "work");
@@ -658,6 +668,42 @@ fn the_backlog_document_is_emf() {
     assert_eq!(metrics["Dimensions"], serde_json::json!([["QueueName"]]));
     assert_eq!(metrics["Metrics"][0]["Name"], "VisibleMessages");
     assert_eq!(metrics["Metrics"][1]["Name"], "Consumers");
+}
+
+/// Issue 49, worker item 4. Every interval writes the backlog and this worker's share of a
+/// minute: two documents of 0.5 a minute at 30 s, so target tracking's per-minute sum of
+/// `Consumers` is still one per worker.
+#[tokio::test(start_paused = true)]
+async fn the_backlog_is_written_every_interval_with_its_share_of_a_consumer() {
+    let queue = FakeQueue::with(&[]);
+    let written = Written::default();
+    let worker: TestWorker<'_> = Worker::new(
+        Sleeper::default(),
+        ManualClock::at(1_767_225_600_000),
+        BatchOptions::default(),
+        &queue,
+        &queue,
+        WorkerOptions::default().with_metrics_interval_ms(30_000),
+    )
+    .with_hooks(written.clone());
+    worker
+        .run(tokio::time::sleep(Duration::from_millis(61_000)))
+        .await;
+    let documents: Vec<serde_json::Value> = written
+        .0
+        .lock()
+        .unwrap()
+        .iter()
+        .map(|d| serde_json::from_str(d).unwrap())
+        .collect();
+    assert_eq!(documents.len(), 2);
+    for document in &documents {
+        assert_eq!(document["Consumers"], 0.5);
+        assert_eq!(document["VisibleMessages"], 0);
+    }
+    let half: serde_json::Value =
+        serde_json::from_str(&backlog_document("Orders", "work", 3, 0.5, 7)).unwrap();
+    assert_eq!(half["Consumers"], 0.5);
 }
 
 #[test]
@@ -680,10 +726,31 @@ fn options_from_the_environment_name_a_bad_variable() {
     assert_eq!(options.visibility_extension_s, 90);
     assert_eq!(options.drain_timeout_ms, 40_000);
     assert_eq!(options.wait_time_seconds, 20);
+    assert_eq!(options.metrics_interval_ms, 60_000);
     let bad = Env::new(|name| (name == "WORKER_WAIT_TIME_SECONDS").then(|| "21".to_owned()));
     let error = WorkerOptions::from_env(&bad).unwrap_err();
     assert!(
         error.to_string().starts_with("WORKER_WAIT_TIME_SECONDS="),
         "{error}"
     );
+}
+
+/// Issue 49, worker item 4. `WORKER_METRICS_INTERVAL_SECONDS` sets the backlog's interval; a
+/// value that is not a divisor of a minute, or out of 1-60, stops start-up naming it.
+#[test]
+fn the_metrics_interval_is_a_divisor_of_a_minute() {
+    let with = |value: &'static str| {
+        WorkerOptions::from_env(&Env::new(move |name| {
+            (name == "WORKER_METRICS_INTERVAL_SECONDS").then(|| value.to_owned())
+        }))
+    };
+    assert_eq!(with("15").unwrap().metrics_interval_ms, 15_000);
+    assert_eq!(with("60").unwrap().metrics_interval_ms, 60_000);
+    for bad in ["7", "0", "61", "120", "ten"] {
+        let error = with(bad).unwrap_err().to_string();
+        assert!(
+            error.starts_with(&format!("WORKER_METRICS_INTERVAL_SECONDS=\"{bad}\"")),
+            "{error}"
+        );
+    }
 }
