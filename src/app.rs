@@ -1,5 +1,6 @@
 //! The function: ports built once per container, and one event in, one response out.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use claim_check::{ClaimCheck, Payloads};
@@ -11,8 +12,8 @@ use sqs_batch::visibility::SqsVisibility;
 use sqs_batch::worker::sqs::SqsQueue;
 use sqs_batch::worker::{QueueError, QueuePort, Worker, WorkerHooks, WorkerOptions};
 use sqs_batch::{
-    Backoff, Batch, BatchProcessor, BatchReport, DeadLetters, EventError, EventView, RedriveCheck,
-    SqsBatchResponse, SqsEvent,
+    Backoff, BackoffPolicy, Batch, BatchProcessor, BatchReport, DeadLetters, EventError, EventView,
+    Processed, RedriveCheck, SqsBatchResponse, SqsEvent,
 };
 
 use crate::aws::{self, SdkSettings};
@@ -51,12 +52,70 @@ pub struct App<S = AnyStore, P = AnyGateway, C = SystemClock, V = SqsVisibility,
     backoff: Option<Backoff<V>>,
     /// POISON records moved to their queue's DLQ by the function, when on.
     dead_letters: Option<DeadLetters<D>>,
+    /// The redrive check and the metrics after each batch.
+    reporting: Reporting,
+}
+
+/// What the function does after each batch, the same in Lambda and in the worker: the queue's
+/// redrive policy, when learned, held against the deployment's, and the metrics document.
+#[derive(Debug)]
+struct Reporting {
     /// EMF metrics, when on, and where they are written.
     metrics: Option<(MetricsSettings, MetricsSink)>,
     /// What the deployment expects of its queues' redrive policy.
     redrive: RedriveCheck,
-    /// Set once the container has served its first invocation (the `ColdStart` metric).
-    warm: std::sync::atomic::AtomicBool,
+    /// Set once the container has served its first invocation (the `ColdStart` metric); `None`
+    /// in a worker, whose start is no Lambda cold start.
+    warm: Option<AtomicBool>,
+}
+
+impl Reporting {
+    /// After `batch`, which took `elapsed`: the redrive check (against the backoff `policy`), and
+    /// its metrics document with the calls' latencies since the last one.
+    fn settled<S, P: PaymentGateway, C: Clock>(
+        &self,
+        ports: &Ports<S, P, C>,
+        batch: &Batch<'_>,
+        processed: &Processed,
+        policy: Option<&BackoffPolicy>,
+        elapsed: Duration,
+    ) {
+        // The queue's own maxReceiveCount, when the batch learned it, against the deployment's.
+        let redrive_problem = processed
+            .max_receive_count
+            .and_then(|learned| self.redrive.problem(learned, policy));
+        if let Some(problem) = &redrive_problem {
+            tracing::warn!(
+                queue = batch.queue_arn,
+                problem = problem.as_str(),
+                "the queue's redrive policy is not what the function was deployed for"
+            );
+        }
+        let Some((settings, sink)) = &self.metrics else {
+            return;
+        };
+        let calls = &ports.calls;
+        let invocation = metrics::Invocation {
+            report: &processed.report,
+            queue_arn: batch.queue_arn,
+            kind: batch.kind,
+            timestamp_ms: ports.clock.now_ms(),
+            duration_ms: elapsed.as_secs_f64() * 1_000.0,
+            store: calls.store.take(),
+            payment: calls.payment.take(),
+            key_refreshes: ports.gateway.take_key_refreshes(),
+            redrive_mismatch: redrive_problem.is_some(),
+        };
+        sink.write(&metrics::document(settings, &invocation));
+        if let Some(warm) = &self.warm
+            && !warm.swap(true, Ordering::Relaxed)
+        {
+            sink.write(&metrics::cold_start_document(
+                settings,
+                invocation.timestamp_ms,
+            ));
+        }
+    }
 }
 
 /// Bounds for the visibility calls: they run after the batch, so they must be quick; a failure
@@ -220,12 +279,14 @@ where
             processor: BatchProcessor::new(handler, clock, config.batch),
             backoff: None,
             dead_letters: None,
-            metrics: config
-                .metrics
-                .clone()
-                .map(|settings| (settings, MetricsSink::Stdout)),
-            redrive: config.redrive,
-            warm: std::sync::atomic::AtomicBool::new(false),
+            reporting: Reporting {
+                metrics: config
+                    .metrics
+                    .clone()
+                    .map(|settings| (settings, MetricsSink::Stdout)),
+                redrive: config.redrive,
+                warm: Some(AtomicBool::new(false)),
+            },
         }
     }
 
@@ -252,9 +313,7 @@ where
             processor: self.processor,
             backoff,
             dead_letters,
-            metrics: self.metrics,
-            redrive: self.redrive,
-            warm: self.warm,
+            reporting: self.reporting,
         }
     }
 }
@@ -269,7 +328,7 @@ where
 {
     /// Sends the metrics documents to `sink` instead of stdout (when metrics are on).
     pub fn with_metrics_sink(mut self, sink: MetricsSink) -> Self {
-        if let Some((_, current)) = &mut self.metrics {
+        if let Some((_, current)) = &mut self.reporting.metrics {
             *current = sink;
         }
         self
@@ -297,21 +356,29 @@ where
         V2: sqs_batch::visibility::VisibilityPort + Clone,
     {
         let (handler, clock, batch) = self.processor.into_parts();
-        let options = match self.metrics {
+        let options = match self.reporting.metrics {
             Some(_) => options,
             None => options.with_metrics_interval_ms(0),
         };
+        let namespace = self
+            .reporting
+            .metrics
+            .as_ref()
+            .map_or("ProcessOrders", |(settings, _)| settings.namespace.as_str())
+            .to_owned();
+        let policy = self.backoff.map(|backoff| backoff.policy);
+        let reporting = WorkerReporting {
+            reporting: Reporting {
+                warm: None,
+                ..self.reporting
+            },
+            policy,
+        };
         let mut worker = Worker::new(handler, clock, batch, queue, visibility, options)
-            .with_namespace(
-                self.metrics
-                    .as_ref()
-                    .map_or("ProcessOrders", |(settings, _)| settings.namespace.as_str()),
-            )
-            .with_hooks(WorkerReporting {
-                metrics: self.metrics,
-            });
-        if let Some(backoff) = self.backoff {
-            worker = worker.with_backoff(backoff.policy);
+            .with_namespace(namespace)
+            .with_hooks(reporting);
+        if let Some(policy) = policy {
+            worker = worker.with_backoff(policy);
         }
         if let Some(dead_letters) = self.dead_letters {
             worker = worker.with_dead_letters(dead_letters);
@@ -382,53 +449,51 @@ where
             self.dead_letters.as_ref(),
         )
         .await?;
-        // The queue's own maxReceiveCount, when the batch learned it, against the deployment's.
-        let redrive_problem = processed.max_receive_count.and_then(|learned| {
-            self.redrive
-                .problem(learned, self.backoff.as_ref().map(|b| &b.policy))
-        });
-        if let Some(problem) = &redrive_problem {
-            tracing::warn!(
-                queue = batch.queue_arn,
-                problem = problem.as_str(),
-                "the queue's redrive policy is not what the function was deployed for"
-            );
-        }
-        if let Some((settings, sink)) = &self.metrics {
-            let calls = &self.ports().calls;
-            let invocation = metrics::Invocation {
-                report: &processed.report,
-                queue_arn: batch.queue_arn,
-                kind: batch.kind,
-                timestamp_ms: self.ports().clock.now_ms(),
-                duration_ms: started.elapsed().as_secs_f64() * 1_000.0,
-                store: calls.store.take(),
-                payment: calls.payment.take(),
-                key_refreshes: self.ports().gateway.take_key_refreshes(),
-                redrive_mismatch: redrive_problem.is_some(),
-            };
-            sink.write(&metrics::document(settings, &invocation));
-            if !self.warm.swap(true, std::sync::atomic::Ordering::Relaxed) {
-                sink.write(&metrics::cold_start_document(
-                    settings,
-                    invocation.timestamp_ms,
-                ));
-            }
-        }
+        self.reporting.settled(
+            self.ports(),
+            batch,
+            &processed,
+            self.backoff.as_ref().map(|b| &b.policy),
+            started.elapsed(),
+        );
         Ok((processed.response, processed.report))
     }
 }
 
-/// The function's side of a worker ([`App::into_worker`]).
+/// The function's side of a worker ([`App::into_worker`]): after each batch what Lambda's
+/// invocations do (the redrive check, the metrics document: no `ColdStart`), and the backlog
+/// document to the same sink.
 #[derive(Debug)]
 struct WorkerReporting {
-    /// EMF metrics, when on, and where they are written.
-    metrics: Option<(MetricsSettings, MetricsSink)>,
+    reporting: Reporting,
+    /// The backoff policy, for the redrive check.
+    policy: Option<BackoffPolicy>,
 }
 
-impl<H> WorkerHooks<H> for WorkerReporting {
+impl<S, P, C> WorkerHooks<Handler<S, P, C>> for WorkerReporting
+where
+    S: IdempotencyStore,
+    P: PaymentGateway,
+    C: Clock,
+{
+    fn batch_settled(
+        &self,
+        handler: &Handler<S, P, C>,
+        batch: &Batch<'_>,
+        processed: &Processed,
+        elapsed: Duration,
+    ) {
+        self.reporting.settled(
+            handler.inner().ports(),
+            batch,
+            processed,
+            self.policy.as_ref(),
+            elapsed,
+        );
+    }
+
     fn write_metrics(&self, document: &str) {
-        if let Some((_, sink)) = &self.metrics {
+        if let Some((_, sink)) = &self.reporting.metrics {
             sink.write(document);
         }
     }

@@ -356,32 +356,39 @@ async fn a_message_whose_delete_failed_comes_back_as_a_duplicate() {
 }
 
 /// A queue in memory, for the worker in-process on Tokio's paused clock: each receive takes up
-/// to `max` of the messages left (nothing comes back), deletes are kept.
+/// to `max` of the next batch's messages (nothing comes back), deletes are kept.
 struct ListQueue {
-    messages: std::sync::Mutex<std::collections::VecDeque<sqs_batch::SqsMessage>>,
+    batches: std::sync::Mutex<std::collections::VecDeque<Vec<sqs_batch::SqsMessage>>>,
     deleted: std::sync::Mutex<Vec<String>>,
 }
 
 impl ListQueue {
-    /// Messages `id` with `body`, each at its first receive.
+    /// Messages `id` with `body`, each at its first receive, in one batch.
     fn with(bodies: &[(&str, &str)]) -> Self {
-        let messages = bodies
+        Self::batches(&[bodies])
+    }
+
+    /// Each list a receive's batch.
+    fn batches(batches: &[&[(&str, &str)]]) -> Self {
+        let batches = batches
             .iter()
-            .map(|(id, body)| {
-                let mut message = sqs_batch::SqsMessage::default();
-                message.message_id = Some((*id).to_owned());
-                message.receipt_handle = Some(format!("{id}#1"));
-                message.body = Some((*body).to_owned());
-                message.attributes =
-                    [("ApproximateReceiveCount".to_owned(), "1".to_owned())].into();
-                message
-            })
+            .map(|bodies| bodies.iter().map(|(id, body)| message(id, body)).collect())
             .collect();
         Self {
-            messages: std::sync::Mutex::new(messages),
+            batches: std::sync::Mutex::new(batches),
             deleted: std::sync::Mutex::default(),
         }
     }
+}
+
+/// Message `id` with `body`, at its first receive.
+fn message(id: &str, body: &str) -> sqs_batch::SqsMessage {
+    let mut message = sqs_batch::SqsMessage::default();
+    message.message_id = Some(id.to_owned());
+    message.receipt_handle = Some(format!("{id}#1"));
+    message.body = Some(body.to_owned());
+    message.attributes = [("ApproximateReceiveCount".to_owned(), "1".to_owned())].into();
+    message
 }
 
 impl QueuePort for &ListQueue {
@@ -396,9 +403,18 @@ impl QueuePort for &ListQueue {
         _visibility_s: u32,
     ) -> Result<Vec<sqs_batch::SqsMessage>, QueueError> {
         let got: Vec<sqs_batch::SqsMessage> = {
-            let mut messages = self.messages.lock().expect("lock");
-            let n = usize::from(max).min(messages.len());
-            messages.drain(..n).collect()
+            let mut batches = self.batches.lock().expect("lock");
+            match batches.front_mut() {
+                Some(next) => {
+                    let n = usize::from(max).min(next.len());
+                    let got = next.drain(..n).collect();
+                    if next.is_empty() {
+                        batches.pop_front();
+                    }
+                    got
+                }
+                None => Vec::new(),
+            }
         };
         if got.is_empty() {
             tokio::time::sleep(Duration::from_secs(u64::from(wait_s.max(1)))).await;
@@ -413,7 +429,8 @@ impl QueuePort for &ListQueue {
     }
 
     async fn visible_messages(&self) -> Result<u64, QueueError> {
-        Ok(self.messages.lock().expect("lock").len() as u64)
+        let batches = self.batches.lock().expect("lock");
+        Ok(batches.iter().map(Vec::len).sum::<usize>() as u64)
     }
 }
 
@@ -494,4 +511,61 @@ async fn the_backlog_document_follows_the_functions_metrics_switch() {
         assert_eq!(document["VisibleMessages"], 0);
         assert_eq!(document["Consumers"], 1.0 / 60.0);
     }
+}
+
+/// The metrics documents of `documents` that count records (not the backlog's), parsed.
+fn batch_documents(documents: &std::sync::Mutex<Vec<String>>) -> Vec<serde_json::Value> {
+    documents
+        .lock()
+        .expect("lock")
+        .iter()
+        .map(|d| serde_json::from_str::<serde_json::Value>(d).expect("json"))
+        .filter(|d| d.get("Records").is_some())
+        .collect()
+}
+
+/// Issue 49, worker item 3. A worker's batch writes the function's metrics document with the
+/// counts Lambda's invocation would have: one order charged, one body that is no order
+/// (POISON), one the provider refuses for our configuration (RETRY, `PaymentConfigErrors`).
+/// No `ColdStart`: a task's start is no Lambda cold start.
+#[tokio::test(start_paused = true)]
+async fn a_worker_batch_writes_the_functions_metrics_document() {
+    let (app, documents) = in_memory_app(&[("POWERTOOLS_METRICS_NAMESPACE", "Orders/Test")]);
+    let queue = ListQueue::with(&[
+        ("m1", r#"{"order_id": "ok-1", "amount": 10}"#),
+        ("m2", "not an order"),
+        ("m3", r#"{"order_id": "refused-1", "amount": 401.01}"#),
+    ]);
+    let options = WorkerOptions::default()
+        .with_receives_in_flight(1)
+        .with_metrics_interval_ms(0);
+    let worker = app.into_worker(&queue, NoChanges, options);
+    let report = worker
+        .run(tokio::time::sleep(Duration::from_millis(1_000)))
+        .await;
+    assert_eq!(report.batches, 1);
+    assert_eq!(*queue.deleted.lock().expect("lock"), ["m1"]);
+    let all = documents.lock().expect("lock").clone();
+    assert!(all.iter().all(|d| !d.contains("ColdStart")), "{all:?}");
+    let batch = batch_documents(&documents);
+    assert_eq!(batch.len(), 1, "{all:?}");
+    let document = &batch[0];
+    for (metric, count) in [
+        ("Records", 3.0),
+        ("Charged", 1.0),
+        ("Poisoned", 1.0),
+        ("PaymentConfigErrors", 1.0),
+        ("Retried", 1.0),
+        ("NeedsReconciliation", 0.0),
+        ("Duplicates", 0.0),
+    ] {
+        assert_eq!(document[metric], count, "{metric}: {document}");
+    }
+    assert_eq!(document["QueueName"], "orders");
+    assert_eq!(document["QueueKind"], "standard");
+    assert_eq!(document["FunctionName"], "process-orders");
+    assert_eq!(
+        document["_aws"]["CloudWatchMetrics"][0]["Namespace"],
+        "Orders/Test"
+    );
 }

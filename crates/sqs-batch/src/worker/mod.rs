@@ -25,6 +25,9 @@
 //!   writes an EMF document with the queue's visible messages and its share of a consumer (1 a
 //!   minute: the interval over 60 s), so that CloudWatch can divide the first by the sum of the
 //!   second (the backlog per consumer, [`backlog_per_consumer`]) for a target-tracking policy.
+//! - **Hooks** ([`WorkerHooks`], [`Worker::with_hooks`]): the owner hears each batch once it is
+//!   settled (for its own metrics, as a Lambda function writes them per invocation) and gets the
+//!   metrics documents to write (stdout by default).
 //!
 //! The platform's stop timeout must be longer than `WaitTimeSeconds` plus the drain timeout
 //! ([`stop_timeout_s`]): the docs give the ECS and Kubernetes settings.
@@ -42,12 +45,12 @@ use lambda_kit::{Clock, Env, EnvError};
 use tokio::sync::Notify;
 use tracing::{error, info, warn};
 
-use crate::Backoff;
 use crate::backoff::BackoffPolicy;
 use crate::dead_letter::{DeadLetterPort, DeadLetters};
 use crate::edge::{Batch, Message};
 use crate::processor::{ABANDONED, BatchProcessor, RecordHandler, RecordStatus};
 use crate::visibility::{self, Change, VisibilityPort};
+use crate::{Backoff, Processed};
 
 /// SQS keeps a received message invisible for at most 12 hours from the receive.
 pub const VISIBILITY_CAP_MS: u64 = 12 * 3_600_000;
@@ -240,8 +243,21 @@ pub trait QueuePort: Send + Sync {
     fn visible_messages(&self) -> impl Future<Output = Result<u64, QueueError>> + Send;
 }
 
-/// What the owner of a worker hears from it. Every method has a default.
+/// What the owner of a worker hears from it: each batch once settled, and each metrics
+/// document. Every method has a default.
 pub trait WorkerHooks<H>: Send + Sync {
+    /// A batch was settled (its records run, POISON moved, the backoff set) `elapsed` after its
+    /// receive, before its deletes: for the owner's own metrics. Nothing by default.
+    fn batch_settled(
+        &self,
+        handler: &H,
+        batch: &Batch<'_>,
+        processed: &Processed,
+        elapsed: Duration,
+    ) {
+        let _ = (handler, batch, processed, elapsed);
+    }
+
     /// Writes one metrics document (the backlog's): by default one line on stdout, where
     /// CloudWatch Logs' embedded metric format finds it.
     fn write_metrics(&self, document: &str) {
@@ -529,6 +545,12 @@ where
                 return;
             }
         };
+        self.hooks.batch_settled(
+            self.processor.handler(),
+            &batch,
+            &processed,
+            received_at.elapsed(),
+        );
         let reported: std::collections::HashSet<&str> = processed
             .response
             .batch_item_failures
