@@ -56,8 +56,9 @@ pub struct App<S = AnyStore, P = AnyGateway, C = SystemClock, V = SqsVisibility,
     reporting: Reporting,
 }
 
-/// What the function does after each batch, the same in Lambda and in the worker: the queue's
-/// redrive policy, when learned, held against the deployment's, and the metrics document.
+/// What the function does around each batch, the same in Lambda and in the worker: before it,
+/// the per-invocation limits start over; after it, the queue's redrive policy, when learned, is
+/// held against the deployment's, and the metrics document is written.
 #[derive(Debug)]
 struct Reporting {
     /// EMF metrics, when on, and where they are written.
@@ -70,6 +71,13 @@ struct Reporting {
 }
 
 impl Reporting {
+    /// Before a batch: the breaker's count is per invocation, so a key fixed meanwhile is tried
+    /// again now; so is the one re-read of a refused key.
+    fn starting<S, P: PaymentGateway, C>(ports: &Ports<S, P, C>) {
+        ports.breaker.reset();
+        ports.gateway.new_invocation();
+    }
+
     /// After `batch`, which took `elapsed`: the redrive check (against the backoff `policy`), and
     /// its metrics document with the calls' latencies since the last one.
     fn settled<S, P: PaymentGateway, C: Clock>(
@@ -437,10 +445,7 @@ where
         let invocation = invocation.into();
         // A duration measurement only: the monotonic clock, not the injected one.
         let started = Instant::now();
-        // The breaker's count is per invocation: a key fixed meanwhile is tried again now. So is
-        // the one re-read of a refused key.
-        self.ports().breaker.reset();
-        self.ports().gateway.new_invocation();
+        Reporting::starting(self.ports());
         let processed = sqs_batch::process_batch(
             &self.processor,
             batch,
@@ -460,9 +465,9 @@ where
     }
 }
 
-/// The function's side of a worker ([`App::into_worker`]): after each batch what Lambda's
-/// invocations do (the redrive check, the metrics document: no `ColdStart`), and the backlog
-/// document to the same sink.
+/// The function's side of a worker ([`App::into_worker`]): around each batch what Lambda's
+/// invocations do (the per-invocation limits start over; the redrive check, the metrics
+/// document: no `ColdStart`), and the backlog document to the same sink.
 #[derive(Debug)]
 struct WorkerReporting {
     reporting: Reporting,
@@ -476,6 +481,10 @@ where
     P: PaymentGateway,
     C: Clock,
 {
+    fn batch_starting(&self, handler: &Handler<S, P, C>, _batch: &Batch<'_>) {
+        Reporting::starting(handler.inner().ports());
+    }
+
     fn batch_settled(
         &self,
         handler: &Handler<S, P, C>,

@@ -569,3 +569,30 @@ async fn a_worker_batch_writes_the_functions_metrics_document() {
         "Orders/Test"
     );
 }
+
+/// The provider refuses the configuration three times in a row in one batch, which opens the
+/// function's breaker (the rest of that batch is not sent). The next batch tries the provider
+/// again, as Lambda's next invocation does: a key fixed meanwhile charges. A worker that kept the
+/// breaker open would retry every order as `payment_circuit_open` until it was restarted.
+#[tokio::test(start_paused = true)]
+async fn each_worker_batch_tries_a_refusing_provider_again() {
+    let (app, _) = in_memory_app(&[]);
+    let refused = r#"{"order_id": "refused-N", "amount": 401.01}"#;
+    let queue = ListQueue::batches(&[
+        &[
+            ("r1", &refused.replace('N', "1")),
+            ("r2", &refused.replace('N', "2")),
+            ("r3", &refused.replace('N', "3")),
+        ],
+        &[("ok", r#"{"order_id": "ok-1", "amount": 10}"#)],
+    ]);
+    let options = WorkerOptions::default()
+        .with_receives_in_flight(1)
+        .with_metrics_interval_ms(0);
+    let worker = app.into_worker(&queue, NoChanges, options);
+    let report = worker
+        .run(tokio::time::sleep(Duration::from_millis(1_000)))
+        .await;
+    assert_eq!(report.batches, 2);
+    assert_eq!(*queue.deleted.lock().expect("lock"), ["ok"]);
+}

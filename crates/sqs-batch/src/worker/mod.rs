@@ -25,9 +25,9 @@
 //!   writes an EMF document with the queue's visible messages and its share of a consumer (1 a
 //!   minute: the interval over 60 s), so that CloudWatch can divide the first by the sum of the
 //!   second (the backlog per consumer, [`backlog_per_consumer`]) for a target-tracking policy.
-//! - **Hooks** ([`WorkerHooks`], [`Worker::with_hooks`]): the owner hears each batch once it is
-//!   settled (for its own metrics, as a Lambda function writes them per invocation) and gets the
-//!   metrics documents to write (stdout by default).
+//! - **Hooks** ([`WorkerHooks`], [`Worker::with_hooks`]): the owner hears each batch before it
+//!   runs and once it is settled (what a Lambda function does per invocation: per-invocation
+//!   limits, metrics) and gets the metrics documents to write (stdout by default).
 //!
 //! The platform's stop timeout must be longer than `WaitTimeSeconds` plus the drain timeout
 //! ([`stop_timeout_s`]): the docs give the ECS and Kubernetes settings.
@@ -243,9 +243,15 @@ pub trait QueuePort: Send + Sync {
     fn visible_messages(&self) -> impl Future<Output = Result<u64, QueueError>> + Send;
 }
 
-/// What the owner of a worker hears from it: each batch once settled, and each metrics
-/// document. Every method has a default.
+/// What the owner of a worker hears from it: each batch before its records run and once it is
+/// settled, and each metrics document. Every method has a default.
 pub trait WorkerHooks<H>: Send + Sync {
+    /// A batch is about to run on `handler`: for what the owner starts over per batch, as a
+    /// Lambda function does per invocation. Nothing by default.
+    fn batch_starting(&self, handler: &H, batch: &Batch<'_>) {
+        let _ = (handler, batch);
+    }
+
     /// A batch was settled (its records run, POISON moved, the backoff set) `elapsed` after its
     /// receive, before its deletes: for the owner's own metrics. Nothing by default.
     fn batch_settled(
@@ -517,6 +523,7 @@ where
             policy,
         });
         let dead_letters = self.dead_letters.as_ref();
+        self.hooks.batch_starting(self.processor.handler(), &batch);
         let records = async {
             let learned = crate::learn(&self.processor, &batch, deadline_ms, dead_letters).await;
             let report = crate::run(&self.processor, &batch, deadline_ms.into(), &learned).await;
