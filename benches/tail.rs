@@ -424,6 +424,7 @@ impl sqs_batch::worker::QueuePort for &MemoryQueue {
         &self,
         max: u8,
         _wait_s: u8,
+        _visibility_s: u32,
     ) -> Result<Vec<sqs_batch::SqsMessage>, sqs_batch::worker::QueueError> {
         let batch: Vec<_> = {
             let mut messages = self.messages.lock().expect("lock");

@@ -1,5 +1,6 @@
 //! The function: ports built once per container, and one event in, one response out.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use claim_check::{ClaimCheck, Payloads};
@@ -9,10 +10,10 @@ use lambda_kit::{Clock, SystemClock};
 use sqs_batch::dead_letter::SqsDeadLetters;
 use sqs_batch::visibility::SqsVisibility;
 use sqs_batch::worker::sqs::SqsQueue;
-use sqs_batch::worker::{QueueError, QueuePort, Worker, WorkerOptions};
+use sqs_batch::worker::{QueueError, QueuePort, Worker, WorkerHooks, WorkerOptions};
 use sqs_batch::{
-    Backoff, Batch, BatchProcessor, BatchReport, DeadLetters, EventError, EventView, RedriveCheck,
-    SqsBatchResponse, SqsEvent,
+    Backoff, BackoffPolicy, Batch, BatchProcessor, BatchReport, DeadLetters, EventError, EventView,
+    Processed, RedriveCheck, SqsBatchResponse, SqsEvent,
 };
 
 use crate::aws::{self, SdkSettings};
@@ -51,12 +52,78 @@ pub struct App<S = AnyStore, P = AnyGateway, C = SystemClock, V = SqsVisibility,
     backoff: Option<Backoff<V>>,
     /// POISON records moved to their queue's DLQ by the function, when on.
     dead_letters: Option<DeadLetters<D>>,
+    /// The redrive check and the metrics after each batch.
+    reporting: Reporting,
+}
+
+/// What the function does around each batch, the same in Lambda and in the worker: before it,
+/// the per-invocation limits start over; after it, the queue's redrive policy, when learned, is
+/// held against the deployment's, and the metrics document is written.
+#[derive(Debug)]
+struct Reporting {
     /// EMF metrics, when on, and where they are written.
     metrics: Option<(MetricsSettings, MetricsSink)>,
     /// What the deployment expects of its queues' redrive policy.
     redrive: RedriveCheck,
-    /// Set once the container has served its first invocation (the `ColdStart` metric).
-    warm: std::sync::atomic::AtomicBool,
+    /// Set once the container has served its first invocation (the `ColdStart` metric); `None`
+    /// in a worker, whose start is no Lambda cold start.
+    warm: Option<AtomicBool>,
+}
+
+impl Reporting {
+    /// Before a batch: the breaker's count is per invocation, so a key fixed meanwhile is tried
+    /// again now; so is the one re-read of a refused key.
+    fn starting<S, P: PaymentGateway, C>(ports: &Ports<S, P, C>) {
+        ports.breaker.reset();
+        ports.gateway.new_invocation();
+    }
+
+    /// After `batch`, which took `elapsed`: the redrive check (against the backoff `policy`), and
+    /// its metrics document with the calls' latencies since the last one.
+    fn settled<S, P: PaymentGateway, C: Clock>(
+        &self,
+        ports: &Ports<S, P, C>,
+        batch: &Batch<'_>,
+        processed: &Processed,
+        policy: Option<&BackoffPolicy>,
+        elapsed: Duration,
+    ) {
+        // The queue's own maxReceiveCount, when the batch learned it, against the deployment's.
+        let redrive_problem = processed
+            .max_receive_count
+            .and_then(|learned| self.redrive.problem(learned, policy));
+        if let Some(problem) = &redrive_problem {
+            tracing::warn!(
+                queue = batch.queue_arn,
+                problem = problem.as_str(),
+                "the queue's redrive policy is not what the function was deployed for"
+            );
+        }
+        let Some((settings, sink)) = &self.metrics else {
+            return;
+        };
+        let calls = &ports.calls;
+        let invocation = metrics::Invocation {
+            report: &processed.report,
+            queue_arn: batch.queue_arn,
+            kind: batch.kind,
+            timestamp_ms: ports.clock.now_ms(),
+            duration_ms: elapsed.as_secs_f64() * 1_000.0,
+            store: calls.store.take(),
+            payment: calls.payment.take(),
+            key_refreshes: ports.gateway.take_key_refreshes(),
+            redrive_mismatch: redrive_problem.is_some(),
+        };
+        sink.write(&metrics::document(settings, &invocation));
+        if let Some(warm) = &self.warm
+            && !warm.swap(true, Ordering::Relaxed)
+        {
+            sink.write(&metrics::cold_start_document(
+                settings,
+                invocation.timestamp_ms,
+            ));
+        }
+    }
 }
 
 /// Bounds for the visibility calls: they run after the batch, so they must be quick; a failure
@@ -220,12 +287,14 @@ where
             processor: BatchProcessor::new(handler, clock, config.batch),
             backoff: None,
             dead_letters: None,
-            metrics: config
-                .metrics
-                .clone()
-                .map(|settings| (settings, MetricsSink::Stdout)),
-            redrive: config.redrive,
-            warm: std::sync::atomic::AtomicBool::new(false),
+            reporting: Reporting {
+                metrics: config
+                    .metrics
+                    .clone()
+                    .map(|settings| (settings, MetricsSink::Stdout)),
+                redrive: config.redrive,
+                warm: Some(AtomicBool::new(false)),
+            },
         }
     }
 
@@ -252,9 +321,7 @@ where
             processor: self.processor,
             backoff,
             dead_letters,
-            metrics: self.metrics,
-            redrive: self.redrive,
-            warm: self.warm,
+            reporting: self.reporting,
         }
     }
 }
@@ -269,7 +336,7 @@ where
 {
     /// Sends the metrics documents to `sink` instead of stdout (when metrics are on).
     pub fn with_metrics_sink(mut self, sink: MetricsSink) -> Self {
-        if let Some((_, current)) = &mut self.metrics {
+        if let Some((_, current)) = &mut self.reporting.metrics {
             *current = sink;
         }
         self
@@ -283,7 +350,9 @@ where
 
     /// The same function as a long-polling worker on `queue` (`process-orders worker`): its
     /// handler, clock, batch options, backoff policy and DLQ moves, with `visibility` for the
-    /// heartbeats and the releases at shutdown.
+    /// heartbeats and the releases at shutdown. Its metrics documents go where the function's
+    /// do; with metrics off (`METRICS_ENABLED`, `POWERTOOLS_METRICS_DISABLED`) it writes none,
+    /// whatever `options` say.
     pub fn into_worker<Q, V2>(
         self,
         queue: Q,
@@ -295,14 +364,29 @@ where
         V2: sqs_batch::visibility::VisibilityPort + Clone,
     {
         let (handler, clock, batch) = self.processor.into_parts();
+        let options = match self.reporting.metrics {
+            Some(_) => options,
+            None => options.with_metrics_interval_ms(0),
+        };
+        let namespace = self
+            .reporting
+            .metrics
+            .as_ref()
+            .map_or("ProcessOrders", |(settings, _)| settings.namespace.as_str())
+            .to_owned();
+        let policy = self.backoff.map(|backoff| backoff.policy);
+        let reporting = WorkerReporting {
+            reporting: Reporting {
+                warm: None,
+                ..self.reporting
+            },
+            policy,
+        };
         let mut worker = Worker::new(handler, clock, batch, queue, visibility, options)
-            .with_namespace(
-                self.metrics
-                    .as_ref()
-                    .map_or("ProcessOrders", |(settings, _)| settings.namespace.as_str()),
-            );
-        if let Some(backoff) = self.backoff {
-            worker = worker.with_backoff(backoff.policy);
+            .with_namespace(namespace)
+            .with_hooks(reporting);
+        if let Some(policy) = policy {
+            worker = worker.with_backoff(policy);
         }
         if let Some(dead_letters) = self.dead_letters {
             worker = worker.with_dead_letters(dead_letters);
@@ -361,10 +445,7 @@ where
         let invocation = invocation.into();
         // A duration measurement only: the monotonic clock, not the injected one.
         let started = Instant::now();
-        // The breaker's count is per invocation: a key fixed meanwhile is tried again now. So is
-        // the one re-read of a refused key.
-        self.ports().breaker.reset();
-        self.ports().gateway.new_invocation();
+        Reporting::starting(self.ports());
         let processed = sqs_batch::process_batch(
             &self.processor,
             batch,
@@ -373,40 +454,57 @@ where
             self.dead_letters.as_ref(),
         )
         .await?;
-        // The queue's own maxReceiveCount, when the batch learned it, against the deployment's.
-        let redrive_problem = processed.max_receive_count.and_then(|learned| {
-            self.redrive
-                .problem(learned, self.backoff.as_ref().map(|b| &b.policy))
-        });
-        if let Some(problem) = &redrive_problem {
-            tracing::warn!(
-                queue = batch.queue_arn,
-                problem = problem.as_str(),
-                "the queue's redrive policy is not what the function was deployed for"
-            );
-        }
-        if let Some((settings, sink)) = &self.metrics {
-            let calls = &self.ports().calls;
-            let invocation = metrics::Invocation {
-                report: &processed.report,
-                queue_arn: batch.queue_arn,
-                kind: batch.kind,
-                timestamp_ms: self.ports().clock.now_ms(),
-                duration_ms: started.elapsed().as_secs_f64() * 1_000.0,
-                store: calls.store.take(),
-                payment: calls.payment.take(),
-                key_refreshes: self.ports().gateway.take_key_refreshes(),
-                redrive_mismatch: redrive_problem.is_some(),
-            };
-            sink.write(&metrics::document(settings, &invocation));
-            if !self.warm.swap(true, std::sync::atomic::Ordering::Relaxed) {
-                sink.write(&metrics::cold_start_document(
-                    settings,
-                    invocation.timestamp_ms,
-                ));
-            }
-        }
+        self.reporting.settled(
+            self.ports(),
+            batch,
+            &processed,
+            self.backoff.as_ref().map(|b| &b.policy),
+            started.elapsed(),
+        );
         Ok((processed.response, processed.report))
+    }
+}
+
+/// The function's side of a worker ([`App::into_worker`]): around each batch what Lambda's
+/// invocations do (the per-invocation limits start over; the redrive check, the metrics
+/// document: no `ColdStart`), and the backlog document to the same sink.
+#[derive(Debug)]
+struct WorkerReporting {
+    reporting: Reporting,
+    /// The backoff policy, for the redrive check.
+    policy: Option<BackoffPolicy>,
+}
+
+impl<S, P, C> WorkerHooks<Handler<S, P, C>> for WorkerReporting
+where
+    S: IdempotencyStore,
+    P: PaymentGateway,
+    C: Clock,
+{
+    fn batch_starting(&self, handler: &Handler<S, P, C>, _batch: &Batch<'_>) {
+        Reporting::starting(handler.inner().ports());
+    }
+
+    fn batch_settled(
+        &self,
+        handler: &Handler<S, P, C>,
+        batch: &Batch<'_>,
+        processed: &Processed,
+        elapsed: Duration,
+    ) {
+        self.reporting.settled(
+            handler.inner().ports(),
+            batch,
+            processed,
+            self.policy.as_ref(),
+            elapsed,
+        );
+    }
+
+    fn write_metrics(&self, document: &str) {
+        if let Some((_, sink)) = &self.reporting.metrics {
+            sink.write(document);
+        }
     }
 }
 

@@ -269,6 +269,22 @@ async fn a_killed_workers_message_comes_back_and_is_charged_once() {
     assert_eq!(world.stub.charges("dies"), 1);
 }
 
+/// Issue 49, worker item 5. The adapter's `ReceiveMessage` carries the visibility it is given
+/// (the worker's extension) as its `VisibilityTimeout`: on a queue whose own timeout is 0, a
+/// message it received is hidden from every other receive at once, not from the first heartbeat.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_adapter_receives_with_the_visibility_it_is_given() {
+    let world = world(0).await;
+    world.send("hidden").await;
+    let queue = SqsQueue::connect(world.sqs.clone(), &world.queue_url)
+        .await
+        .expect("queue");
+    let received = queue.receive(10, 0, 60).await.expect("receive");
+    assert_eq!(received.len(), 1);
+    assert_eq!(world.receive(0).await, Vec::<String>::new());
+    assert_eq!(world.depth().await, (0, 1));
+}
+
 /// A queue whose first `failing` delete calls fail every entry.
 struct FailingDeletes {
     queue: SqsQueue,
@@ -280,8 +296,13 @@ impl QueuePort for FailingDeletes {
         self.queue.arn()
     }
 
-    async fn receive(&self, max: u8, wait_s: u8) -> Result<Vec<sqs_batch::SqsMessage>, QueueError> {
-        self.queue.receive(max, wait_s).await
+    async fn receive(
+        &self,
+        max: u8,
+        wait_s: u8,
+        visibility_s: u32,
+    ) -> Result<Vec<sqs_batch::SqsMessage>, QueueError> {
+        self.queue.receive(max, wait_s, visibility_s).await
     }
 
     async fn delete(&self, entries: &[Delete<'_>]) -> Result<Vec<String>, QueueError> {
@@ -298,8 +319,9 @@ impl QueuePort for FailingDeletes {
     }
 }
 
-/// `DeleteMessageBatch` fails an entry every attempt: the message comes back after the queue's
-/// visibility timeout and is acknowledged as a duplicate, with no second charge request.
+/// `DeleteMessageBatch` fails an entry every attempt: the message comes back after the
+/// receive's visibility (the extension, 3 s) and is acknowledged as a duplicate, with no second
+/// charge request.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_message_whose_delete_failed_comes_back_as_a_duplicate() {
     let world = world(2).await;
@@ -319,6 +341,7 @@ async fn a_message_whose_delete_failed_comes_back_as_a_duplicate() {
     let visibility = sqs_batch::visibility::SqsVisibility::new(world.sqs.clone());
     let options = WorkerOptions::default()
         .with_wait_time_seconds(1)
+        .with_visibility_extension_s(3)
         .with_metrics_interval_ms(0)
         .with_receives_in_flight(1);
     let worker = app.into_worker(queue, visibility, options);
@@ -330,4 +353,246 @@ async fn a_message_whose_delete_failed_comes_back_as_a_duplicate() {
     );
     assert_eq!(world.stub.charges("d-1"), 1);
     assert_eq!(world.stub.requests("d-1"), 1);
+}
+
+/// A queue in memory, for the worker in-process on Tokio's paused clock: each receive takes up
+/// to `max` of the next batch's messages (nothing comes back), deletes are kept.
+struct ListQueue {
+    batches: std::sync::Mutex<std::collections::VecDeque<Vec<sqs_batch::SqsMessage>>>,
+    deleted: std::sync::Mutex<Vec<String>>,
+}
+
+impl ListQueue {
+    /// Messages `id` with `body`, each at its first receive, in one batch.
+    fn with(bodies: &[(&str, &str)]) -> Self {
+        Self::batches(&[bodies])
+    }
+
+    /// Each list a receive's batch.
+    fn batches(batches: &[&[(&str, &str)]]) -> Self {
+        let batches = batches
+            .iter()
+            .map(|bodies| bodies.iter().map(|(id, body)| message(id, body)).collect())
+            .collect();
+        Self {
+            batches: std::sync::Mutex::new(batches),
+            deleted: std::sync::Mutex::default(),
+        }
+    }
+}
+
+/// Message `id` with `body`, at its first receive.
+fn message(id: &str, body: &str) -> sqs_batch::SqsMessage {
+    let mut message = sqs_batch::SqsMessage::default();
+    message.message_id = Some(id.to_owned());
+    message.receipt_handle = Some(format!("{id}#1"));
+    message.body = Some(body.to_owned());
+    message.attributes = [("ApproximateReceiveCount".to_owned(), "1".to_owned())].into();
+    message
+}
+
+impl QueuePort for &ListQueue {
+    fn arn(&self) -> &str {
+        "arn:aws:sqs:eu-west-1:123456789012:orders"
+    }
+
+    async fn receive(
+        &self,
+        max: u8,
+        wait_s: u8,
+        _visibility_s: u32,
+    ) -> Result<Vec<sqs_batch::SqsMessage>, QueueError> {
+        let got: Vec<sqs_batch::SqsMessage> = {
+            let mut batches = self.batches.lock().expect("lock");
+            match batches.front_mut() {
+                Some(next) => {
+                    let n = usize::from(max).min(next.len());
+                    let got = next.drain(..n).collect();
+                    if next.is_empty() {
+                        batches.pop_front();
+                    }
+                    got
+                }
+                None => Vec::new(),
+            }
+        };
+        if got.is_empty() {
+            tokio::time::sleep(Duration::from_secs(u64::from(wait_s.max(1)))).await;
+        }
+        Ok(got)
+    }
+
+    async fn delete(&self, entries: &[Delete<'_>]) -> Result<Vec<String>, QueueError> {
+        let mut deleted = self.deleted.lock().expect("lock");
+        deleted.extend(entries.iter().map(|e| e.message_id.to_owned()));
+        Ok(Vec::new())
+    }
+
+    async fn visible_messages(&self) -> Result<u64, QueueError> {
+        let batches = self.batches.lock().expect("lock");
+        Ok(batches.iter().map(Vec::len).sum::<usize>() as u64)
+    }
+}
+
+/// A visibility port that accepts every change (nothing here reads visibility).
+#[derive(Debug, Clone, Copy)]
+struct NoChanges;
+
+impl sqs_batch::visibility::VisibilityPort for NoChanges {
+    async fn change(
+        &self,
+        _queue_url: &str,
+        _changes: &[sqs_batch::visibility::Change<'_>],
+    ) -> Vec<sqs_batch::visibility::ChangeFailure> {
+        Vec::new()
+    }
+}
+
+/// The function with its stores and provider in memory.
+type InMemoryApp = App<
+    idempotency::MemoryStore,
+    process_orders::payment::SimulatedGateway,
+    lambda_kit::ManualClock,
+>;
+
+/// The function with `vars`, its stores in memory, its metrics documents kept.
+fn in_memory_app(
+    vars: &'static [(&'static str, &'static str)],
+) -> (InMemoryApp, std::sync::Arc<std::sync::Mutex<Vec<String>>>) {
+    let config = Config::from_lookup(|k| {
+        vars.iter()
+            .find(|(n, _)| *n == k)
+            .map(|(_, v)| (*v).to_owned())
+    })
+    .expect("config");
+    let documents = std::sync::Arc::default();
+    let app = App::with_ports(
+        &config,
+        idempotency::MemoryStore::new(config.store.retention),
+        process_orders::payment::SimulatedGateway::new(),
+        lambda_kit::ManualClock::at(1_767_225_600_000),
+    )
+    .with_metrics_sink(process_orders::metrics::MetricsSink::Memory(
+        std::sync::Arc::clone(&documents),
+    ));
+    (app, documents)
+}
+
+/// Issue 49, worker item 4. With metrics off (`METRICS_ENABLED=false`, or Powertools'
+/// `POWERTOOLS_METRICS_DISABLED=true`) the worker writes no backlog document, whatever its
+/// options ask; with metrics on, it writes one every interval to the function's metrics sink.
+#[tokio::test(start_paused = true)]
+async fn the_backlog_document_follows_the_functions_metrics_switch() {
+    let every_second = WorkerOptions::default().with_metrics_interval_ms(1_000);
+    for off in [
+        &[("METRICS_ENABLED", "false")][..],
+        &[("POWERTOOLS_METRICS_DISABLED", "true")][..],
+    ] {
+        let (app, documents) = in_memory_app(off);
+        let queue = ListQueue::with(&[]);
+        let worker = app.into_worker(&queue, NoChanges, every_second);
+        assert_eq!(worker.options().metrics_interval_ms, 0, "{off:?}");
+        worker
+            .run(tokio::time::sleep(Duration::from_millis(2_500)))
+            .await;
+        assert!(documents.lock().expect("lock").is_empty(), "{off:?}");
+    }
+    let (app, documents) = in_memory_app(&[]);
+    let queue = ListQueue::with(&[]);
+    let worker = app.into_worker(&queue, NoChanges, every_second);
+    worker
+        .run(tokio::time::sleep(Duration::from_millis(2_500)))
+        .await;
+    let documents = documents.lock().expect("lock").clone();
+    assert_eq!(documents.len(), 2, "{documents:?}");
+    for document in documents {
+        let document: serde_json::Value = serde_json::from_str(&document).expect("json");
+        assert_eq!(document["QueueName"], "orders");
+        assert_eq!(document["VisibleMessages"], 0);
+        assert_eq!(document["Consumers"], 1.0 / 60.0);
+    }
+}
+
+/// The metrics documents of `documents` that count records (not the backlog's), parsed.
+fn batch_documents(documents: &std::sync::Mutex<Vec<String>>) -> Vec<serde_json::Value> {
+    documents
+        .lock()
+        .expect("lock")
+        .iter()
+        .map(|d| serde_json::from_str::<serde_json::Value>(d).expect("json"))
+        .filter(|d| d.get("Records").is_some())
+        .collect()
+}
+
+/// Issue 49, worker item 3. A worker's batch writes the function's metrics document with the
+/// counts Lambda's invocation would have: one order charged, one body that is no order
+/// (POISON), one the provider refuses for our configuration (RETRY, `PaymentConfigErrors`).
+/// No `ColdStart`: a task's start is no Lambda cold start.
+#[tokio::test(start_paused = true)]
+async fn a_worker_batch_writes_the_functions_metrics_document() {
+    let (app, documents) = in_memory_app(&[("POWERTOOLS_METRICS_NAMESPACE", "Orders/Test")]);
+    let queue = ListQueue::with(&[
+        ("m1", r#"{"order_id": "ok-1", "amount": 10}"#),
+        ("m2", "not an order"),
+        ("m3", r#"{"order_id": "refused-1", "amount": 401.01}"#),
+    ]);
+    let options = WorkerOptions::default()
+        .with_receives_in_flight(1)
+        .with_metrics_interval_ms(0);
+    let worker = app.into_worker(&queue, NoChanges, options);
+    let report = worker
+        .run(tokio::time::sleep(Duration::from_millis(1_000)))
+        .await;
+    assert_eq!(report.batches, 1);
+    assert_eq!(*queue.deleted.lock().expect("lock"), ["m1"]);
+    let all = documents.lock().expect("lock").clone();
+    assert!(all.iter().all(|d| !d.contains("ColdStart")), "{all:?}");
+    let batch = batch_documents(&documents);
+    assert_eq!(batch.len(), 1, "{all:?}");
+    let document = &batch[0];
+    for (metric, count) in [
+        ("Records", 3.0),
+        ("Charged", 1.0),
+        ("Poisoned", 1.0),
+        ("PaymentConfigErrors", 1.0),
+        ("Retried", 1.0),
+        ("NeedsReconciliation", 0.0),
+        ("Duplicates", 0.0),
+    ] {
+        assert_eq!(document[metric], count, "{metric}: {document}");
+    }
+    assert_eq!(document["QueueName"], "orders");
+    assert_eq!(document["QueueKind"], "standard");
+    assert_eq!(document["FunctionName"], "process-orders");
+    assert_eq!(
+        document["_aws"]["CloudWatchMetrics"][0]["Namespace"],
+        "Orders/Test"
+    );
+}
+
+/// The provider refuses the configuration three times in a row in one batch, which opens the
+/// function's breaker (the rest of that batch is not sent). The next batch tries the provider
+/// again, as Lambda's next invocation does: a key fixed meanwhile charges. A worker that kept the
+/// breaker open would retry every order as `payment_circuit_open` until it was restarted.
+#[tokio::test(start_paused = true)]
+async fn each_worker_batch_tries_a_refusing_provider_again() {
+    let (app, _) = in_memory_app(&[]);
+    let refused = r#"{"order_id": "refused-N", "amount": 401.01}"#;
+    let queue = ListQueue::batches(&[
+        &[
+            ("r1", &refused.replace('N', "1")),
+            ("r2", &refused.replace('N', "2")),
+            ("r3", &refused.replace('N', "3")),
+        ],
+        &[("ok", r#"{"order_id": "ok-1", "amount": 10}"#)],
+    ]);
+    let options = WorkerOptions::default()
+        .with_receives_in_flight(1)
+        .with_metrics_interval_ms(0);
+    let worker = app.into_worker(&queue, NoChanges, options);
+    let report = worker
+        .run(tokio::time::sleep(Duration::from_millis(1_000)))
+        .await;
+    assert_eq!(report.batches, 2);
+    assert_eq!(*queue.deleted.lock().expect("lock"), ["ok"]);
 }

@@ -1,5 +1,6 @@
 //! `worker.yaml`, the worker's ECS service: its task role grants what the worker's adapters call
-//! and nothing more, and its stop timeout covers a receive and the drain.
+//! and nothing more, its stop timeout covers a receive and the drain, and its alarms watch the
+//! metrics its tasks write.
 
 use std::collections::BTreeSet;
 
@@ -117,5 +118,132 @@ fn the_stop_timeout_covers_a_receive_and_the_drain() {
     assert!(
         env.contains("IDEMPOTENCY_TABLE"),
         "a worker fleet needs the table"
+    );
+}
+
+/// A CloudFormation value of the alarms' dimensions, with `QueueName` = `queue_name`: a plain
+/// string, `!Ref QueueName`, `!Sub`, `!Split` and `!Select`, as a list (one item but a split's).
+fn evaluate(value: &Value, queue_name: &str) -> Vec<String> {
+    let Value::Tagged(tagged) = value else {
+        return vec![value.as_str().expect("a string").to_owned()];
+    };
+    let arguments = tagged.value.as_sequence();
+    match tagged.tag.to_string().as_str() {
+        "!Ref" => {
+            assert_eq!(tagged.value.as_str(), Some("QueueName"));
+            vec![queue_name.to_owned()]
+        }
+        "!Sub" => {
+            let text = tagged.value.as_str().expect("a !Sub string");
+            vec![text.replace("${QueueName}", queue_name)]
+        }
+        "!Split" => {
+            let arguments = arguments.expect("!Split [delimiter, value]");
+            let delimiter = arguments[0].as_str().expect("a delimiter");
+            let text = evaluate(&arguments[1], queue_name).remove(0);
+            text.split(delimiter).map(str::to_owned).collect()
+        }
+        "!Select" => {
+            let arguments = arguments.expect("!Select [index, list]");
+            let index = arguments[0].as_u64().expect("an index") as usize;
+            vec![evaluate(&arguments[1], queue_name).remove(index)]
+        }
+        other => panic!("{other} is not evaluated here"),
+    }
+}
+
+/// Issue 49, worker item 3. Each alarm watches a metric the workers write, as their task writes
+/// it: the namespace and the four dimensions of the function's document, `Service` and
+/// `FunctionName` as the task's environment makes them (`MetricsSettings::from_env`), and the
+/// queue's own `QueueKind` (`fifo` for a `.fifo` name). A dimension off by one letter would
+/// leave an alarm on no data, silent. The alarms are template.yaml's on the function's own
+/// metrics: refused configuration, reconciliation, the poison rate.
+#[test]
+fn the_alarms_watch_the_metrics_the_task_writes() {
+    let t = template();
+    let container = &t["Resources"]["TaskDefinition"]["Properties"]["ContainerDefinitions"][0];
+    let environment: std::collections::BTreeMap<String, String> = container["Environment"]
+        .as_sequence()
+        .expect("environment")
+        .iter()
+        .filter_map(|e| {
+            Some((
+                e["Name"].as_str()?.to_owned(),
+                e["Value"].as_str()?.to_owned(),
+            ))
+        })
+        .collect();
+    let settings =
+        process_orders::metrics::MetricsSettings::from_env(&lambda_kit::Env::new(|name| {
+            environment.get(name).cloned()
+        }))
+        .expect("the task's metrics settings")
+        .expect("metrics on");
+    let mut watched = BTreeSet::new();
+    let resources = t["Resources"].as_mapping().expect("resources");
+    for (name, resource) in resources {
+        if resource["Type"].as_str() != Some("AWS::CloudWatch::Alarm") {
+            continue;
+        }
+        let name = name.as_str().expect("a name");
+        let properties = &resource["Properties"];
+        let metrics: Vec<&Value> = match properties["Metrics"].as_sequence() {
+            Some(queries) => queries
+                .iter()
+                .filter_map(|q| q.get("MetricStat").map(|stat| &stat["Metric"]))
+                .collect(),
+            None => vec![properties],
+        };
+        for metric in metrics {
+            let metric_name = metric["MetricName"].as_str().expect("a metric");
+            assert!(
+                process_orders::metrics::COUNT_METRICS.contains(&metric_name),
+                "{name}: {metric_name}"
+            );
+            watched.insert(metric_name.to_owned());
+            assert_eq!(
+                metric["Namespace"].as_str(),
+                Some(settings.namespace.as_str()),
+                "{name}"
+            );
+            let dimensions = metric["Dimensions"].as_sequence().expect("dimensions");
+            let names: Vec<&str> = dimensions
+                .iter()
+                .filter_map(|d| d["Name"].as_str())
+                .collect();
+            assert_eq!(names, process_orders::metrics::DIMENSIONS, "{name}");
+            for queue in ["orders", "orders.fifo"] {
+                let kind = if queue.ends_with(".fifo") {
+                    sqs_batch::QueueKind::Fifo
+                } else {
+                    sqs_batch::QueueKind::Standard
+                };
+                let values: Vec<String> = dimensions
+                    .iter()
+                    .map(|d| evaluate(&d["Value"], queue).remove(0))
+                    .collect();
+                assert_eq!(
+                    values,
+                    [
+                        settings.service.as_str(),
+                        settings.function_name.as_str(),
+                        queue,
+                        kind.as_str()
+                    ],
+                    "{name}"
+                );
+            }
+        }
+    }
+    assert_eq!(
+        watched,
+        [
+            "NeedsReconciliation",
+            "PaymentConfigErrors",
+            "Poisoned",
+            "Records"
+        ]
+        .map(str::to_owned)
+        .into()
     );
 }

@@ -101,7 +101,7 @@ pub use edge::{
 };
 pub use lambda_kit::{Clock, Env, EnvError, ManualClock, SystemClock};
 pub use processor::{
-    BatchOptions, BatchProcessor, BatchReport, Counts, FifoScope, Invocation, Outcome,
+    ABANDONED, BatchOptions, BatchProcessor, BatchReport, Counts, FifoScope, Invocation, Outcome,
     RecordContext, RecordHandler, RecordStatus, Verdict,
 };
 pub use typed::{Json, Record, json};
@@ -233,9 +233,46 @@ where
     V: visibility::VisibilityPort,
     D: dead_letter::DeadLetterPort,
 {
-    use tracing::Instrument;
     let invocation = invocation.into();
     let deadline_ms = invocation.deadline_ms;
+    let learned = learn(processor, batch, deadline_ms, dead_letters).await;
+    let report = run(processor, batch, invocation, &learned).await;
+    settle(
+        processor,
+        batch,
+        deadline_ms,
+        report,
+        learned,
+        backoff,
+        dead_letters,
+    )
+    .await
+}
+
+/// What a batch learned before its records ran ([`learn`]), for [`run`] and [`settle`].
+#[derive(Debug)]
+pub(crate) struct Learned {
+    /// The batch's trace span: the records' and the SQS calls' spans are its children.
+    span: tracing::Span,
+    /// The queue's `maxReceiveCount`, when it was asked for and answered.
+    max_receive_count: Option<u32>,
+    /// The receive from which a RETRY gives up.
+    give_up_at_receive: Option<u32>,
+}
+
+/// The first step of [`process_batch`]: the batch's span, and the receive from which its RETRYs
+/// give up.
+pub(crate) async fn learn<H, C, D>(
+    processor: &BatchProcessor<H, C>,
+    batch: &Batch<'_>,
+    deadline_ms: u64,
+    dead_letters: Option<&DeadLetters<D>>,
+) -> Learned
+where
+    H: RecordHandler,
+    C: Clock,
+    D: dead_letter::DeadLetterPort,
+{
     let records = &batch.messages;
     // Trace spans (DEBUG, target `sqs_batch`): disabled, and free, unless a trace exporter asks
     // for them; the records' spans are children of this one.
@@ -272,10 +309,57 @@ where
         Some(count) => (count >= 2).then(|| count - 1),
         None => processor.options().give_up_at_receive,
     };
-    let mut report = processor
-        .process_until(records, batch.kind, invocation, give_up_at_receive)
-        .instrument(span.clone())
-        .await;
+    Learned {
+        span,
+        max_receive_count,
+        give_up_at_receive,
+    }
+}
+
+/// The second step of [`process_batch`]: the records, each to its status.
+pub(crate) async fn run<H, C>(
+    processor: &BatchProcessor<H, C>,
+    batch: &Batch<'_>,
+    invocation: Invocation,
+    learned: &Learned,
+) -> BatchReport
+where
+    H: RecordHandler,
+    C: Clock,
+{
+    use tracing::Instrument;
+    processor
+        .process_until(
+            &batch.messages,
+            batch.kind,
+            invocation,
+            learned.give_up_at_receive,
+        )
+        .instrument(learned.span.clone())
+        .await
+}
+
+/// The last step of [`process_batch`], after the records: the DLQ moves, the response and its
+/// check, then the visibility backoff. A worker runs it once its heartbeat has stopped, so the
+/// visibility the backoff sets is the last one a reported record gets.
+pub(crate) async fn settle<H, C, V, D>(
+    processor: &BatchProcessor<H, C>,
+    batch: &Batch<'_>,
+    deadline_ms: u64,
+    mut report: BatchReport,
+    learned: Learned,
+    backoff: Option<&Backoff<V>>,
+    dead_letters: Option<&DeadLetters<D>>,
+) -> Result<Processed, EventError>
+where
+    H: RecordHandler,
+    C: Clock,
+    V: visibility::VisibilityPort,
+    D: dead_letter::DeadLetterPort,
+{
+    use tracing::Instrument;
+    let records = &batch.messages;
+    let span = learned.span;
     // A quarter of the margin stays free for the response itself.
     let reserve_ms = processor.options().deadline_margin_ms / 4;
     let budget = |now_ms: u64| {
@@ -321,7 +405,7 @@ where
     Ok(Processed {
         response,
         report,
-        max_receive_count,
+        max_receive_count: learned.max_receive_count,
     })
 }
 

@@ -11,6 +11,8 @@
 //! - A record is not started when the invocation's remaining time is below the deadline margin;
 //!   it is reported instead. A started record still running when half the margin is left is
 //!   abandoned and reported RETRY. Either way the response leaves before the function timeout.
+//!   A runtime that stops waiting ([`BatchProcessor::abandon_running`], a worker's drain
+//!   timeout) abandons every record still running at once, the same way.
 //! - A panic inside a handler is RETRY for that record only.
 
 use std::borrow::Cow;
@@ -24,6 +26,7 @@ use std::time::Duration;
 
 use futures_util::stream::FuturesUnordered;
 use futures_util::{FutureExt, StreamExt};
+use tokio::sync::Notify;
 use tracing::{info, warn};
 
 use lambda_kit::{Clock, Env, EnvError};
@@ -473,6 +476,10 @@ pub struct Counts {
     pub skipped: usize,
 }
 
+/// The reason of a RETRY for a record abandoned while it ran: near the deadline, or when the
+/// runtime stopped waiting ([`BatchProcessor::abandon_running`]).
+pub const ABANDONED: &str = "abandoned";
+
 /// Drives a [`RecordHandler`] over batches.
 #[derive(Debug)]
 pub struct BatchProcessor<H, C> {
@@ -481,16 +488,23 @@ pub struct BatchProcessor<H, C> {
     options: BatchOptions,
     /// Set once the runtime stops: no record starts after it ([`RecordStatus::SkippedStopping`]).
     stopping: AtomicBool,
+    /// Set once the runtime stops waiting: the records running are abandoned.
+    abandoning: AtomicBool,
+    /// Wakes the running records when `abandoning` is set.
+    abandon: Notify,
 }
 
 impl<H: Clone, C: Clone> Clone for BatchProcessor<H, C> {
-    /// Another processor with the same handler, clock and options, not stopping.
+    /// Another processor with the same handler, clock and options, neither stopping nor
+    /// abandoning.
     fn clone(&self) -> Self {
         Self {
             handler: self.handler.clone(),
             clock: self.clock.clone(),
             options: self.options,
             stopping: AtomicBool::new(false),
+            abandoning: AtomicBool::new(false),
+            abandon: Notify::new(),
         }
     }
 }
@@ -503,6 +517,8 @@ impl<H: RecordHandler, C: Clock> BatchProcessor<H, C> {
             clock,
             options,
             stopping: AtomicBool::new(false),
+            abandoning: AtomicBool::new(false),
+            abandon: Notify::new(),
         }
     }
 
@@ -516,6 +532,27 @@ impl<H: RecordHandler, C: Clock> BatchProcessor<H, C> {
     /// Whether [`BatchProcessor::stop_starting`] was called.
     pub fn is_stopping(&self) -> bool {
         self.stopping.load(Ordering::SeqCst)
+    }
+
+    /// From now on no record starts ([`BatchProcessor::stop_starting`]), and every record still
+    /// running is abandoned at once: RETRY [`ABANDONED`], reported like one abandoned near the
+    /// deadline, so its batch ends with every other record's status. For a runtime that stops
+    /// waiting (a worker's drain timeout). It never gives up as `retries_exhausted`: the stop
+    /// cut it, not its own failures.
+    pub fn abandon_running(&self) {
+        self.stop_starting();
+        self.abandoning.store(true, Ordering::SeqCst);
+        self.abandon.notify_waiters();
+    }
+
+    /// Resolves once [`BatchProcessor::abandon_running`] is called (at once if it was). The
+    /// waiter is registered before the flag is read, so a call between the two is never missed.
+    async fn abandoned(&self) {
+        let notified = self.abandon.notified();
+        if self.abandoning.load(Ordering::SeqCst) {
+            return;
+        }
+        notified.await;
     }
 
     /// The handler.
@@ -642,18 +679,34 @@ impl<H: RecordHandler, C: Clock> BatchProcessor<H, C> {
         } else {
             budget
         };
-        let verdict = match tokio::time::timeout(budget, handled).await {
-            Ok(Ok(verdict)) => verdict,
-            Ok(Err(_)) => Verdict::retry("panic").with_detail("the record handler panicked"),
-            // Its claim may be held until the lease ends: retrying sooner would only meet BUSY.
-            Err(_) => Verdict::retry("abandoned")
-                .with_retry_after_ms(deadline_ms.saturating_add(self.options.abandoned_hold_ms))
-                .with_detail(
-                    "still running when the invocation's time was nearly up: abandoned and reported",
-                ),
+        // Biased: a record that finished as the runtime stopped waiting keeps its verdict.
+        let verdict = tokio::select! {
+            biased;
+            handled = tokio::time::timeout(budget, handled) => {
+                let verdict = match handled {
+                    Ok(Ok(verdict)) => verdict,
+                    Ok(Err(_)) => {
+                        Verdict::retry("panic").with_detail("the record handler panicked")
+                    }
+                    // Its claim may be held until the lease ends: retrying sooner would only
+                    // meet BUSY.
+                    Err(_) => Verdict::retry(ABANDONED)
+                        .with_retry_after_ms(
+                            deadline_ms.saturating_add(self.options.abandoned_hold_ms),
+                        )
+                        .with_detail(
+                            "still running when the invocation's time was nearly up: abandoned \
+                             and reported",
+                        ),
+                };
+                give_up_if_exhausted(verdict, message.receive_count, limits.give_up_at_receive)
+            }
+            // Dropping it mid-call is safe for the reasons above.
+            () = self.abandoned() => Verdict::retry(ABANDONED).with_detail(
+                "still running when the runtime stopped waiting (a worker's drain timeout): \
+                 abandoned",
+            ),
         };
-        let verdict =
-            give_up_if_exhausted(verdict, message.receive_count, limits.give_up_at_receive);
         span.record("key", verdict.key.as_deref());
         span.record("outcome", verdict.outcome.as_str());
         span.record("reason", verdict.reason);
@@ -1203,6 +1256,41 @@ mod tests {
             }
             other => panic!("expected an abandoned record, got {other:?}"),
         }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn abandon_running_cuts_the_running_records_at_once_and_starts_no_other() {
+        // GIVEN one record at a time, the first hanging at the receive that gives up, WHEN the
+        // runtime stops waiting a second in, THEN that record is RETRY `abandoned` at once (not
+        // `retries_exhausted`: the stop cut it) and the next one never starts.
+        let specs = [("a", None, "hang"), ("b", None, "ack")];
+        let clock = ManualClock::at(0);
+        let mut p = processor(FifoScope::Batch, &clock);
+        p.options.max_concurrency = NonZeroUsize::MIN;
+        let messages: Vec<Message<'_>> = batch(&specs)
+            .into_iter()
+            .map(|m| Message {
+                receive_count: Some(3),
+                ..m
+            })
+            .collect();
+        let started = tokio::time::Instant::now();
+        let (report, ()) = tokio::join!(
+            p.process_until(&messages, QueueKind::Standard, 60_000, Some(3)),
+            async {
+                tokio::time::sleep(std::time::Duration::from_millis(1_000)).await;
+                p.abandon_running();
+            }
+        );
+        assert_eq!(started.elapsed(), std::time::Duration::from_millis(1_000));
+        match &report.statuses[0] {
+            RecordStatus::Handled(v) => {
+                assert_eq!((v.outcome, v.reason), (Outcome::Retry, ABANDONED));
+            }
+            other => panic!("expected an abandoned record, got {other:?}"),
+        }
+        assert_eq!(report.statuses[1], RecordStatus::SkippedStopping);
+        assert_eq!(*p.handler().started.lock().expect("lock"), ["a"]);
     }
 
     #[tokio::test]

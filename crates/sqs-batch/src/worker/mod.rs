@@ -3,21 +3,31 @@
 //! under Lambda, and what Lambda's event source mapping did for it:
 //!
 //! - **Long polling**: `ReceiveMessage` with `WaitTimeSeconds` 20, up to 10 messages, every
-//!   attribute; several receives in flight ([`WorkerOptions::receives_in_flight`]). A failed
+//!   attribute, and `VisibilityTimeout` the heartbeat's extension (the messages are hidden for it
+//!   from the receive on, whatever the queue's own timeout); several receives in flight
+//!   ([`WorkerOptions::receives_in_flight`]). A failed
 //!   receive is retried with jittered backoff, never a crash loop.
 //! - **Delete after success**: the acknowledged and moved records of a batch are deleted with
 //!   `DeleteMessageBatch`; every `Failed` entry is retried, then logged (the message comes back,
 //!   and idempotency answers it as a duplicate).
-//! - **Heartbeat**: while a batch runs its messages' visibility is extended every third of the
-//!   extension; never past SQS's 12 hours from the receive, which is logged as an error, not
-//!   clamped. A worker that dies stops extending, so its messages return within one extension.
+//! - **Heartbeat**: while a batch's records run its messages' visibility is extended every third
+//!   of the extension; never past SQS's 12 hours from the receive, which is logged as an error,
+//!   not clamped. It stops before the DLQ moves and the visibility backoff, so a reported
+//!   record's backoff is the last visibility it gets. A worker that dies stops extending, so its
+//!   messages return within one extension.
 //! - **Graceful shutdown**: once `shutdown` resolves (SIGTERM or SIGINT: [`shutdown_signal`]) no
 //!   receive starts; a receive in flight ends (at most `WaitTimeSeconds`) and what it brought is
 //!   released (visibility 0); records already started finish, records not started are released,
-//!   within [`WorkerOptions::drain_timeout_ms`]; past it, what is unfinished is released.
-//! - **Scaling on backlog**: every minute the worker writes an EMF document with the queue's
-//!   visible messages and `Consumers` 1, so that CloudWatch can divide the first by the sum of the
+//!   within [`WorkerOptions::drain_timeout_ms`]. At its end the records still running are
+//!   abandoned ([`BatchProcessor::abandon_running`]) and released; the rest of their batch is
+//!   settled as usual (the finished deleted, POISON moved), so nothing that finished comes back.
+//! - **Scaling on backlog**: every minute (or [`WorkerOptions::metrics_interval_ms`]) the worker
+//!   writes an EMF document with the queue's visible messages and its share of a consumer (1 a
+//!   minute: the interval over 60 s), so that CloudWatch can divide the first by the sum of the
 //!   second (the backlog per consumer, [`backlog_per_consumer`]) for a target-tracking policy.
+//! - **Hooks** ([`WorkerHooks`], [`Worker::with_hooks`]): the owner hears each batch before it
+//!   runs and once it is settled (what a Lambda function does per invocation: per-invocation
+//!   limits, metrics) and gets the metrics documents to write (stdout by default).
 //!
 //! The platform's stop timeout must be longer than `WaitTimeSeconds` plus the drain timeout
 //! ([`stop_timeout_s`]): the docs give the ECS and Kubernetes settings.
@@ -38,9 +48,9 @@ use tracing::{error, info, warn};
 use crate::backoff::BackoffPolicy;
 use crate::dead_letter::{DeadLetterPort, DeadLetters};
 use crate::edge::{Batch, Message};
-use crate::processor::{BatchProcessor, RecordHandler, RecordStatus};
+use crate::processor::{ABANDONED, BatchProcessor, RecordHandler, RecordStatus};
 use crate::visibility::{self, Change, VisibilityPort};
-use crate::{Backoff, process_batch};
+use crate::{Backoff, Processed};
 
 /// SQS keeps a received message invisible for at most 12 hours from the receive.
 pub const VISIBILITY_CAP_MS: u64 = 12 * 3_600_000;
@@ -69,7 +79,8 @@ pub struct WorkerOptions {
     pub drain_timeout_ms: u64,
     /// Attempts at a `DeleteMessageBatch` entry before it is logged and left (3).
     pub delete_attempts: u32,
-    /// How often the backlog document is written, ms (60 s; 0: never).
+    /// How often the backlog document is written, ms (60 s; 0: never). Each document's
+    /// `Consumers` is this over a minute, so a minute's sum stays one per worker.
     pub metrics_interval_ms: u64,
 }
 
@@ -96,12 +107,24 @@ pub const VARIABLES: &[(&str, Option<&str>)] = &[
     ("WORKER_VISIBILITY_EXTENSION_SECONDS", Some("60")),
     ("WORKER_BATCH_TIMEOUT_SECONDS", Some("900")),
     ("WORKER_DRAIN_TIMEOUT_SECONDS", Some("25")),
+    ("WORKER_METRICS_INTERVAL_SECONDS", Some("60")),
 ];
 
 impl WorkerOptions {
     /// The options from the environment ([`VARIABLES`]); a value out of range names its variable.
     pub fn from_env(env: &Env<'_>) -> Result<Self, EnvError> {
         let extension_s: u64 = env.ranged("WORKER_VISIBILITY_EXTENSION_SECONDS", 60, 3, 43_200)?;
+        // A divisor of a minute: target tracking sums `Consumers` per minute, so each minute must
+        // hold the same number of documents from a worker.
+        let metrics_interval_s: u64 = env.ranged("WORKER_METRICS_INTERVAL_SECONDS", 60, 1, 60)?;
+        if 60 % metrics_interval_s != 0 {
+            return Err(EnvError::invalid(
+                "WORKER_METRICS_INTERVAL_SECONDS",
+                &metrics_interval_s.to_string(),
+                "a divisor of 60 (1, 2, 3, 4, 5, 6, 10, 12, 15, 20, 30 or 60), so every minute \
+                 holds whole backlog documents",
+            ));
+        }
         Ok(Self {
             wait_time_seconds: env.ranged("WORKER_WAIT_TIME_SECONDS", 20, 0, 20)?,
             max_messages: env.ranged("WORKER_MAX_MESSAGES", 10, 1, 10)?,
@@ -109,6 +132,7 @@ impl WorkerOptions {
             visibility_extension_s: extension_s,
             batch_timeout_ms: env.ranged("WORKER_BATCH_TIMEOUT_SECONDS", 900, 1, 43_200)? * 1_000,
             drain_timeout_ms: env.ranged("WORKER_DRAIN_TIMEOUT_SECONDS", 25, 1, 3_600)? * 1_000,
+            metrics_interval_ms: metrics_interval_s * 1_000,
             ..Self::default()
         })
     }
@@ -199,11 +223,14 @@ pub trait QueuePort: Send + Sync {
     /// The queue's ARN (its kind, the DLQ moves, the visibility changes go by it).
     fn arn(&self) -> &str;
 
-    /// Up to `max` messages, waiting up to `wait_s` for the first, with every attribute.
+    /// Up to `max` messages, waiting up to `wait_s` for the first, with every attribute, each
+    /// invisible for `visibility_s` from the receive (`ReceiveMessage`'s `VisibilityTimeout`,
+    /// at most 12 hours) whatever the queue's own visibility timeout.
     fn receive(
         &self,
         max: u8,
         wait_s: u8,
+        visibility_s: u32,
     ) -> impl Future<Output = Result<Vec<SqsMessage>, QueueError>> + Send;
 
     /// Deletes up to ten messages; returns the message ids of the entries SQS did not delete.
@@ -215,6 +242,37 @@ pub trait QueuePort: Send + Sync {
     /// `ApproximateNumberOfMessages`: visible, waiting to be received.
     fn visible_messages(&self) -> impl Future<Output = Result<u64, QueueError>> + Send;
 }
+
+/// What the owner of a worker hears from it: each batch before its records run and once it is
+/// settled, and each metrics document. Every method has a default.
+pub trait WorkerHooks<H>: Send + Sync {
+    /// A batch is about to run on `handler`: for what the owner starts over per batch, as a
+    /// Lambda function does per invocation. Nothing by default.
+    fn batch_starting(&self, handler: &H, batch: &Batch<'_>) {
+        let _ = (handler, batch);
+    }
+
+    /// A batch was settled (its records run, POISON moved, the backoff set) `elapsed` after its
+    /// receive, before its deletes: for the owner's own metrics. Nothing by default.
+    fn batch_settled(
+        &self,
+        handler: &H,
+        batch: &Batch<'_>,
+        processed: &Processed,
+        elapsed: Duration,
+    ) {
+        let _ = (handler, batch, processed, elapsed);
+    }
+
+    /// Writes one metrics document (the backlog's): by default one line on stdout, where
+    /// CloudWatch Logs' embedded metric format finds it.
+    fn write_metrics(&self, document: &str) {
+        println!("{document}");
+    }
+}
+
+/// No hooks: the defaults.
+impl<H> WorkerHooks<H> for () {}
 
 /// What a worker did, for its last log line and for tests.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -240,6 +298,7 @@ pub struct Worker<H, C, Q, V, D> {
     dead_letters: Option<DeadLetters<D>>,
     options: WorkerOptions,
     namespace: String,
+    hooks: Box<dyn WorkerHooks<H>>,
 }
 
 impl<H, C, Q, V, D> std::fmt::Debug for Worker<H, C, Q, V, D> {
@@ -263,7 +322,7 @@ struct Counters {
 /// The stop, as the lanes see it.
 struct Stop {
     stopping: Notify,
-    drain_over: Notify,
+    /// Set at the drain's end, before the running records are abandoned.
     drain_is_over: AtomicBool,
 }
 
@@ -295,7 +354,19 @@ where
             dead_letters: None,
             options,
             namespace: "SqsWorker".to_owned(),
+            hooks: Box::new(()),
         }
+    }
+
+    /// What the worker tells its owner ([`WorkerHooks`]).
+    pub fn with_hooks(mut self, hooks: impl WorkerHooks<H> + 'static) -> Self {
+        self.hooks = Box::new(hooks);
+        self
+    }
+
+    /// The options it runs with.
+    pub fn options(&self) -> &WorkerOptions {
+        &self.options
     }
 
     /// Reported records get their visibility from `policy`.
@@ -326,7 +397,6 @@ where
         let counters = Counters::default();
         let stop = Stop {
             stopping: Notify::new(),
-            drain_over: Notify::new(),
             drain_is_over: AtomicBool::new(false),
         };
         let lanes =
@@ -339,12 +409,12 @@ where
             stop.stopping.notify_waiters();
             tokio::time::sleep(Duration::from_millis(self.options.drain_timeout_ms)).await;
             stop.drain_is_over.store(true, Ordering::SeqCst);
-            stop.drain_over.notify_waiters();
+            self.processor.abandon_running();
         };
         tokio::select! {
             _ = async { tokio::join!(lanes, metrics) } => {}
-            // The stopper never ends first: its last step is the drain's end, which the lanes
-            // answer by returning.
+            // The stopper never ends first: its last step is the drain's end, at which the
+            // running records are abandoned and the lanes settle their batches and return.
             () = async { stopper.await; std::future::pending::<()>().await } => {}
         }
         let report = WorkerReport {
@@ -379,7 +449,11 @@ where
         while !self.stopping() {
             let received = self
                 .queue
-                .receive(self.options.max_messages, self.options.wait_time_seconds)
+                .receive(
+                    self.options.max_messages,
+                    self.options.wait_time_seconds,
+                    self.receive_visibility_s(),
+                )
                 .await;
             let messages = match received {
                 Ok(messages) => {
@@ -410,6 +484,18 @@ where
         }
     }
 
+    /// The visibility a receive gives its messages: the extension, so they are hidden from the
+    /// start for as long as each heartbeat hides them, and the first heartbeat (a third of it
+    /// later) comes before the queue's own visibility timeout could end.
+    fn receive_visibility_s(&self) -> u32 {
+        u32::try_from(
+            self.options
+                .visibility_extension_s
+                .min(VISIBILITY_CAP_MS / 1_000),
+        )
+        .unwrap_or(u32::MAX)
+    }
+
     /// One batch: processed with a heartbeat, then its finished records deleted.
     async fn batch(&self, messages: Vec<SqsMessage>, stop: &Stop, counters: &Counters) {
         counters.batches.fetch_add(1, Ordering::SeqCst);
@@ -436,67 +522,88 @@ where
             port: self.visibility.clone(),
             policy,
         });
-        let work = process_batch(
+        let dead_letters = self.dead_letters.as_ref();
+        self.hooks.batch_starting(self.processor.handler(), &batch);
+        let records = async {
+            let learned = crate::learn(&self.processor, &batch, deadline_ms, dead_letters).await;
+            let report = crate::run(&self.processor, &batch, deadline_ms.into(), &learned).await;
+            (learned, report)
+        };
+        // The heartbeat runs while the records do, and stops before the moves and the backoff:
+        // the visibility the backoff gives a reported record must be its last.
+        let (learned, report) = tokio::select! {
+            done = records => done,
+            never = self.heartbeat(&batch.messages, received_at) => match never {},
+        };
+        let settled = crate::settle(
             &self.processor,
             &batch,
             deadline_ms,
+            report,
+            learned,
             backoff.as_ref(),
-            self.dead_letters.as_ref(),
-        );
-        let outcome = tokio::select! {
-            processed = work => Some(processed),
-            never = self.heartbeat(&batch.messages, received_at) => match never {},
-            () = drain_over(stop) => None,
-        };
-        match outcome {
-            Some(Ok(processed)) => {
-                let reported: std::collections::HashSet<&str> = processed
-                    .response
-                    .batch_item_failures
-                    .iter()
-                    .map(|f| f.item_identifier.as_str())
-                    .collect();
-                let done: Vec<Delete<'_>> = batch
-                    .messages
-                    .iter()
-                    .filter(|m| !reported.contains(m.message_id))
-                    .filter_map(|m| {
-                        Some(Delete {
-                            message_id: m.message_id,
-                            receipt_handle: m.receipt_handle?,
-                        })
-                    })
-                    .collect();
-                self.delete(&done, counters).await;
-                // Not started because of the stop (or held behind a FIFO record that was not):
-                // back to the queue at once, whatever the receive count.
-                let statuses = &processed.report.statuses;
-                let stopped = |status: &RecordStatus| match status {
-                    RecordStatus::SkippedStopping => true,
-                    RecordStatus::SkippedAfter { culprit } => {
-                        matches!(statuses.get(*culprit), Some(RecordStatus::SkippedStopping))
-                    }
-                    _ => false,
-                };
-                let unstarted = batch
-                    .messages
-                    .iter()
-                    .zip(statuses)
-                    .filter(|(_, status)| stopped(status))
-                    .map(|(m, _)| m);
-                self.release(unstarted, counters).await;
-            }
-            Some(Err(e)) => {
+            dead_letters,
+        )
+        .await;
+        let processed = match settled {
+            Ok(processed) => processed,
+            Err(e) => {
                 error!(error = %e, "a batch's response failed its check: nothing deleted");
+                return;
             }
-            None => {
-                warn!(
-                    records = batch.messages.len(),
-                    "the drain timeout ended this batch: its records are released"
-                );
-                self.release(batch.messages.iter(), counters).await;
-            }
+        };
+        self.hooks.batch_settled(
+            self.processor.handler(),
+            &batch,
+            &processed,
+            received_at.elapsed(),
+        );
+        let reported: std::collections::HashSet<&str> = processed
+            .response
+            .batch_item_failures
+            .iter()
+            .map(|f| f.item_identifier.as_str())
+            .collect();
+        let done: Vec<Delete<'_>> = batch
+            .messages
+            .iter()
+            .filter(|m| !reported.contains(m.message_id))
+            .filter_map(|m| {
+                Some(Delete {
+                    message_id: m.message_id,
+                    receipt_handle: m.receipt_handle?,
+                })
+            })
+            .collect();
+        self.delete(&done, counters).await;
+        // Back to the queue at once, whatever the receive count: what the stop kept from
+        // starting, what the drain's end abandoned, and what a FIFO hold kept behind either.
+        let drain_is_over = stop.drain_is_over.load(Ordering::SeqCst);
+        let statuses = &processed.report.statuses;
+        let cut_by_stop = |status: &RecordStatus| match status {
+            RecordStatus::SkippedStopping => true,
+            RecordStatus::Handled(verdict) => drain_is_over && verdict.reason == ABANDONED,
+            _ => false,
+        };
+        let unfinished: Vec<&Message<'_>> = batch
+            .messages
+            .iter()
+            .zip(statuses)
+            .filter(|(_, status)| match status {
+                RecordStatus::SkippedAfter { culprit } => {
+                    statuses.get(*culprit).is_some_and(cut_by_stop)
+                }
+                other => cut_by_stop(other),
+            })
+            .map(|(m, _)| m)
+            .collect();
+        if drain_is_over && !unfinished.is_empty() {
+            warn!(
+                records = unfinished.len(),
+                "the drain timeout ended this batch: its unfinished records are released"
+            );
         }
+        self.release(unfinished.into_iter(), counters).await;
     }
 
     /// Extends the batch's visibility every third of the extension, until SQS's cap; never
@@ -629,31 +736,19 @@ where
                 () = self.stopped(stop) => return,
             }
             match self.queue.visible_messages().await {
-                Ok(visible) => println!(
-                    "{}",
-                    backlog_document(
-                        &self.namespace,
-                        queue_name(self.queue.arn()),
-                        visible,
-                        self.processor.clock().now_ms()
-                    )
-                ),
+                Ok(visible) => self.hooks.write_metrics(&backlog_document(
+                    &self.namespace,
+                    queue_name(self.queue.arn()),
+                    visible,
+                    self.options.metrics_interval_ms as f64 / 60_000.0,
+                    self.processor.clock().now_ms(),
+                )),
                 Err(e) => {
                     warn!(error = %lambda_kit::error_chain(&e), "the queue's depth could not be read")
                 }
             }
         }
     }
-}
-
-/// Resolves once the drain is over (at once if it already is). The waiter is registered before
-/// the flag is read, so a notification between the two is never lost.
-async fn drain_over(stop: &Stop) {
-    let notified = stop.drain_over.notified();
-    if stop.drain_is_over.load(Ordering::SeqCst) {
-        return;
-    }
-    notified.await;
 }
 
 /// The wait after `failures` failed receives in a row: equal jitter in [bound/2, bound], the
@@ -671,10 +766,23 @@ fn queue_name(arn: &str) -> &str {
     arn.rsplit(':').next().unwrap_or(arn)
 }
 
-/// One EMF document: the queue's visible messages and this consumer (1), per queue. CloudWatch
+/// One EMF document: the queue's visible messages and this consumer's share of the minute
+/// (`consumers`: 1 for a document a minute, 0.5 for one every 30 s), per queue. CloudWatch
 /// divides the average of the first by the sum of the second over a minute: the backlog per
 /// consumer (docs/operations.md, "The worker").
-pub fn backlog_document(namespace: &str, queue: &str, visible: u64, now_ms: u64) -> String {
+pub fn backlog_document(
+    namespace: &str,
+    queue: &str,
+    visible: u64,
+    consumers: f64,
+    now_ms: u64,
+) -> String {
+    // A whole share is written as an integer, as the document always had it.
+    let consumers = if consumers.fract() == 0.0 && consumers <= u32::MAX as f64 {
+        serde_json::json!(consumers as u32)
+    } else {
+        serde_json::json!(consumers)
+    };
     serde_json::json!({
         "_aws": {
             "Timestamp": now_ms,
@@ -689,7 +797,7 @@ pub fn backlog_document(namespace: &str, queue: &str, visible: u64, now_ms: u64)
         },
         "QueueName": queue,
         "VisibleMessages": visible,
-        "Consumers": 1
+        "Consumers": consumers
     })
     .to_string()
 }

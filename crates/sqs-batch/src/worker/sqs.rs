@@ -76,13 +76,20 @@ impl QueuePort for SqsQueue {
         &self.arn
     }
 
-    async fn receive(&self, max: u8, wait_s: u8) -> Result<Vec<SqsMessage>, QueueError> {
+    async fn receive(
+        &self,
+        max: u8,
+        wait_s: u8,
+        visibility_s: u32,
+    ) -> Result<Vec<SqsMessage>, QueueError> {
         let output = self
             .client
             .receive_message()
             .queue_url(&self.url)
             .max_number_of_messages(i32::from(max.clamp(1, 10)))
             .wait_time_seconds(i32::from(wait_s.min(20)))
+            // SQS takes 0 to 43,200 s.
+            .visibility_timeout(i32::try_from(visibility_s.min(43_200)).unwrap_or(43_200))
             .message_system_attribute_names(MessageSystemAttributeName::All)
             .message_attribute_names("All")
             .send()

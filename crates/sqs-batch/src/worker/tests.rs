@@ -4,7 +4,7 @@
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::Mutex;
-use std::sync::atomic::AtomicUsize;
+use std::sync::atomic::{AtomicU64, AtomicUsize};
 
 use super::*;
 use crate::dead_letter::NoDeadLetters;
@@ -22,6 +22,8 @@ struct FakeQueue {
     /// Delete entries to fail, by message id, each once.
     fail_deletes: Mutex<Vec<String>>,
     receive_errors: AtomicUsize,
+    /// How long a visibility change takes to answer, ms, after SQS applied it (0: at once).
+    change_latency_ms: AtomicU64,
 }
 
 #[derive(Default)]
@@ -32,6 +34,8 @@ struct QueueState {
     deleted: Vec<String>,
     /// (message id, seconds, at ms)
     changes: Vec<(String, u64, u64)>,
+    /// (message id, the receive's `VisibilityTimeout`)
+    receives: Vec<(String, u32)>,
 }
 
 impl FakeQueue {
@@ -45,6 +49,7 @@ impl FakeQueue {
             state: Mutex::default(),
             fail_deletes: Mutex::default(),
             receive_errors: AtomicUsize::new(0),
+            change_latency_ms: AtomicU64::new(0),
         };
         {
             let mut state = queue.state.lock().unwrap();
@@ -73,6 +78,15 @@ impl FakeQueue {
     fn changes(&self) -> Vec<(String, u64, u64)> {
         self.state.lock().unwrap().changes.clone()
     }
+
+    fn receives(&self) -> Vec<(String, u32)> {
+        self.state.lock().unwrap().receives.clone()
+    }
+
+    /// When the message is visible again, ms since start (`None`: deleted).
+    fn visible_from(&self, id: &str) -> Option<u64> {
+        self.state.lock().unwrap().messages.get(id).map(|m| m.1)
+    }
 }
 
 impl QueuePort for FakeQueue {
@@ -80,7 +94,12 @@ impl QueuePort for FakeQueue {
         ARN
     }
 
-    async fn receive(&self, max: u8, wait_s: u8) -> Result<Vec<SqsMessage>, QueueError> {
+    async fn receive(
+        &self,
+        max: u8,
+        wait_s: u8,
+        visibility_s: u32,
+    ) -> Result<Vec<SqsMessage>, QueueError> {
         if self.receive_errors.load(Ordering::SeqCst) > 0 {
             self.receive_errors.fetch_sub(1, Ordering::SeqCst);
             return Err(QueueError {
@@ -98,12 +117,14 @@ impl QueuePort for FakeQueue {
                 .take(usize::from(max))
                 .cloned()
                 .collect();
+            let receives = ids.iter().map(|id| (id.clone(), visibility_s));
+            state.receives.extend(receives);
             ids.iter()
                 .map(|id| {
                     let entry = state.messages.get_mut(id).unwrap();
                     entry.2 += 1;
-                    // The queue's own visibility timeout: 30 s.
-                    entry.1 = now + 30_000;
+                    // ReceiveMessage's VisibilityTimeout: SQS applies it over the queue's own.
+                    entry.1 = now + u64::from(visibility_s) * 1_000;
                     let mut record = SqsMessage::default();
                     record.message_id = Some(id.clone());
                     record.receipt_handle = Some(format!("{id}#{}", entry.2));
@@ -150,21 +171,28 @@ impl VisibilityPort for &FakeQueue {
             queue_url,
             "https://sqs.us-east-1.amazonaws.com/123456789012/work"
         );
-        let mut state = self.state.lock().unwrap();
-        let now = self.now_ms();
-        for change in changes {
-            state
-                .changes
-                .push((change.message_id.to_owned(), change.seconds, now));
-            if let Some(m) = state.messages.get_mut(change.message_id) {
-                m.1 = now + change.seconds * 1_000;
+        {
+            let mut state = self.state.lock().unwrap();
+            let now = self.now_ms();
+            for change in changes {
+                state
+                    .changes
+                    .push((change.message_id.to_owned(), change.seconds, now));
+                if let Some(m) = state.messages.get_mut(change.message_id) {
+                    m.1 = now + change.seconds * 1_000;
+                }
             }
+        }
+        let latency = self.change_latency_ms.load(Ordering::SeqCst);
+        if latency > 0 {
+            tokio::time::sleep(Duration::from_millis(latency)).await;
         }
         Vec::new()
     }
 }
 
-/// Sleeps the time its body names (ms), counting what it started and finished.
+/// Sleeps the time its body names (ms), counting what it started and finished; ACK, or the
+/// verdict the body names after the time (`9500 retry`, `0 poison`).
 #[derive(Default)]
 struct Sleeper {
     started: Mutex<Vec<String>>,
@@ -177,13 +205,28 @@ impl RecordHandler for Sleeper {
             .lock()
             .unwrap()
             .push(message.message_id.to_owned());
-        let ms: u64 = message.body.parse().unwrap_or(0);
+        let mut words = message.body.split_whitespace();
+        let ms: u64 = words.next().and_then(|w| w.parse().ok()).unwrap_or(0);
         tokio::time::sleep(Duration::from_millis(ms)).await;
         self.finished
             .lock()
             .unwrap()
             .push(message.message_id.to_owned());
-        Verdict::ack("slept")
+        match words.next() {
+            Some("retry") => Verdict::retry("tried"),
+            Some("poison") => Verdict::poison("unreadable"),
+            _ => Verdict::ack("slept"),
+        }
+    }
+}
+
+/// Hooks that keep the documents written.
+#[derive(Clone, Default)]
+struct Written(std::sync::Arc<Mutex<Vec<String>>>);
+
+impl<H> WorkerHooks<H> for Written {
+    fn write_metrics(&self, document: &str) {
+        self.0.lock().unwrap().push(document.to_owned());
     }
 }
 
@@ -214,8 +257,9 @@ impl QueuePort for &FakeQueue {
         &self,
         max: u8,
         wait_s: u8,
+        visibility_s: u32,
     ) -> impl Future<Output = Result<Vec<SqsMessage>, QueueError>> + Send {
-        (**self).receive(max, wait_s)
+        (**self).receive(max, wait_s, visibility_s)
     }
 
     fn delete(
@@ -357,6 +401,53 @@ async fn past_the_drain_timeout_the_unfinished_batch_is_released() {
     assert_eq!(queue.visible_messages().await.unwrap(), 1);
 }
 
+/// Issue 49, worker item 2. At the drain's end only what did not finish is released: a batch
+/// of a quick record, a POISON one and one longer than the drain. The quick one is deleted, the
+/// POISON one moved and deleted, neither released (a release would redeliver the first and
+/// copy the second to the DLQ again); the long one is abandoned and released.
+#[tokio::test(start_paused = true)]
+async fn at_the_drains_end_only_the_unfinished_records_are_released() {
+    let queue = FakeQueue::with(&[("quick", "1000"), ("bad", "0 poison"), ("long", "60000")]);
+    let dead_letters = RecordingDeadLetters {
+        max_receive_count: 3,
+        moved: Mutex::default(),
+    };
+    let worker = Worker::new(
+        Sleeper::default(),
+        ManualClock::at(1_767_225_600_000),
+        BatchOptions::default(),
+        &queue,
+        &queue,
+        WorkerOptions::default()
+            .with_receives_in_flight(1)
+            .with_drain_timeout_ms(5_000)
+            .with_metrics_interval_ms(0),
+    )
+    .with_dead_letters(DeadLetters {
+        port: &dead_letters,
+        moved_by: "worker".into(),
+    });
+    let started = tokio::time::Instant::now();
+    let report = worker
+        .run(tokio::time::sleep(Duration::from_millis(500)))
+        .await;
+    assert_eq!(started.elapsed(), Duration::from_millis(5_500));
+    assert_eq!(
+        *dead_letters.moved.lock().unwrap(),
+        [("bad".to_owned(), "unreadable".to_owned())]
+    );
+    assert_eq!(queue.deleted(), ["quick", "bad"]);
+    let released: Vec<String> = queue
+        .changes()
+        .into_iter()
+        .filter(|c| c.1 == 0)
+        .map(|c| c.0)
+        .collect();
+    assert_eq!(released, ["long"]);
+    assert_eq!((report.deleted, report.released), (2, 1));
+    assert_eq!(queue.visible_messages().await.unwrap(), 1);
+}
+
 /// A record that runs nearly three times the extension is kept invisible by the heartbeat: a change
 /// every third of the extension, each of the whole extension, and the message never visible
 /// while it runs.
@@ -387,6 +478,64 @@ async fn the_heartbeat_keeps_a_long_record_invisible() {
     assert!(changes.iter().all(|c| c.0 == "long" && c.1 == 30));
     // Received once: never visible while it ran.
     assert_eq!(worker.handler().started.lock().unwrap().len(), 1);
+}
+
+/// Issue 49, worker item 1. A RETRY's backoff is the last visibility its message gets: the
+/// heartbeat stops when the records are processed, before the backoff, so no tick overwrites it.
+/// The backoff's call answers a second after SQS applied it, and the record ends half a second
+/// before a tick: with the heartbeat still running through the backoff, that tick lands after it
+/// and the message would come back after the extension (30 s) instead of its backoff.
+#[tokio::test(start_paused = true)]
+async fn no_heartbeat_overwrites_a_retrys_backoff() {
+    let queue = FakeQueue::with(&[("retry", "9500 retry")]);
+    queue.change_latency_ms.store(1_000, Ordering::SeqCst);
+    let worker = worker(
+        &queue,
+        WorkerOptions::default()
+            .with_receives_in_flight(1)
+            .with_visibility_extension_s(30),
+        false,
+    )
+    .with_backoff(BackoffPolicy {
+        base_s: 200,
+        cap_s: 200,
+    });
+    worker
+        .run(tokio::time::sleep(Duration::from_millis(15_000)))
+        .await;
+    let changes = queue.changes();
+    // Receive 1: a delay in [100, 200] s, set when the record ended.
+    let (id, seconds, at) = changes.last().cloned().expect("a backoff");
+    assert_eq!(id, "retry");
+    assert!((100..=200).contains(&seconds), "{changes:?}");
+    assert!((9_500..9_510).contains(&at), "{changes:?}");
+    assert!(changes.iter().all(|c| c.1 != 30), "{changes:?}");
+    assert_eq!(queue.visible_from("retry"), Some(at + seconds * 1_000));
+}
+
+/// Issue 49, worker item 5. The receive itself hides its messages for the extension (SQS
+/// applies `ReceiveMessage`'s `VisibilityTimeout` over the queue's own, which may end before the
+/// first heartbeat, a third of the extension later): the other lane, polling every second, never
+/// receives the record while it runs, and the first heartbeat renews the receive's visibility.
+#[tokio::test(start_paused = true)]
+async fn the_receive_hides_its_messages_for_the_extension() {
+    let queue = FakeQueue::with(&[("long", "25000")]);
+    let worker = worker(
+        &queue,
+        WorkerOptions::default()
+            .with_receives_in_flight(2)
+            .with_wait_time_seconds(1)
+            .with_visibility_extension_s(60),
+        false,
+    );
+    worker
+        .run(tokio::time::sleep(Duration::from_millis(26_000)))
+        .await;
+    assert_eq!(queue.receives(), [("long".to_owned(), 60)]);
+    assert_eq!(*worker.handler().started.lock().unwrap(), ["long"]);
+    assert_eq!(queue.deleted(), ["long"]);
+    let changes: Vec<(String, u64)> = queue.changes().into_iter().map(|c| (c.0, c.1)).collect();
+    assert_eq!(changes, [("long".to_owned(), 60)]);
 }
 
 /// The heartbeat never extends past SQS's 12 hours from the receive: it stops (an error in the
@@ -509,7 +658,7 @@ fn the_seeds_scaling_example() {
 #[test]
 fn the_backlog_document_is_emf() {
     let doc: serde_json::Value =
-        serde_json::from_str(&backlog_document("Orders", "work", 1_500, 7)).unwrap();
+        serde_json::from_str(&backlog_document("Orders", "work", 1_500, 1.0, 7)).unwrap();
     assert_eq!(doc["VisibleMessages"], 1_500);
     assert_eq!(doc["Consumers"], 1);
     assert_eq!(doc["QueueName"], "work");
@@ -519,6 +668,42 @@ fn the_backlog_document_is_emf() {
     assert_eq!(metrics["Dimensions"], serde_json::json!([["QueueName"]]));
     assert_eq!(metrics["Metrics"][0]["Name"], "VisibleMessages");
     assert_eq!(metrics["Metrics"][1]["Name"], "Consumers");
+}
+
+/// Issue 49, worker item 4. Every interval writes the backlog and this worker's share of a
+/// minute: two documents of 0.5 a minute at 30 s, so target tracking's per-minute sum of
+/// `Consumers` is still one per worker.
+#[tokio::test(start_paused = true)]
+async fn the_backlog_is_written_every_interval_with_its_share_of_a_consumer() {
+    let queue = FakeQueue::with(&[]);
+    let written = Written::default();
+    let worker: TestWorker<'_> = Worker::new(
+        Sleeper::default(),
+        ManualClock::at(1_767_225_600_000),
+        BatchOptions::default(),
+        &queue,
+        &queue,
+        WorkerOptions::default().with_metrics_interval_ms(30_000),
+    )
+    .with_hooks(written.clone());
+    worker
+        .run(tokio::time::sleep(Duration::from_millis(61_000)))
+        .await;
+    let documents: Vec<serde_json::Value> = written
+        .0
+        .lock()
+        .unwrap()
+        .iter()
+        .map(|d| serde_json::from_str(d).unwrap())
+        .collect();
+    assert_eq!(documents.len(), 2);
+    for document in &documents {
+        assert_eq!(document["Consumers"], 0.5);
+        assert_eq!(document["VisibleMessages"], 0);
+    }
+    let half: serde_json::Value =
+        serde_json::from_str(&backlog_document("Orders", "work", 3, 0.5, 7)).unwrap();
+    assert_eq!(half["Consumers"], 0.5);
 }
 
 #[test]
@@ -541,10 +726,31 @@ fn options_from_the_environment_name_a_bad_variable() {
     assert_eq!(options.visibility_extension_s, 90);
     assert_eq!(options.drain_timeout_ms, 40_000);
     assert_eq!(options.wait_time_seconds, 20);
+    assert_eq!(options.metrics_interval_ms, 60_000);
     let bad = Env::new(|name| (name == "WORKER_WAIT_TIME_SECONDS").then(|| "21".to_owned()));
     let error = WorkerOptions::from_env(&bad).unwrap_err();
     assert!(
         error.to_string().starts_with("WORKER_WAIT_TIME_SECONDS="),
         "{error}"
     );
+}
+
+/// Issue 49, worker item 4. `WORKER_METRICS_INTERVAL_SECONDS` sets the backlog's interval; a
+/// value that is not a divisor of a minute, or out of 1-60, stops start-up naming it.
+#[test]
+fn the_metrics_interval_is_a_divisor_of_a_minute() {
+    let with = |value: &'static str| {
+        WorkerOptions::from_env(&Env::new(move |name| {
+            (name == "WORKER_METRICS_INTERVAL_SECONDS").then(|| value.to_owned())
+        }))
+    };
+    assert_eq!(with("15").unwrap().metrics_interval_ms, 15_000);
+    assert_eq!(with("60").unwrap().metrics_interval_ms, 60_000);
+    for bad in ["7", "0", "61", "120", "ten"] {
+        let error = with(bad).unwrap_err().to_string();
+        assert!(
+            error.starts_with(&format!("WORKER_METRICS_INTERVAL_SECONDS=\"{bad}\"")),
+            "{error}"
+        );
+    }
 }
