@@ -16,6 +16,9 @@
 //!
 //! Under `cargo test --all-targets` (no `--bench` argument) it runs a small smoke version.
 
+// The worker's batch future nests as deep as the function's own (src/lib.rs has the same limit).
+#![recursion_limit = "256"]
+
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};

@@ -199,15 +199,16 @@ impl App {
             None
         };
         let store = match (&config.store.table, &sdk) {
-            (Some(table), Some(sdk)) => AnyStore::DynamoDb(
+            (Some(table), Some(sdk)) => AnyStore::dynamodb(
                 DynamoDbStore::new(
                     aws::dynamodb(sdk, &config.dynamodb),
                     table,
                     config.store.retention,
                 )
                 .with_key_prefix(&config.store.key_prefix),
+                config.lease,
             ),
-            _ => AnyStore::Memory(MemoryStore::new(config.store.retention)),
+            _ => AnyStore::memory(MemoryStore::new(config.store.retention), config.lease),
         };
         // The SQS client exists only when the backoff is on, and is built at its first use.
         let backoff = match (config.backoff, &sdk) {
@@ -520,7 +521,7 @@ mod tests {
         let config = Config::from_lookup(|_| None).expect("defaults");
         let app: App = App::with_ports(
             &config,
-            AnyStore::Memory(MemoryStore::new(config.store.retention)),
+            AnyStore::memory(MemoryStore::new(config.store.retention), config.lease),
             AnyGateway::Simulated(SimulatedGateway::new()),
             SystemClock,
         );

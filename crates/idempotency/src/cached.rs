@@ -237,6 +237,10 @@ impl<S: IdempotencyStore> IdempotencyStore for CachedStore<S> {
         self.forget_lease(key, lease);
         result
     }
+
+    fn lease_policy(&self) -> Option<crate::LeasePolicy> {
+        self.inner.lease_policy()
+    }
 }
 
 #[cfg(all(test, feature = "testkit"))]

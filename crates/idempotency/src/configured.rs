@@ -4,15 +4,21 @@
 use lambda_kit::{Env, EnvError};
 
 use crate::{
-    Begin, ClaimRequest, DynamoDbStore, IdempotencyStore, Lease, MemoryStore, StoreError,
-    StoreSettings,
+    Begin, ClaimRequest, DynamoDbStore, IdempotencyStore, Lease, LeasePolicy, MemoryStore,
+    StoreError, StoreSettings,
 };
 
-/// DynamoDB or memory, as [`ConfiguredStore::from_env`] finds them set, or as a function builds
-/// them by rules of its own.
+/// DynamoDB or memory, as [`ConfiguredStore::from_env`] finds them set, with the lease settings
+/// (`IDEMPOTENCY_LEASE_SECONDS`, `IDEMPOTENCY_LEASE_MARGIN_MS`) that [`crate::once`] leases its
+/// claims by.
 #[derive(Debug)]
-#[non_exhaustive]
-pub enum ConfiguredStore {
+pub struct ConfiguredStore {
+    backend: Backend,
+    lease: LeasePolicy,
+}
+
+#[derive(Debug)]
+enum Backend {
     /// `IDEMPOTENCY_TABLE` is unset: one process's memory (local runs, tests).
     Memory(MemoryStore),
     /// `IDEMPOTENCY_TABLE` names the table.
@@ -20,26 +26,52 @@ pub enum ConfiguredStore {
 }
 
 impl ConfiguredStore {
-    /// Reads [`StoreSettings::from_env`] and builds its store; a DynamoDB client is built from
-    /// the SDK's own settings (`AWS_REGION`, `AWS_ENDPOINT_URL`, ...), once.
+    /// Reads [`StoreSettings::from_env`] and [`LeasePolicy::from_env`], and builds the store; a
+    /// DynamoDB client is built from the SDK's own settings (`AWS_REGION`, `AWS_ENDPOINT_URL`,
+    /// ...), once.
     ///
     /// Inside Lambda (`AWS_LAMBDA_FUNCTION_NAME` is set) a missing table is an error, since each
     /// container would keep keys of its own and a duplicate delivered to another would run
     /// again, unless `IDEMPOTENCY_IN_MEMORY=true` says so on purpose (a local emulator such as
     /// `cargo lambda watch`).
     pub async fn from_env() -> Result<Self, EnvError> {
-        let mut settings = Self::settings(&Env::process())?;
-        match settings.table.take() {
+        let env = Env::process();
+        let mut settings = Self::settings(&env)?;
+        let lease = LeasePolicy::from_env(&env)?;
+        let backend = match settings.table.take() {
             Some(table) => {
                 let sdk = aws_config::load_defaults(aws_config::BehaviorVersion::latest()).await;
                 let client = aws_sdk_dynamodb::Client::new(&sdk);
-                Ok(Self::DynamoDb(
+                Backend::DynamoDb(
                     DynamoDbStore::new(client, table, settings.retention)
                         .with_key_prefix(settings.key_prefix),
-                ))
+                )
             }
-            None => Ok(Self::Memory(MemoryStore::new(settings.retention))),
+            None => Backend::Memory(MemoryStore::new(settings.retention)),
+        };
+        Ok(Self { backend, lease })
+    }
+
+    /// Claims in `store`, leased by `lease`: for a function that builds its store by rules of its
+    /// own.
+    pub fn dynamodb(store: DynamoDbStore, lease: LeasePolicy) -> Self {
+        Self {
+            backend: Backend::DynamoDb(store),
+            lease,
         }
+    }
+
+    /// Claims in this process's memory, leased by `lease` (local runs and tests).
+    pub fn memory(store: MemoryStore, lease: LeasePolicy) -> Self {
+        Self {
+            backend: Backend::Memory(store),
+            lease,
+        }
+    }
+
+    /// Whether the claims are kept in DynamoDB (else in this process's memory).
+    pub fn is_dynamodb(&self) -> bool {
+        matches!(self.backend, Backend::DynamoDb(_))
     }
 
     /// The store's settings, a table or none (memory), checked as [`ConfiguredStore::from_env`]
@@ -66,9 +98,9 @@ impl ConfiguredStore {
 // allocation per network call is nothing next to the call.
 impl IdempotencyStore for ConfiguredStore {
     async fn begin(&self, request: &ClaimRequest<'_>) -> Result<Begin, StoreError> {
-        match self {
-            Self::Memory(s) => s.begin(request).await,
-            Self::DynamoDb(s) => Box::pin(s.begin(request)).await,
+        match &self.backend {
+            Backend::Memory(s) => s.begin(request).await,
+            Backend::DynamoDb(s) => Box::pin(s.begin(request)).await,
         }
     }
 
@@ -79,23 +111,23 @@ impl IdempotencyStore for ConfiguredStore {
         now_ms: u64,
         output: Option<&str>,
     ) -> Result<(), StoreError> {
-        match self {
-            Self::Memory(s) => s.complete(key, lease, now_ms, output).await,
-            Self::DynamoDb(s) => Box::pin(s.complete(key, lease, now_ms, output)).await,
+        match &self.backend {
+            Backend::Memory(s) => s.complete(key, lease, now_ms, output).await,
+            Backend::DynamoDb(s) => Box::pin(s.complete(key, lease, now_ms, output)).await,
         }
     }
 
     async fn mark_attempted(&self, key: &str, lease: &Lease, at_ms: u64) -> Result<(), StoreError> {
-        match self {
-            Self::Memory(s) => s.mark_attempted(key, lease, at_ms).await,
-            Self::DynamoDb(s) => Box::pin(s.mark_attempted(key, lease, at_ms)).await,
+        match &self.backend {
+            Backend::Memory(s) => s.mark_attempted(key, lease, at_ms).await,
+            Backend::DynamoDb(s) => Box::pin(s.mark_attempted(key, lease, at_ms)).await,
         }
     }
 
     async fn release(&self, key: &str, lease: &Lease) -> Result<(), StoreError> {
-        match self {
-            Self::Memory(s) => s.release(key, lease).await,
-            Self::DynamoDb(s) => Box::pin(s.release(key, lease)).await,
+        match &self.backend {
+            Backend::Memory(s) => s.release(key, lease).await,
+            Backend::DynamoDb(s) => Box::pin(s.release(key, lease)).await,
         }
     }
 
@@ -106,10 +138,14 @@ impl IdempotencyStore for ConfiguredStore {
         now_ms: u64,
         reason: &str,
     ) -> Result<(), StoreError> {
-        match self {
-            Self::Memory(s) => s.reject(key, lease, now_ms, reason).await,
-            Self::DynamoDb(s) => Box::pin(s.reject(key, lease, now_ms, reason)).await,
+        match &self.backend {
+            Backend::Memory(s) => s.reject(key, lease, now_ms, reason).await,
+            Backend::DynamoDb(s) => Box::pin(s.reject(key, lease, now_ms, reason)).await,
         }
+    }
+
+    fn lease_policy(&self) -> Option<LeasePolicy> {
+        Some(self.lease)
     }
 }
 

@@ -607,6 +607,13 @@ pub trait IdempotencyStore: Send + Sync {
         now_ms: u64,
         reason: &str,
     ) -> impl Future<Output = Result<(), StoreError>> + Send;
+
+    /// The lease settings this store was configured with, if any: what [`once`] leases claims by
+    /// unless told otherwise (`ConfiguredStore` reads `IDEMPOTENCY_LEASE_SECONDS` and
+    /// `IDEMPOTENCY_LEASE_MARGIN_MS`). `None` by default: [`LeasePolicy::default`].
+    fn lease_policy(&self) -> Option<LeasePolicy> {
+        None
+    }
 }
 
 impl<S: IdempotencyStore + ?Sized> IdempotencyStore for std::sync::Arc<S> {
@@ -652,6 +659,10 @@ impl<S: IdempotencyStore + ?Sized> IdempotencyStore for std::sync::Arc<S> {
         reason: &str,
     ) -> impl Future<Output = Result<(), StoreError>> + Send {
         (**self).reject(key, lease, now_ms, reason)
+    }
+
+    fn lease_policy(&self) -> Option<LeasePolicy> {
+        (**self).lease_policy()
     }
 }
 

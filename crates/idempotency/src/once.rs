@@ -43,8 +43,10 @@ use std::pin::Pin;
 use lambda_kit::{Clock, SystemClock};
 use serde::Serialize;
 
+#[cfg(doc)]
+use crate::LeasePolicy;
 use crate::guard::{self, Claim, Effect, Failed, Found, GuardPolicy, Guarded, GuardedWork};
-use crate::{Fingerprint, IdempotencyStore, LeasePolicy, StoreError};
+use crate::{Fingerprint, IdempotencyStore, StoreError};
 
 /// The default of [`Once`]: the work's output is not kept, and a duplicate is a plain
 /// [`Guarded::Duplicate`].
@@ -57,8 +59,14 @@ pub struct DiscardOutput;
 pub struct KeepOutput;
 
 /// Guards `work` by `key` for `payload`: see the [module](self) for what each state of the key
-/// makes of it. Await the answer, after setting what the defaults do not know (the invocation's
-/// deadline: [`Once::for_record`] or [`Once::deadline_ms`]).
+/// makes of it. Await the answer.
+///
+/// What it needs to know besides comes on its own when it can: inside a record handler that
+/// `sqs_batch`'s processor runs (feature `sqs-batch`), the invocation's deadline bounds the
+/// claim's lease and a copy redriven from the DLQ counts as an earlier attempt; the lease
+/// settings are the store's ([`IdempotencyStore::lease_policy`]: `ConfiguredStore` reads
+/// `IDEMPOTENCY_LEASE_SECONDS` and `IDEMPOTENCY_LEASE_MARGIN_MS`), else [`LeasePolicy::default`].
+/// [`Once::deadline_ms`], [`Once::earlier_attempt_ms`] and [`Once::policy`] set them by hand.
 pub fn once<'a, S, P, F>(
     store: &'a S,
     key: &'a str,
@@ -75,8 +83,8 @@ where
         fingerprint: Fingerprint::of_json(payload).map_err(|e| e.to_string()),
         work,
         clock: SystemClock,
-        policy: GuardPolicy::new(LeasePolicy::default()),
-        deadline_ms: u64::MAX,
+        policy: None,
+        deadline_ms: None,
         message_id: "",
         earlier_attempt_ms: None,
         output: DiscardOutput,
@@ -91,8 +99,10 @@ pub struct Once<'a, S, F, C = SystemClock, K = DiscardOutput> {
     fingerprint: Result<Fingerprint, String>,
     work: F,
     clock: C,
-    policy: GuardPolicy,
-    deadline_ms: u64,
+    /// `None`: the store's lease settings, else the default's.
+    policy: Option<GuardPolicy>,
+    /// `None`: the record's being handled, else none (the lease's whole length).
+    deadline_ms: Option<u64>,
     message_id: &'a str,
     earlier_attempt_ms: Option<u64>,
     output: K,
@@ -111,11 +121,12 @@ impl<S, F, C, K> std::fmt::Debug for Once<'_, S, F, C, K> {
 
 impl<'a, S, F, C, K> Once<'a, S, F, C, K> {
     /// The invocation's deadline, epoch ms: the claim's lease ends at most the lease margin after
-    /// it, so work cut off at the deadline frees its key soon. Without one the lease is the
-    /// policy's whole lease (5 minutes by default), and work running longer than that can be
-    /// taken over and run twice.
+    /// it, so work cut off at the deadline frees its key soon. Inside a record handler that
+    /// `sqs_batch`'s processor runs it is the record's own without this call; elsewhere, without
+    /// one, the lease is the policy's whole lease (5 minutes by default), and work running longer
+    /// than that can be taken over and run twice.
     pub fn deadline_ms(mut self, deadline_ms: u64) -> Self {
-        self.deadline_ms = deadline_ms;
+        self.deadline_ms = Some(deadline_ms);
         self
     }
 
@@ -133,7 +144,8 @@ impl<'a, S, F, C, K> Once<'a, S, F, C, K> {
     }
 
     /// The record being processed (feature `sqs-batch`): its deadline, message id and earlier
-    /// attempt at once.
+    /// attempt at once. Inside the processor the deadline and the earlier attempt come without
+    /// it; this adds the message id, kept on the stored item.
     #[cfg(feature = "sqs-batch")]
     pub fn for_record(self, record: &'a sqs_batch::Record) -> Self {
         self.deadline_ms(record.deadline_ms)
@@ -141,9 +153,10 @@ impl<'a, S, F, C, K> Once<'a, S, F, C, K> {
             .earlier_attempt_ms(record.earlier_attempt_ms)
     }
 
-    /// How claims are leased ([`LeasePolicy::default`] unless set).
+    /// How claims are leased (the store's [`IdempotencyStore::lease_policy`], else
+    /// [`LeasePolicy::default`], unless set).
     pub fn policy(mut self, policy: GuardPolicy) -> Self {
-        self.policy = policy;
+        self.policy = Some(policy);
         self
     }
 
@@ -242,18 +255,41 @@ impl<'a, S, F, C, K> Once<'a, S, F, C, K> {
                 Ok(fingerprint) => fingerprint,
                 Err(why) => return Guarded::Store(StoreError::Payload(why)),
             };
-            let claim = Claim::new(self.key, fingerprint, self.message_id, self.deadline_ms)
-                .with_earlier_attempt_ms(self.earlier_attempt_ms);
+            let current = current_record();
+            let deadline_ms = self
+                .deadline_ms
+                .or(current.map(|(deadline_ms, _)| deadline_ms))
+                .unwrap_or(u64::MAX);
+            let earlier_attempt_ms = self
+                .earlier_attempt_ms
+                .or(current.and_then(|(_, earlier)| earlier));
+            let policy = self
+                .policy
+                .unwrap_or_else(|| GuardPolicy::new(self.store.lease_policy().unwrap_or_default()));
+            let claim = Claim::new(self.key, fingerprint, self.message_id, deadline_ms)
+                .with_earlier_attempt_ms(earlier_attempt_ms);
             let work = Closure {
                 work: &self.work,
                 keep,
                 replay,
             };
-            guard::run(self.store, &self.clock, &self.policy, &claim, &work)
+            guard::run(self.store, &self.clock, &policy, &claim, &work)
                 .await
                 .outcome
         })
     }
+}
+
+/// The deadline and earlier attempt of the record `sqs_batch`'s processor is handling, if any.
+#[cfg(feature = "sqs-batch")]
+fn current_record() -> Option<(u64, Option<u64>)> {
+    sqs_batch::processor::current().map(|record| (record.deadline_ms, record.earlier_attempt_ms))
+}
+
+/// Without `sqs-batch` no processor tells the record.
+#[cfg(not(feature = "sqs-batch"))]
+fn current_record() -> Option<(u64, Option<u64>)> {
+    None
 }
 
 /// A closure as guarded work: nothing to look up, and a failure did nothing.
@@ -568,7 +604,7 @@ mod tests {
         )
         .await;
         assert!(cut_off.is_err());
-        let lease_end = deadline_ms + LeasePolicy::default().margin_ms;
+        let lease_end = deadline_ms + crate::LeasePolicy::default().margin_ms;
         let busy = once(&store, "k", "p", || async { Ok::<_, &str>(()) })
             .clock(clock.clone())
             .await;

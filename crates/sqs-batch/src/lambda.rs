@@ -2,18 +2,20 @@
 //! deadline taken from the invocation's context, the response checked, an event that is not an
 //! SQS batch an error (Lambda retries the whole batch).
 //!
-//! The shortest function: [`run`] reads [`BatchOptions::from_env`] and serves until Lambda
+//! The shortest function: [`run`] reads [`BatchOptions::from_env`] and the ports the
+//! environment turns on ([`Ports::from_env`]: the visibility backoff with `VISIBILITY_BACKOFF`,
+//! POISON moved to its queue's DLQ at once with `MOVE_POISON_TO_DLQ`), and serves until Lambda
 //! stops it.
 //!
 //! ```no_run
-//! use sqs_batch::{Record, Verdict, lambda};
+//! use sqs_batch::{Verdict, lambda};
 //!
 //! #[derive(serde::Deserialize)]
 //! struct Welcome { user_id: String }
 //!
 //! #[tokio::main]
 //! async fn main() -> Result<(), lambda::Error> {
-//!     lambda::run(sqs_batch::json(|welcome: Welcome, _record: Record| async move {
+//!     lambda::run(sqs_batch::json(|welcome: Welcome| async move {
 //!         Verdict::ack("sent").with_key(welcome.user_id)
 //!     }))
 //!     .await
@@ -21,19 +23,76 @@
 //! ```
 //!
 //! [`run_processor`] serves a processor built by hand (another clock, options from elsewhere),
-//! and [`handle`] is one invocation, for tests and for functions that add ports (visibility
-//! backoff, DLQ moves: [`crate::process_batch`]).
+//! and [`handle`] is one invocation, for tests and for functions that build their own ports.
 
 use serde_json::value::RawValue;
 
-use lambda_kit::{Clock, Env, SystemClock};
+use lambda_kit::{Clock, Env, EnvError, SystemClock};
 pub use lambda_runtime::{Context, Error, LambdaEvent};
 
+use crate::backoff::BackoffPolicy;
+use crate::dead_letter::{DeadLetters, SqsDeadLetters};
 use crate::processor::{BatchOptions, BatchProcessor, Invocation, RecordHandler};
-use crate::{SqsBatchResponse, process_event};
+use crate::visibility::SqsVisibility;
+use crate::{Backoff, Batch, EventView, SqsBatchResponse, process_batch};
 
-/// Serves `handler` in Lambda's loop, with [`BatchOptions::from_env`] and the system clock. A bad
-/// setting stops start-up with the variable's name; Lambda then reports an init error.
+/// The ports a batch gets after processing, as the environment turns them on: the visibility
+/// backoff (`VISIBILITY_BACKOFF`, with [`BackoffPolicy::from_env`]'s settings) and POISON moved
+/// to its queue's DLQ with its reason (`MOVE_POISON_TO_DLQ`, the copies naming the function and
+/// its version as their mover). Each SQS client is built at its first use, not at start-up.
+#[derive(Debug, Clone, Default)]
+pub struct Ports {
+    backoff: Option<Backoff<SqsVisibility>>,
+    dead_letters: Option<DeadLetters<SqsDeadLetters>>,
+}
+
+impl Ports {
+    /// The ports `env` turns on, with SQS clients that `sqs` builds (at their first use).
+    pub fn from_env(
+        env: &Env<'_>,
+        sqs: impl Fn() -> aws_sdk_sqs::Client + Clone + Send + Sync + 'static,
+    ) -> Result<Self, EnvError> {
+        let backoff = BackoffPolicy::from_env(env)?.map(|policy| Backoff {
+            port: SqsVisibility::on_first_use(sqs.clone()),
+            policy,
+        });
+        let dead_letters = env.flag("MOVE_POISON_TO_DLQ", false)?.then(|| DeadLetters {
+            port: SqsDeadLetters::on_first_use(sqs),
+            moved_by: mover(env),
+        });
+        Ok(Self {
+            backoff,
+            dead_letters,
+        })
+    }
+
+    /// Whether the visibility backoff is on.
+    pub fn backoff(&self) -> bool {
+        self.backoff.is_some()
+    }
+
+    /// Whether POISON records are moved to the DLQ.
+    pub fn moves(&self) -> bool {
+        self.dead_letters.is_some()
+    }
+}
+
+/// The function's name and version, as a moved copy names its mover.
+fn mover(env: &Env<'_>) -> String {
+    match (
+        env.text("AWS_LAMBDA_FUNCTION_NAME"),
+        env.text("AWS_LAMBDA_FUNCTION_VERSION"),
+    ) {
+        (Some(name), Some(version)) => format!("{name}:{version}"),
+        (Some(name), None) => name,
+        _ => "sqs-batch".to_owned(),
+    }
+}
+
+/// Serves `handler` in Lambda's loop, with [`BatchOptions::from_env`], the ports
+/// [`Ports::from_env`] turns on (their SQS client from the SDK's own settings, `AWS_REGION`
+/// and the rest) and the system clock. A bad setting stops start-up with the variable's name;
+/// Lambda then reports an init error.
 ///
 /// When the function set no tracing subscriber, the runtime's default one is installed (the log
 /// format and level follow the function's logging configuration, `AWS_LAMBDA_LOG_FORMAT` and
@@ -42,26 +101,39 @@ pub async fn run<H: RecordHandler>(handler: H) -> Result<(), Error> {
     if !tracing::dispatcher::has_been_set() {
         lambda_runtime::tracing::init_default_subscriber();
     }
-    let options = BatchOptions::from_env(&Env::process())?;
-    run_processor(&BatchProcessor::new(handler, SystemClock, options)).await
+    let env = Env::process();
+    let options = BatchOptions::from_env(&env)?;
+    let needs_sqs =
+        env.flag("VISIBILITY_BACKOFF", false)? || env.flag("MOVE_POISON_TO_DLQ", false)?;
+    let ports = if needs_sqs {
+        // Reads the environment and the profile: no network call until a client is used.
+        let sdk = aws_config::load_defaults(aws_config::BehaviorVersion::latest()).await;
+        Ports::from_env(&env, move || aws_sdk_sqs::Client::new(&sdk))?
+    } else {
+        Ports::default()
+    };
+    run_processor(&BatchProcessor::new(handler, SystemClock, options), &ports).await
 }
 
-/// Serves `processor` in Lambda's loop.
+/// Serves `processor` in Lambda's loop, with `ports`.
 pub async fn run_processor<H: RecordHandler, C: Clock>(
     processor: &BatchProcessor<H, C>,
+    ports: &Ports,
 ) -> Result<(), Error> {
     lambda_runtime::run(lambda_runtime::service_fn(
-        |event: LambdaEvent<Box<RawValue>>| handle(processor, event),
+        |event: LambdaEvent<Box<RawValue>>| handle(processor, ports, event),
     ))
     .await
 }
 
-/// One invocation: the batch in `event`, processed until the context's deadline.
+/// One invocation: the batch in `event`, processed until the context's deadline, then its
+/// POISON moved and its reported records given their visibility, as `ports` has them.
 ///
 /// The future is boxed: the processor's spans around each record nest deep, and a user's crate
 /// should not need a `recursion_limit` for the compiler to lay it out.
 pub fn handle<'a, H: RecordHandler, C: Clock>(
     processor: &'a BatchProcessor<H, C>,
+    ports: &'a Ports,
     event: LambdaEvent<Box<RawValue>>,
 ) -> std::pin::Pin<Box<dyn Future<Output = Result<SqsBatchResponse, Error>> + Send + 'a>> {
     Box::pin(async move {
@@ -73,7 +145,15 @@ pub fn handle<'a, H: RecordHandler, C: Clock>(
             &event.context.request_id,
             &event.context.invoked_function_arn,
         );
-        let processed = process_event(processor, event.payload.get(), invocation).await?;
+        let view = EventView::parse(event.payload.get())?;
+        let processed = process_batch(
+            processor,
+            &Batch::from_view(&view)?,
+            invocation,
+            ports.backoff.as_ref(),
+            ports.dead_letters.as_ref(),
+        )
+        .await?;
         Ok(processed.into_response(processor.options().fail_on_entire_batch_failure)?)
     })
 }
@@ -116,11 +196,15 @@ mod tests {
                 ManualClock::at(NOW),
                 BatchOptions::default(),
             );
-            let response = handle(&processor, event(BATCH, header)).await.unwrap();
+            let response = handle(&processor, &Ports::default(), event(BATCH, header))
+                .await
+                .unwrap();
             assert!(response.batch_item_failures.is_empty(), "{header}");
         }
         let wrong = BatchProcessor::new(Expects(1), ManualClock::at(NOW), BatchOptions::default());
-        let response = handle(&wrong, event(BATCH, NOW + 30_000)).await.unwrap();
+        let response = handle(&wrong, &Ports::default(), event(BATCH, NOW + 30_000))
+            .await
+            .unwrap();
         let failed: Vec<&str> = response
             .batch_item_failures
             .iter()
@@ -148,7 +232,7 @@ mod tests {
         );
         event.context.request_id = "req-7".into();
         event.context.invoked_function_arn = "arn:aws:lambda:eu-west-1:1:function:f:live".into();
-        let response = handle(&processor, event).await.unwrap();
+        let response = handle(&processor, &Ports::default(), event).await.unwrap();
         assert!(response.batch_item_failures.is_empty(), "{response:?}");
     }
 
@@ -163,7 +247,7 @@ mod tests {
         .unwrap();
         assert!(on.fail_on_entire_batch_failure);
         let failing = BatchProcessor::new(Expects(1), ManualClock::at(NOW), on);
-        let error = handle(&failing, event(BATCH, NOW + 30_000))
+        let error = handle(&failing, &Ports::default(), event(BATCH, NOW + 30_000))
             .await
             .expect_err("every record failed");
         assert_eq!(
@@ -172,7 +256,7 @@ mod tests {
         );
         // A message id twice (the response names it once): still every record.
         let twice = r#"{"Records":[{"messageId":"m1","body":"x"},{"messageId":"m1","body":"x"}]}"#;
-        let error = handle(&failing, event(twice, NOW + 30_000)).await;
+        let error = handle(&failing, &Ports::default(), event(twice, NOW + 30_000)).await;
         assert!(error.is_err(), "{error:?}");
         // One record done of two: the partial response, with the other reported.
         let by_body = crate::json(|body: String, _: crate::Record| async move {
@@ -184,13 +268,22 @@ mod tests {
         });
         let mixed = BatchProcessor::new(by_body, ManualClock::at(NOW), *failing.options());
         let half = r#"{"Records":[{"messageId":"m1","body":"\"ok\""},{"messageId":"m2","body":"\"no\""}]}"#;
-        let response = handle(&mixed, event(half, NOW + 30_000)).await.unwrap();
+        let response = handle(&mixed, &Ports::default(), event(half, NOW + 30_000))
+            .await
+            .unwrap();
         assert_eq!(response.batch_item_failures.len(), 1);
-        let empty = handle(&mixed, event(r#"{"Records":[]}"#, NOW + 30_000)).await;
+        let empty = handle(
+            &mixed,
+            &Ports::default(),
+            event(r#"{"Records":[]}"#, NOW + 30_000),
+        )
+        .await;
         assert!(empty.is_ok(), "an empty batch has no failure");
 
         let off = BatchProcessor::new(Expects(1), ManualClock::at(NOW), BatchOptions::default());
-        let response = handle(&off, event(BATCH, NOW + 30_000)).await.unwrap();
+        let response = handle(&off, &Ports::default(), event(BATCH, NOW + 30_000))
+            .await
+            .unwrap();
         assert_eq!(response.batch_item_failures.len(), 2);
     }
 
@@ -202,7 +295,7 @@ mod tests {
             BatchProcessor::new(Expects(0), ManualClock::at(NOW), BatchOptions::default());
         for payload in ["[1, 2]", r#"{"Records":[{"body":"no id"}]}"#] {
             assert!(
-                handle(&processor, event(payload, NOW + 30_000))
+                handle(&processor, &Ports::default(), event(payload, NOW + 30_000))
                     .await
                     .is_err(),
                 "{payload}"

@@ -480,6 +480,53 @@ pub struct Counts {
 /// runtime stopped waiting ([`BatchProcessor::abandon_running`]).
 pub const ABANDONED: &str = "abandoned";
 
+tokio::task_local! {
+    static CURRENT: Current;
+}
+
+/// The record a [`BatchProcessor`] is handling, as the code its handler runs can know it
+/// without being handed it ([`current`]): what bounds work done for it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Current {
+    /// The invocation's deadline, epoch ms.
+    pub deadline_ms: u64,
+    /// When an attempt at the record's work may already have been made, as the record itself
+    /// says (a copy redriven from the DLQ: [`crate::dead_letter::earlier_attempt_ms`]).
+    pub earlier_attempt_ms: Option<u64>,
+}
+
+/// The record being handled, inside a [`RecordHandler::handle`] that a [`BatchProcessor`]
+/// runs (and in everything that handler awaits); `None` elsewhere.
+///
+/// ```
+/// use sqs_batch::{BatchOptions, BatchProcessor, Message, RecordContext, RecordHandler, Verdict};
+/// use sqs_batch::processor::current;
+///
+/// struct Deadlines;
+///
+/// impl RecordHandler for Deadlines {
+///     async fn handle(&self, _message: &Message<'_>, context: RecordContext) -> Verdict {
+///         match current() {
+///             Some(record) if record.deadline_ms == context.deadline_ms => Verdict::ack("known"),
+///             _ => Verdict::retry("unknown"),
+///         }
+///     }
+/// }
+///
+/// # tokio::runtime::Builder::new_current_thread().enable_time().build().unwrap().block_on(async {
+/// assert_eq!(current(), None);
+/// let processor = BatchProcessor::new(Deadlines, sqs_batch::SystemClock, BatchOptions::default());
+/// let deadline_ms = sqs_batch::Clock::now_ms(&sqs_batch::SystemClock) + 60_000;
+/// let event = r#"{"Records": [{"messageId": "m1", "body": "{}"}]}"#;
+/// let processed = sqs_batch::process_event(&processor, event, deadline_ms).await.unwrap();
+/// assert_eq!(processed.report.reasons(), [("known", 1)]);
+/// # });
+/// ```
+pub fn current() -> Option<Current> {
+    CURRENT.try_with(|current| *current).ok()
+}
+
 /// Drives a [`RecordHandler`] over batches.
 #[derive(Debug)]
 pub struct BatchProcessor<H, C> {
@@ -669,9 +716,15 @@ impl<H: RecordHandler, C: Clock> BatchProcessor<H, C> {
         let budget = Duration::from_millis(remaining - self.options.deadline_margin_ms / 2);
         // AssertUnwindSafe: after a panic the handler's state is only read through its own
         // synchronisation (stores lock, clients are stateless), so no broken invariant leaks.
-        let handled = AssertUnwindSafe(tracing::Instrument::instrument(
-            self.handler.handle(message, context),
-            span.clone(),
+        // The record is known to the code the handler runs (`current`): an idempotent claim
+        // takes the deadline and the earlier attempt from it without being handed the record.
+        let current = Current {
+            deadline_ms,
+            earlier_attempt_ms: crate::dead_letter::earlier_attempt_ms(message),
+        };
+        let handled = AssertUnwindSafe(CURRENT.scope(
+            current,
+            tracing::Instrument::instrument(self.handler.handle(message, context), span.clone()),
         ))
         .catch_unwind();
         let budget = if lambda_kit::mutation::active("processor.never_abandons") {

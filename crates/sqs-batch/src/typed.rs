@@ -75,15 +75,16 @@ impl Record {
     }
 }
 
-/// A [`RecordHandler`] that decodes each body as JSON into `T` and hands it to `handler`.
+/// A [`RecordHandler`] that decodes each body as JSON into `T` and hands it to `handler`: a
+/// closure of the body alone (`|welcome: Welcome| ...`), or of the body and its [`Record`]
+/// (`|welcome: Welcome, record: Record| ...`).
 ///
 /// A body that is not JSON, or not a `T`, is POISON with the reason `invalid_body`, and a detail
 /// naming the kind of error and where (never the body's text: it may hold personal data).
-pub fn json<T, F, Fut>(handler: F) -> Json<T, F>
+pub fn json<T, A, F>(handler: F) -> Json<T, F, A>
 where
     T: DeserializeOwned + Send,
-    F: Fn(T, Record) -> Fut + Send + Sync,
-    Fut: Future<Output = Verdict> + Send,
+    F: BodyHandler<T, A>,
 {
     Json {
         handler,
@@ -91,15 +92,50 @@ where
     }
 }
 
-/// The handler [`json`] builds.
-pub struct Json<T, F> {
-    handler: F,
-    // `fn() -> T`: the handler makes `T`s, it holds none (so `Json` is Send and Sync whatever
-    // `T` is).
-    body: PhantomData<fn() -> T>,
+/// A closure [`json`] takes: `Fn(T) -> impl Future<Output = Verdict>` or
+/// `Fn(T, Record) -> impl Future<Output = Verdict>`. `A` tells the two apart (`(T,)` and
+/// `(T, Record)`); it is inferred from the closure, never written.
+pub trait BodyHandler<T, A>: Send + Sync {
+    /// What the closure returns.
+    type Future: Future<Output = Verdict> + Send;
+
+    /// Calls the closure with `body`, and the record when it takes one.
+    fn call(&self, body: T, message: &Message<'_>, context: RecordContext) -> Self::Future;
 }
 
-impl<T, F> std::fmt::Debug for Json<T, F> {
+impl<T, F, Fut> BodyHandler<T, (T,)> for F
+where
+    F: Fn(T) -> Fut + Send + Sync,
+    Fut: Future<Output = Verdict> + Send,
+{
+    type Future = Fut;
+
+    fn call(&self, body: T, _message: &Message<'_>, _context: RecordContext) -> Fut {
+        self(body)
+    }
+}
+
+impl<T, F, Fut> BodyHandler<T, (T, Record)> for F
+where
+    F: Fn(T, Record) -> Fut + Send + Sync,
+    Fut: Future<Output = Verdict> + Send,
+{
+    type Future = Fut;
+
+    fn call(&self, body: T, message: &Message<'_>, context: RecordContext) -> Fut {
+        self(body, Record::new(message, context))
+    }
+}
+
+/// The handler [`json`] builds.
+pub struct Json<T, F, A = (T, Record)> {
+    handler: F,
+    // `fn() -> (T, A)`: the handler makes `T`s, it holds none (so `Json` is Send and Sync
+    // whatever `T` is).
+    body: PhantomData<fn() -> (T, A)>,
+}
+
+impl<T, F, A> std::fmt::Debug for Json<T, F, A> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Json")
             .field("body", &std::any::type_name::<T>())
@@ -107,15 +143,14 @@ impl<T, F> std::fmt::Debug for Json<T, F> {
     }
 }
 
-impl<T, F, Fut> RecordHandler for Json<T, F>
+impl<T, F, A> RecordHandler for Json<T, F, A>
 where
     T: DeserializeOwned + Send,
-    F: Fn(T, Record) -> Fut + Send + Sync,
-    Fut: Future<Output = Verdict> + Send,
+    F: BodyHandler<T, A>,
 {
     async fn handle(&self, message: &Message<'_>, context: RecordContext) -> Verdict {
         match serde_json::from_str::<T>(message.body) {
-            Ok(body) => (self.handler)(body, Record::new(message, context)).await,
+            Ok(body) => self.handler.call(body, message, context).await,
             Err(error) => Verdict::poison("invalid_body").with_detail(why_not(&error)),
         }
     }
@@ -191,6 +226,27 @@ mod tests {
             );
             assert!(!detail.contains("secret"), "{detail}");
         }
+    }
+
+    /// A closure of the body alone is a handler too: the record is not built for it.
+    #[tokio::test]
+    async fn a_closure_of_the_body_alone_is_a_handler() {
+        let handler =
+            json(|welcome: Welcome| async move { Verdict::ack("sent").with_key(welcome.user_id) });
+        let verdict = handler
+            .handle(
+                &Message::new("m-1", r#"{"user_id":"u-2"}"#),
+                RecordContext::new(42),
+            )
+            .await;
+        assert_eq!(
+            (verdict.outcome, verdict.key.as_deref()),
+            (Outcome::Ack, Some("u-2"))
+        );
+        let verdict = handler
+            .handle(&Message::new("m-2", "[]"), RecordContext::new(42))
+            .await;
+        assert_eq!(verdict.reason, "invalid_body");
     }
 
     #[test]

@@ -5,8 +5,9 @@
 //! [`sqs_batch`] (the batch, the partial-failure response) and [`idempotency`] (the claim and
 //! the record of what happened). Nothing here knows of orders. It comes at two levels:
 //!
-//! - **The one screen** (`src/main.rs` and [`send_once`]): `sqs_batch::lambda::run`, a typed
-//!   handler (`sqs_batch::json`), `idempotency::once` and `Guarded::into_verdict`. A failed send
+//! - **The one screen** (`src/main.rs`): `sqs_batch::lambda::run`, a typed handler
+//!   (`sqs_batch::json`), `idempotency::once` and `Guarded::into_verdict`; [`send_once`] is its
+//!   work, for the tests. A failed send
 //!   is retried; the provider's idempotency key keeps a resend from mailing twice while it
 //!   remembers the key. This is what most functions need.
 //! - **Full control** ([`WelcomeEmails`]): `idempotency::guard::run` with a
@@ -42,7 +43,7 @@
 //! |---|---|
 //! | [`Welcome`] | the message body, checked as serde decodes it |
 //! | [`Mailer`], [`MailError`], [`LogMailer`] | the provider port and a stand-in |
-//! | [`send_once`] | the one screen's work per record |
+//! | [`send_once`] | the one screen's work per record, as `src/main.rs` writes it inline |
 //! | [`WelcomeEmails`] | the full-control record handler: decode, guard, send, look up, verdict |
 //! | [`Settings`] | the full-control configuration, each component's own `from_env` composed |
 //!
@@ -51,13 +52,11 @@
 //! ```
 //! use email_once::{LogMailer, Welcome, send_once};
 //! use idempotency::MemoryStore;
-//! use sqs_batch::{BatchOptions, BatchProcessor, Record, SystemClock};
+//! use sqs_batch::{BatchOptions, BatchProcessor, SystemClock};
 //!
 //! # tokio::runtime::Builder::new_current_thread().enable_time().build().unwrap().block_on(async {
 //! let store = &MemoryStore::default();
-//! let handler = sqs_batch::json(|welcome: Welcome, record: Record| {
-//!     send_once(store, &LogMailer, welcome, record)
-//! });
+//! let handler = sqs_batch::json(|welcome: Welcome| send_once(store, &LogMailer, welcome));
 //! let processor = BatchProcessor::new(handler, SystemClock, BatchOptions::default());
 //! let event = r#"{"Records": [
 //!     {"messageId": "m1", "body": "{\"user_id\": \"u-1\", \"email\": \"ada@example.com\"}"},
@@ -82,7 +81,7 @@ use std::future::Future;
 use idempotency::guard::{self, Claim, Effect, Failed, Found, GuardPolicy, Guarded, GuardedWork};
 use idempotency::{Fingerprint, IdempotencyStore, LeasePolicy, StoreSettings, once};
 use lambda_kit::{Clock, Env, EnvError};
-use sqs_batch::{BatchOptions, Message, Record, RecordContext, RecordHandler, Verdict};
+use sqs_batch::{BatchOptions, Message, RecordContext, RecordHandler, Verdict};
 
 /// One message's body, checked as it is decoded (serde's `try_from`): a body that is not a
 /// welcome never reaches the handler.
@@ -192,20 +191,19 @@ impl Mailer for LogMailer {
     }
 }
 
-/// The one-screen handler's work for one record (`src/main.rs` serves it): send `welcome` once
-/// per user id and payload, with the user id as the provider's idempotency key too. A send that
-/// fails gives the key back and the record is retried; within the provider's key window the
-/// resend cannot mail twice.
+/// The one screen's work for one record (`src/main.rs` writes the same inline): send `welcome`
+/// once per user id and payload, with the user id as the provider's idempotency key too. A send
+/// that fails gives the key back and the record is retried; within the provider's key window
+/// the resend cannot mail twice. Inside the processor, the record's deadline bounds the claim
+/// without being passed.
 pub async fn send_once<S: IdempotencyStore, M: Mailer>(
     store: &S,
     mailer: &M,
     welcome: Welcome,
-    record: Record,
 ) -> Verdict {
     once(store, &welcome.user_id, &welcome, || {
         mailer.send(&welcome.user_id, &welcome)
     })
-    .for_record(&record)
     .await
     .into_verdict()
     .with_key(&welcome.user_id)

@@ -12,7 +12,7 @@ use idempotency::testkit::dynoxide::{Dynoxide, unique_table};
 use idempotency::{DynamoDbStore, IdempotencyStore, MemoryStore};
 use lambda_kit::{Clock, Env, ManualClock, SystemClock};
 use serde_json::value::RawValue;
-use sqs_batch::{BatchOptions, BatchProcessor, Record, lambda};
+use sqs_batch::{BatchOptions, BatchProcessor, lambda};
 
 const T0: u64 = 1_767_225_600_000;
 const KEY_WINDOW_MS: u64 = 86_400_000;
@@ -315,9 +315,7 @@ fn one_screen<'a, S: IdempotencyStore>(
 ) -> BatchProcessor<impl sqs_batch::RecordHandler + 'a, SystemClock> {
     let env = Env::new(|name| (name == "MAX_CONCURRENCY").then(|| "1".to_owned()));
     let options = BatchOptions::from_env(&env).expect("options");
-    let handler = sqs_batch::json(move |welcome: Welcome, record: Record| {
-        send_once(store, provider, welcome, record)
-    });
+    let handler = sqs_batch::json(move |welcome: Welcome| send_once(store, provider, welcome));
     BatchProcessor::new(handler, SystemClock, options)
 }
 
@@ -335,9 +333,13 @@ async fn the_one_screen_sends_one_email_per_user<S: IdempotencyStore>(store: S) 
         let mut context = lambda::Context::default();
         context.deadline = SystemClock.now_ms() + 60_000;
         let payload = RawValue::from_string(json.clone()).expect("json");
-        let response = lambda::handle(&function, lambda::LambdaEvent::new(payload, context))
-            .await
-            .expect("an SQS event");
+        let response = lambda::handle(
+            &function,
+            &lambda::Ports::default(),
+            lambda::LambdaEvent::new(payload, context),
+        )
+        .await
+        .expect("an SQS event");
         let failed: Vec<&str> = response
             .batch_item_failures
             .iter()

@@ -46,7 +46,7 @@ fn app(endpoint: &str) -> App<MemoryStore, SimulatedGateway, SystemClock> {
 
 /// Receives everything visible, with every attribute, as Lambda's poller would, and builds the
 /// event Lambda delivers.
-async fn receive_event(client: &Client, url: &str, arn: &str) -> String {
+pub(super) async fn receive_event(client: &Client, url: &str, arn: &str) -> String {
     let out = client
         .receive_message()
         .queue_url(url)
@@ -89,7 +89,10 @@ async fn receive_event(client: &Client, url: &str, arn: &str) -> String {
 }
 
 /// What the DLQ holds: each copy's body and its attributes' string values.
-async fn dlq_copies(client: &Client, dlq_url: &str) -> Vec<(String, HashMap<String, String>)> {
+pub(super) async fn dlq_copies(
+    client: &Client,
+    dlq_url: &str,
+) -> Vec<(String, HashMap<String, String>)> {
     let out = client
         .receive_message()
         .queue_url(dlq_url)
@@ -113,7 +116,7 @@ async fn dlq_copies(client: &Client, dlq_url: &str) -> Vec<(String, HashMap<Stri
 }
 
 /// The failure a moved copy carries.
-fn failure_of(attributes: &HashMap<String, String>) -> Failure {
+pub(super) fn failure_of(attributes: &HashMap<String, String>) -> Failure {
     serde_json::from_str(attributes.get(FAILURE_ATTRIBUTE).expect("the failure"))
         .expect("failure JSON")
 }

@@ -10,6 +10,7 @@ mod cli;
 mod dead_letter_sqs;
 mod esm_fidelity;
 mod fifo_poison;
+mod lambda_runner;
 mod outage;
 mod sns_fanout;
 mod store_moto;
