@@ -8,6 +8,10 @@ CARGO ?= cargo
 VENV ?= $(HOME)/.cache/process-orders/venv
 PY_STAMP := $(VENV)/.installed
 BENCH_STAMP := $(VENV)/.bench-installed
+# Powertools for AWS Lambda (Python) with what its idempotency needs, for make bench-cpu, in a
+# venv of its own so its boto3 never moves moto's.
+BENCH_VENV ?= $(HOME)/.cache/process-orders/bench-venv
+BENCH_VENV_STAMP := $(BENCH_VENV)/.installed
 # Template checks and deployment tools (cfn-lint, checkov, SAM CLI) in a venv of their own.
 IAC_VENV ?= $(HOME)/.cache/process-orders/iac-venv
 IAC_STAMP := $(IAC_VENV)/.installed
@@ -22,7 +26,7 @@ AUDITABLE_BIN := $(CARGO_BIN_DIR)/cargo-auditable
 SBOM_BIN := $(CARGO_BIN_DIR)/auditable2cdx
 AUDITABLE := RUSTC_WORKSPACE_WRAPPER="$(AUDITABLE_BIN)" CARGO_AUDITABLE_ORIG_ARGS='{"offline":false,"locked":false,"frozen":false,"config":[]}'
 
-.PHONY: run run-dynamodb demo ops-demo test chaos sim mutants bench lint package msrv deny fuzz invoke check-template build build-lambda check-lambda deploy clean-venv
+.PHONY: run run-dynamodb demo ops-demo test chaos sim mutants bench bench-cpu lint package msrv deny fuzz invoke check-template build build-lambda check-lambda deploy clean-venv
 
 run:
 	@$(CARGO) build --quiet --bin process-orders
@@ -73,6 +77,23 @@ bench: $(BENCH_STAMP)
 	BENCH_BIN_DIR=$${CARGO_TARGET_DIR:-target}/release BENCH_FUNCTION=$${CARGO_TARGET_DIR:-target}/release/process-orders \
 		BENCH_PYTHON=$(VENV)/bin/python $(CARGO) bench -p process-orders --bench records --bench system --bench tail
 	$(CARGO) test -p process-orders --test it store::each_path_costs_its_budget_of_requests -- --nocapture
+
+# CPU per order on the shipped path (docs/performance.md): the release bootstrap as shipped, over
+# the local Runtime API, events of 10 new orders through moto (a counting proxy in front) and the
+# payment stub; the same orders through Powertools for AWS Lambda (Python) beside it; allocations
+# from a second build with a counting allocator (--features count-allocations, never shipped).
+# Both bootstraps are copied aside first: cargo bench builds the binaries into the same release
+# folder with the bench profile. One table; nothing passes or fails on time.
+BENCH_CPU_DIR = $${CARGO_TARGET_DIR:-target}/bench-cpu
+bench-cpu: $(PY_STAMP) $(BENCH_VENV_STAMP)
+	mkdir -p $(BENCH_CPU_DIR)
+	$(CARGO) build --release --bin process-orders --features count-allocations
+	cp $${CARGO_TARGET_DIR:-target}/release/process-orders $(BENCH_CPU_DIR)/process-orders-counting
+	$(CARGO) build --release --bin process-orders
+	cp $${CARGO_TARGET_DIR:-target}/release/process-orders $(BENCH_CPU_DIR)/process-orders
+	PATH="$(VENV)/bin:$$PATH" BENCH_FUNCTION=$(BENCH_CPU_DIR)/process-orders \
+		BENCH_COUNTING_FUNCTION=$(BENCH_CPU_DIR)/process-orders-counting \
+		BENCH_PYTHON=$(BENCH_VENV)/bin/python $(CARGO) bench -p process-orders --bench cpu
 
 lint:
 	$(CARGO) fmt --all -- --check
@@ -221,6 +242,11 @@ $(BENCH_STAMP): requirements-bench.txt $(PY_STAMP)
 	$(VENV)/bin/pip install --quiet --disable-pip-version-check -r requirements-bench.txt
 	touch $@
 
+$(BENCH_VENV_STAMP): requirements-bench.txt $(PY_STAMP)
+	python3 -m venv $(BENCH_VENV)
+	$(BENCH_VENV)/bin/pip install --quiet --disable-pip-version-check -r requirements-bench.txt
+	touch $@
+
 $(PY_STAMP): requirements-dev.txt
 	@# A fresh Debian has python3 without its venv module: install it (apt), then make the venv.
 	python3 -m venv $(VENV) || { { (apt-get update -q && apt-get install -y -q python3-venv) || (sudo apt-get update -q && sudo apt-get install -y -q python3-venv); } && python3 -m venv $(VENV); }
@@ -228,4 +254,4 @@ $(PY_STAMP): requirements-dev.txt
 	touch $@
 
 clean-venv:
-	rm -rf $(VENV) $(IAC_VENV)
+	rm -rf $(VENV) $(IAC_VENV) $(BENCH_VENV)

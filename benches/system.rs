@@ -18,8 +18,8 @@ use lambda_kit::clock::{Clock, SystemClock};
 use process_orders::app::App;
 use process_orders::config::Config;
 use process_orders::payment::SimulatedGateway;
-use process_orders::testkit::generated_body;
 use process_orders::testkit::runtime_api::RuntimeApi;
+use process_orders::testkit::{generated_body, template_environment};
 use sqs_batch::testkit::{self as event, EventShape};
 
 /// Lambda's invocation payload limit for a synchronous invoke (the ESM's batch limit).
@@ -69,47 +69,6 @@ fn median(mut values: Vec<Duration>) -> Duration {
 
 fn ms(d: Duration) -> String {
     format!("{:.2}", d.as_secs_f64() * 1000.0)
-}
-
-/// The function's environment as `template.yaml` sets it: every variable, with each
-/// parameter's default, the table on `table`, the provider at `payment_url`, DynamoDB at
-/// `dynamodb` (the SDK's own endpoint variable), and credentials in the environment as Lambda
-/// gives them.
-fn template_environment(table: &str, payment_url: &str, dynamodb: &str) -> Vec<(String, String)> {
-    let text = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/template.yaml"))
-        .expect("template.yaml");
-    let template: serde_yaml_ng::Value = serde_yaml_ng::from_str(&text).expect("template");
-    let function =
-        template["Resources"]["OrdersFunction"]["Properties"]["Environment"]["Variables"]
-            .as_mapping()
-            .expect("the function's variables");
-    let mut env = Vec::new();
-    for (name, value) in function {
-        let name = name.as_str().expect("a name").to_owned();
-        let value = match value {
-            serde_yaml_ng::Value::Tagged(tagged) if tagged.tag == "!Ref" => {
-                let parameter = tagged.value.as_str().expect("a parameter");
-                match &template["Parameters"][parameter]["Default"] {
-                    serde_yaml_ng::Value::String(s) => s.clone(),
-                    serde_yaml_ng::Value::Number(n) => n.to_string(),
-                    _ => continue,
-                }
-            }
-            // !If (the claim check, off by default) and other conditionals: not set.
-            serde_yaml_ng::Value::Tagged(_) => continue,
-            other => other.as_str().map(str::to_owned).expect("a string"),
-        };
-        env.push((name, value));
-    }
-    for (name, value) in [
-        ("IDEMPOTENCY_TABLE", table),
-        ("PAYMENT_API_URL", payment_url),
-        ("AWS_ENDPOINT_URL_DYNAMODB", dynamodb),
-    ] {
-        env.retain(|(n, _)| n != name);
-        env.push((name.to_owned(), value.to_owned()));
-    }
-    env
 }
 
 async fn init(api: &RuntimeApi, dir: &str, runs: usize) {

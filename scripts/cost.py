@@ -22,6 +22,13 @@ INPUTS = {
     "ours_ms_per_record": 21.60,  # process-orders, MAX_CONCURRENCY 16
     "powertools_ms_per_record": 305.54,  # Powertools Python BatchProcessor
     "powertools_async_ms_per_record": 7.46,  # Powertools Python AsyncBatchProcessor, unbounded
+    # CPU per order on the shipped path, measured 2026-12-03 with `make bench-cpu`
+    # (docs/performance.md, "CPU per order on the shipped path"): the release bootstrap and
+    # Powertools Python on the same orders, median of 5 rounds, on the x86_64 development machine.
+    "ours_cpu_us_per_order": 635.1,
+    "powertools_cpu_us_per_order": 2821.6,
+    # Lambda gives a function CPU in proportion to its memory: one vCPU at 1,769 MB.
+    "lambda_mb_per_vcpu": 1769,
     # Requests per order: docs/performance.md (e), a new order's claim and completion; no path
     # reads.
     "dynamodb_writes_per_order": 2,
@@ -104,6 +111,28 @@ def worker_table(i, lambda_per_million):
     )
 
 
+def cpu_table(i):
+    """Compute per million orders billed for CPU alone, as if waiting on the network were free:
+    below one vCPU an order's CPU takes cpu * lambda_mb_per_vcpu / memory of billed time, so the
+    GB-seconds, and the price, are the same at every size up to 1,769 MB."""
+    print()
+    print("| function | memory | CPU per order | billed per order, CPU-bound | compute per million orders |")
+    print("|---|---|---|---|---|")
+    rows = (
+        ("process-orders", "ours_cpu_us_per_order"),
+        ("Powertools Python BatchProcessor", "powertools_cpu_us_per_order"),
+    )
+    for name, key in rows:
+        for memory in (128, 256, 512):
+            cpu_s = i[key] / 1e6
+            billed_s = cpu_s * i["lambda_mb_per_vcpu"] / memory
+            cost = 1e6 * billed_s * memory / 1024 * i["lambda_gb_s_arm64"]
+            print(
+                f"| {name} | {memory} MB | {i[key]:.0f} us | {billed_s * 1000:.2f} ms "
+                f"| **${cost:.3f}** |"
+            )
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--set", action="append", default=[], metavar="NAME=VALUE")
@@ -164,6 +193,7 @@ def main():
         f"**${fixed:.2f}**."
     )
     worker_table(i, lambda_256)
+    cpu_table(i)
 
 
 if __name__ == "__main__":

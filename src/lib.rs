@@ -23,6 +23,8 @@
 //! - [`aws`]: the AWS SDK configuration and its HTTP client (reqwest), loaded once; `tls`: the
 //!   compiled-in roots every HTTP client trusts.
 //! - [`metrics`]: one CloudWatch EMF document per invocation, and call latencies.
+//! - [`count_allocations`]: allocation counts for the benchmarks (a counting global allocator
+//!   with the feature `count-allocations`, never in the shipped bootstrap).
 
 #![warn(missing_docs)]
 // The AWS SDK's nested futures exceed the default query depth when their layout is computed.
@@ -32,6 +34,7 @@ pub mod app;
 pub mod aws;
 pub mod cli;
 pub mod config;
+pub mod count_allocations;
 pub mod handler;
 pub mod logs;
 pub mod metrics;

@@ -91,6 +91,8 @@ async fn main() -> ExitCode {
                 // within the invocation's time.
                 telemetry::flush(deadline_ms).await;
                 logs::mark_warm();
+                #[cfg(feature = "count-allocations")]
+                process_orders::count_allocations::report();
                 response.map_err(Error::from)
             });
             match lambda_runtime::run(handler).await {

@@ -189,3 +189,104 @@ fn spawn_moto() -> Result<(std::process::Child, u16), String> {
         "{program} did not answer on port {port} within 30 s"
     ))
 }
+
+/// An HTTP proxy in front of a DynamoDB-compatible server that counts the requests it forwards
+/// and their body bytes (the JSON a client sends; headers not counted), whatever the client's
+/// language: the benchmarks compare the function's SDK with boto3 on it.
+#[derive(Debug, Clone)]
+pub struct CountingProxy {
+    addr: std::net::SocketAddr,
+    requests: Arc<AtomicUsize>,
+    body_bytes: Arc<AtomicUsize>,
+}
+
+#[derive(Clone)]
+struct Upstream {
+    client: reqwest::Client,
+    url: String,
+    requests: Arc<AtomicUsize>,
+    body_bytes: Arc<AtomicUsize>,
+}
+
+impl CountingProxy {
+    /// A proxy to `upstream` (`http://host:port`) on a free loopback port.
+    pub async fn start(upstream: &str) -> Self {
+        let tls = crate::tls::client_config().expect("a TLS configuration");
+        let state = Upstream {
+            client: reqwest::Client::builder()
+                .tls_backend_preconfigured(tls)
+                .redirect(reqwest::redirect::Policy::none())
+                .build()
+                .expect("an HTTP client"),
+            url: upstream.trim_end_matches('/').to_owned(),
+            requests: Arc::default(),
+            body_bytes: Arc::default(),
+        };
+        let (requests, body_bytes) = (state.requests.clone(), state.body_bytes.clone());
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let addr = listener.local_addr().expect("addr");
+        let app = axum::Router::new().fallback(forward).with_state(state);
+        tokio::spawn(async move { axum::serve(listener, app).await });
+        Self {
+            addr,
+            requests,
+            body_bytes,
+        }
+    }
+
+    /// The endpoint URL for a client.
+    pub fn endpoint(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    /// Requests forwarded so far.
+    pub fn requests(&self) -> usize {
+        self.requests.load(Ordering::SeqCst)
+    }
+
+    /// Request body bytes forwarded so far.
+    pub fn body_bytes(&self) -> usize {
+        self.body_bytes.load(Ordering::SeqCst)
+    }
+}
+
+async fn forward(
+    axum::extract::State(upstream): axum::extract::State<Upstream>,
+    request: axum::extract::Request,
+) -> axum::response::Response {
+    use axum::response::IntoResponse;
+    let (parts, body) = request.into_parts();
+    let Ok(body) = axum::body::to_bytes(body, 16 * 1024 * 1024).await else {
+        return http::StatusCode::BAD_REQUEST.into_response();
+    };
+    upstream.requests.fetch_add(1, Ordering::SeqCst);
+    upstream.body_bytes.fetch_add(body.len(), Ordering::SeqCst);
+    let mut headers = parts.headers;
+    // The client's signature covers the original host; DynamoDB-compatible servers do not check it.
+    headers.remove(http::header::HOST);
+    let path = parts.uri.path_and_query().map_or("/", |p| p.as_str());
+    let answer = upstream
+        .client
+        .request(parts.method, format!("{}{path}", upstream.url))
+        .headers(headers)
+        .body(body)
+        .send()
+        .await;
+    let Ok(answer) = answer else {
+        return http::StatusCode::BAD_GATEWAY.into_response();
+    };
+    let status = answer.status();
+    let mut headers = answer.headers().clone();
+    // The body is passed on whole: its framing is the proxy's own.
+    for framing in [
+        http::header::CONTENT_LENGTH,
+        http::header::TRANSFER_ENCODING,
+        http::header::CONNECTION,
+    ] {
+        headers.remove(framing);
+    }
+    let body = answer.bytes().await.unwrap_or_default();
+    (status, headers, body).into_response()
+}

@@ -21,6 +21,62 @@ pub fn generated_body(i: usize, rng: &mut fastrand::Rng) -> String {
     )
 }
 
+/// The function's environment as `template.yaml` sets it: every variable, with each
+/// parameter's default, the table on `table`, the provider at `payment_url`, DynamoDB at
+/// `dynamodb` (the SDK's own endpoint variable), and Lambda's log format from its
+/// `LoggingConfig`. [`runtime_api::RuntimeApi`] adds the variables Lambda sets itself
+/// (credentials, region, function name).
+///
+/// A provider on plain `http://` (the local stub) is refused inside Lambda, so for one the
+/// function is told it runs under a local emulator (`PROCESS_ORDERS_LOCAL=1`): with the table
+/// and the provider set, that changes nothing else on its path.
+pub fn template_environment(
+    table: &str,
+    payment_url: &str,
+    dynamodb: &str,
+) -> Vec<(String, String)> {
+    let text = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/template.yaml"))
+        .expect("template.yaml");
+    let template: serde_yaml_ng::Value = serde_yaml_ng::from_str(&text).expect("template");
+    let properties = &template["Resources"]["OrdersFunction"]["Properties"];
+    let function = properties["Environment"]["Variables"]
+        .as_mapping()
+        .expect("the function's variables");
+    let mut env = Vec::new();
+    if let Some(format) = properties["LoggingConfig"]["LogFormat"].as_str() {
+        env.push(("AWS_LAMBDA_LOG_FORMAT".to_owned(), format.to_owned()));
+    }
+    for (name, value) in function {
+        let name = name.as_str().expect("a name").to_owned();
+        let value = match value {
+            serde_yaml_ng::Value::Tagged(tagged) if tagged.tag == "!Ref" => {
+                let parameter = tagged.value.as_str().expect("a parameter");
+                match &template["Parameters"][parameter]["Default"] {
+                    serde_yaml_ng::Value::String(s) => s.clone(),
+                    serde_yaml_ng::Value::Number(n) => n.to_string(),
+                    _ => continue,
+                }
+            }
+            // !If (the claim check, off by default) and other conditionals: not set.
+            serde_yaml_ng::Value::Tagged(_) => continue,
+            other => other.as_str().map(str::to_owned).expect("a string"),
+        };
+        env.push((name, value));
+    }
+    for (name, value) in [
+        ("IDEMPOTENCY_TABLE", table),
+        ("PAYMENT_API_URL", payment_url),
+        ("AWS_ENDPOINT_URL_DYNAMODB", dynamodb),
+    ] {
+        env.retain(|(n, _)| n != name);
+        env.push((name.to_owned(), value.to_owned()));
+    }
+    if payment_url.starts_with("http://") {
+        env.push(("PROCESS_ORDERS_LOCAL".to_owned(), "1".to_owned()));
+    }
+    env
+}
+
 /// The repository's `events/` folder.
 pub fn events_dir() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("events")

@@ -1,8 +1,9 @@
-//! A local Lambda Runtime API for the tests and benchmarks: hands a spawned bootstrap one queued
-//! event with the headers Lambda sends (request id, deadline, function ARN, X-Ray trace header),
-//! then takes its answer; later polls wait until the process is killed, as Lambda freezes it.
+//! A local Lambda Runtime API for the tests and benchmarks: hands a spawned bootstrap queued
+//! events with the headers Lambda sends (request id, deadline, function ARN, X-Ray trace header)
+//! and takes its answers; between events a poll waits, as Lambda freezes a warm container.
 
 use std::process::Stdio;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -12,7 +13,9 @@ use axum::http::HeaderMap;
 use axum::response::IntoResponse;
 use axum::routing::{get, post};
 use lambda_kit::{Clock, SystemClock};
-use tokio::sync::mpsc;
+use tokio::io::AsyncReadExt;
+use tokio::sync::{Notify, mpsc};
+use tokio::task::JoinHandle;
 
 /// The request id every invocation gets.
 pub const REQUEST_ID: &str = "req-1";
@@ -22,17 +25,29 @@ pub const TRACE_HEADER: &str =
 /// The function ARN every invocation names.
 pub const FUNCTION_ARN: &str = "arn:aws:lambda:us-east-1:123456789012:function:bench";
 
+type Answers = mpsc::UnboundedReceiver<Result<String, String>>;
+
 /// The Runtime API, listening on 127.0.0.1.
 #[derive(Clone)]
 pub struct RuntimeApi {
     addr: String,
-    next: Arc<Mutex<Option<String>>>,
-    answers: Arc<tokio::sync::Mutex<mpsc::UnboundedReceiver<Result<String, String>>>>,
+    queue: Arc<Queue>,
+    answers: Arc<tokio::sync::Mutex<Answers>>,
+}
+
+/// The next event, and the process it is for.
+#[derive(Default)]
+struct Queue {
+    next: Mutex<Option<String>>,
+    queued: Notify,
+    /// Counts spawned processes: a poll left over from a killed process never takes a later
+    /// process's event.
+    generation: AtomicU64,
 }
 
 #[derive(Clone)]
 struct ApiState {
-    next: Arc<Mutex<Option<String>>>,
+    queue: Arc<Queue>,
     answers: mpsc::UnboundedSender<Result<String, String>>,
 }
 
@@ -54,10 +69,10 @@ pub struct Served {
 impl RuntimeApi {
     /// Starts the API.
     pub async fn start() -> Self {
-        let next = Arc::new(Mutex::new(None));
+        let queue = Arc::new(Queue::default());
         let (tx, rx) = mpsc::unbounded_channel();
         let state = ApiState {
-            next: Arc::clone(&next),
+            queue: Arc::clone(&queue),
             answers: tx,
         };
         let app = Router::new()
@@ -91,16 +106,35 @@ impl RuntimeApi {
         tokio::spawn(async move { axum::serve(listener, app).await });
         Self {
             addr,
-            next,
+            queue,
             answers: Arc::new(tokio::sync::Mutex::new(rx)),
         }
     }
 
-    /// Spawns `bin` against this API with Lambda's variables, `env` added, and `event` queued;
-    /// returns once it has answered, with its output.
+    /// Spawns `bin` against this API with Lambda's variables and `env` added; returns once it
+    /// has answered `event`, with its output.
     pub async fn serve_one(&self, bin: &str, env: &[(&str, &str)], event: &str) -> Served {
-        *self.next.lock().expect("lock") = Some(event.to_owned());
-        let mut answers = self.answers.lock().await;
+        let mut bootstrap = self.spawn(bin, env).await;
+        let answer = bootstrap.invoke(event).await;
+        let took = bootstrap.started.elapsed();
+        let peak_rss_kib = bootstrap.peak_rss_kib();
+        let (stdout, stderr) = bootstrap.stop().await;
+        Served {
+            answer,
+            took,
+            peak_rss_kib,
+            stdout,
+            stderr,
+        }
+    }
+
+    /// Spawns `bin` against this API with Lambda's variables and `env` added, to serve events
+    /// one after another ([`Bootstrap::invoke`]) as a warm container does. The API serves this
+    /// process alone until it is stopped.
+    pub async fn spawn(&self, bin: &str, env: &[(&str, &str)]) -> Bootstrap<'_> {
+        let answers = self.answers.lock().await;
+        self.queue.generation.fetch_add(1, Ordering::SeqCst);
+        *self.queue.next.lock().expect("lock") = None;
         let started = Instant::now();
         let mut child = tokio::process::Command::new(bin)
             .env_clear()
@@ -120,42 +154,133 @@ impl RuntimeApi {
             .kill_on_drop(true)
             .spawn()
             .unwrap_or_else(|e| panic!("spawn {bin}: {e}"));
-        let answer = tokio::time::timeout(Duration::from_secs(60), answers.recv())
-            .await
-            .unwrap_or_else(|_| panic!("{bin} did not answer within 60 s"))
-            .expect("channel open");
-        let took = started.elapsed();
-        let peak_rss_kib = child.id().map_or(0, vm_hwm_kib);
-        let _ = child.start_kill();
-        let output = child.wait_with_output().await.expect("output");
-        Served {
-            answer,
-            took,
-            peak_rss_kib,
-            stdout: String::from_utf8_lossy(&output.stdout).into_owned(),
-            stderr: String::from_utf8_lossy(&output.stderr).into_owned(),
+        let pid = child.id().expect("a running child");
+        // Read as it is written, so a long-lived process never blocks on a full pipe.
+        let stdout = drain(child.stdout.take());
+        let stderr = drain(child.stderr.take());
+        Bootstrap {
+            bin: bin.to_owned(),
+            queue: Arc::clone(&self.queue),
+            answers,
+            child,
+            pid,
+            started,
+            stdout,
+            stderr,
         }
     }
 }
 
-async fn next_event(State(s): State<ApiState>) -> impl IntoResponse {
-    let event = s.next.lock().expect("lock").take();
-    match event {
-        Some(body) => {
-            let deadline = SystemClock.now_ms() + 60_000;
-            let mut headers = HeaderMap::new();
-            let mut put = |k: &'static str, v: String| {
-                headers.insert(k, v.parse().expect("header value"));
-            };
-            put("lambda-runtime-aws-request-id", REQUEST_ID.into());
-            put("lambda-runtime-deadline-ms", deadline.to_string());
-            put("lambda-runtime-invoked-function-arn", FUNCTION_ARN.into());
-            put("lambda-runtime-trace-id", TRACE_HEADER.into());
-            (headers, body)
-        }
-        // One event per process: later polls wait until the process is killed.
-        None => std::future::pending().await,
+/// A bootstrap spawned by [`RuntimeApi::spawn`]: one process, any number of invocations.
+pub struct Bootstrap<'a> {
+    bin: String,
+    queue: Arc<Queue>,
+    answers: tokio::sync::MutexGuard<'a, Answers>,
+    child: tokio::process::Child,
+    pid: u32,
+    started: Instant,
+    stdout: JoinHandle<String>,
+    stderr: JoinHandle<String>,
+}
+
+impl Bootstrap<'_> {
+    /// Hands the process `event` and waits (60 s at most) for its answer: the response body,
+    /// or the error it reported.
+    pub async fn invoke(&mut self, event: &str) -> Result<String, String> {
+        *self.queue.next.lock().expect("lock") = Some(event.to_owned());
+        self.queue.queued.notify_waiters();
+        tokio::time::timeout(Duration::from_secs(60), self.answers.recv())
+            .await
+            .unwrap_or_else(|_| panic!("{} did not answer within 60 s", self.bin))
+            .expect("channel open")
     }
+
+    /// The process id.
+    pub fn pid(&self) -> u32 {
+        self.pid
+    }
+
+    /// CPU time the process has used so far, user and system, over all its threads (those that
+    /// ended too): the kernel's process CPU clock, which `getrusage` and `/proc/<pid>/stat`
+    /// report as well, read here in nanoseconds rather than 10 ms clock ticks.
+    pub fn cpu_time(&self) -> Duration {
+        process_cpu_time(self.pid)
+    }
+
+    /// The process's peak RSS (VmHWM, KiB); 0 when it cannot be read.
+    pub fn peak_rss_kib(&self) -> u64 {
+        vm_hwm_kib(self.pid)
+    }
+
+    /// Kills the process; what it wrote to stdout and to stderr.
+    pub async fn stop(mut self) -> (String, String) {
+        let _ = self.child.start_kill();
+        let _ = self.child.wait().await;
+        let stdout = self.stdout.await.unwrap_or_default();
+        let stderr = self.stderr.await.unwrap_or_default();
+        (stdout, stderr)
+    }
+}
+
+/// Everything `pipe` gives until it closes, as text.
+fn drain(pipe: Option<impl tokio::io::AsyncRead + Unpin + Send + 'static>) -> JoinHandle<String> {
+    tokio::spawn(async move {
+        let mut bytes = Vec::new();
+        if let Some(mut pipe) = pipe {
+            let _ = pipe.read_to_end(&mut bytes).await;
+        }
+        String::from_utf8_lossy(&bytes).into_owned()
+    })
+}
+
+/// The CPU time of process `pid`: its CPU-time clock (`clock_getcpuclockid`).
+fn process_cpu_time(pid: u32) -> Duration {
+    let pid = libc::pid_t::try_from(pid).expect("a pid");
+    let mut clock: libc::clockid_t = 0;
+    let mut now = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: both calls only write the out-parameters they are given, which live on this stack.
+    #[allow(unsafe_code)]
+    let read = unsafe {
+        libc::clock_getcpuclockid(pid, &mut clock) == 0 && libc::clock_gettime(clock, &mut now) == 0
+    };
+    assert!(
+        read,
+        "cannot read the CPU clock of process {pid}: {}",
+        std::io::Error::last_os_error()
+    );
+    Duration::new(
+        u64::try_from(now.tv_sec).expect("seconds"),
+        u32::try_from(now.tv_nsec).expect("nanoseconds"),
+    )
+}
+
+async fn next_event(State(s): State<ApiState>) -> impl IntoResponse {
+    let generation = s.queue.generation.load(Ordering::SeqCst);
+    let body = loop {
+        let queued = s.queue.queued.notified();
+        if s.queue.generation.load(Ordering::SeqCst) != generation {
+            // The process that polled has been stopped: it waits until its connection drops.
+            std::future::pending::<()>().await;
+        }
+        if let Some(body) = s.queue.next.lock().expect("lock").take() {
+            break body;
+        }
+        // Between events: wait, as Lambda does with a frozen container.
+        queued.await;
+    };
+    let deadline = SystemClock.now_ms() + 60_000;
+    let mut headers = HeaderMap::new();
+    let mut put = |k: &'static str, v: String| {
+        headers.insert(k, v.parse().expect("header value"));
+    };
+    put("lambda-runtime-aws-request-id", REQUEST_ID.into());
+    put("lambda-runtime-deadline-ms", deadline.to_string());
+    put("lambda-runtime-invoked-function-arn", FUNCTION_ARN.into());
+    put("lambda-runtime-trace-id", TRACE_HEADER.into());
+    (headers, body)
 }
 
 /// A process's peak RSS (VmHWM), KiB; 0 when it cannot be read.

@@ -1,0 +1,354 @@
+//! CPU per order on the shipped path (`make bench-cpu`; docs/performance.md, "CPU per order on
+//! the shipped path"), printing one table.
+//!
+//! The release bootstrap (`BENCH_FUNCTION`) serves events of 10 records (SQS's default batch
+//! size) one after another over the local Runtime API, as a warm container does, with the
+//! template's environment: the DynamoDB store on moto (a separate process) through a counting
+//! proxy, the HTTP gateway on the payment stub (it applies `Idempotency-Key`). Every order is
+//! new and charged once. Its CPU is the process's own (user and system, every thread), read
+//! after 200 and after 1,000 orders: the slope over the 800 between leaves start-up out. Beside
+//! it, in the same rounds, the same orders' shape through Powertools for AWS Lambda (Python)
+//! (`benches/powertools_cpu.py`, run with `BENCH_PYTHON`), with the same slope of its
+//! `time.process_time()`. A bootstrap built with `--features count-allocations`
+//! (`BENCH_COUNTING_FUNCTION`) serves the same kind of run for its allocation counts, so the
+//! CPU is read on the shipped build alone.
+//!
+//! Under `cargo test --all-targets` (no `--bench` argument) it runs a small smoke version on
+//! the test build of the bootstrap: 20 then 40 orders, one round, Powertools only if
+//! `BENCH_PYTHON` is set. Benchmarks, not tests: nothing here passes or fails on time.
+
+use std::time::Duration;
+
+use process_orders::count_allocations::{Counts, parse_report};
+use process_orders::testkit::dynamo::{CountingProxy, create_table, moto_client, moto_endpoint};
+use process_orders::testkit::payment_stub::PaymentStub;
+use process_orders::testkit::runtime_api::RuntimeApi;
+use process_orders::testkit::{generated_body, template_environment};
+use sqs_batch::testkit::{self as event, EventShape};
+
+/// SQS's default batch size for an event source mapping.
+const BATCH: usize = 10;
+
+/// How much of a run: CPU is read after `warm` and after `total` orders.
+#[derive(Clone, Copy)]
+struct Marks {
+    warm: usize,
+    total: usize,
+}
+
+impl Marks {
+    fn per_order(self, at_warm: f64, at_total: f64) -> f64 {
+        (at_total - at_warm) / (self.total - self.warm) as f64
+    }
+}
+
+/// What one run of `total` orders measured, per order.
+#[derive(Clone, Copy, Default)]
+struct PerOrder {
+    cpu_us: f64,
+    requests: f64,
+    body_bytes: f64,
+}
+
+/// The servers every run shares.
+struct World {
+    api: RuntimeApi,
+    moto: String,
+    proxy: CountingProxy,
+    stub: PaymentStub,
+    env: Vec<(String, String)>,
+    next_order: usize,
+}
+
+fn main() {
+    let full = std::env::args().any(|a| a == "--bench");
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("runtime");
+    runtime.block_on(run(full));
+}
+
+async fn run(full: bool) {
+    let (marks, rounds) = if full {
+        (
+            Marks {
+                warm: 200,
+                total: 1_000,
+            },
+            5,
+        )
+    } else {
+        (
+            Marks {
+                warm: 20,
+                total: 40,
+            },
+            1,
+        )
+    };
+    // The release build as deployed when make bench-cpu built it, else the test build.
+    let function = std::env::var("BENCH_FUNCTION")
+        .unwrap_or_else(|_| env!("CARGO_BIN_EXE_process-orders").to_owned());
+    let counting = std::env::var("BENCH_COUNTING_FUNCTION").ok();
+    let python = std::env::var("BENCH_PYTHON").ok();
+    let moto = moto_endpoint();
+    let table = "bench-cpu-orders";
+    create_table(&moto_client(), table).await;
+    let proxy = CountingProxy::start(&moto).await;
+    let stub = PaymentStub::start().await;
+    let env = template_environment(table, &stub.url(), &proxy.endpoint());
+    let mut world = World {
+        api: RuntimeApi::start().await,
+        moto,
+        proxy,
+        stub,
+        env,
+        next_order: 0,
+    };
+    let (mut ours, mut theirs, mut allocations) = (Vec::new(), Vec::new(), Vec::new());
+    let mut powertools_version = None;
+    for round in 0..rounds {
+        // Alternate, so drift on the machine touches both alike.
+        ours.push(bootstrap(&mut world, &function, marks).await.0);
+        if let Some(python) = &python {
+            let (per_order, version) = powertools(&mut world, python, marks, round).await;
+            theirs.push(per_order);
+            powertools_version = Some(version);
+        }
+        if let Some(counting) = &counting {
+            let (_, stderr) = bootstrap(&mut world, counting, marks).await;
+            allocations.push(allocations_per_order(&stderr, marks));
+        }
+        eprintln!("round {} of {rounds} done", round + 1);
+    }
+    report(marks, &ours, &theirs, &allocations, powertools_version);
+}
+
+/// `total` new orders in events of [`BATCH`] records, their ids never used before in this run.
+fn events(world: &mut World, total: usize) -> (Vec<String>, Vec<String>) {
+    let first = world.next_order;
+    world.next_order += total;
+    let events = (0..total / BATCH)
+        .map(|e| {
+            let shape = EventShape {
+                records: BATCH,
+                fifo_groups: 0,
+                seed: (first + e) as u64,
+            };
+            let base = first + e * BATCH;
+            let event = event::generate(shape, |i, rng| generated_body(base + i, rng));
+            serde_json::to_string(&event).expect("event")
+        })
+        .collect();
+    let orders = (first..first + total).map(|i| format!("o-{i}")).collect();
+    (events, orders)
+}
+
+/// Every order charged exactly once at the provider.
+fn check_charged_once(world: &World, orders: &[String]) {
+    for order in orders {
+        assert_eq!(world.stub.charges(order), 1, "{order} charged once");
+    }
+}
+
+/// One bootstrap of `bin` serving `marks.total` new orders; per order between the marks, and
+/// what it wrote to stderr.
+async fn bootstrap(world: &mut World, bin: &str, marks: Marks) -> (PerOrder, String) {
+    let (events, orders) = events(world, marks.total);
+    let env: Vec<(&str, &str)> = world
+        .env
+        .iter()
+        .map(|(k, v)| (k.as_str(), v.as_str()))
+        .collect();
+    let (requests, bytes) = (world.proxy.requests(), world.proxy.body_bytes());
+    let mut process = world.api.spawn(bin, &env).await;
+    let mut cpu_warm = Duration::ZERO;
+    for (n, event) in events.iter().enumerate() {
+        let answer = process.invoke(event).await;
+        let answer = answer.unwrap_or_else(|e| panic!("{bin} failed: {e}"));
+        let response: serde_json::Value = serde_json::from_str(&answer).expect("JSON");
+        assert_eq!(
+            response["batchItemFailures"],
+            serde_json::json!([]),
+            "every order acknowledged"
+        );
+        if (n + 1) * BATCH == marks.warm {
+            cpu_warm = process.cpu_time();
+        }
+    }
+    let cpu_total = process.cpu_time();
+    let (_, stderr) = process.stop().await;
+    check_charged_once(world, &orders);
+    let per_order = PerOrder {
+        cpu_us: marks.per_order(cpu_warm.as_secs_f64(), cpu_total.as_secs_f64()) * 1e6,
+        // The function makes no request at start-up: every one belongs to an order.
+        requests: (world.proxy.requests() - requests) as f64 / marks.total as f64,
+        body_bytes: (world.proxy.body_bytes() - bytes) as f64 / marks.total as f64,
+    };
+    (per_order, stderr)
+}
+
+/// Allocations, reallocations and bytes per order between the marks, from the counting
+/// bootstrap's lines (one after each invocation).
+fn allocations_per_order(stderr: &str, marks: Marks) -> [f64; 3] {
+    let lines: Vec<Counts> = stderr.lines().filter_map(parse_report).collect();
+    assert_eq!(
+        lines.len(),
+        marks.total / BATCH,
+        "one count line per invocation: is it a count-allocations build?"
+    );
+    let (warm, total) = (
+        lines[marks.warm / BATCH - 1],
+        lines[marks.total / BATCH - 1],
+    );
+    let per_order =
+        |count: fn(&Counts) -> u64| marks.per_order(count(&warm) as f64, count(&total) as f64);
+    [
+        per_order(|c| c.allocations),
+        per_order(|c| c.reallocations),
+        per_order(|c| c.bytes),
+    ]
+}
+
+/// The same number of new orders through Powertools; per order, and its version.
+async fn powertools(
+    world: &mut World,
+    python: &str,
+    marks: Marks,
+    round: usize,
+) -> (PerOrder, String) {
+    let (events, orders) = events(world, marks.total);
+    let var = |name: &str| {
+        let value = world.env.iter().find(|(n, _)| n == name);
+        value.expect("a template variable").1.clone()
+    };
+    let seconds = |name: &str| var(name).parse::<f64>().expect("milliseconds") / 1000.0;
+    let events: Vec<serde_json::Value> = events
+        .iter()
+        .map(|e| serde_json::from_str(e).expect("event"))
+        .collect();
+    let plan = serde_json::json!({
+        "events": events,
+        "marks": [marks.warm / BATCH, marks.total / BATCH],
+        "table": format!("bench-cpu-powertools-{round}"),
+        "server": world.moto,
+        "dynamodb": world.proxy.endpoint(),
+        "payment_url": world.stub.url(),
+        "currency": var("DEFAULT_CURRENCY"),
+        "connect_timeout_s": seconds("PAYMENT_CONNECT_TIMEOUT_MS"),
+        "timeout_s": seconds("PAYMENT_TIMEOUT_MS"),
+    });
+    let path = std::env::temp_dir().join(format!(
+        "powertools-cpu-{}-{round}.json",
+        std::process::id()
+    ));
+    std::fs::write(&path, plan.to_string()).expect("write the plan");
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/benches/powertools_cpu.py");
+    let (requests, bytes) = (world.proxy.requests(), world.proxy.body_bytes());
+    let output = tokio::process::Command::new(python)
+        .arg(script)
+        .arg(&path)
+        .output()
+        .await
+        .unwrap_or_else(|e| panic!("cannot start {python}: {e}"));
+    let _ = std::fs::remove_file(&path);
+    assert!(
+        output.status.success(),
+        "{script} failed: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let result: serde_json::Value = serde_json::from_slice(&output.stdout).expect("its JSON line");
+    assert_eq!(result["failures"], 0, "every order acknowledged: {result}");
+    check_charged_once(world, &orders);
+    let cpu = |i: usize| result["cpu_s"][i].as_f64().expect("a CPU time");
+    let per_order = PerOrder {
+        cpu_us: marks.per_order(cpu(0), cpu(1)) * 1e6,
+        requests: (world.proxy.requests() - requests) as f64 / marks.total as f64,
+        body_bytes: (world.proxy.body_bytes() - bytes) as f64 / marks.total as f64,
+    };
+    let version = format!(
+        "Powertools {} (Python {})",
+        result["powertools"].as_str().unwrap_or("?"),
+        result["python"].as_str().unwrap_or("?")
+    );
+    (per_order, version)
+}
+
+fn median(mut values: Vec<f64>) -> f64 {
+    values.sort_by(f64::total_cmp);
+    values[values.len() / 2]
+}
+
+fn report(
+    marks: Marks,
+    ours: &[PerOrder],
+    theirs: &[PerOrder],
+    allocations: &[[f64; 3]],
+    powertools_version: Option<String>,
+) {
+    let summary = |runs: &[PerOrder]| PerOrder {
+        cpu_us: median(runs.iter().map(|r| r.cpu_us).collect()),
+        requests: median(runs.iter().map(|r| r.requests).collect()),
+        body_bytes: median(runs.iter().map(|r| r.body_bytes).collect()),
+    };
+    let list = |runs: &[PerOrder]| {
+        let values: Vec<String> = runs.iter().map(|r| format!("{:.1}", r.cpu_us)).collect();
+        values.join(", ")
+    };
+    println!(
+        "\nCPU per order on the shipped path: events of {BATCH} new orders, CPU from {} to {} \
+         orders over {}, median of {} rounds",
+        marks.warm,
+        marks.total,
+        marks.total - marks.warm,
+        ours.len()
+    );
+    println!(
+        "| function | CPU per order | DynamoDB requests per order | DynamoDB request body bytes \
+         per order | allocations per order |\n|---|---|---|---|---|"
+    );
+    let ours_summary = summary(ours);
+    let counted = if allocations.is_empty() {
+        "not counted (BENCH_COUNTING_FUNCTION is not set)".to_owned()
+    } else {
+        let at = |i: usize| median(allocations.iter().map(|a| a[i]).collect());
+        format!(
+            "{:.1} (and {:.1} reallocations, {:.0} bytes)",
+            at(0),
+            at(1),
+            at(2)
+        )
+    };
+    println!(
+        "| process-orders (Rust) | {:.1} us | {:.2} | {:.0} | {counted} |",
+        ours_summary.cpu_us, ours_summary.requests, ours_summary.body_bytes
+    );
+    match powertools_version {
+        Some(version) => {
+            let theirs_summary = summary(theirs);
+            println!(
+                "| {version} | {:.1} us | {:.2} | {:.0} | |",
+                theirs_summary.cpu_us, theirs_summary.requests, theirs_summary.body_bytes
+            );
+            println!(
+                "| Powertools / process-orders | **{:.1}** | | {:.2} | |",
+                theirs_summary.cpu_us / ours_summary.cpu_us,
+                theirs_summary.body_bytes / ours_summary.body_bytes
+            );
+            println!(
+                "\nCPU per order in each round, us: process-orders {}; Powertools {}",
+                list(ours),
+                list(theirs)
+            );
+        }
+        None => {
+            println!("\nPowertools skipped: BENCH_PYTHON is not set (make bench-cpu sets it)");
+            println!(
+                "\nCPU per order in each round, us: process-orders {}",
+                list(ours)
+            );
+        }
+    }
+}
