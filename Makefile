@@ -146,12 +146,20 @@ mutants: $(PY_STAMP)
 	    $(addprefix --test-package ,$(MUTANTS_ALSO_$(crate))) --test-package sim \
 	    --output mutants.out-$(crate) $(MUTANTS_ARGS) || status=$$?;) exit $$status
 
-# The libraries as crates.io would take them (nothing is published): `cargo package` for each,
-# in publish order (cargo orders them, and verifies each against the ones before it through a
-# local registry), each packaged crate built alone with default features.
+# The libraries as crates.io would take them (nothing is published): `cargo publish --dry-run`
+# for each, in publish order (cargo orders them, and verifies each against the ones before it
+# through a local registry), each packaged crate built alone with default features, the upload
+# stopped at the last step. Then their docs as docs.rs builds them: with default features, and
+# with each crate's docs.rs feature set, warnings refused.
 LIBRARY_CRATES = lambda-kit sqs-batch idempotency claim-check
 package:
-	$(CARGO) package --allow-dirty $(addprefix -p ,$(LIBRARY_CRATES))
+	$(CARGO) publish --dry-run --allow-dirty $(addprefix -p ,$(LIBRARY_CRATES))
+	RUSTDOCFLAGS="-D warnings" $(CARGO) doc --no-deps --quiet $(addprefix -p ,$(LIBRARY_CRATES))
+	@for crate in $(LIBRARY_CRATES); do \
+		features=$$(sed -n '/^\[package.metadata.docs.rs\]/,/^\[/s/^features = \[\(.*\)\]/\1/p' crates/$$crate/Cargo.toml | tr -d '" '); \
+		echo "docs of $$crate with features [$$features]"; \
+		RUSTDOCFLAGS="-D warnings" $(CARGO) doc --no-deps --quiet -p $$crate --features "$$features" || exit 1; \
+	done
 
 # The libraries' MSRV: `rust-version` in Cargo.toml, promised for default features, checked with
 # that very toolchain (rustup installs it; its own target directory, beside the usual one).

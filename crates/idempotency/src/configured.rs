@@ -9,7 +9,7 @@ use crate::{
 };
 
 /// DynamoDB or memory, as [`ConfiguredStore::from_env`] finds them set, with the lease settings
-/// (`IDEMPOTENCY_LEASE_SECONDS`, `IDEMPOTENCY_LEASE_MARGIN_MS`) that [`crate::once`] leases its
+/// (`IDEMPOTENCY_LEASE_SECONDS`, `IDEMPOTENCY_LEASE_MARGIN_MS`) that [`crate::once()`](fn@crate::once) leases its
 /// claims by.
 #[derive(Debug)]
 pub struct ConfiguredStore {

@@ -608,7 +608,7 @@ pub trait IdempotencyStore: Send + Sync {
         reason: &str,
     ) -> impl Future<Output = Result<(), StoreError>> + Send;
 
-    /// The lease settings this store was configured with, if any: what [`once`] leases claims by
+    /// The lease settings this store was configured with, if any: what [`once()`](fn@crate::once) leases claims by
     /// unless told otherwise (`ConfiguredStore` reads `IDEMPOTENCY_LEASE_SECONDS` and
     /// `IDEMPOTENCY_LEASE_MARGIN_MS`). `None` by default: [`LeasePolicy::default`].
     fn lease_policy(&self) -> Option<LeasePolicy> {

@@ -249,7 +249,7 @@ pub struct BatchOptions {
     /// with the FIFO records behind it, which ride the same receive counts. `None`: never.
     pub give_up_at_receive: Option<u32>,
     /// Whether an invocation in which every record failed returns an error instead of reporting
-    /// them all in `batchItemFailures` ([`crate::lambda`] and the order function). The batch
+    /// them all in `batchItemFailures` (`lambda::run` and the order function). The batch
     /// comes back either way; an error also counts in the function's `Errors` metric and makes
     /// the event source mapping scale its polling down, as Powertools does by default. Off by
     /// default: our own visibility backoff already spaces the retries, and `Errors` stays the

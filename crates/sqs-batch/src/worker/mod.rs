@@ -15,7 +15,7 @@
 //!   not clamped. It stops before the DLQ moves and the visibility backoff, so a reported
 //!   record's backoff is the last visibility it gets. A worker that dies stops extending, so its
 //!   messages return within one extension.
-//! - **Graceful shutdown**: once `shutdown` resolves (SIGTERM or SIGINT: [`shutdown_signal`]) no
+//! - **Graceful shutdown**: once `shutdown` resolves (SIGTERM or SIGINT: `shutdown_signal`, feature `worker`) no
 //!   receive starts; a receive in flight ends (at most `WaitTimeSeconds`) and what it brought is
 //!   released (visibility 0); records already started finish, records not started are released,
 //!   within [`WorkerOptions::drain_timeout_ms`]. At its end the records still running are
