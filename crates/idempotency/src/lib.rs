@@ -79,6 +79,8 @@ pub mod dynamodb;
 pub mod guard;
 pub mod memory;
 pub mod once;
+#[cfg(feature = "redis")]
+pub mod redis;
 #[cfg(feature = "testkit")]
 pub mod testkit;
 #[cfg(feature = "sqs-batch")]
@@ -95,6 +97,8 @@ pub use dynamodb::DynamoDbStore;
 pub use guard::Guarded;
 pub use memory::MemoryStore;
 pub use once::{DiscardOutput, KeepOutput, Once, once};
+#[cfg(feature = "redis")]
+pub use redis::RedisStore;
 // What the API takes from lambda-kit, so a user adds this crate alone.
 pub use lambda_kit::{Clock, Env, EnvError, ManualClock, SystemClock};
 
