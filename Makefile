@@ -26,7 +26,7 @@ AUDITABLE_BIN := $(CARGO_BIN_DIR)/cargo-auditable
 SBOM_BIN := $(CARGO_BIN_DIR)/auditable2cdx
 AUDITABLE := RUSTC_WORKSPACE_WRAPPER="$(AUDITABLE_BIN)" CARGO_AUDITABLE_ORIG_ARGS='{"offline":false,"locked":false,"frozen":false,"config":[]}'
 
-.PHONY: run run-dynamodb demo ops-demo test chaos sim mutants bench bench-cpu lint package msrv deny fuzz invoke check-template build build-lambda check-lambda deploy clean-venv
+.PHONY: run run-dynamodb demo ops-demo test redis-server chaos sim mutants bench bench-cpu lint package msrv deny fuzz invoke check-template build build-lambda check-lambda deploy clean-venv
 
 run:
 	@$(CARGO) build --quiet --bin process-orders
@@ -46,12 +46,17 @@ demo: $(PY_STAMP)
 	@$(CARGO) build --quiet -p local-esm
 	@PATH="$(VENV)/bin:$$PATH" BIN="$${CARGO_TARGET_DIR:-target}/debug/local-esm" scripts/demo.sh $(DEMO_ARGS)
 
-test: $(PY_STAMP)
+test: $(PY_STAMP) redis-server
 	PATH="$(VENV)/bin:$$PATH" $(CARGO) test --workspace --all-targets
 	$(CARGO) test --workspace --doc
 	# The S3 claim check is an optional feature: its unit and moto tests built with it on.
 	$(CARGO) test -p claim-check -p process-orders --features claim-check/s3,process-orders/s3-claim-check --lib
 	PATH="$(VENV)/bin:$$PATH" $(CARGO) test -p orders-ops --features s3-claim-check --test it
+
+# The Redis store's tests (idempotency, feature testkit-redis) start a redis-server of their own
+# and fail without one: install Debian's when it is missing.
+redis-server:
+	@command -v redis-server >/dev/null || { (apt-get update -q && apt-get install -y -q redis-server) || (sudo apt-get update -q && sudo apt-get install -y -q redis-server); }
 
 # An on-call session on a local server: orders-ops depth, inspect and redrive.
 ops-demo: $(PY_STAMP)
@@ -137,7 +142,7 @@ SIM_TEST_SEEDS ?= 3
 # workspace, so a mutant built in cargo-mutants' copy, newer than the files here, looks fresh to
 # a later `cargo test` in this tree sharing the folder, which then runs the mutant.
 MUTANTS_TARGET_DIR ?= $(HOME)/.cache/process-orders/mutants-target
-mutants: $(PY_STAMP)
+mutants: $(PY_STAMP) redis-server
 	@cargo mutants --version 2>/dev/null | grep -qF "$(MUTANTS_VERSION)" || $(CARGO) install --locked cargo-mutants --version $(MUTANTS_VERSION)
 	@status=0; $(foreach crate,$(MUTANTS_CRATES),\
 	  PATH="$(VENV)/bin:$$PATH" SIM_TEST_SEEDS=$(SIM_TEST_SEEDS) \

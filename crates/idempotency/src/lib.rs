@@ -15,8 +15,8 @@
 //! effect may exist) or `COMPLETED`. The state machine lives here once: the claim condition and
 //! the reading of a refused claim ([`claimable`], [`decide`], [`prior_attempt`]) and the
 //! sequence of claim, look-up, work and settlement ([`guard::run`]). Each store only implements
-//! atomic, fenced writes (`memory`, `dynamodb`), and every store is run through the same contract
-//! suite (feature `testkit`: `store_contract_tests!`).
+//! atomic, fenced writes (`memory`, `dynamodb`, `redis`), and every store is run through the same
+//! contract suite (feature `testkit`: `store_contract_tests!`).
 //!
 //! ## Layout
 //!
@@ -27,7 +27,8 @@
 //! | [`memory`] | [`MemoryStore`], one process only |
 //! | `cached` | [`CachedStore`]: completed keys answered from memory, in front of any store |
 //! | `dynamodb` | `DynamoDbStore` and its table's schema (feature `dynamodb`) |
-//! | `testkit` | the store contract suite (feature `testkit`) |
+//! | `redis` | `RedisStore`, its item layout and its one compare-and-set script (feature `redis`) |
+//! | `testkit` | the store contract suite (feature `testkit`); dynoxide and a `redis-server` for tests (`testkit-dynamodb`, `testkit-redis`) |
 //!
 //! ## Example
 //!
@@ -79,6 +80,8 @@ pub mod dynamodb;
 pub mod guard;
 pub mod memory;
 pub mod once;
+#[cfg(feature = "redis")]
+pub mod redis;
 #[cfg(feature = "testkit")]
 pub mod testkit;
 #[cfg(feature = "sqs-batch")]
@@ -95,6 +98,8 @@ pub use dynamodb::DynamoDbStore;
 pub use guard::Guarded;
 pub use memory::MemoryStore;
 pub use once::{DiscardOutput, KeepOutput, Once, once};
+#[cfg(feature = "redis")]
+pub use redis::RedisStore;
 // What the API takes from lambda-kit, so a user adds this crate alone.
 pub use lambda_kit::{Clock, Env, EnvError, ManualClock, SystemClock};
 

@@ -15,6 +15,8 @@
 pub mod dynamodb;
 #[cfg(feature = "testkit-dynamodb")]
 pub mod dynoxide;
+#[cfg(feature = "testkit-redis")]
+pub mod redis;
 
 use std::sync::Arc;
 use std::time::Duration;
