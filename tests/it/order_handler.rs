@@ -4,7 +4,8 @@
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
-use idempotency::{Begin, ClaimRequest, Fingerprint, IdempotencyStore, Status};
+use idempotency::store::Status;
+use idempotency::{Begin, ClaimRequest, Fingerprint, IdempotencyStore};
 use lambda_kit::clock::{Clock, ManualClock};
 use process_orders::app::App;
 use process_orders::config::Config;

@@ -534,7 +534,10 @@ fn the_margins_have_the_codes_minimum() {
             "DeadlineMarginMs",
             sqs_batch::processor::MIN_DEADLINE_MARGIN_MS,
         ),
-        ("IdempotencyLeaseMarginMs", idempotency::MIN_LEASE_MARGIN_MS),
+        (
+            "IdempotencyLeaseMarginMs",
+            idempotency::LeasePolicy::MIN_MARGIN_MS,
+        ),
     ] {
         assert_eq!(
             number(&t, &t["Parameters"][name]["MinValue"]),

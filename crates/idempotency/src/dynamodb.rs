@@ -24,9 +24,10 @@ use aws_sdk_dynamodb::operation::update_item::UpdateItemError;
 use aws_sdk_dynamodb::types::{AttributeValue, ReturnValue, ReturnValuesOnConditionCheckFailure};
 
 use super::{
-    Begin, ClaimRequest, ClaimState, Fingerprint, IdempotencyStore, Lease, LeaseToken,
-    PriorAttempt, Status, StoreError, decide, earlier_attempt, first_attempt_of_fresh,
-    prior_attempt,
+    Begin, ClaimRequest, Fingerprint, IdempotencyStore, Lease, LeaseToken, PriorAttempt, StoreError,
+};
+use crate::store::{
+    ClaimState, Status, decide, earlier_attempt, first_attempt_of_fresh, prior_attempt,
 };
 
 /// The item schema. The table's key schema (`template.yaml`) is [`KEY`](attr::KEY) as a string hash key,
@@ -548,7 +549,7 @@ impl IdempotencyStore for DynamoDbStore {
             (":exp", n(self.expires_at(now_ms))),
             (":now_ms", n(now_ms)),
         ];
-        match crate::bounded_output(key, output) {
+        match crate::store::bounded_output(key, output) {
             None => {
                 self.holder_update(
                     key,

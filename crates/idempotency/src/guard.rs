@@ -37,8 +37,9 @@ use std::future::Future;
 
 use super::{
     Begin, ClaimRequest, Fingerprint, IdempotencyStore, Lease, LeasePolicy, LeaseToken,
-    PriorAttempt, StoreError, lease_end,
+    PriorAttempt, StoreError,
 };
+use crate::store::lease_end;
 use lambda_kit::{Clock, mutation};
 
 /// Whether a failed attempt may still have taken effect.
@@ -108,7 +109,7 @@ pub trait GuardedWork: Send + Sync {
 
     /// The output to keep with the completion, as text (JSON, say), for a duplicate to get back
     /// through [`GuardedWork::replay`]; `None` (the default) keeps nothing. One longer than
-    /// [`crate::MAX_OUTPUT_BYTES`] is not kept: the key is still completed, and the duplicate is
+    /// [`crate::store::MAX_OUTPUT_BYTES`] is not kept: the key is still completed, and the duplicate is
     /// a plain [`Guarded::Duplicate`].
     fn keep(&self, output: &Self::Output) -> Option<String> {
         let _ = output;
@@ -429,7 +430,7 @@ async fn settle<S: IdempotencyStore, C: Clock, W: GuardedWork>(
             // Boxed, as the refusals: only work that keeps its output pays for the room.
             Some(kept) => {
                 Box::pin(async move {
-                    let kept = crate::bounded_output(key, Some(&kept));
+                    let kept = crate::store::bounded_output(key, Some(&kept));
                     store.complete(key, lease, clock.now_ms(), kept).await
                 })
                 .await
@@ -491,7 +492,8 @@ async fn settle<S: IdempotencyStore, C: Clock, W: GuardedWork>(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::{MemoryStore, Status};
+    use crate::MemoryStore;
+    use crate::store::Status;
     use lambda_kit::ManualClock;
     use std::sync::Mutex;
     use std::sync::atomic::{AtomicUsize, Ordering};

@@ -13,7 +13,8 @@
 //!
 //! A key is `IN_PROGRESS` (held), `ATTEMPTED` (an attempt ended without proof either way: its
 //! effect may exist) or `COMPLETED`. The state machine lives here once: the claim condition and
-//! the reading of a refused claim ([`claimable`], [`decide`], [`prior_attempt`]) and the
+//! the reading of a refused claim ([`store::claimable`], [`store::decide`],
+//! [`store::prior_attempt`]) and the
 //! sequence of claim, look-up, work and settlement ([`guard::run`]). Each store only implements
 //! atomic, fenced writes (`memory`, `dynamodb`, `redis`), and every store is run through the same
 //! contract suite (feature `testkit`: `store_contract_tests!`).
@@ -22,9 +23,10 @@
 //!
 //! | module | what |
 //! |---|---|
-//! | the crate root | the claim's types, conditions and decisions ([`claimable`], [`decide`], [`prior_attempt`]), the [`IdempotencyStore`] port |
+//! | the crate root | the claim's types, the [`IdempotencyStore`] port, [`once`](fn@once), the stores |
+//! | [`store`] | for store authors: the shared state machine ([`store::claimable`], [`store::decide`], [`store::prior_attempt`], [`store::claimed_state`]) |
 //! | [`guard`] | [`guard::run`]: claim, look-up, work, settle, for any [`guard::GuardedWork`] |
-//! | [`memory`] | [`MemoryStore`], one process only |
+//! | `memory` | [`MemoryStore`], one process only |
 //! | `cached` | [`CachedStore`]: completed keys answered from memory, in front of any store |
 //! | `dynamodb` | `DynamoDbStore` and its table's schema (feature `dynamodb`) |
 //! | `redis` | `RedisStore`, its item layout and its one compare-and-set script (feature `redis`) |
@@ -78,10 +80,11 @@ mod configured;
 #[cfg(feature = "dynamodb")]
 pub mod dynamodb;
 pub mod guard;
-pub mod memory;
+mod memory;
 pub mod once;
 #[cfg(feature = "redis")]
 pub mod redis;
+pub mod store;
 #[cfg(feature = "testkit")]
 pub mod testkit;
 #[cfg(feature = "sqs-batch")]
@@ -97,7 +100,7 @@ pub use configured::ConfiguredStore;
 pub use dynamodb::DynamoDbStore;
 pub use guard::Guarded;
 pub use memory::MemoryStore;
-pub use once::{DiscardOutput, KeepOutput, Once, once};
+pub use once::{Once, once};
 #[cfg(feature = "redis")]
 pub use redis::RedisStore;
 // What the API takes from lambda-kit, so a user adds this crate alone.
@@ -203,7 +206,7 @@ pub enum Begin {
     },
     /// The key belongs to another payload.
     Conflict,
-    /// Refused for good before with the same payload (see [`Status::Rejected`]): refuse the
+    /// Refused for good before with the same payload (see [`Status::Rejected`](store::Status::Rejected)): refuse the
     /// duplicate without doing the work.
     Rejected,
 }
@@ -217,228 +220,26 @@ pub struct ClaimRequest<'a> {
     pub fingerprint: Fingerprint,
     /// Now, epoch ms (injected).
     pub now_ms: u64,
-    /// When the lease ends if the claim succeeds (see [`lease_end`]).
+    /// When the lease ends if the claim succeeds (see [`lease_end`](store::lease_end)).
     pub lease_until_ms: u64,
     /// Kept on the item for forensics.
     pub message_id: &'a str,
     /// When an attempt under the key may already have been made, as known from outside the
     /// store (a dead-lettered message's failure history), epoch ms. A claim that finds the key
     /// fresh counts it as a prior attempt when an item written since then may have expired
-    /// ([`earlier_attempt`]), and keeps it as the first attempt's time.
+    /// ([`earlier_attempt`](store::earlier_attempt)), and keeps it as the first attempt's time.
     pub earlier_attempt_ms: Option<u64>,
-}
-
-/// The earlier attempt a claim that found its key fresh (absent, or finished and past its TTL)
-/// must assume, from [`ClaimRequest::earlier_attempt_ms`], whatever its age. The key's absence
-/// proves nothing for such a request: its item may have expired, or never have been written (a
-/// refused claim, a conflict or a refusal for good, writes nothing while an older item of the
-/// key, since expired, held the effect). So the effect is looked up before the work is done
-/// again: one look-up per such request is cheap, doing the work twice is not.
-pub fn earlier_attempt(request: &ClaimRequest<'_>) -> Option<PriorAttempt> {
-    let at = request.earlier_attempt_ms?;
-    if lambda_kit::mutation::active("store.trusts_absence_of_young_copies") {
-        // The rule before issue 49: only once an item written then may have expired.
-        const RETENTION_MS: u64 = 18 * 86_400_000;
-        if request.now_ms < at.saturating_add(RETENTION_MS) {
-            return None;
-        }
-    }
-    Some(PriorAttempt {
-        first_attempt_ms: at,
-        attempts: 0,
-    })
-}
-
-/// The state of a key.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Status {
-    /// Claimed: the holder is working, or was, and its effect may exist once its lease is over.
-    InProgress,
-    /// An attempt ended without proof either way (a timeout after sending, a 5xx): its effect may
-    /// exist. No lease; the next claim with the same payload takes it and must look the effect up.
-    Attempted,
-    /// Done: duplicates are acknowledged.
-    Completed,
-    /// Refused for good (a declined payment): the work is never attempted again for this key
-    /// until the item expires or a person clears it; a duplicate is refused without a call.
-    Rejected,
-}
-
-impl Status {
-    /// As stored.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::InProgress => "IN_PROGRESS",
-            Self::Attempted => "ATTEMPTED",
-            Self::Completed => "COMPLETED",
-            Self::Rejected => "REJECTED",
-        }
-    }
-
-    /// Whether the key's work is over (done or refused for good): past its TTL such an item is
-    /// a fresh start, never an earlier attempt whose effect may exist.
-    pub fn is_final(self) -> bool {
-        matches!(self, Self::Completed | Self::Rejected)
-    }
-
-    /// A stored status.
-    pub fn parse(text: &str) -> Option<Self> {
-        match text {
-            "IN_PROGRESS" => Some(Self::InProgress),
-            "ATTEMPTED" => Some(Self::Attempted),
-            "COMPLETED" => Some(Self::Completed),
-            "REJECTED" => Some(Self::Rejected),
-            _ => None,
-        }
-    }
-}
-
-/// What a store keeps per key, as far as the decision needs it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct ClaimState {
-    /// Where the key stands.
-    pub status: Status,
-    /// The payload the key belongs to.
-    pub fingerprint: Fingerprint,
-    /// The lease end of an in-progress claim, epoch ms.
-    pub lease_until_ms: u64,
-    /// The TTL, epoch seconds. Past it a completed item counts as absent even if not yet deleted.
-    pub expires_at_s: u64,
-    /// When the first attempt under the key began, epoch ms; cleared on completion.
-    pub first_attempt_ms: Option<u64>,
-    /// Claims so far; cleared on completion.
-    pub attempts: u32,
-}
-
-/// The claim condition, for a claim of `fingerprint` at `now_ms`:
-/// - absent, or completed or rejected and past its TTL: a fresh key;
-/// - with the same fingerprint, `ATTEMPTED`, or `IN_PROGRESS` with a lease that has run out: a
-///   takeover, which keeps the first attempt's time and reports it ([`Begin::Started`]'s prior).
-///
-/// Another payload never takes over a key whose effect may exist, whatever its age: DynamoDB
-/// deletes expired items lazily, and until it does, the item is the only record of that effect.
-pub fn claimable(existing: Option<&ClaimState>, fingerprint: Fingerprint, now_ms: u64) -> bool {
-    match existing {
-        None => true,
-        Some(s) => match s.status {
-            Status::Completed if lambda_kit::mutation::active("store.forgets_completed") => true,
-            Status::Completed | Status::Rejected => s.expires_at_s.saturating_mul(1_000) <= now_ms,
-            _ if s.fingerprint != fingerprint
-                && !lambda_kit::mutation::active("store.ignores_fingerprint") =>
-            {
-                false
-            }
-            Status::Attempted => true,
-            Status::InProgress => s.lease_until_ms <= now_ms,
-        },
-    }
-}
-
-/// What a refused claim means, decided from the item that refused it.
-pub fn decide(existing: &ClaimState, fingerprint: Fingerprint, now_ms: u64) -> Begin {
-    if claimable(Some(existing), fingerprint, now_ms) {
-        // The store refused a claim that looks claimable to us: clocks disagree, or the item
-        // changed in between. Never acknowledge on uncertainty: come back shortly.
-        return Begin::Busy { until_ms: now_ms };
-    }
-    match existing.status {
-        _ if existing.fingerprint != fingerprint
-            && !lambda_kit::mutation::active("store.ignores_fingerprint") =>
-        {
-            Begin::Conflict
-        }
-        Status::Completed => Begin::Done { output: None },
-        Status::Rejected => Begin::Rejected,
-        Status::InProgress => Begin::Busy {
-            until_ms: existing.lease_until_ms,
-        },
-        // Claimable with this fingerprint, so only a race gets here.
-        Status::Attempted => Begin::Busy { until_ms: now_ms },
-    }
 }
 
 impl Begin {
     /// A store's answer with the output it kept for the key attached when the answer is
-    /// [`Begin::Done`] (as [`decide`] reads the item's state, not its output).
+    /// [`Begin::Done`] (as [`decide`](store::decide) reads the item's state, not its output).
     pub fn with_output(self, kept: Option<String>) -> Self {
         match self {
             Self::Done { .. } => Self::Done { output: kept },
             other => other,
         }
     }
-}
-
-/// The most an output kept with a completion may weigh, in bytes of its JSON: a larger one is
-/// not kept (the key is still completed, and a duplicate gets no output back). DynamoDB bills a
-/// write per KiB and caps an item at 400 KiB; 64 KiB leaves the rest of the item, and a key of
-/// any allowed length, far below that cap.
-pub const MAX_OUTPUT_BYTES: usize = 65_536;
-
-/// `output` when it is at most [`MAX_OUTPUT_BYTES`]; a larger one is dropped with a warning
-/// (the key is still completed: the work is never redone for want of room for its answer).
-/// The guard and every store apply it, so a direct caller of a store cannot write an item
-/// DynamoDB would refuse.
-pub fn bounded_output<'o>(key: &str, output: Option<&'o str>) -> Option<&'o str> {
-    output.filter(|kept| {
-        let fits = kept.len() <= MAX_OUTPUT_BYTES;
-        if !fits {
-            tracing::warn!(
-                key,
-                bytes = kept.len(),
-                "the output is too large to keep: duplicates will not get it back"
-            );
-        }
-        fits
-    })
-}
-
-/// What a successful claim took over: the item that was there before it, if any. A finished
-/// item (past its TTL) is a fresh start, as is no item, unless the request knows of an earlier
-/// attempt that the store may have forgotten ([`earlier_attempt`]); anything else may carry an
-/// earlier attempt's effect.
-pub fn prior_attempt(
-    replaced: Option<&ClaimState>,
-    request: &ClaimRequest<'_>,
-) -> Option<PriorAttempt> {
-    match replaced.filter(|s| !s.status.is_final()) {
-        Some(old) => Some(PriorAttempt {
-            // Unknown (an item without its first time): the oldest possible, so a key window
-            // can never be assumed to still hold.
-            first_attempt_ms: old.first_attempt_ms.unwrap_or(0),
-            attempts: old.attempts,
-        }),
-        None => earlier_attempt(request),
-    }
-}
-
-/// The item a successful claim writes, given the one it replaces: the first attempt's time and
-/// the attempt count carry over (DynamoDB: `if_not_exists` and `ADD`; completion clears both).
-/// A takeover of an item whose first attempt is unknown records it as 0, the oldest possible,
-/// as [`prior_attempt`] reads it; a fresh key's first attempt is now, or the earlier attempt the
-/// request knows of when it counts ([`earlier_attempt`]).
-pub fn claimed_state(
-    replaced: Option<&ClaimState>,
-    request: &ClaimRequest<'_>,
-    expires_at_s: u64,
-) -> ClaimState {
-    let first_attempt_ms = match replaced {
-        Some(old) if !old.status.is_final() => old.first_attempt_ms.unwrap_or(0),
-        _ => first_attempt_of_fresh(request),
-    };
-    ClaimState {
-        status: Status::InProgress,
-        fingerprint: request.fingerprint,
-        lease_until_ms: request.lease_until_ms,
-        expires_at_s,
-        first_attempt_ms: Some(first_attempt_ms),
-        attempts: replaced.map_or(0, |s| s.attempts).saturating_add(1),
-    }
-}
-
-/// The first attempt's time a claim that found its key fresh writes: the earlier attempt it
-/// must assume ([`earlier_attempt`]), else now.
-pub fn first_attempt_of_fresh(request: &ClaimRequest<'_>) -> u64 {
-    earlier_attempt(request).map_or(request.now_ms, |p| p.first_attempt_ms)
 }
 
 /// How leases are sized.
@@ -460,10 +261,6 @@ impl Default for LeasePolicy {
     }
 }
 
-/// The least `IDEMPOTENCY_LEASE_MARGIN_MS` may be: below it a lease can end before its holder's
-/// last write.
-pub const MIN_LEASE_MARGIN_MS: u64 = 1_000;
-
 /// The variables this crate reads, with their defaults: [`LeasePolicy::from_env`] and
 /// [`StoreSettings::from_env`].
 pub const VARIABLES: &[(&str, Option<&str>)] = &[
@@ -475,14 +272,18 @@ pub const VARIABLES: &[(&str, Option<&str>)] = &[
 ];
 
 impl LeasePolicy {
+    /// The least `IDEMPOTENCY_LEASE_MARGIN_MS` may be: below it a lease can end before its
+    /// holder's last write.
+    pub const MIN_MARGIN_MS: u64 = 1_000;
+
     /// `IDEMPOTENCY_LEASE_SECONDS` (300, 1-43200) and `IDEMPOTENCY_LEASE_MARGIN_MS` (5000, at
-    /// least [`MIN_LEASE_MARGIN_MS`]).
+    /// least [`LeasePolicy::MIN_MARGIN_MS`]).
     pub fn from_env(env: &lambda_kit::Env<'_>) -> Result<Self, lambda_kit::EnvError> {
         let lease_s: u64 = env.ranged("IDEMPOTENCY_LEASE_SECONDS", 300, 1, 43_200)?;
         let margin_ms = env.ranged(
             "IDEMPOTENCY_LEASE_MARGIN_MS",
             5_000,
-            MIN_LEASE_MARGIN_MS,
+            Self::MIN_MARGIN_MS,
             900_000,
         )?;
         Ok(Self {
@@ -535,14 +336,6 @@ impl StoreSettings {
     }
 }
 
-/// Lease end = min(now + configured lease, invocation deadline + margin): a claim never outlives
-/// the invocation that took it by much, so a crash blocks the key only briefly.
-pub fn lease_end(now_ms: u64, lease_ms: u64, deadline_ms: u64, margin_ms: u64) -> u64 {
-    now_ms
-        .saturating_add(lease_ms)
-        .min(deadline_ms.saturating_add(margin_ms))
-}
-
 /// A store failure. Every one of them means RETRY for the record, and so does any variant added
 /// later (a match outside this crate needs a wildcard arm).
 #[derive(Debug, thiserror::Error)]
@@ -574,8 +367,8 @@ pub trait IdempotencyStore: Send + Sync {
     ) -> impl Future<Output = Result<Begin, StoreError>> + Send;
 
     /// Marks the key done, keeping `output` (the work's result as text) for a duplicate to get
-    /// back in [`Begin::Done`]; an output above [`MAX_OUTPUT_BYTES`] is dropped
-    /// ([`bounded_output`]). Only the current holder of `lease` may.
+    /// back in [`Begin::Done`]; an output above [`MAX_OUTPUT_BYTES`](store::MAX_OUTPUT_BYTES) is dropped
+    /// ([`bounded_output`](store::bounded_output)). Only the current holder of `lease` may.
     fn complete(
         &self,
         key: &str,
@@ -674,6 +467,7 @@ impl<S: IdempotencyStore + ?Sized> IdempotencyStore for std::sync::Arc<S> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::store::*;
 
     const FP: Fingerprint = Fingerprint(1);
 

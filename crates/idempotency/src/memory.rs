@@ -5,10 +5,8 @@ use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::Duration;
 
-use super::{
-    Begin, ClaimRequest, ClaimState, IdempotencyStore, Lease, LeaseToken, Status, StoreError,
-    claimable, claimed_state, decide, prior_attempt,
-};
+use super::{Begin, ClaimRequest, IdempotencyStore, Lease, LeaseToken, StoreError};
+use crate::store::{ClaimState, Status, claimable, claimed_state, decide, prior_attempt};
 
 #[derive(Debug, Clone)]
 struct Item {
@@ -161,7 +159,7 @@ impl IdempotencyStore for MemoryStore {
         now_ms: u64,
         output: Option<&str>,
     ) -> Result<(), StoreError> {
-        let output = crate::bounded_output(key, output);
+        let output = crate::store::bounded_output(key, output);
         self.finish(key, lease, Status::Completed, now_ms, output)
     }
 

@@ -176,7 +176,7 @@ impl<'a, S, F, C, K> Once<'a, S, F, C, K> {
         }
     }
 
-    /// Keeps the work's output (serde JSON, at most [`crate::MAX_OUTPUT_BYTES`]) with the
+    /// Keeps the work's output (serde JSON, at most [`crate::store::MAX_OUTPUT_BYTES`]) with the
     /// completion, so a duplicate gets it back as [`Guarded::Replayed`], as Powertools'
     /// idempotent functions return the first call's response. An output that does not fit, or
     /// that serde cannot write, is not kept: the duplicate is then a plain
@@ -523,7 +523,7 @@ mod tests {
     #[tokio::test]
     async fn an_output_past_the_bound_is_not_kept_and_the_key_is_still_done() {
         let store = MemoryStore::default();
-        let big = || async { Ok::<_, String>("x".repeat(crate::MAX_OUTPUT_BYTES)) };
+        let big = || async { Ok::<_, String>("x".repeat(crate::store::MAX_OUTPUT_BYTES)) };
         let payload = ("u-1", 1);
         let first = once(&store, "big", &payload, big).keep_output().await;
         assert!(matches!(first, Guarded::Performed(_)));
@@ -533,11 +533,11 @@ mod tests {
             matches!(again, Guarded::Duplicate),
             "done, without its output"
         );
-        let fits = || async { Ok::<_, String>("x".repeat(crate::MAX_OUTPUT_BYTES - 2)) };
+        let fits = || async { Ok::<_, String>("x".repeat(crate::store::MAX_OUTPUT_BYTES - 2)) };
         once(&store, "fits", &payload, fits).keep_output().await;
         let again = once(&store, "fits", &payload, fits).keep_output().await;
         assert!(
-            matches!(&again, Guarded::Replayed(s) if s.len() == crate::MAX_OUTPUT_BYTES - 2),
+            matches!(&again, Guarded::Replayed(s) if s.len() == crate::store::MAX_OUTPUT_BYTES - 2),
             "exactly at the bound it is kept"
         );
     }

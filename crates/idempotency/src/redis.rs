@@ -32,10 +32,8 @@ use std::time::Duration;
 use ::redis::aio::ConnectionManager;
 use ::redis::{Script, Value};
 
-use super::{
-    Begin, ClaimRequest, ClaimState, Fingerprint, IdempotencyStore, Lease, LeaseToken, Status,
-    StoreError, claimable, claimed_state, decide, prior_attempt,
-};
+use super::{Begin, ClaimRequest, Fingerprint, IdempotencyStore, Lease, LeaseToken, StoreError};
+use crate::store::{ClaimState, Status, claimable, claimed_state, decide, prior_attempt};
 
 /// The item layout: the fields of the hash kept per key, named as the DynamoDB item's
 /// attributes are. Numbers are decimal text.
@@ -459,7 +457,7 @@ impl IdempotencyStore for RedisStore {
         now_ms: u64,
         output: Option<&str>,
     ) -> Result<(), StoreError> {
-        let kept = crate::bounded_output(key, output).map(|output| (field::OUTPUT, output));
+        let kept = crate::store::bounded_output(key, output).map(|output| (field::OUTPUT, output));
         let completed = (Status::Completed, field::COMPLETED_AT);
         self.finish(key, lease, completed, now_ms, kept).await
     }

@@ -211,7 +211,7 @@ pub async fn an_earlier_attempt_from_outside_counts_at_any_age(client: &Client, 
 /// `endpoint` is the server's (`http://host:port`), `table` a table on it: the case puts a proxy
 /// that loses answers in front of it.
 pub async fn a_finishing_write_whose_answer_was_lost_is_its_own(endpoint: &str, table: &str) {
-    use crate::Status::{Attempted, Completed, Rejected};
+    use crate::store::Status::{Attempted, Completed, Rejected};
     let upstream: std::net::SocketAddr = endpoint
         .trim_start_matches("http://")
         .trim_end_matches('/')

@@ -498,22 +498,22 @@ pub async fn finish<S: IdempotencyStore>(
     store: &S,
     key: &str,
     lease: &Lease,
-    status: crate::Status,
+    status: crate::store::Status,
     now_ms: u64,
 ) -> Result<(), StoreError> {
     match status {
-        crate::Status::Completed => store.complete(key, lease, now_ms, None).await,
-        crate::Status::Attempted => store.mark_attempted(key, lease, now_ms).await,
-        crate::Status::Rejected => store.reject(key, lease, now_ms, "declined").await,
-        crate::Status::InProgress => store.release(key, lease).await,
+        crate::store::Status::Completed => store.complete(key, lease, now_ms, None).await,
+        crate::store::Status::Attempted => store.mark_attempted(key, lease, now_ms).await,
+        crate::store::Status::Rejected => store.reject(key, lease, now_ms, "declined").await,
+        crate::store::Status::InProgress => store.release(key, lease).await,
     }
 }
 
 /// The answer a claim of the contract's payload gets from a key left `status` by its holder.
-fn after_finish(status: crate::Status, begun: &Begin) -> bool {
+fn after_finish(status: crate::store::Status, begun: &Begin) -> bool {
     match status {
-        crate::Status::Completed => *begun == Begin::Done { output: None },
-        crate::Status::Rejected => *begun == Begin::Rejected,
+        crate::store::Status::Completed => *begun == Begin::Done { output: None },
+        crate::store::Status::Rejected => *begun == Begin::Rejected,
         _ => matches!(begun, Begin::Started { prior: Some(_), .. }),
     }
 }
@@ -523,7 +523,7 @@ fn after_finish(status: crate::Status, begun: &Begin) -> bool {
 /// finish spends the lease: every other write of that holder is refused, and the key keeps the
 /// state the first write left.
 pub async fn a_finishing_write_repeated_by_its_holder_is_its_own<S: IdempotencyStore>(store: S) {
-    use crate::Status::{Attempted, Completed, InProgress, Rejected};
+    use crate::store::Status::{Attempted, Completed, InProgress, Rejected};
     for (key, status) in [("c", Completed), ("a", Attempted), ("r", Rejected)] {
         let lease = started(&store, &claim(key, t0())).await;
         finish(&store, key, &lease, status, t0() + 1)

@@ -42,8 +42,9 @@ async fn clearing_a_refusal_frees_the_key_and_touches_nothing_else() {
 /// first attempt and the count), so `state`, which local tools show, tells the truth.
 #[tokio::test]
 async fn a_finished_key_keeps_no_lease_and_no_attempts() {
+    use idempotency::IdempotencyStore;
+    use idempotency::store::Status;
     use idempotency::testkit::{claim, started, t0};
-    use idempotency::{IdempotencyStore, Status};
     let store = MemoryStore::new(idempotency::testkit::RETENTION);
     for (key, reject) in [("done", false), ("refused", true)] {
         let lease = started(&store, &claim(key, t0())).await;
