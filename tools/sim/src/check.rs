@@ -47,7 +47,7 @@ fn unjustified(
         "conflict" | "payment_conflict" => (!run
             .payloads
             .iter()
-            .any(|p| p.order_id == order && p.money() != payload.money() && !p.poison))
+            .any(|p| p.order_id == order && p.price != payload.price && !p.poison))
         .then(|| format!("{reason}: no other payload was ever sent under {order}")),
         "needs_reconciliation" => {
             let moved_ms = crate::world::EPOCH_MS + dead.at_ms;
@@ -181,17 +181,20 @@ pub(crate) fn report(run: &Run<'_>, sim_ms: u64) -> Report {
         .filter(|o| seen.insert(o))
         .collect();
     report.orders = orders.len();
-    for (money, _) in ledger.charges.values().flatten() {
+    for (sent, _) in ledger.charges.values().flatten() {
         *report
             .charged_by_currency
-            .entry(money.currency.as_str().to_owned())
+            .entry(sent.currency.as_str().to_owned())
             .or_default() += 1;
     }
     let mut first: HashMap<&str, &Payload> = HashMap::new();
     for payload in run.payloads.iter().filter(|p| !p.poison) {
         match first.get(payload.order_id.as_str()) {
             Some(earlier)
-                if earlier.amount == payload.amount && earlier.currency != payload.currency =>
+                if earlier
+                    .price
+                    .zip(payload.price)
+                    .is_some_and(|(a, b)| a.minor == b.minor && a.currency != b.currency) =>
             {
                 report.currency_only_conflicts += 1;
             }
@@ -322,10 +325,11 @@ pub(crate) fn report(run: &Run<'_>, sim_ms: u64) -> Report {
             }
             continue;
         }
+        // Held against the world's reading of the body, not the function's.
         let charged_with_it = ledger
             .charges
             .get(&payload.order_id)
-            .is_some_and(|c| c.iter().any(|(amount, _)| *amount == payload.money()));
+            .is_some_and(|c| c.iter().any(|(sent, _)| Some(*sent) == payload.price));
         if charged_with_it || in_dlq.contains(&index) {
             continue;
         }
@@ -333,18 +337,21 @@ pub(crate) fn report(run: &Run<'_>, sim_ms: u64) -> Report {
             Some(reason) => format!("deleted after {reason}"),
             None => "neither deleted nor in the DLQ".into(),
         };
-        let declined =
-            if declines(payload.amount) || ledger.declined.contains_key(&payload.order_id) {
-                "declined, "
-            } else {
-                ""
-            };
+        let declined = if payload.price.is_some_and(|p| declines(p.minor))
+            || ledger.declined.contains_key(&payload.order_id)
+        {
+            "declined, "
+        } else {
+            ""
+        };
         violations.push(Violation {
             rule: "lost",
             order_id: payload.order_id.clone(),
             detail: format!(
-                "the message for {} {} ({declined}not charged with it) was {fate}",
-                payload.amount, payload.currency
+                "the message for {} ({declined}not charged with it) was {fate}",
+                payload
+                    .price
+                    .map_or("an unreadable amount".into(), |p| p.to_string()),
             ),
         });
     }
@@ -374,7 +381,7 @@ pub(crate) fn report(run: &Run<'_>, sim_ms: u64) -> Report {
 fn fifo_order(
     run: &Run<'_>,
     queue: &crate::queue::Queue,
-    charges: &HashMap<String, Vec<(process_orders::money::Money, u64)>>,
+    charges: &HashMap<String, Vec<(crate::worldmoney::Price, u64)>>,
     violations: &mut Vec<Violation>,
 ) {
     let moved_out: HashSet<usize> = queue
@@ -393,7 +400,7 @@ fn fifo_order(
         }
         let Some(at) = charges.get(&payload.order_id).and_then(|c| {
             c.iter()
-                .find(|(amount, _)| *amount == payload.money())
+                .find(|(sent, _)| Some(*sent) == payload.price)
                 .map(|(_, at)| *at)
         }) else {
             continue;

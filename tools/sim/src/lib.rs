@@ -20,7 +20,10 @@
 //! ([`check`]): no order charged twice; every payload charged, or in the DLQ for a reason that
 //! needs a person; nothing in the DLQ for a transient reason (every outage is shorter than the
 //! retry schedule's guarantee); FIFO charges in send order within a group; every response
-//! before its deadline; no message deleted without a decision that allows it.
+//! before its deadline; no message deleted without a decision that allows it. What an order
+//! costs, and whether two bodies are the same order, is the world's own reading of the body
+//! ([`worldmoney`]: its own ISO 4217 table and exact decimals), never the function's `money` or
+//! `order` code, which is what it judges.
 //!
 //! The simulator's teeth: [`MUTATIONS`] are bugs planted in the real code behind
 //! `lambda_kit::mutation`; each must be caught within a bounded number of seeds.
@@ -38,6 +41,7 @@ pub mod settings;
 pub mod sqs;
 pub mod store;
 pub mod world;
+pub mod worldmoney;
 
 use std::cell::RefCell;
 use std::collections::HashSet;
@@ -49,7 +53,6 @@ use idempotency::MemoryStore;
 use lambda_kit::Clock;
 use process_orders::app::App;
 use process_orders::config::Config;
-use process_orders::money::{Currency, Money};
 use process_orders::payment::http::RetryableFailures;
 use sqs_batch::dead_letter::SqsDeadLetters;
 use sqs_batch::visibility::SqsVisibility;
@@ -64,6 +67,7 @@ use provider::{Provider, ProviderSettings};
 use queue::{Attrs, SharedQueue};
 use store::{SimStore, Table};
 use world::{EPOCH_MS, Shared, SimClock};
+use worldmoney::{Code, Price};
 
 /// The producer sends an order every this many ms on average...
 const SEND_GAP_MS: u64 = 100;
@@ -73,7 +77,7 @@ const BURST: u64 = 250;
 pub(crate) const LONG_POLL_MS: u64 = 20_000;
 
 /// The planted bugs, by the name their check site asks for, with what each does wrong.
-pub const MUTATIONS: [(&str, &str); 19] = [
+pub const MUTATIONS: [(&str, &str); 21] = [
     (
         "guard.releases_after_ambiguous",
         "releases the claim after a charge whose outcome is unknown, instead of marking it attempted",
@@ -150,6 +154,14 @@ pub const MUTATIONS: [(&str, &str); 19] = [
         "redact.cut_before_scrub",
         "cuts the provider's text to its 200 characters before scrubbing the payment key from it, and scrubs only the whole key",
     ),
+    (
+        "money.wrong_minor_digits",
+        "takes the Kuwaiti dinar for a currency of two minor digits (ISO 4217 gives it three)",
+    ),
+    (
+        "order.amount_through_float",
+        "reads an order's amount through a float and truncates it to minor units (12.34 EUR charged as 1233 cents)",
+    ),
 ];
 
 /// One message the producer sent.
@@ -157,30 +169,20 @@ pub const MUTATIONS: [(&str, &str); 19] = [
 pub struct Payload {
     /// The order id.
     pub order_id: String,
-    /// The amount, in minor units of `currency`.
-    pub amount: u64,
-    /// The currency the body names, or the deployment's default (`DEFAULT_CURRENCY`, EUR).
-    pub currency: Currency,
+    /// What the body charges, as the world reads it ([`worldmoney::read`], the deployment's
+    /// default currency when it names none): `None` for a body that is not an order.
+    pub price: Option<Price>,
     /// The body.
     pub body: String,
     /// The FIFO message group.
     pub group: Option<String>,
     /// The producer's message attributes.
     pub attributes: Attrs,
-    /// Whether the body is not a valid order (it must reach the DLQ, never be charged).
+    /// Whether the body is not a valid order (it must reach the DLQ, never be charged). The
+    /// generator's word for it, held against the world's reading when the payload is made.
     pub poison: bool,
     /// When it was sent, simulated ms.
     pub sent_ms: u64,
-}
-
-impl Payload {
-    /// What the order charges: its amount in its currency.
-    pub fn money(&self) -> Money {
-        Money {
-            minor: self.amount,
-            currency: self.currency,
-        }
-    }
 }
 
 /// The currencies producers send, with the share of orders in each: most name none (the
@@ -193,36 +195,17 @@ const CURRENCIES: [(Option<&str>, f64); 4] = [
     (Some("usd"), 0.1),
 ];
 
-/// A currency drawn from [`CURRENCIES`]: the code the body names (if any) and the currency.
-fn draw_currency(world: &Shared) -> (Option<&'static str>, Currency) {
+/// A currency drawn from [`CURRENCIES`]: the code the body names (if any) and the currency, by
+/// the world's reading of the code (`default` when it names none).
+fn draw_currency(world: &Shared, default: Code) -> (Option<&'static str>, Code) {
     let mut roll = world.roll();
     for (code, share) in CURRENCIES {
         if roll < share {
-            return (
-                code,
-                code.and_then(Currency::parse).unwrap_or(Currency::EUR),
-            );
+            return (code, code.and_then(Code::parse).unwrap_or(default));
         }
         roll -= share;
     }
-    (None, Currency::EUR)
-}
-
-/// `minor` units of `currency` as the JSON number a producer writes (`1234` yen, `12.34`
-/// dollars, `1.234` dinars).
-fn decimal(minor: u64, currency: Currency) -> String {
-    match currency.minor_digits() {
-        0 => minor.to_string(),
-        digits => {
-            let unit = 10u64.pow(digits);
-            format!(
-                "{}.{:0width$}",
-                minor / unit,
-                minor % unit,
-                width = digits as usize
-            )
-        }
-    }
+    (None, default)
 }
 
 /// Runs `future` to its end on a paused single-threaded runtime, its tasks local: the simulated
@@ -329,7 +312,38 @@ fn poison_body(order_id: &str, world: &Shared) -> String {
     }
 }
 
-fn payloads(settings: &SimSettings, world: &Shared) -> Vec<Payload> {
+impl Payload {
+    /// A message with `body`, priced by the world's reading of it; `poison` is the generator's
+    /// word that the body is not an order, and the reading must agree (a world that cannot read
+    /// its own orders would judge nothing).
+    fn new(order_id: String, body: String, poison: bool, default: Code) -> Self {
+        let price = worldmoney::read(&body, default).map(|(id, price)| {
+            assert_eq!(
+                id, order_id,
+                "the world reads another id in {order_id}'s body"
+            );
+            price
+        });
+        assert_eq!(
+            price.is_none(),
+            poison,
+            "the world reads {order_id}'s body otherwise than it wrote it"
+        );
+        Self {
+            order_id,
+            price,
+            body,
+            group: None,
+            attributes: Attrs::new(),
+            poison,
+            sent_ms: 0,
+        }
+    }
+}
+
+/// The run's messages in send order. `default` is the deployment's `DEFAULT_CURRENCY`, as the
+/// template sets it: the currency of a body that names none.
+fn payloads(settings: &SimSettings, world: &Shared, default: Code) -> Vec<Payload> {
     let mut out = Vec::with_capacity(settings.orders + settings.orders / 10);
     for i in 0..settings.orders {
         let order_id = format!("o-{i}");
@@ -345,10 +359,13 @@ fn payloads(settings: &SimSettings, world: &Shared) -> Vec<Payload> {
         let note = world
             .chance(settings.edges.large_body_rate)
             .then(|| filler(usize::try_from(world.between(10_000..=200_000)).unwrap_or(0)));
-        let (code, currency) = draw_currency(world);
-        let body = |amount: u64, code: Option<&str>, currency: Currency| {
+        let (code, currency) = draw_currency(world, default);
+        // The amount written as the world's table says the currency's minor unit is.
+        let body = |minor: u64, code: Option<&str>, currency: Code| {
             let currency_field = code.map_or(String::new(), |c| format!(r#", "currency": "{c}""#));
-            let amount = decimal(amount, currency);
+            let amount = Price { minor, currency }
+                .decimal()
+                .expect("the world sends only currencies it knows");
             match &note {
                 None => {
                     format!(r#"{{"order_id": "{order_id}", "amount": {amount}{currency_field}}}"#)
@@ -379,18 +396,14 @@ fn payloads(settings: &SimSettings, world: &Shared) -> Vec<Payload> {
             for n in 0..world.between(10..=20) {
                 let pad = usize::try_from(world.between(100_000..=200_000)).unwrap_or(100_000);
                 let order_id = format!("bad-{i}-{n}");
+                let body = format!(
+                    r#"{{"order_id": "{order_id}", "amount": "ten", "note": "{}"}}"#,
+                    filler(pad)
+                );
                 out.push(Payload {
-                    body: format!(
-                        r#"{{"order_id": "{order_id}", "amount": "ten", "note": "{}"}}"#,
-                        filler(pad)
-                    ),
-                    order_id,
-                    amount: 0,
-                    currency: Currency::EUR,
                     group: group.clone(),
-                    attributes: Attrs::new(),
-                    poison: true,
                     sent_ms: sent_ms + BURST * SEND_GAP_MS / 2,
+                    ..Payload::new(order_id, body, true, default)
                 });
             }
         }
@@ -416,28 +429,24 @@ fn payloads(settings: &SimSettings, world: &Shared) -> Vec<Payload> {
                 (body, attributes)
             };
             out.push(Payload {
-                order_id,
-                amount,
-                currency: Currency::EUR,
-                body,
                 group,
                 attributes,
-                poison: true,
                 sent_ms,
+                ..Payload::new(order_id, body, true, default)
             });
             continue;
         }
-        let payload =
-            |amount: u64, (code, currency): (Option<&str>, Currency), sent_ms: u64| Payload {
-                order_id: order_id.clone(),
-                amount,
-                currency,
-                body: body(amount, code, currency),
-                group: group.clone(),
-                attributes: attributes.clone(),
-                poison: false,
-                sent_ms,
-            };
+        let payload = |minor: u64, (code, currency): (Option<&str>, Code), sent_ms: u64| Payload {
+            group: group.clone(),
+            attributes: attributes.clone(),
+            sent_ms,
+            ..Payload::new(
+                order_id.clone(),
+                body(minor, code, currency),
+                false,
+                default,
+            )
+        };
         out.push(payload(amount, (code, currency), sent_ms));
         // A producer that retries sends the same order again, a little later.
         if world.chance(settings.producer_duplicate_rate) {
@@ -452,13 +461,10 @@ fn payloads(settings: &SimSettings, world: &Shared) -> Vec<Payload> {
         if world.chance(settings.conflict_rate) {
             let other = if world.chance(0.5) {
                 (amount + 1, (code, currency))
-            } else if currency == Currency::EUR {
-                (
-                    amount,
-                    (Some("JPY"), Currency::parse("JPY").unwrap_or(Currency::EUR)),
-                )
+            } else if currency == Code::EUR {
+                (amount, (Some("JPY"), Code::parse("JPY").unwrap_or(default)))
             } else {
-                (amount, (Some("EUR"), Currency::EUR))
+                (amount, (Some("EUR"), Code::EUR))
             };
             out.push(payload(
                 other.0,
@@ -589,7 +595,13 @@ async fn simulate(settings: SimSettings) -> Report {
     let world = Shared::new(settings.seed, truth.clone());
     let shipped = Shipped::read().expect("template.yaml");
     let config = environment(&shipped, &settings);
-    let payloads = payloads(&settings, &world);
+    // The deployment's default currency, as the world reads the template's setting.
+    let default_currency = shipped
+        .env
+        .get("DEFAULT_CURRENCY")
+        .and_then(|code| Code::parse(code))
+        .unwrap_or(Code::EUR);
+    let payloads = payloads(&settings, &world, default_currency);
     // Faults start while the orders are still arriving.
     let span_ms = settings.orders as u64 * SEND_GAP_MS;
     // A brownout in the first half of the traffic, an outage in the second, a rotation
@@ -724,8 +736,9 @@ async fn produce(d: Rc<Deployment>) {
         if wait > 0 {
             tokio::time::sleep(Duration::from_millis(wait)).await;
         }
-        d.world.tell(&payload.order_id, || {
-            format!("sent, amount {} {}", payload.amount, payload.currency)
+        d.world.tell(&payload.order_id, || match &payload.price {
+            Some(price) => format!("sent, {price}"),
+            None => "sent, not an order".into(),
         });
         d.queue.lock().send(index, payload, truth.sim_ms());
         d.sent.notify_waiters();

@@ -18,6 +18,7 @@ use process_orders::payment::{ChargeRequest, ChargeStatus, PaymentError, Payment
 use crate::dialect::{self, ChargeAnswer, Dialect, LookupAnswer};
 
 use crate::world::{EPOCH_MS, Shared, SimClock};
+use crate::worldmoney::Price;
 
 /// What became of a charge request that the provider accepted.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -46,8 +47,9 @@ pub struct Ledger {
     keys: HashMap<String, KeyUse>,
     /// What the status look-up knows (forgotten after its retention).
     status: HashMap<String, KeyUse>,
-    /// Every charge that moved money, by key: (the amount in its currency, provider ms).
-    pub charges: HashMap<String, Vec<(Money, u64)>>,
+    /// Every charge that moved money, by key: (what the function sent, minor units and a
+    /// code, as the world reads them; provider ms).
+    pub charges: HashMap<String, Vec<(Price, u64)>>,
     /// Keys whose every accepted request was declined.
     pub declined: HashMap<String, u64>,
     /// When each key was first declined, provider ms.
@@ -248,11 +250,13 @@ impl Provider {
         match fate {
             Fate::Charged => {
                 ledger.declined.remove(key);
+                let sent = Price::sent(amount.minor, amount.currency.as_str())
+                    .expect("a charge request's currency is three letters");
                 ledger
                     .charges
                     .entry(key.to_owned())
                     .or_default()
-                    .push((amount, now_ms));
+                    .push((sent, now_ms));
             }
             Fate::Declined => {
                 *ledger.declined.entry(key.to_owned()).or_default() += 1;

@@ -300,8 +300,7 @@ async fn the_simulated_sqs_refuses_what_sqs_refuses() {
     // less left).
     let payload = sim::Payload {
         order_id: "o-1".into(),
-        amount: 100,
-        currency: process_orders::money::Currency::EUR,
+        price: None,
         body: "{}".into(),
         group: None,
         attributes: sim::queue::Attrs::new(),
@@ -549,6 +548,22 @@ fn a_conflict_found_by_the_look_up_read_as_a_failure_is_caught() {
 #[test]
 fn a_key_cut_before_it_is_scrubbed_is_caught() {
     caught("redact.cut_before_scrub", "standard");
+}
+
+/// A wrong entry in the function's minor-unit table. The world writes and reads amounts by its
+/// own table (`sim::worldmoney`), so a dinar of three digits the function takes for two is an
+/// order refused as invalid (or charged ten times over); while the simulator priced its orders
+/// with the function's own table, it wrote the wrong digits into the bodies and agreed.
+#[test]
+fn a_wrong_minor_unit_in_the_functions_table_is_caught() {
+    caught("money.wrong_minor_digits", "standard");
+}
+
+/// An amount read through a float: the world reads every body by its digits, and the provider's
+/// ledger shows a cent less than the body names.
+#[test]
+fn an_amount_read_through_a_float_is_caught() {
+    caught("order.amount_through_float", "standard");
 }
 
 /// The guard's bugs do not depend on the store: the same planted bug is caught on the real one.
