@@ -205,20 +205,40 @@ pub(crate) fn report(run: &Run<'_>, sim_ms: u64) -> Report {
         }
     }
     for order in &orders {
-        if let (Some(declined_ms), Some(charges)) = (
-            ledger.first_declined_ms.get(*order),
-            ledger.charges.get(*order),
-        ) && let Some((_, at)) = charges.iter().find(|(_, at)| at > declined_ms)
-        {
-            violations.push(Violation {
-                rule: "charged after a decline",
-                order_id: (*order).to_owned(),
-                detail: format!(
-                    "declined at {}, then charged again at {} (a decline is final)",
-                    crate::world::clock_text(declined_ms.saturating_sub(crate::world::EPOCH_MS)),
-                    crate::world::clock_text(at.saturating_sub(crate::world::EPOCH_MS)),
-                ),
-            });
+        if let Some(declined_ms) = ledger.first_declined_ms.get(*order) {
+            let charged_after = ledger
+                .charges
+                .get(*order)
+                .and_then(|charges| charges.iter().find(|(_, at)| at > declined_ms))
+                .map(|(_, at)| *at);
+            let sent_after = ledger
+                .sent_after_decline
+                .get(*order)
+                .and_then(|sent| sent.first().copied());
+            let text =
+                |ms: u64| crate::world::clock_text(ms.saturating_sub(crate::world::EPOCH_MS));
+            if let Some(at) = charged_after {
+                violations.push(Violation {
+                    rule: "charged after a decline",
+                    order_id: (*order).to_owned(),
+                    detail: format!(
+                        "declined at {}, then charged again at {} (a decline is final)",
+                        text(*declined_ms),
+                        text(at),
+                    ),
+                });
+            } else if let Some(at) = sent_after {
+                violations.push(Violation {
+                    rule: "a declined card sent again",
+                    order_id: (*order).to_owned(),
+                    detail: format!(
+                        "declined at {}, then sent to the provider again at {} (a decline is \
+                         final: never sent again)",
+                        text(*declined_ms),
+                        text(at),
+                    ),
+                });
+            }
         }
         let charges = ledger.charges.get(*order).map_or(0, Vec::len);
         match charges {

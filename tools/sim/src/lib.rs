@@ -59,7 +59,7 @@ use sqs_batch::visibility::SqsVisibility;
 use sqs_batch::{Backoff, Batch, Message, MessageAttributes, QueueKind, RecordStatus};
 
 pub use check::{Report, Violation};
-pub use dialect::{DIALECTS, Dialect};
+pub use dialect::{Amounts, DIALECTS, Dialect};
 pub use settings::{Edges, QueueShape, Shipped, SimSettings, StoreKind};
 pub use world::Faults;
 
@@ -77,7 +77,7 @@ const BURST: u64 = 250;
 pub(crate) const LONG_POLL_MS: u64 = 20_000;
 
 /// The planted bugs, by the name their check site asks for, with what each does wrong.
-pub const MUTATIONS: [(&str, &str); 21] = [
+pub const MUTATIONS: [(&str, &str); 23] = [
     (
         "guard.releases_after_ambiguous",
         "releases the claim after a charge whose outcome is unknown, instead of marking it attempted",
@@ -153,6 +153,14 @@ pub const MUTATIONS: [(&str, &str); 21] = [
     (
         "redact.cut_before_scrub",
         "cuts the provider's text to its 200 characters before scrubbing the payment key from it, and scrubs only the whole key",
+    ),
+    (
+        "lookup.unreadable_amount_is_a_match",
+        "counts an amount a look-up words otherwise than an integer of minor units (\"5000\", 5000.0) as the order's: another payload's charge completes the order as paid",
+    ),
+    (
+        "store.trusts_absence_of_young_copies",
+        "trusts a missing item for a copy whose first failure is younger than the 18-day retention: a refused copy (a conflict, a decline) redriven after the order's own item expired is charged without a look-up",
     ),
     (
         "money.wrong_minor_digits",
@@ -458,19 +466,40 @@ fn payloads(settings: &SimSettings, world: &Shared, default: Code) -> Vec<Payloa
         }
         // A producer bug: the same order id with another amount, or (half the time) the same
         // number in another currency, which only the currency tells apart.
-        if world.chance(settings.conflict_rate) {
-            let other = if world.chance(0.5) {
+        let other = || {
+            if world.chance(0.5) {
                 (amount + 1, (code, currency))
             } else if currency == Code::EUR {
                 (amount, (Some("JPY"), Code::parse("JPY").unwrap_or(default)))
             } else {
                 (amount, (Some("EUR"), Code::EUR))
-            };
+            }
+        };
+        if world.chance(settings.conflict_rate) {
+            let (minor, currency) = other();
             out.push(payload(
-                other.0,
-                other.1,
+                minor,
+                currency,
                 sent_ms + world.between(0..=600_000),
             ));
+        }
+        // Days later, the same order again (a declined one more often: a customer retrying the
+        // card), or another amount under its id: each refused, so its claim writes no item.
+        if let Some(late) = settings.late {
+            let share = if provider::declines(amount) {
+                late.declined_rate
+            } else {
+                late.again_rate
+            };
+            if world.chance(share) {
+                let at_ms = late.at_ms + world.between(0..=3_600_000);
+                out.push(payload(amount, (code, currency), at_ms));
+            }
+            if world.chance(late.conflict_rate) {
+                let (minor, currency) = other();
+                let at_ms = late.at_ms + world.between(0..=3_600_000);
+                out.push(payload(minor, currency, at_ms));
+            }
         }
     }
     out.sort_by_key(|p| p.sent_ms);
@@ -615,6 +644,7 @@ async fn simulate(settings: SimSettings) -> Report {
     };
     let provider_settings = ProviderSettings {
         dialect: settings.provider,
+        lookup_amounts: settings.lookup_amounts,
         retryable: shipped
             .env
             .get("PAYMENT_RETRYABLE_FAILURES")
@@ -692,12 +722,33 @@ async fn simulate(settings: SimSettings) -> Report {
         }));
     }
     // The producer, then the pollers until the queue drains.
-    let producer = tokio::task::spawn_local(produce(deployment.clone()));
+    let late_from = settings.late.map_or(deployment.payloads.len(), |late| {
+        deployment
+            .payloads
+            .partition_point(|p| p.sent_ms < late.at_ms)
+    });
+    let producer = tokio::task::spawn_local(produce(deployment.clone(), 0..late_from));
     drain(&deployment).await;
     drop(producer.await);
-    // Later (a week, or 20 days in `archived`) an operator redrives the DLQ.
+    let drained_ms = truth.sim_ms();
+    // Days later (`archived`), the producers' late resends, and the pollers until they drain.
+    if let Some(first) = deployment.payloads.get(late_from) {
+        tokio::time::sleep(Duration::from_millis(
+            first.sent_ms.saturating_sub(truth.sim_ms()),
+        ))
+        .await;
+        *deployment.producer_done.borrow_mut() = false;
+        let range = late_from..deployment.payloads.len();
+        let producer = tokio::task::spawn_local(produce(deployment.clone(), range));
+        drain(&deployment).await;
+        drop(producer.await);
+    }
+    // A week (20 days in `archived`) after the traffic drained, an operator redrives the DLQ.
     if let Some(after_ms) = settings.redrive_after_ms {
-        tokio::time::sleep(Duration::from_millis(after_ms)).await;
+        tokio::time::sleep(Duration::from_millis(
+            (drained_ms + after_ms).saturating_sub(truth.sim_ms()),
+        ))
+        .await;
         let now_ms = truth.sim_ms();
         let count = deployment
             .queue
@@ -726,12 +777,19 @@ fn deployment_view(d: &Deployment, lowered: Option<(u64, u32)>) -> check::Run<'_
     }
 }
 
-async fn produce(d: Rc<Deployment>) {
+/// Sends the payloads of `range` at their times, then says the producer is done.
+async fn produce(d: Rc<Deployment>, range: std::ops::Range<usize>) {
     let truth = SimClock {
         start: d.start,
         offset_ms: 0,
     };
-    for (index, payload) in d.payloads.iter().enumerate() {
+    for (index, payload) in d
+        .payloads
+        .iter()
+        .enumerate()
+        .take(range.end)
+        .skip(range.start)
+    {
         let wait = payload.sent_ms.saturating_sub(truth.sim_ms());
         if wait > 0 {
             tokio::time::sleep(Duration::from_millis(wait)).await;

@@ -154,8 +154,12 @@ fn main() {
                 started.elapsed().as_secs_f64()
             );
             if let Some(first) = report.violations.first() {
+                let mut rules = std::collections::BTreeMap::<&str, usize>::new();
+                for violation in &report.violations {
+                    *rules.entry(violation.rule).or_default() += 1;
+                }
                 broken.push((seed, format!(
-                "seed {seed}: {} violations; the first: {} on {}: {}\nreplay: {}\nwhat happened to {}:\n{}",
+                "seed {seed}: {} violations {rules:?}; the first: {} on {}: {}\nreplay: {}\nwhat happened to {}:\n{}",
                 report.violations.len(),
                 first.rule,
                 first.order_id,

@@ -15,7 +15,7 @@ use process_orders::money::Money;
 use process_orders::payment::http::{Reading, RetryableFailures};
 use process_orders::payment::{ChargeRequest, ChargeStatus, PaymentError, PaymentGateway};
 
-use crate::dialect::{self, ChargeAnswer, Dialect, LookupAnswer};
+use crate::dialect::{self, Amounts, ChargeAnswer, Dialect, LookupAnswer};
 
 use crate::world::{EPOCH_MS, Shared, SimClock};
 use crate::worldmoney::Price;
@@ -54,6 +54,9 @@ pub struct Ledger {
     pub declined: HashMap<String, u64>,
     /// When each key was first declined, provider ms.
     pub first_declined_ms: HashMap<String, u64>,
+    /// New charge requests (not replays) under a key after its first decline, provider ms: the
+    /// card sent again, which card networks penalise and the design forbids.
+    pub sent_after_decline: HashMap<String, Vec<u64>>,
     /// Look-ups that answered and left the question open (no charge found, or an answer the
     /// function's reader does not understand), by key: provider ms. What a person must settle.
     pub unsettled_lookups: HashMap<String, Vec<u64>>,
@@ -64,6 +67,8 @@ pub struct Ledger {
 pub struct ProviderSettings {
     /// How it words its answers (the function reads them with its own readers).
     pub dialect: Dialect,
+    /// How its look-ups word the amounts they name.
+    pub lookup_amounts: Amounts,
     /// The failures the deployment lets be charged again (`PAYMENT_RETRYABLE_FAILURES`).
     pub retryable: RetryableFailures,
     /// How long a key is remembered, ms.
@@ -207,6 +212,13 @@ impl Provider {
             } else {
                 Arrival::Replay(used.fate)
             };
+        }
+        if ledger.first_declined_ms.contains_key(key) {
+            ledger
+                .sent_after_decline
+                .entry(key.to_owned())
+                .or_default()
+                .push(now_ms);
         }
         let pending = self.world.chance(self.settings.pending_rate);
         let sim_ms = now_ms.saturating_sub(EPOCH_MS);
@@ -392,10 +404,12 @@ impl PaymentGateway for Provider {
         if self.world.chance(self.settings.lookup_error_rate) {
             self.world.count(|f| f.lookup_errors += 1);
             self.world.tell(key, || "provider look-up: 503".into());
-            let wire = self
-                .settings
-                .dialect
-                .lookup(LookupAnswer::Failing, key, request.amount);
+            let wire = self.settings.dialect.lookup(
+                LookupAnswer::Failing,
+                key,
+                request.amount,
+                self.settings.lookup_amounts,
+            );
             return dialect::read_lookup(&wire, request.amount, self.reading());
         }
         let now_ms = self.clock.now_ms();
@@ -414,7 +428,10 @@ impl PaymentGateway for Provider {
             Some(known) => LookupAnswer::Declined(known.amount),
         };
         drop(ledger);
-        let wire = self.settings.dialect.lookup(said, key, request.amount);
+        let wire =
+            self.settings
+                .dialect
+                .lookup(said, key, request.amount, self.settings.lookup_amounts);
         let answer = dialect::read_lookup(&wire, request.amount, self.reading());
         if matches!(answer, Ok(ChargeStatus::Unknown | ChargeStatus::Unclear)) {
             self.ledger()

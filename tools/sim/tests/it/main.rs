@@ -543,6 +543,38 @@ fn a_conflict_found_by_the_look_up_read_as_a_failure_is_caught() {
     caught("lookup.conflict_is_an_error", "archived");
 }
 
+/// Issue 49, finding 1: a look-up that finds another payload's charge under the id, its amount
+/// worded as text (`archived`'s seed 1 words every look-up's amounts so). Read as the order's
+/// (the reading before the fix), the order is completed as paid without being charged; read as
+/// it must be, it is left to a person.
+#[test]
+fn an_unreadable_amount_read_as_a_match_is_caught() {
+    caught("lookup.unreadable_amount_is_a_match", "archived");
+}
+
+/// Issue 49, finding 3: a copy refused on day 10 (a conflict, a decline: no item written) and
+/// redriven on day 20, after the order's own item of day 0 expired, ten days after its own move.
+/// Trusting the missing item because the copy is younger than the retention (the rule before
+/// the fix), the order is charged again, or its declined card sent again.
+#[test]
+fn a_young_refused_copy_trusted_to_have_no_earlier_attempt_is_caught() {
+    caught("store.trusts_absence_of_young_copies", "archived");
+    // Both refusals reach it: seed 1 charges conflicts a second time; in seed 2 a declined
+    // order sent again on day 10 (o-227) has its card sent again on day 20.
+    let report = run(&SimSettings {
+        mutation: Some("store.trusts_absence_of_young_copies"),
+        ..SimSettings::archived(2, CAUGHT_ORDERS)
+    });
+    assert!(
+        report
+            .violations
+            .iter()
+            .any(|v| v.rule == "a declined card sent again"),
+        "no declined card was sent again: {:?}",
+        report.violations.first()
+    );
+}
+
 /// The seams finding of a payment key echoed deep in a provider's text: cut before it was
 /// scrubbed, its first characters reached the DLQ copy's detail.
 #[test]
