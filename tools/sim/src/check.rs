@@ -284,6 +284,33 @@ pub(crate) fn report(run: &Run<'_>, sim_ms: u64) -> Report {
             ),
         });
     }
+    // A worker gives up only on a record it tried: one its stop kept from starting is
+    // released, whatever its receive count. The world's own record of what the handler was
+    // given says which were tried (the processor's statuses are what is judged).
+    if run.settings.workers.is_some() {
+        let world = run.world.lock();
+        for dead in queue.redriven.iter().flatten().chain(&queue.dlq) {
+            if let (Some(source), "retries_exhausted") = (&dead.source, dead.reason.as_str())
+                && !world.tried.contains_key(source)
+            {
+                violations.push(Violation {
+                    rule: "moved as retries_exhausted without being tried",
+                    order_id: run.payloads[dead.payload].order_id.clone(),
+                    detail: format!(
+                        "{} was moved at receive {}, where its handler was never given it",
+                        source.0, source.1
+                    ),
+                });
+            }
+        }
+    }
+    for (payload, detail) in &queue.deleted_undecided {
+        violations.push(Violation {
+            rule: "deleted without its decision",
+            order_id: run.payloads[*payload].order_id.clone(),
+            detail: detail.clone(),
+        });
+    }
     for reason in &queue.untraceable {
         violations.push(Violation {
             rule: "a DLQ copy lost its producer's attributes",

@@ -40,6 +40,7 @@ pub mod queue;
 pub mod settings;
 pub mod sqs;
 pub mod store;
+pub mod worker;
 pub mod world;
 pub mod worldmoney;
 
@@ -60,7 +61,7 @@ use sqs_batch::{Backoff, Batch, Message, MessageAttributes, QueueKind, RecordSta
 
 pub use check::{Report, Violation};
 pub use dialect::{Amounts, DIALECTS, Dialect};
-pub use settings::{Edges, QueueShape, Shipped, SimSettings, StoreKind};
+pub use settings::{Edges, LateResends, QueueShape, Shipped, SimSettings, StoreKind, Workers};
 pub use world::Faults;
 
 use provider::{Provider, ProviderSettings};
@@ -77,7 +78,7 @@ const BURST: u64 = 250;
 pub(crate) const LONG_POLL_MS: u64 = 20_000;
 
 /// The planted bugs, by the name their check site asks for, with what each does wrong.
-pub const MUTATIONS: [(&str, &str); 23] = [
+pub const MUTATIONS: [(&str, &str); 24] = [
     (
         "guard.releases_after_ambiguous",
         "releases the claim after a charge whose outcome is unknown, instead of marking it attempted",
@@ -161,6 +162,10 @@ pub const MUTATIONS: [(&str, &str); 23] = [
     (
         "store.trusts_absence_of_young_copies",
         "trusts a missing item for a copy whose first failure is younger than the 18-day retention: a refused copy (a conflict, a decline) redriven after the order's own item expired is charged without a look-up",
+    ),
+    (
+        "processor.stopping_gives_up",
+        "a worker's stop answers the records it kept from starting RETRY shutting_down, which the give-up turns into POISON retries_exhausted at the receive before the queue's redrive: moved to the DLQ, never tried",
     ),
     (
         "money.wrong_minor_digits",
@@ -527,8 +532,6 @@ struct Deployment {
     decisions: RefCell<std::collections::BTreeMap<&'static str, usize>>,
     violations: RefCell<Vec<Violation>>,
     producer_done: RefCell<bool>,
-    /// Wakes the long-polling pollers when the producer sends.
-    sent: tokio::sync::Notify,
 }
 
 impl Deployment {
@@ -707,7 +710,6 @@ async fn simulate(settings: SimSettings) -> Report {
         decisions: RefCell::default(),
         violations: RefCell::new(Vec::new()),
         producer_done: RefCell::new(false),
-        sent: tokio::sync::Notify::new(),
     });
     // An operator edits the redrive policy in the console while the function runs.
     let lowered = settings
@@ -799,16 +801,19 @@ async fn produce(d: Rc<Deployment>, range: std::ops::Range<usize>) {
             None => "sent, not an order".into(),
         });
         d.queue.lock().send(index, payload, truth.sim_ms());
-        d.sent.notify_waiters();
+        d.queue.sent().notify_waiters();
     }
     *d.producer_done.borrow_mut() = true;
-    d.sent.notify_waiters();
+    d.queue.sent().notify_waiters();
 }
 
 /// Runs the pollers until the producer is done and the queue is empty.
 async fn drain(d: &Rc<Deployment>) {
     let tasks: Vec<_> = (0..d.settings.containers)
-        .map(|index| tokio::task::spawn_local(poll(index, d.clone())))
+        .map(|index| match d.settings.workers {
+            None => tokio::task::spawn_local(poll(index, d.clone())),
+            Some(_) => tokio::task::spawn_local(worker::work(index, d.clone())),
+        })
         .collect();
     for task in tasks {
         drop(task.await);
@@ -850,7 +855,7 @@ async fn poll(index: usize, d: Rc<Deployment>) {
             let wait_ms = next_ms.map_or(LONG_POLL_MS, |at| (at - now_ms).clamp(1, LONG_POLL_MS));
             tokio::select! {
                 biased;
-                () = d.sent.notified() => {}
+                () = d.queue.sent().notified() => {}
                 () = tokio::time::sleep(Duration::from_millis(wait_ms)) => {}
             }
             continue;

@@ -190,6 +190,25 @@ pub struct SimSettings {
     pub lowered_receive_count: Option<u32>,
     /// Producers that send orders again days later (`None`: none do).
     pub late: Option<LateResends>,
+    /// The function runs as a fleet of long-polling workers (`process-orders worker`) instead
+    /// of under Lambda's event source mapping (`None`).
+    pub workers: Option<Workers>,
+}
+
+/// A fleet of long-polling workers ([`crate::worker`]), one per container slot, each stopped or
+/// crashed after a while and replaced.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Workers {
+    /// A worker runs up to twice this long (uniformly) before a deploy or a scale-in stops it
+    /// (SIGTERM: no more receives, what started finishes, the rest is released), ms.
+    pub mean_life_ms: u64,
+    /// Share of workers whose life ends in a crash instead (the process killed: nothing
+    /// drained, its messages back after their visibility).
+    pub crash_rate: f64,
+    /// Share of receives that hand a worker a record at the give-up's receive (one before the
+    /// queue's `maxReceiveCount`) after which that worker is stopped within two seconds, while
+    /// the batch runs: the deploy that lands at the worst moment.
+    pub stop_at_give_up_rate: f64,
 }
 
 /// Orders a producer sends again days after the first traffic: a customer retrying a declined
@@ -314,6 +333,7 @@ impl SimSettings {
             edges: Edges::BAD_DAY,
             lowered_receive_count: None,
             late: None,
+            workers: None,
         }
     }
 
@@ -393,10 +413,30 @@ impl SimSettings {
         }
     }
 
+    /// As [`SimSettings::fifo`] (8 groups), with the function as a fleet of long-polling workers
+    /// (`process-orders worker`, [`Workers`]) that are stopped every few minutes, a fifth of
+    /// the time when a batch holds a record at the give-up's receive, and an operator who lowers
+    /// `maxReceiveCount` to 4 mid-run (so that records reach the give-up's receive, 3, at all).
+    /// On a FIFO queue a group's records run one after another, so a stop mid-batch finds
+    /// records not yet started behind a running one: they must be released, never moved.
+    pub fn worker(seed: u64, orders: usize) -> Self {
+        Self {
+            lowered_receive_count: Some(4),
+            outage_ms: 0,
+            workers: Some(Workers {
+                mean_life_ms: 600_000,
+                crash_rate: 0.05,
+                stop_at_give_up_rate: 0.2,
+            }),
+            ..Self::fifo(seed, orders, 8)
+        }
+    }
+
     /// The settings a profile gives a seed (`make sim PROFILE=...`): `standard`, `fifo` (8
     /// groups), `brownout`, `skewed`, `lowered` (`maxReceiveCount` edited to 5 mid-run),
-    /// `archived` (the DLQ sent again after its items expired), or `mixed` (the six in turn, by
-    /// seed).
+    /// `archived` (the DLQ sent again after its items expired, refused copies among them, and
+    /// look-ups that word amounts otherwise), `worker` (a fleet of long-polling workers stopped
+    /// at the worst moments), or `mixed` (the seven in turn, by seed).
     pub fn profile(name: &str, seed: u64, orders: usize) -> Option<Self> {
         match name {
             "lowered" => Some(Self::lowered(seed, orders)),
@@ -405,12 +445,14 @@ impl SimSettings {
             "brownout" => Some(Self::brownout(seed, orders)),
             "skewed" => Some(Self::skewed(seed, orders)),
             "archived" => Some(Self::archived(seed, orders)),
-            "mixed" => match seed % 6 {
+            "worker" => Some(Self::worker(seed, orders)),
+            "mixed" => match seed % 7 {
                 1 => Some(Self::faulty(seed, orders)),
                 2 => Some(Self::fifo(seed, orders, 8)),
                 3 => Some(Self::brownout(seed, orders)),
                 4 => Some(Self::lowered(seed, orders)),
                 5 => Some(Self::archived(seed, orders)),
+                6 => Some(Self::worker(seed, orders)),
                 _ => Some(Self::skewed(seed, orders)),
             },
             _ => None,

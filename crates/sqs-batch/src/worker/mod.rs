@@ -321,6 +321,24 @@ where
         self.processor.handler()
     }
 
+    /// The same worker with its record handler wrapped by `wrap` (an observer, a layer), its
+    /// clock, options and ports unchanged.
+    pub fn map_handler<H2: RecordHandler>(
+        self,
+        wrap: impl FnOnce(H) -> H2,
+    ) -> Worker<H2, C, Q, V, D> {
+        let (handler, clock, batch_options) = self.processor.into_parts();
+        Worker {
+            processor: BatchProcessor::new(wrap(handler), clock, batch_options),
+            queue: self.queue,
+            visibility: self.visibility,
+            backoff: self.backoff,
+            dead_letters: self.dead_letters,
+            options: self.options,
+            namespace: self.namespace,
+        }
+    }
+
     /// Consumes the queue until `shutdown` resolves, then drains (see the module) and returns.
     pub async fn run(&self, shutdown: impl Future<Output = ()>) -> WorkerReport {
         let counters = Counters::default();
@@ -341,7 +359,11 @@ where
             stop.drain_is_over.store(true, Ordering::SeqCst);
             stop.drain_over.notify_waiters();
         };
+        // Every select here is `biased` (its branches polled in the order written, not at random),
+        // so that a seeded runtime replays the worker event for event (the simulator's `worker`
+        // profile); no branch can starve another, since each returns or waits.
         tokio::select! {
+            biased;
             _ = async { tokio::join!(lanes, metrics) } => {}
             // The stopper never ends first: its last step is the drain's end, which the lanes
             // answer by returning.
@@ -392,6 +414,7 @@ where
                     let wait = receive_backoff(failures, fastrand::u64(..));
                     warn!(error = %lambda_kit::error_chain(&e), retry_in_ms = wait.as_millis() as u64, "receive failed");
                     tokio::select! {
+                        biased;
                         () = tokio::time::sleep(wait) => {}
                         () = self.stopped(stop) => {}
                     }
@@ -444,6 +467,7 @@ where
             self.dead_letters.as_ref(),
         );
         let outcome = tokio::select! {
+            biased;
             processed = work => Some(processed),
             never = self.heartbeat(&batch.messages, received_at) => match never {},
             () = drain_over(stop) => None,
@@ -625,6 +649,7 @@ where
         let interval = Duration::from_millis(self.options.metrics_interval_ms);
         while !self.stopping() {
             tokio::select! {
+                biased;
                 () = tokio::time::sleep(interval) => {}
                 () = self.stopped(stop) => return,
             }
