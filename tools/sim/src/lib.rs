@@ -12,15 +12,23 @@
 //! - **Lambda containers**: each with its own clock offset and cold start, killed at its
 //!   deadline, and crashing at a random point (the invocation's future dropped wherever it is;
 //!   the container replaced).
+//! - **Or long-polling workers** ([`worker`], `PROFILE=worker`): the real `process-orders
+//!   worker` runtime over the real `SqsQueue` adapter, stopped by deploys and scale-ins (some
+//!   while a batch holds a record at the receive before the redrive), crashing now and then.
 //! - **DynamoDB** ([`store`]): latency, failures, and writes applied whose answer is lost.
-//! - **The payment provider** ([`provider`]): the IETF Idempotency-Key draft at its worst.
+//! - **The payment provider** ([`provider`]): the IETF Idempotency-Key draft at its worst, in
+//!   a dialect ([`dialect`]) whose look-ups may word amounts otherwise ([`Amounts`]).
+//! - **Producers**: bursts, duplicates, another amount under an id, bodies that are not orders,
+//!   and (`archived`) orders sent again days later ([`LateResends`]).
 //!
 //! One seed drives every choice, on a single-threaded Tokio runtime with a paused clock, so a
 //! seed replays byte for byte: [`Report::digest`] hashes the event log. The invariants
 //! ([`check`]): no order charged twice; every payload charged, or in the DLQ for a reason that
-//! needs a person; nothing in the DLQ for a transient reason (every outage is shorter than the
-//! retry schedule's guarantee); FIFO charges in send order within a group; every response
-//! before its deadline; no message deleted without a decision that allows it. What an order
+//! needs a person; a declined card never sent again; nothing in the DLQ for a transient reason
+//! (every outage is shorter than the retry schedule's guarantee), and (workers) nothing moved as
+//! `retries_exhausted` that its handler was never given; FIFO charges in send order within a
+//! group; every response before its deadline; no message deleted without a decision that allows
+//! it. What an order
 //! costs, and whether two bodies are the same order, is the world's own reading of the body
 //! ([`worldmoney`]: its own ISO 4217 table and exact decimals), never the function's `money` or
 //! `order` code, which is what it judges.

@@ -79,7 +79,7 @@ pub fn sdk_config(queue: &SharedQueue, world: &Shared, clock: &SimClock) -> SdkC
 }
 
 /// The SDK configuration of one worker's queue client (`ReceiveMessage`, `DeleteMessageBatch`):
-/// its receives may schedule its `stop` ([`WorkerStop::maybe_at_give_up`]).
+/// its receives may schedule its `stop` ([`WorkerStop`]).
 pub fn worker_sdk_config(
     queue: &SharedQueue,
     world: &Shared,
