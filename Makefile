@@ -82,7 +82,7 @@ lint:
 
 # The deterministic simulation at scale (tools/sim): ORDERS orders over SEEDS seeds from
 # FIRST_SEED, PROFILE standard, fifo, brownout, skewed, lowered, archived, worker or mixed (the
-# seven in turn),
+# first six in turn),
 # MUTATION a planted bug
 # to watch being caught; a summary table at the end; a broken invariant prints the command that
 # replays it and the story of its order, and exits 1. docs/design.md "Deterministic simulation".

@@ -35,6 +35,14 @@ fn unjustified(
     let payload = &run.payloads[dead.payload];
     let order = payload.order_id.as_str();
     let reason = dead.reason.as_str();
+    let lowered = run.lowered.is_some_and(|(at_ms, _)| dead.at_ms >= at_ms);
+    // Once an operator cut the count, SQS's own redrive may take even a body that is not an
+    // order before the function decides it: a crash, a worker's stop, a move that failed at its
+    // last receive (seen in `worker` seed 16: two crashes, a failed move and a stop in four
+    // receives).
+    if payload.poison && reason == "maxReceiveCount" && lowered {
+        return None;
+    }
     if payload.poison {
         return (!matches!(reason, "invalid_body" | "payload_invalid"))
             .then(|| format!("{reason}: the body is not an order; it should say so"));
@@ -65,11 +73,7 @@ fn unjustified(
         // Once an operator cut the schedule below the outage, giving up is right: by the
         // function (its history kept) or by SQS's own redrive (a record the function last saw
         // before it learned the new count, or whose move failed).
-        "retries_exhausted" | "maxReceiveCount"
-            if run.lowered.is_some_and(|(at_ms, _)| dead.at_ms >= at_ms) =>
-        {
-            None
-        }
+        "retries_exhausted" | "maxReceiveCount" if lowered => None,
         transient => Some(format!(
             "{transient}: every outage was shorter than the retry schedule's guarantee"
         )),

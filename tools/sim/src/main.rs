@@ -3,7 +3,7 @@
 //! - `ORDERS`: orders in all (default 1,000,000), spread over `SEEDS` seeds (default 100)
 //!   starting at `FIRST_SEED` (default 1);
 //! - `PROFILE`: `standard`, `fifo`, `brownout`, `skewed`, `lowered`, `archived`, `worker` or
-//!   `mixed` (the default: the seven in turn);
+//!   `mixed` (the default: the first six in turn);
 //! - `MUTATION`: a planted bug to switch on (`sim::MUTATIONS`), to watch the checks catch it;
 //! - `STORE`: `memory` (the default) or `dynamodb`, the shipped DynamoDB store through the AWS
 //!   SDK on dynoxide's engine in the process;
