@@ -446,7 +446,7 @@ impl SimSettings {
             "skewed" => Some(Self::skewed(seed, orders)),
             "archived" => Some(Self::archived(seed, orders)),
             "worker" => Some(Self::worker(seed, orders)),
-            // Not `worker` yet: it breaks FIFO order in 4 of 100 seeds on a defect of the
+            // Not `worker` yet: it breaks FIFO order in 5 of 100 seeds on a defect of the
             // function's (docs/design.md, "What the new profiles showed besides").
             "mixed" => match seed % 6 {
                 1 => Some(Self::faulty(seed, orders)),
