@@ -107,7 +107,8 @@ lint:
 	RUSTDOCFLAGS="-D warnings" $(CARGO) doc --workspace --no-deps --all-features --quiet
 
 # The deterministic simulation at scale (tools/sim): ORDERS orders over SEEDS seeds from
-# FIRST_SEED, PROFILE standard, fifo, brownout, skewed, lowered, archived or mixed (the six in turn),
+# FIRST_SEED, PROFILE standard, fifo, brownout, skewed, lowered, archived, worker or mixed (the
+# first six in turn),
 # MUTATION a planted bug
 # to watch being caught; a summary table at the end; a broken invariant prints the command that
 # replays it and the story of its order, and exits 1. docs/design.md "Deterministic simulation".

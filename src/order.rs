@@ -228,8 +228,21 @@ fn order_from<'a>(raw: &RawBody<'a>, default_currency: Currency) -> Result<Order
     };
     // The number's own text: exact, never through a float.
     let amount_text = amount.get();
-    let amount = Money::parse(amount_text, currency)?;
+    let amount = match Money::parse(amount_text, currency)? {
+        parsed if lambda_kit::mutation::active("order.amount_through_float") => Money {
+            minor: planted_float_minor(amount_text, currency),
+            ..parsed
+        },
+        parsed => parsed,
+    };
     Ok(Order { order_id, amount })
+}
+
+/// The planted bug `order.amount_through_float`: the amount read through a float and truncated
+/// (12.34 is 1233.99... cents as an `f64`).
+fn planted_float_minor(number: &str, currency: Currency) -> u64 {
+    let digits = i32::try_from(currency.minor_digits()).unwrap_or(0);
+    (number.parse::<f64>().unwrap_or(0.0) * 10f64.powi(digits)) as u64
 }
 
 #[cfg(test)]

@@ -695,6 +695,17 @@ impl<H: RecordHandler, C: Clock> BatchProcessor<H, C> {
             return RecordStatus::SkippedDeadline;
         }
         if self.is_stopping() {
+            if lambda_kit::mutation::active("processor.stopping_gives_up") {
+                // The planted bug: the worker's stop as it was before issue 49, a RETRY
+                // `shutting_down` answered for the record, which the give-up then turns into
+                // POISON `retries_exhausted` at the receive before the queue's redrive.
+                let verdict = Verdict::retry(crate::worker::SHUTTING_DOWN);
+                return RecordStatus::Handled(give_up_if_exhausted(
+                    verdict,
+                    message.receive_count,
+                    limits.give_up_at_receive,
+                ));
+            }
             return RecordStatus::SkippedStopping;
         }
         let context = RecordContext::of(limits.invocation);

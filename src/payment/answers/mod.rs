@@ -455,6 +455,11 @@ fn charged_money(
         match value.as_u64() {
             Some(minor) if minor == order.minor => MoneyHeld::Same,
             Some(_) => MoneyHeld::Other,
+            // The planted bug: the reading before issue 49, where an amount it could not read
+            // (`"5000"`, `5000.0`) counted as the order's.
+            None if lambda_kit::mutation::active("lookup.unreadable_amount_is_a_match") => {
+                MoneyHeld::Same
+            }
             None => MoneyHeld::Unreadable,
         }
     });

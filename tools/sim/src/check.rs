@@ -35,6 +35,14 @@ fn unjustified(
     let payload = &run.payloads[dead.payload];
     let order = payload.order_id.as_str();
     let reason = dead.reason.as_str();
+    let lowered = run.lowered.is_some_and(|(at_ms, _)| dead.at_ms >= at_ms);
+    // Once an operator cut the count, SQS's own redrive may take even a body that is not an
+    // order before the function decides it: a crash, a worker's stop, a move that failed at its
+    // last receive (seen in `worker` seed 16: two crashes, a failed move and a stop in four
+    // receives).
+    if payload.poison && reason == "maxReceiveCount" && lowered {
+        return None;
+    }
     if payload.poison {
         return (!matches!(reason, "invalid_body" | "payload_invalid"))
             .then(|| format!("{reason}: the body is not an order; it should say so"));
@@ -47,7 +55,7 @@ fn unjustified(
         "conflict" | "payment_conflict" => (!run
             .payloads
             .iter()
-            .any(|p| p.order_id == order && p.money() != payload.money() && !p.poison))
+            .any(|p| p.order_id == order && p.price != payload.price && !p.poison))
         .then(|| format!("{reason}: no other payload was ever sent under {order}")),
         "needs_reconciliation" => {
             let moved_ms = crate::world::EPOCH_MS + dead.at_ms;
@@ -65,11 +73,7 @@ fn unjustified(
         // Once an operator cut the schedule below the outage, giving up is right: by the
         // function (its history kept) or by SQS's own redrive (a record the function last saw
         // before it learned the new count, or whose move failed).
-        "retries_exhausted" | "maxReceiveCount"
-            if run.lowered.is_some_and(|(at_ms, _)| dead.at_ms >= at_ms) =>
-        {
-            None
-        }
+        "retries_exhausted" | "maxReceiveCount" if lowered => None,
         transient => Some(format!(
             "{transient}: every outage was shorter than the retry schedule's guarantee"
         )),
@@ -181,17 +185,20 @@ pub(crate) fn report(run: &Run<'_>, sim_ms: u64) -> Report {
         .filter(|o| seen.insert(o))
         .collect();
     report.orders = orders.len();
-    for (money, _) in ledger.charges.values().flatten() {
+    for (sent, _) in ledger.charges.values().flatten() {
         *report
             .charged_by_currency
-            .entry(money.currency.as_str().to_owned())
+            .entry(sent.currency.as_str().to_owned())
             .or_default() += 1;
     }
     let mut first: HashMap<&str, &Payload> = HashMap::new();
     for payload in run.payloads.iter().filter(|p| !p.poison) {
         match first.get(payload.order_id.as_str()) {
             Some(earlier)
-                if earlier.amount == payload.amount && earlier.currency != payload.currency =>
+                if earlier
+                    .price
+                    .zip(payload.price)
+                    .is_some_and(|(a, b)| a.minor == b.minor && a.currency != b.currency) =>
             {
                 report.currency_only_conflicts += 1;
             }
@@ -202,20 +209,40 @@ pub(crate) fn report(run: &Run<'_>, sim_ms: u64) -> Report {
         }
     }
     for order in &orders {
-        if let (Some(declined_ms), Some(charges)) = (
-            ledger.first_declined_ms.get(*order),
-            ledger.charges.get(*order),
-        ) && let Some((_, at)) = charges.iter().find(|(_, at)| at > declined_ms)
-        {
-            violations.push(Violation {
-                rule: "charged after a decline",
-                order_id: (*order).to_owned(),
-                detail: format!(
-                    "declined at {}, then charged again at {} (a decline is final)",
-                    crate::world::clock_text(declined_ms.saturating_sub(crate::world::EPOCH_MS)),
-                    crate::world::clock_text(at.saturating_sub(crate::world::EPOCH_MS)),
-                ),
-            });
+        if let Some(declined_ms) = ledger.first_declined_ms.get(*order) {
+            let charged_after = ledger
+                .charges
+                .get(*order)
+                .and_then(|charges| charges.iter().find(|(_, at)| at > declined_ms))
+                .map(|(_, at)| *at);
+            let sent_after = ledger
+                .sent_after_decline
+                .get(*order)
+                .and_then(|sent| sent.first().copied());
+            let text =
+                |ms: u64| crate::world::clock_text(ms.saturating_sub(crate::world::EPOCH_MS));
+            if let Some(at) = charged_after {
+                violations.push(Violation {
+                    rule: "charged after a decline",
+                    order_id: (*order).to_owned(),
+                    detail: format!(
+                        "declined at {}, then charged again at {} (a decline is final)",
+                        text(*declined_ms),
+                        text(at),
+                    ),
+                });
+            } else if let Some(at) = sent_after {
+                violations.push(Violation {
+                    rule: "a declined card sent again",
+                    order_id: (*order).to_owned(),
+                    detail: format!(
+                        "declined at {}, then sent to the provider again at {} (a decline is \
+                         final: never sent again)",
+                        text(*declined_ms),
+                        text(at),
+                    ),
+                });
+            }
         }
         let charges = ledger.charges.get(*order).map_or(0, Vec::len);
         match charges {
@@ -259,6 +286,33 @@ pub(crate) fn report(run: &Run<'_>, sim_ms: u64) -> Report {
                 refusals.len(),
                 refusals.first().map_or("", String::as_str)
             ),
+        });
+    }
+    // A worker gives up only on a record it tried: one its stop kept from starting is
+    // released, whatever its receive count. The world's own record of what the handler was
+    // given says which were tried (the processor's statuses are what is judged).
+    if run.settings.workers.is_some() {
+        let world = run.world.lock();
+        for dead in queue.redriven.iter().flatten().chain(&queue.dlq) {
+            if let (Some(source), "retries_exhausted") = (&dead.source, dead.reason.as_str())
+                && !world.tried.contains_key(source)
+            {
+                violations.push(Violation {
+                    rule: "moved as retries_exhausted without being tried",
+                    order_id: run.payloads[dead.payload].order_id.clone(),
+                    detail: format!(
+                        "{} was moved at receive {}, where its handler was never given it",
+                        source.0, source.1
+                    ),
+                });
+            }
+        }
+    }
+    for (payload, detail) in &queue.deleted_undecided {
+        violations.push(Violation {
+            rule: "deleted without its decision",
+            order_id: run.payloads[*payload].order_id.clone(),
+            detail: detail.clone(),
         });
     }
     for reason in &queue.untraceable {
@@ -322,10 +376,11 @@ pub(crate) fn report(run: &Run<'_>, sim_ms: u64) -> Report {
             }
             continue;
         }
+        // Held against the world's reading of the body, not the function's.
         let charged_with_it = ledger
             .charges
             .get(&payload.order_id)
-            .is_some_and(|c| c.iter().any(|(amount, _)| *amount == payload.money()));
+            .is_some_and(|c| c.iter().any(|(sent, _)| Some(*sent) == payload.price));
         if charged_with_it || in_dlq.contains(&index) {
             continue;
         }
@@ -333,18 +388,21 @@ pub(crate) fn report(run: &Run<'_>, sim_ms: u64) -> Report {
             Some(reason) => format!("deleted after {reason}"),
             None => "neither deleted nor in the DLQ".into(),
         };
-        let declined =
-            if declines(payload.amount) || ledger.declined.contains_key(&payload.order_id) {
-                "declined, "
-            } else {
-                ""
-            };
+        let declined = if payload.price.is_some_and(|p| declines(p.minor))
+            || ledger.declined.contains_key(&payload.order_id)
+        {
+            "declined, "
+        } else {
+            ""
+        };
         violations.push(Violation {
             rule: "lost",
             order_id: payload.order_id.clone(),
             detail: format!(
-                "the message for {} {} ({declined}not charged with it) was {fate}",
-                payload.amount, payload.currency
+                "the message for {} ({declined}not charged with it) was {fate}",
+                payload
+                    .price
+                    .map_or("an unreadable amount".into(), |p| p.to_string()),
             ),
         });
     }
@@ -374,7 +432,7 @@ pub(crate) fn report(run: &Run<'_>, sim_ms: u64) -> Report {
 fn fifo_order(
     run: &Run<'_>,
     queue: &crate::queue::Queue,
-    charges: &HashMap<String, Vec<(process_orders::money::Money, u64)>>,
+    charges: &HashMap<String, Vec<(crate::worldmoney::Price, u64)>>,
     violations: &mut Vec<Violation>,
 ) {
     let moved_out: HashSet<usize> = queue
@@ -393,7 +451,7 @@ fn fifo_order(
         }
         let Some(at) = charges.get(&payload.order_id).and_then(|c| {
             c.iter()
-                .find(|(amount, _)| *amount == payload.money())
+                .find(|(sent, _)| Some(*sent) == payload.price)
                 .map(|(_, at)| *at)
         }) else {
             continue;

@@ -55,6 +55,33 @@ impl Dialect {
     }
 }
 
+/// How a look-up words the amounts it names. A provider's charge answers are read for their
+/// status alone; its look-ups are read for the money under the key too, and some providers word
+/// it otherwise than the integer of minor units the charge sent (Braintree's and PayPal's
+/// decimal strings, a gateway that re-serialises every number as a float).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Amounts {
+    /// `5000`: an integer of minor units, as sent.
+    #[default]
+    Integers,
+    /// `"5000"`: the same digits as text.
+    Text,
+    /// `5000.0`: the same number as a decimal.
+    Decimals,
+}
+
+impl Amounts {
+    /// `minor` units as this wording writes them.
+    pub fn word(self, minor: u64) -> serde_json::Value {
+        match self {
+            Self::Integers => json!(minor),
+            Self::Text => json!(minor.to_string()),
+            Self::Decimals => serde_json::Number::from_f64(minor as f64)
+                .map_or_else(|| json!(minor), serde_json::Value::Number),
+        }
+    }
+}
+
 /// What the provider has to say about a charge request.
 #[derive(Debug, Clone, Copy)]
 pub enum ChargeAnswer {
@@ -224,8 +251,9 @@ impl Dialect {
     }
 
     /// The look-up's answer about `key`, asked for `money`: a charge it knows is worded in its
-    /// own currency (another payload's may differ from the one asked for).
-    pub fn lookup(self, answer: LookupAnswer, key: &str, money: Money) -> Wire {
+    /// own currency (another payload's may differ from the one asked for), its amounts as
+    /// `amounts` words them.
+    pub fn lookup(self, answer: LookupAnswer, key: &str, money: Money, amounts: Amounts) -> Wire {
         let known = match answer {
             LookupAnswer::Pending(known)
             | LookupAnswer::Charged(known)
@@ -234,6 +262,7 @@ impl Dialect {
         };
         let currency = known.currency.as_str();
         let lower = currency.to_ascii_lowercase();
+        let minor = amounts.word(known.minor);
         match (self, answer) {
             (_, LookupAnswer::Failing) => wire(503, json!({"message": "Service Unavailable"})),
             (Self::Draft | Self::Bare, LookupAnswer::Missing) => {
@@ -249,56 +278,56 @@ impl Dialect {
                 json!({"status": 404, "errorCode": "not_found", "errorType": "validation",
                        "message": "Payment not found"}),
             ),
-            (Self::Draft, LookupAnswer::Pending(Money { minor, .. })) => wire(
+            (Self::Draft, LookupAnswer::Pending(_)) => wire(
                 200,
                 json!({"id": key, "status": "pending", "amount": minor, "currency": currency}),
             ),
-            (Self::Stripe, LookupAnswer::Pending(Money { minor, .. })) => wire(
+            (Self::Stripe, LookupAnswer::Pending(_)) => wire(
                 200,
                 json!({"object": "payment_intent", "status": "processing", "amount": minor,
                        "currency": lower}),
             ),
-            (Self::Adyen, LookupAnswer::Pending(Money { minor, .. })) => wire(
+            (Self::Adyen, LookupAnswer::Pending(_)) => wire(
                 200,
                 json!({"resultCode": "Received", "amount": {"value": minor, "currency": currency}}),
             ),
             (Self::Bare, LookupAnswer::Pending(_)) => wire(200, json!({"status": "under_review"})),
-            (Self::Draft, LookupAnswer::Charged(Money { minor, .. })) => wire(
+            (Self::Draft, LookupAnswer::Charged(_)) => wire(
                 200,
                 json!({"id": key, "status": "succeeded", "amount": minor, "currency": currency}),
             ),
-            (Self::Stripe, LookupAnswer::Charged(Money { minor, .. })) => wire(
+            (Self::Stripe, LookupAnswer::Charged(_)) => wire(
                 200,
                 json!({"object": "payment_intent", "status": "succeeded", "amount": minor,
                        "amount_received": minor, "currency": lower, "last_payment_error": null}),
             ),
-            (Self::Adyen, LookupAnswer::Charged(Money { minor, .. })) => wire(
+            (Self::Adyen, LookupAnswer::Charged(_)) => wire(
                 200,
                 json!({"resultCode": "Authorised", "amount": {"value": minor, "currency": currency}}),
             ),
-            (Self::Bare, LookupAnswer::Charged(Money { minor, .. })) => wire(
+            (Self::Bare, LookupAnswer::Charged(_)) => wire(
                 200,
                 json!({"status": "succeeded", "amount": minor, "meta": {"v": 3}}),
             ),
-            (Self::Draft, LookupAnswer::Declined(Money { minor, .. })) => wire(
+            (Self::Draft, LookupAnswer::Declined(_)) => wire(
                 200,
                 json!({"id": key, "status": "failed", "amount": minor, "currency": currency,
                        "decline_code": "insufficient_funds"}),
             ),
-            (Self::Stripe, LookupAnswer::Declined(Money { minor, .. })) => wire(
+            (Self::Stripe, LookupAnswer::Declined(_)) => wire(
                 200,
                 json!({"object": "payment_intent", "status": "requires_payment_method",
                        "amount": minor, "currency": lower,
                        "last_payment_error": {"type": "card_error", "code": "card_declined",
                                               "decline_code": "insufficient_funds"}}),
             ),
-            (Self::Adyen, LookupAnswer::Declined(Money { minor, .. })) => wire(
+            (Self::Adyen, LookupAnswer::Declined(_)) => wire(
                 200,
                 json!({"resultCode": "Refused", "refusalReason": "Not enough balance",
                        "amount": {"value": minor, "currency": currency}}),
             ),
             // The bare `failed`: no code, no decline named.
-            (Self::Bare, LookupAnswer::Declined(Money { minor, .. })) => {
+            (Self::Bare, LookupAnswer::Declined(_)) => {
                 wire(200, json!({"status": "failed", "amount": minor}))
             }
         }

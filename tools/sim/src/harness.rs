@@ -160,8 +160,7 @@ where
     for (index, (key, body)) in settings.bodies.iter().enumerate() {
         let payload = Payload {
             order_id: key.clone(),
-            amount: 0,
-            currency: process_orders::money::Currency::EUR,
+            price: None,
             body: body.clone(),
             group: None,
             attributes: Attrs::new(),

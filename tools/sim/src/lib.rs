@@ -12,15 +12,26 @@
 //! - **Lambda containers**: each with its own clock offset and cold start, killed at its
 //!   deadline, and crashing at a random point (the invocation's future dropped wherever it is;
 //!   the container replaced).
+//! - **Or long-polling workers** ([`worker`], `PROFILE=worker`): the real `process-orders
+//!   worker` runtime over the real `SqsQueue` adapter, stopped by deploys and scale-ins (some
+//!   while a batch holds a record at the receive before the redrive), crashing now and then.
 //! - **DynamoDB** ([`store`]): latency, failures, and writes applied whose answer is lost.
-//! - **The payment provider** ([`provider`]): the IETF Idempotency-Key draft at its worst.
+//! - **The payment provider** ([`provider`]): the IETF Idempotency-Key draft at its worst, in
+//!   a dialect ([`dialect`]) whose look-ups may word amounts otherwise ([`Amounts`]).
+//! - **Producers**: bursts, duplicates, another amount under an id, bodies that are not orders,
+//!   and (`archived`) orders sent again days later ([`LateResends`]).
 //!
 //! One seed drives every choice, on a single-threaded Tokio runtime with a paused clock, so a
 //! seed replays byte for byte: [`Report::digest`] hashes the event log. The invariants
 //! ([`check`]): no order charged twice; every payload charged, or in the DLQ for a reason that
-//! needs a person; nothing in the DLQ for a transient reason (every outage is shorter than the
-//! retry schedule's guarantee); FIFO charges in send order within a group; every response
-//! before its deadline; no message deleted without a decision that allows it.
+//! needs a person; a declined card never sent again; nothing in the DLQ for a transient reason
+//! (every outage is shorter than the retry schedule's guarantee), and (workers) nothing moved as
+//! `retries_exhausted` that its handler was never given; FIFO charges in send order within a
+//! group; every response before its deadline; no message deleted without a decision that allows
+//! it. What an order
+//! costs, and whether two bodies are the same order, is the world's own reading of the body
+//! ([`worldmoney`]: its own ISO 4217 table and exact decimals), never the function's `money` or
+//! `order` code, which is what it judges.
 //!
 //! The simulator's teeth: [`MUTATIONS`] are bugs planted in the real code behind
 //! `lambda_kit::mutation`; each must be caught within a bounded number of seeds.
@@ -37,7 +48,9 @@ pub mod queue;
 pub mod settings;
 pub mod sqs;
 pub mod store;
+pub mod worker;
 pub mod world;
+pub mod worldmoney;
 
 use std::cell::RefCell;
 use std::collections::HashSet;
@@ -49,21 +62,21 @@ use idempotency::MemoryStore;
 use lambda_kit::Clock;
 use process_orders::app::App;
 use process_orders::config::Config;
-use process_orders::money::{Currency, Money};
 use process_orders::payment::answers::RetryableFailures;
 use sqs_batch::dead_letter::SqsDeadLetters;
 use sqs_batch::visibility::SqsVisibility;
 use sqs_batch::{Backoff, Batch, Message, MessageAttributes, QueueKind, RecordStatus};
 
 pub use check::{Report, Violation};
-pub use dialect::{DIALECTS, Dialect};
-pub use settings::{Edges, QueueShape, Shipped, SimSettings, StoreKind};
+pub use dialect::{Amounts, DIALECTS, Dialect};
+pub use settings::{Edges, LateResends, QueueShape, Shipped, SimSettings, StoreKind, Workers};
 pub use world::Faults;
 
 use provider::{Provider, ProviderSettings};
 use queue::{Attrs, SharedQueue};
 use store::{SimStore, Table};
 use world::{EPOCH_MS, Shared, SimClock};
+use worldmoney::{Code, Price};
 
 /// The producer sends an order every this many ms on average...
 const SEND_GAP_MS: u64 = 100;
@@ -73,7 +86,7 @@ const BURST: u64 = 250;
 pub(crate) const LONG_POLL_MS: u64 = 20_000;
 
 /// The planted bugs, by the name their check site asks for, with what each does wrong.
-pub const MUTATIONS: [(&str, &str); 19] = [
+pub const MUTATIONS: [(&str, &str); 24] = [
     (
         "guard.releases_after_ambiguous",
         "releases the claim after a charge whose outcome is unknown, instead of marking it attempted",
@@ -150,6 +163,26 @@ pub const MUTATIONS: [(&str, &str); 19] = [
         "redact.cut_before_scrub",
         "cuts the provider's text to its 200 characters before scrubbing the payment key from it, and scrubs only the whole key",
     ),
+    (
+        "lookup.unreadable_amount_is_a_match",
+        "counts an amount a look-up words otherwise than an integer of minor units (\"5000\", 5000.0) as the order's: another payload's charge completes the order as paid",
+    ),
+    (
+        "store.trusts_absence_of_young_copies",
+        "trusts a missing item for a copy whose first failure is younger than the 18-day retention: a refused copy (a conflict, a decline) redriven after the order's own item expired is charged without a look-up",
+    ),
+    (
+        "processor.stopping_gives_up",
+        "a worker's stop answers the records it kept from starting RETRY shutting_down, which the give-up turns into POISON retries_exhausted at the receive before the queue's redrive: moved to the DLQ, never tried",
+    ),
+    (
+        "money.wrong_minor_digits",
+        "takes the Kuwaiti dinar for a currency of two minor digits (ISO 4217 gives it three)",
+    ),
+    (
+        "order.amount_through_float",
+        "reads an order's amount through a float and truncates it to minor units (12.34 EUR charged as 1233 cents)",
+    ),
 ];
 
 /// One message the producer sent.
@@ -157,30 +190,20 @@ pub const MUTATIONS: [(&str, &str); 19] = [
 pub struct Payload {
     /// The order id.
     pub order_id: String,
-    /// The amount, in minor units of `currency`.
-    pub amount: u64,
-    /// The currency the body names, or the deployment's default (`DEFAULT_CURRENCY`, EUR).
-    pub currency: Currency,
+    /// What the body charges, as the world reads it ([`worldmoney::read`], the deployment's
+    /// default currency when it names none): `None` for a body that is not an order.
+    pub price: Option<Price>,
     /// The body.
     pub body: String,
     /// The FIFO message group.
     pub group: Option<String>,
     /// The producer's message attributes.
     pub attributes: Attrs,
-    /// Whether the body is not a valid order (it must reach the DLQ, never be charged).
+    /// Whether the body is not a valid order (it must reach the DLQ, never be charged). The
+    /// generator's word for it, held against the world's reading when the payload is made.
     pub poison: bool,
     /// When it was sent, simulated ms.
     pub sent_ms: u64,
-}
-
-impl Payload {
-    /// What the order charges: its amount in its currency.
-    pub fn money(&self) -> Money {
-        Money {
-            minor: self.amount,
-            currency: self.currency,
-        }
-    }
 }
 
 /// The currencies producers send, with the share of orders in each: most name none (the
@@ -193,36 +216,17 @@ const CURRENCIES: [(Option<&str>, f64); 4] = [
     (Some("usd"), 0.1),
 ];
 
-/// A currency drawn from [`CURRENCIES`]: the code the body names (if any) and the currency.
-fn draw_currency(world: &Shared) -> (Option<&'static str>, Currency) {
+/// A currency drawn from [`CURRENCIES`]: the code the body names (if any) and the currency, by
+/// the world's reading of the code (`default` when it names none).
+fn draw_currency(world: &Shared, default: Code) -> (Option<&'static str>, Code) {
     let mut roll = world.roll();
     for (code, share) in CURRENCIES {
         if roll < share {
-            return (
-                code,
-                code.and_then(Currency::parse).unwrap_or(Currency::EUR),
-            );
+            return (code, code.and_then(Code::parse).unwrap_or(default));
         }
         roll -= share;
     }
-    (None, Currency::EUR)
-}
-
-/// `minor` units of `currency` as the JSON number a producer writes (`1234` yen, `12.34`
-/// dollars, `1.234` dinars).
-fn decimal(minor: u64, currency: Currency) -> String {
-    match currency.minor_digits() {
-        0 => minor.to_string(),
-        digits => {
-            let unit = 10u64.pow(digits);
-            format!(
-                "{}.{:0width$}",
-                minor / unit,
-                minor % unit,
-                width = digits as usize
-            )
-        }
-    }
+    (None, default)
 }
 
 /// Runs `future` to its end on a paused single-threaded runtime, its tasks local: the simulated
@@ -329,7 +333,38 @@ fn poison_body(order_id: &str, world: &Shared) -> String {
     }
 }
 
-fn payloads(settings: &SimSettings, world: &Shared) -> Vec<Payload> {
+impl Payload {
+    /// A message with `body`, priced by the world's reading of it; `poison` is the generator's
+    /// word that the body is not an order, and the reading must agree (a world that cannot read
+    /// its own orders would judge nothing).
+    fn new(order_id: String, body: String, poison: bool, default: Code) -> Self {
+        let price = worldmoney::read(&body, default).map(|(id, price)| {
+            assert_eq!(
+                id, order_id,
+                "the world reads another id in {order_id}'s body"
+            );
+            price
+        });
+        assert_eq!(
+            price.is_none(),
+            poison,
+            "the world reads {order_id}'s body otherwise than it wrote it"
+        );
+        Self {
+            order_id,
+            price,
+            body,
+            group: None,
+            attributes: Attrs::new(),
+            poison,
+            sent_ms: 0,
+        }
+    }
+}
+
+/// The run's messages in send order. `default` is the deployment's `DEFAULT_CURRENCY`, as the
+/// template sets it: the currency of a body that names none.
+fn payloads(settings: &SimSettings, world: &Shared, default: Code) -> Vec<Payload> {
     let mut out = Vec::with_capacity(settings.orders + settings.orders / 10);
     for i in 0..settings.orders {
         let order_id = format!("o-{i}");
@@ -345,10 +380,13 @@ fn payloads(settings: &SimSettings, world: &Shared) -> Vec<Payload> {
         let note = world
             .chance(settings.edges.large_body_rate)
             .then(|| filler(usize::try_from(world.between(10_000..=200_000)).unwrap_or(0)));
-        let (code, currency) = draw_currency(world);
-        let body = |amount: u64, code: Option<&str>, currency: Currency| {
+        let (code, currency) = draw_currency(world, default);
+        // The amount written as the world's table says the currency's minor unit is.
+        let body = |minor: u64, code: Option<&str>, currency: Code| {
             let currency_field = code.map_or(String::new(), |c| format!(r#", "currency": "{c}""#));
-            let amount = decimal(amount, currency);
+            let amount = Price { minor, currency }
+                .decimal()
+                .expect("the world sends only currencies it knows");
             match &note {
                 None => {
                     format!(r#"{{"order_id": "{order_id}", "amount": {amount}{currency_field}}}"#)
@@ -379,18 +417,14 @@ fn payloads(settings: &SimSettings, world: &Shared) -> Vec<Payload> {
             for n in 0..world.between(10..=20) {
                 let pad = usize::try_from(world.between(100_000..=200_000)).unwrap_or(100_000);
                 let order_id = format!("bad-{i}-{n}");
+                let body = format!(
+                    r#"{{"order_id": "{order_id}", "amount": "ten", "note": "{}"}}"#,
+                    filler(pad)
+                );
                 out.push(Payload {
-                    body: format!(
-                        r#"{{"order_id": "{order_id}", "amount": "ten", "note": "{}"}}"#,
-                        filler(pad)
-                    ),
-                    order_id,
-                    amount: 0,
-                    currency: Currency::EUR,
                     group: group.clone(),
-                    attributes: Attrs::new(),
-                    poison: true,
                     sent_ms: sent_ms + BURST * SEND_GAP_MS / 2,
+                    ..Payload::new(order_id, body, true, default)
                 });
             }
         }
@@ -416,28 +450,24 @@ fn payloads(settings: &SimSettings, world: &Shared) -> Vec<Payload> {
                 (body, attributes)
             };
             out.push(Payload {
-                order_id,
-                amount,
-                currency: Currency::EUR,
-                body,
                 group,
                 attributes,
-                poison: true,
                 sent_ms,
+                ..Payload::new(order_id, body, true, default)
             });
             continue;
         }
-        let payload =
-            |amount: u64, (code, currency): (Option<&str>, Currency), sent_ms: u64| Payload {
-                order_id: order_id.clone(),
-                amount,
-                currency,
-                body: body(amount, code, currency),
-                group: group.clone(),
-                attributes: attributes.clone(),
-                poison: false,
-                sent_ms,
-            };
+        let payload = |minor: u64, (code, currency): (Option<&str>, Code), sent_ms: u64| Payload {
+            group: group.clone(),
+            attributes: attributes.clone(),
+            sent_ms,
+            ..Payload::new(
+                order_id.clone(),
+                body(minor, code, currency),
+                false,
+                default,
+            )
+        };
         out.push(payload(amount, (code, currency), sent_ms));
         // A producer that retries sends the same order again, a little later.
         if world.chance(settings.producer_duplicate_rate) {
@@ -449,22 +479,40 @@ fn payloads(settings: &SimSettings, world: &Shared) -> Vec<Payload> {
         }
         // A producer bug: the same order id with another amount, or (half the time) the same
         // number in another currency, which only the currency tells apart.
-        if world.chance(settings.conflict_rate) {
-            let other = if world.chance(0.5) {
+        let other = || {
+            if world.chance(0.5) {
                 (amount + 1, (code, currency))
-            } else if currency == Currency::EUR {
-                (
-                    amount,
-                    (Some("JPY"), Currency::parse("JPY").unwrap_or(Currency::EUR)),
-                )
+            } else if currency == Code::EUR {
+                (amount, (Some("JPY"), Code::parse("JPY").unwrap_or(default)))
             } else {
-                (amount, (Some("EUR"), Currency::EUR))
-            };
+                (amount, (Some("EUR"), Code::EUR))
+            }
+        };
+        if world.chance(settings.conflict_rate) {
+            let (minor, currency) = other();
             out.push(payload(
-                other.0,
-                other.1,
+                minor,
+                currency,
                 sent_ms + world.between(0..=600_000),
             ));
+        }
+        // Days later, the same order again (a declined one more often: a customer retrying the
+        // card), or another amount under its id: each refused, so its claim writes no item.
+        if let Some(late) = settings.late {
+            let share = if provider::declines(amount) {
+                late.declined_rate
+            } else {
+                late.again_rate
+            };
+            if world.chance(share) {
+                let at_ms = late.at_ms + world.between(0..=3_600_000);
+                out.push(payload(amount, (code, currency), at_ms));
+            }
+            if world.chance(late.conflict_rate) {
+                let (minor, currency) = other();
+                let at_ms = late.at_ms + world.between(0..=3_600_000);
+                out.push(payload(minor, currency, at_ms));
+            }
         }
     }
     out.sort_by_key(|p| p.sent_ms);
@@ -492,8 +540,6 @@ struct Deployment {
     decisions: RefCell<std::collections::BTreeMap<&'static str, usize>>,
     violations: RefCell<Vec<Violation>>,
     producer_done: RefCell<bool>,
-    /// Wakes the long-polling pollers when the producer sends.
-    sent: tokio::sync::Notify,
 }
 
 impl Deployment {
@@ -589,7 +635,13 @@ async fn simulate(settings: SimSettings) -> Report {
     let world = Shared::new(settings.seed, truth.clone());
     let shipped = Shipped::read().expect("template.yaml");
     let config = environment(&shipped, &settings);
-    let payloads = payloads(&settings, &world);
+    // The deployment's default currency, as the world reads the template's setting.
+    let default_currency = shipped
+        .env
+        .get("DEFAULT_CURRENCY")
+        .and_then(|code| Code::parse(code))
+        .unwrap_or(Code::EUR);
+    let payloads = payloads(&settings, &world, default_currency);
     // Faults start while the orders are still arriving.
     let span_ms = settings.orders as u64 * SEND_GAP_MS;
     // A brownout in the first half of the traffic, an outage in the second, a rotation
@@ -603,6 +655,7 @@ async fn simulate(settings: SimSettings) -> Report {
     };
     let provider_settings = ProviderSettings {
         dialect: settings.provider,
+        lookup_amounts: settings.lookup_amounts,
         retryable: shipped
             .env
             .get("PAYMENT_RETRYABLE_FAILURES")
@@ -665,7 +718,6 @@ async fn simulate(settings: SimSettings) -> Report {
         decisions: RefCell::default(),
         violations: RefCell::new(Vec::new()),
         producer_done: RefCell::new(false),
-        sent: tokio::sync::Notify::new(),
     });
     // An operator edits the redrive policy in the console while the function runs.
     let lowered = settings
@@ -680,12 +732,33 @@ async fn simulate(settings: SimSettings) -> Report {
         }));
     }
     // The producer, then the pollers until the queue drains.
-    let producer = tokio::task::spawn_local(produce(deployment.clone()));
+    let late_from = settings.late.map_or(deployment.payloads.len(), |late| {
+        deployment
+            .payloads
+            .partition_point(|p| p.sent_ms < late.at_ms)
+    });
+    let producer = tokio::task::spawn_local(produce(deployment.clone(), 0..late_from));
     drain(&deployment).await;
     drop(producer.await);
-    // Later (a week, or 20 days in `archived`) an operator redrives the DLQ.
+    let drained_ms = truth.sim_ms();
+    // Days later (`archived`), the producers' late resends, and the pollers until they drain.
+    if let Some(first) = deployment.payloads.get(late_from) {
+        tokio::time::sleep(Duration::from_millis(
+            first.sent_ms.saturating_sub(truth.sim_ms()),
+        ))
+        .await;
+        *deployment.producer_done.borrow_mut() = false;
+        let range = late_from..deployment.payloads.len();
+        let producer = tokio::task::spawn_local(produce(deployment.clone(), range));
+        drain(&deployment).await;
+        drop(producer.await);
+    }
+    // A week (20 days in `archived`) after the traffic drained, an operator redrives the DLQ.
     if let Some(after_ms) = settings.redrive_after_ms {
-        tokio::time::sleep(Duration::from_millis(after_ms)).await;
+        tokio::time::sleep(Duration::from_millis(
+            (drained_ms + after_ms).saturating_sub(truth.sim_ms()),
+        ))
+        .await;
         let now_ms = truth.sim_ms();
         let count = deployment
             .queue
@@ -714,30 +787,41 @@ fn deployment_view(d: &Deployment, lowered: Option<(u64, u32)>) -> check::Run<'_
     }
 }
 
-async fn produce(d: Rc<Deployment>) {
+/// Sends the payloads of `range` at their times, then says the producer is done.
+async fn produce(d: Rc<Deployment>, range: std::ops::Range<usize>) {
     let truth = SimClock {
         start: d.start,
         offset_ms: 0,
     };
-    for (index, payload) in d.payloads.iter().enumerate() {
+    for (index, payload) in d
+        .payloads
+        .iter()
+        .enumerate()
+        .take(range.end)
+        .skip(range.start)
+    {
         let wait = payload.sent_ms.saturating_sub(truth.sim_ms());
         if wait > 0 {
             tokio::time::sleep(Duration::from_millis(wait)).await;
         }
-        d.world.tell(&payload.order_id, || {
-            format!("sent, amount {} {}", payload.amount, payload.currency)
+        d.world.tell(&payload.order_id, || match &payload.price {
+            Some(price) => format!("sent, {price}"),
+            None => "sent, not an order".into(),
         });
         d.queue.lock().send(index, payload, truth.sim_ms());
-        d.sent.notify_waiters();
+        d.queue.sent().notify_waiters();
     }
     *d.producer_done.borrow_mut() = true;
-    d.sent.notify_waiters();
+    d.queue.sent().notify_waiters();
 }
 
 /// Runs the pollers until the producer is done and the queue is empty.
 async fn drain(d: &Rc<Deployment>) {
     let tasks: Vec<_> = (0..d.settings.containers)
-        .map(|index| tokio::task::spawn_local(poll(index, d.clone())))
+        .map(|index| match d.settings.workers {
+            None => tokio::task::spawn_local(poll(index, d.clone())),
+            Some(_) => tokio::task::spawn_local(worker::work(index, d.clone())),
+        })
         .collect();
     for task in tasks {
         drop(task.await);
@@ -779,7 +863,7 @@ async fn poll(index: usize, d: Rc<Deployment>) {
             let wait_ms = next_ms.map_or(LONG_POLL_MS, |at| (at - now_ms).clamp(1, LONG_POLL_MS));
             tokio::select! {
                 biased;
-                () = d.sent.notified() => {}
+                () = d.queue.sent().notified() => {}
                 () = tokio::time::sleep(Duration::from_millis(wait_ms)) => {}
             }
             continue;

@@ -2,8 +2,8 @@
 //!
 //! - `ORDERS`: orders in all (default 1,000,000), spread over `SEEDS` seeds (default 100)
 //!   starting at `FIRST_SEED` (default 1);
-//! - `PROFILE`: `standard`, `fifo`, `brownout`, `skewed`, `lowered`, `archived` or `mixed` (the default:
-//!   the six in turn);
+//! - `PROFILE`: `standard`, `fifo`, `brownout`, `skewed`, `lowered`, `archived`, `worker` or
+//!   `mixed` (the default: the first six in turn);
 //! - `MUTATION`: a planted bug to switch on (`sim::MUTATIONS`), to watch the checks catch it;
 //! - `STORE`: `memory` (the default) or `dynamodb`, the shipped DynamoDB store through the AWS
 //!   SDK on dynoxide's engine in the process;
@@ -76,7 +76,7 @@ fn main() {
     let per_seed = usize::try_from(orders / seeds).unwrap_or(usize::MAX).max(1);
     if SimSettings::profile(&profile, first_seed, per_seed).is_none() {
         eprintln!(
-            "PROFILE={profile} is not one of standard, fifo, brownout, skewed, lowered, archived, mixed"
+            "PROFILE={profile} is not one of standard, fifo, brownout, skewed, lowered, archived, worker, mixed"
         );
         std::process::exit(2);
     }
@@ -154,8 +154,12 @@ fn main() {
                 started.elapsed().as_secs_f64()
             );
             if let Some(first) = report.violations.first() {
+                let mut rules = std::collections::BTreeMap::<&str, usize>::new();
+                for violation in &report.violations {
+                    *rules.entry(violation.rule).or_default() += 1;
+                }
                 broken.push((seed, format!(
-                "seed {seed}: {} violations; the first: {} on {}: {}\nreplay: {}\nwhat happened to {}:\n{}",
+                "seed {seed}: {} violations {rules:?}; the first: {} on {}: {}\nreplay: {}\nwhat happened to {}:\n{}",
                 report.violations.len(),
                 first.rule,
                 first.order_id,

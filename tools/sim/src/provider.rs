@@ -15,9 +15,10 @@ use process_orders::money::Money;
 use process_orders::payment::answers::{Reading, RetryableFailures};
 use process_orders::payment::{ChargeRequest, ChargeStatus, PaymentError, PaymentGateway};
 
-use crate::dialect::{self, ChargeAnswer, Dialect, LookupAnswer};
+use crate::dialect::{self, Amounts, ChargeAnswer, Dialect, LookupAnswer};
 
 use crate::world::{EPOCH_MS, Shared, SimClock};
+use crate::worldmoney::Price;
 
 /// What became of a charge request that the provider accepted.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -46,12 +47,16 @@ pub struct Ledger {
     keys: HashMap<String, KeyUse>,
     /// What the status look-up knows (forgotten after its retention).
     status: HashMap<String, KeyUse>,
-    /// Every charge that moved money, by key: (the amount in its currency, provider ms).
-    pub charges: HashMap<String, Vec<(Money, u64)>>,
+    /// Every charge that moved money, by key: (what the function sent, minor units and a
+    /// code, as the world reads them; provider ms).
+    pub charges: HashMap<String, Vec<(Price, u64)>>,
     /// Keys whose every accepted request was declined.
     pub declined: HashMap<String, u64>,
     /// When each key was first declined, provider ms.
     pub first_declined_ms: HashMap<String, u64>,
+    /// New charge requests (not replays) under a key after its first decline, provider ms: the
+    /// card sent again, which card networks penalise and the design forbids.
+    pub sent_after_decline: HashMap<String, Vec<u64>>,
     /// Look-ups that answered and left the question open (no charge found, or an answer the
     /// function's reader does not understand), by key: provider ms. What a person must settle.
     pub unsettled_lookups: HashMap<String, Vec<u64>>,
@@ -62,6 +67,8 @@ pub struct Ledger {
 pub struct ProviderSettings {
     /// How it words its answers (the function reads them with its own readers).
     pub dialect: Dialect,
+    /// How its look-ups word the amounts they name.
+    pub lookup_amounts: Amounts,
     /// The failures the deployment lets be charged again (`PAYMENT_RETRYABLE_FAILURES`).
     pub retryable: RetryableFailures,
     /// How long a key is remembered, ms.
@@ -206,6 +213,13 @@ impl Provider {
                 Arrival::Replay(used.fate)
             };
         }
+        if ledger.first_declined_ms.contains_key(key) {
+            ledger
+                .sent_after_decline
+                .entry(key.to_owned())
+                .or_default()
+                .push(now_ms);
+        }
         let pending = self.world.chance(self.settings.pending_rate);
         let sim_ms = now_ms.saturating_sub(EPOCH_MS);
         let browned_out = (self.settings.brownout.0..self.settings.brownout.1).contains(&sim_ms);
@@ -248,11 +262,13 @@ impl Provider {
         match fate {
             Fate::Charged => {
                 ledger.declined.remove(key);
+                let sent = Price::sent(amount.minor, amount.currency.as_str())
+                    .expect("a charge request's currency is three letters");
                 ledger
                     .charges
                     .entry(key.to_owned())
                     .or_default()
-                    .push((amount, now_ms));
+                    .push((sent, now_ms));
             }
             Fate::Declined => {
                 *ledger.declined.entry(key.to_owned()).or_default() += 1;
@@ -388,10 +404,12 @@ impl PaymentGateway for Provider {
         if self.world.chance(self.settings.lookup_error_rate) {
             self.world.count(|f| f.lookup_errors += 1);
             self.world.tell(key, || "provider look-up: 503".into());
-            let wire = self
-                .settings
-                .dialect
-                .lookup(LookupAnswer::Failing, key, request.amount);
+            let wire = self.settings.dialect.lookup(
+                LookupAnswer::Failing,
+                key,
+                request.amount,
+                self.settings.lookup_amounts,
+            );
             return dialect::read_lookup(&wire, request.amount, self.reading());
         }
         let now_ms = self.clock.now_ms();
@@ -410,7 +428,10 @@ impl PaymentGateway for Provider {
             Some(known) => LookupAnswer::Declined(known.amount),
         };
         drop(ledger);
-        let wire = self.settings.dialect.lookup(said, key, request.amount);
+        let wire =
+            self.settings
+                .dialect
+                .lookup(said, key, request.amount, self.settings.lookup_amounts);
         let answer = dialect::read_lookup(&wire, request.amount, self.reading());
         if matches!(answer, Ok(ChargeStatus::Unknown | ChargeStatus::Unclear)) {
             self.ledger()

@@ -118,6 +118,9 @@ pub struct Dead {
     pub attributes: Attrs,
     /// When it arrived, simulated ms.
     pub at_ms: u64,
+    /// The message it was moved from and that message's receive when it was moved, if the
+    /// message was still in the queue (the function's moves; SQS's own redrive has none).
+    pub source: Option<(String, u32)>,
 }
 
 /// The source queue, its DLQ, and what was deleted.
@@ -149,11 +152,15 @@ pub struct Queue {
     pub refused: BTreeMap<String, Vec<String>>,
     /// Copies that reached the DLQ without the producer's payload attribute.
     pub untraceable: Vec<String>,
+    /// Messages a worker deleted though the handler had not acknowledged them at that receive
+    /// and no copy of them had reached the DLQ: (payload, what was seen).
+    pub deleted_undecided: Vec<(usize, String)>,
 }
 
-/// The queue shared by the pollers and the function's SQS ports.
+/// The queue shared by the pollers and the function's SQS ports, and the signal that wakes a
+/// long poll when a message is sent.
 #[derive(Clone)]
-pub struct SharedQueue(Arc<Mutex<Queue>>);
+pub struct SharedQueue(Arc<Mutex<Queue>>, Arc<tokio::sync::Notify>);
 
 impl SharedQueue {
     /// An empty queue.
@@ -164,28 +171,37 @@ impl SharedQueue {
         duplicate_rate: f64,
         sqs_error_rate: f64,
     ) -> Self {
-        Self(Arc::new(Mutex::new(Queue {
-            fifo,
-            max_receive,
-            visibility_ms,
-            duplicate_rate,
-            sqs_error_rate,
-            deduplication: HashMap::new(),
-            messages: BTreeMap::new(),
-            ids: HashMap::new(),
-            next: 0,
-            dlq: Vec::new(),
-            deleted: HashMap::new(),
-            redriven: Vec::new(),
-            max_receives: 0,
-            refused: BTreeMap::new(),
-            untraceable: Vec::new(),
-        })))
+        Self(
+            Arc::new(Mutex::new(Queue {
+                fifo,
+                max_receive,
+                visibility_ms,
+                duplicate_rate,
+                sqs_error_rate,
+                deduplication: HashMap::new(),
+                messages: BTreeMap::new(),
+                ids: HashMap::new(),
+                next: 0,
+                dlq: Vec::new(),
+                deleted: HashMap::new(),
+                redriven: Vec::new(),
+                max_receives: 0,
+                refused: BTreeMap::new(),
+                untraceable: Vec::new(),
+                deleted_undecided: Vec::new(),
+            })),
+            Arc::default(),
+        )
     }
 
     /// The queue, locked (never across an await).
     pub fn lock(&self) -> MutexGuard<'_, Queue> {
         self.0.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Notified when the producer sends: a long poll waiting for a message returns.
+    pub fn sent(&self) -> &tokio::sync::Notify {
+        &self.1
     }
 }
 
@@ -304,6 +320,7 @@ impl Queue {
                         body: gone.body,
                         attributes: gone.attributes,
                         at_ms: now_ms,
+                        source: None,
                     });
                 }
                 continue;
@@ -383,13 +400,18 @@ impl Queue {
             .ok()
     }
 
-    /// The order of a payload still in the queue (a copy is sent to the DLQ before its
+    /// The message of a payload still in the queue (a copy is sent to the DLQ before its
     /// message is deleted).
-    pub(crate) fn order_of(&self, payload: usize) -> Option<String> {
+    pub(crate) fn message_of(&self, payload: usize) -> Option<&Stored> {
+        self.messages.values().find(|m| m.payload == payload)
+    }
+
+    /// Messages waiting to be received: visible now.
+    pub fn visible(&self, now_ms: u64) -> usize {
         self.messages
             .values()
-            .find(|m| m.payload == payload)
-            .map(|m| m.order_id.clone())
+            .filter(|m| m.visible_at_ms <= now_ms)
+            .count()
     }
 
     /// Whether the queue is FIFO.

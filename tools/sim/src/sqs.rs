@@ -30,8 +30,11 @@ use aws_smithy_runtime_api::client::orchestrator::HttpRequest;
 use serde_json::{Value, json};
 
 use crate::http::{Serve, answer};
-use crate::queue::{Attr, Attrs, Dead, MAX_VISIBILITY_MS, SharedQueue};
-use crate::world::{Shared, SimClock};
+use std::sync::Arc;
+
+use crate::queue::{Attr, Attrs, Dead, MAX_VISIBILITY_MS, SharedQueue, Stored};
+use crate::worker::WorkerStop;
+use crate::world::{EPOCH_MS, Shared, SimClock};
 
 /// SQS's limit on one batch call, all its entries together.
 pub const BATCH_BYTES: usize = 1_048_576;
@@ -58,7 +61,8 @@ pub fn arns(fifo: bool) -> (&'static str, &'static str) {
     }
 }
 
-fn url_of(arn: &str) -> String {
+/// A queue's URL, from its ARN.
+pub fn url_of(arn: &str) -> String {
     let name = arn.rsplit(':').next().unwrap_or_default();
     format!("https://sqs.us-east-1.amazonaws.com/123456789012/{name}")
 }
@@ -66,11 +70,31 @@ fn url_of(arn: &str) -> String {
 /// The SDK configuration a container's SQS clients are built on: the function's own wiring
 /// then builds them (its bounds, at the first call) over this connector.
 pub fn sdk_config(queue: &SharedQueue, world: &Shared, clock: &SimClock) -> SdkConfig {
-    let connector = SimSqs {
+    config_over(SimSqs {
         queue: queue.clone(),
         world: world.clone(),
         clock: clock.clone(),
-    };
+        stop: None,
+    })
+}
+
+/// The SDK configuration of one worker's queue client (`ReceiveMessage`, `DeleteMessageBatch`):
+/// its receives may schedule its `stop` ([`WorkerStop`]).
+pub fn worker_sdk_config(
+    queue: &SharedQueue,
+    world: &Shared,
+    clock: &SimClock,
+    stop: Arc<WorkerStop>,
+) -> SdkConfig {
+    config_over(SimSqs {
+        queue: queue.clone(),
+        world: world.clone(),
+        clock: clock.clone(),
+        stop: Some(stop),
+    })
+}
+
+fn config_over(connector: SimSqs) -> SdkConfig {
     SdkConfig::builder()
         .behavior_version(BehaviorVersion::latest())
         .region(Region::new("us-east-1"))
@@ -89,6 +113,8 @@ struct SimSqs {
     world: Shared,
     /// The true clock.
     clock: SimClock,
+    /// The stop of the worker whose client this is, if it is a worker's.
+    stop: Option<Arc<WorkerStop>>,
 }
 
 impl std::fmt::Debug for SimSqs {
@@ -112,6 +138,8 @@ impl Serve for SimSqs {
                 "GetQueueAttributes" => this.get_queue_attributes(&body),
                 "SendMessageBatch" => this.send_message_batch(&body),
                 "ChangeMessageVisibilityBatch" => this.change_visibility_batch(&body),
+                "ReceiveMessage" => this.receive_message(&body).await,
+                "DeleteMessageBatch" => this.delete_message_batch(&body),
                 other => error(
                     "UnsupportedOperation",
                     &format!("the simulated SQS does not serve {other}"),
@@ -238,6 +266,17 @@ impl SimSqs {
             .unwrap_or_default();
         let mut attributes = serde_json::Map::new();
         if url == url_of(source) {
+            let asked = |name: &str| names.iter().any(|n| *n == name || *n == "All");
+            if asked("QueueArn") {
+                attributes.insert("QueueArn".into(), source.into());
+            }
+            if asked("ApproximateNumberOfMessages") {
+                let visible = queue.visible(self.now_ms());
+                attributes.insert(
+                    "ApproximateNumberOfMessages".into(),
+                    visible.to_string().into(),
+                );
+            }
             if names.iter().any(|n| matches!(*n, "RedrivePolicy" | "All")) {
                 // SQS writes the count as a number; the adapter takes a string too.
                 let policy = json!({
@@ -408,17 +447,140 @@ impl SimSqs {
             queue.untraceable.push(reason);
             return;
         };
-        if let Some(order) = queue.order_of(payload) {
+        let source = queue.message_of(payload).map(|m| {
             self.world
-                .tell(&order, || format!("a copy reaches the DLQ: {reason}"));
-        }
+                .tell(&m.order_id, || format!("a copy reaches the DLQ: {reason}"));
+            (m.id.clone(), m.receive_count)
+        });
         queue.dlq.push(Dead {
             payload,
             reason,
             body,
             attributes,
             at_ms: now_ms,
+            source,
         });
+    }
+
+    /// `ReceiveMessage` on the source queue, for a worker: up to `MaxNumberOfMessages`, waiting
+    /// up to `WaitTimeSeconds` for one to be sent or become visible (long polling), each with
+    /// its system attributes and message attributes. A record handed out at the give-up's
+    /// receive may bring the worker's stop.
+    async fn receive_message(&self, body: &Value) -> (u16, Value) {
+        let url = body
+            .get("QueueUrl")
+            .and_then(Value::as_str)
+            .unwrap_or_default();
+        let fifo = self.queue.lock().is_fifo();
+        if url != url_of(arns(fifo).0) {
+            return error("QueueDoesNotExist", "The specified queue does not exist.");
+        }
+        let number =
+            |name: &str, default: u64| body.get(name).and_then(Value::as_u64).unwrap_or(default);
+        let max = usize::try_from(number("MaxNumberOfMessages", 1).clamp(1, 10)).unwrap_or(1);
+        let until_ms = self.now_ms() + number("WaitTimeSeconds", 0).min(20) * 1_000;
+        let received = loop {
+            let now_ms = self.now_ms();
+            let sent = self.queue.sent().notified();
+            let (received, next_ms) = {
+                let mut queue = self.queue.lock();
+                let received = queue.receive(max, now_ms, &self.world);
+                (received, queue.next_visible_ms(now_ms))
+            };
+            if !received.is_empty() || now_ms >= until_ms {
+                break received;
+            }
+            let wait_ms = next_ms.map_or(until_ms, |at| at.min(until_ms)) - now_ms;
+            tokio::select! {
+                biased;
+                () = sent => {}
+                () = tokio::time::sleep(std::time::Duration::from_millis(wait_ms.max(1))) => {}
+            }
+        };
+        let give_up = self.queue.lock().max_receive.saturating_sub(1).max(1);
+        for m in &received {
+            self.world.tell(&m.order_id, || {
+                format!(
+                    "{}: received by a worker (receive {})",
+                    m.id, m.receive_count
+                )
+            });
+        }
+        if let Some(stop) = &self.stop
+            && received.iter().any(|m| m.receive_count >= give_up)
+            && stop.maybe_at_give_up(&self.world, self.now_ms())
+        {
+            for m in received.iter().filter(|m| m.receive_count >= give_up) {
+                self.world.tell(&m.order_id, || {
+                    format!("{}: its worker is stopped while it holds it", m.id)
+                });
+            }
+        }
+        let messages: Vec<Value> = received.iter().map(|m| message_json(m, fifo)).collect();
+        (200, json!({ "Messages": messages }))
+    }
+
+    /// `DeleteMessageBatch` on the source queue, for a worker: only with a message's latest
+    /// receipt. A delete is what the worker makes of a decision, so the world holds it to one:
+    /// the handler acknowledged the message at this receive, or a copy of it reached the DLQ
+    /// since (a POISON the worker moved); anything else is recorded.
+    fn delete_message_batch(&self, body: &Value) -> (u16, Value) {
+        let entries = match self.entries(body) {
+            Ok(entries) => entries,
+            Err(refused) => return refused,
+        };
+        let error_rate = self.queue.lock().sqs_error_rate;
+        let mut successful = Vec::new();
+        let mut failures = Vec::new();
+        for entry in entries {
+            let id = entry.get("Id").and_then(Value::as_str).unwrap_or_default();
+            let receipt = entry
+                .get("ReceiptHandle")
+                .and_then(Value::as_str)
+                .unwrap_or_default();
+            if self.world.chance(error_rate) {
+                self.world.count(|f| f.sqs_errors += 1);
+                failures.push(failed(id, false, "InternalError", "simulated"));
+                continue;
+            }
+            let mut queue = self.queue.lock();
+            let Some(message) = queue.current(receipt) else {
+                failures.push(failed(
+                    id,
+                    true,
+                    "ReceiptHandleIsInvalid",
+                    "The receipt handle has expired.",
+                ));
+                continue;
+            };
+            let (mid, count, payload, order) = (
+                message.id.clone(),
+                message.receive_count,
+                message.payload,
+                message.order_id.clone(),
+            );
+            let received_ms = message.received_ms;
+            let outcome = self.world.lock().tried.get(&(mid.clone(), count)).copied();
+            let moved = queue
+                .dlq
+                .iter()
+                .any(|d| d.payload == payload && d.at_ms >= received_ms);
+            let acked = outcome == Some(Some(sqs_batch::Outcome::Ack));
+            if !acked && !moved {
+                queue.deleted_undecided.push((
+                    payload,
+                    format!(
+                        "{mid} deleted at receive {count}, where its handler answered {outcome:?}"
+                    ),
+                ));
+            }
+            queue.delete(receipt, if moved { "moved" } else { "acknowledged" });
+            drop(queue);
+            self.world
+                .tell(&order, || format!("{mid}: deleted by its worker"));
+            successful.push(json!({ "Id": id }));
+        }
+        (200, json!({ "Successful": successful, "Failed": failures }))
     }
 
     fn change_visibility_batch(&self, body: &Value) -> (u16, Value) {
@@ -479,6 +641,48 @@ impl SimSqs {
         }
         (200, json!({ "Successful": successful, "Failed": failures }))
     }
+}
+
+/// A received message as `ReceiveMessage` answers it in the AWS JSON protocol: its system
+/// attributes (receive count, first receive, group) and its message attributes.
+fn message_json(m: &Stored, fifo: bool) -> Value {
+    let mut system = serde_json::Map::new();
+    system.insert(
+        "ApproximateReceiveCount".into(),
+        m.receive_count.to_string().into(),
+    );
+    if let Some(first) = m.first_receive_ms {
+        system.insert(
+            "ApproximateFirstReceiveTimestamp".into(),
+            first.to_string().into(),
+        );
+    }
+    system.insert("SentTimestamp".into(), EPOCH_MS.to_string().into());
+    if fifo && let Some(group) = &m.group {
+        system.insert("MessageGroupId".into(), group.clone().into());
+    }
+    let attributes: serde_json::Map<String, Value> = m
+        .attributes
+        .iter()
+        .map(|(name, a)| {
+            let mut value = serde_json::Map::new();
+            value.insert("DataType".into(), a.data_type.clone().into());
+            if let Some(text) = &a.string_value {
+                value.insert("StringValue".into(), text.clone().into());
+            }
+            if let Some(binary) = &a.binary_value {
+                value.insert("BinaryValue".into(), binary.clone().into());
+            }
+            (name.clone(), Value::Object(value))
+        })
+        .collect();
+    json!({
+        "MessageId": m.id,
+        "ReceiptHandle": m.receipt,
+        "Body": m.body,
+        "Attributes": system,
+        "MessageAttributes": attributes,
+    })
 }
 
 #[cfg(test)]

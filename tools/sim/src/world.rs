@@ -61,6 +61,12 @@ pub struct Faults {
     pub duplicate_deliveries: usize,
     /// Visibility changes and DLQ moves SQS failed.
     pub sqs_errors: usize,
+    /// Workers stopped by a deploy or a scale-in (`worker` profile).
+    pub worker_stops: usize,
+    /// Workers stopped while a batch held a record at the give-up's receive.
+    pub stops_at_give_up: usize,
+    /// Messages workers released at their stop (received, not finished or not started).
+    pub released_at_stops: usize,
 }
 
 impl Faults {
@@ -79,10 +85,13 @@ impl Faults {
         self.rotation_refusals += other.rotation_refusals;
         self.duplicate_deliveries += other.duplicate_deliveries;
         self.sqs_errors += other.sqs_errors;
+        self.worker_stops += other.worker_stops;
+        self.stops_at_give_up += other.stops_at_give_up;
+        self.released_at_stops += other.released_at_stops;
     }
 
     /// Each kind with its count, for tables.
-    pub fn rows(&self) -> [(&'static str, usize); 13] {
+    pub fn rows(&self) -> [(&'static str, usize); 16] {
         [
             ("crashes", self.crashes),
             ("store errors", self.store_errors),
@@ -100,6 +109,15 @@ impl Faults {
             ("rotated-key refusals", self.rotation_refusals),
             ("duplicate deliveries", self.duplicate_deliveries),
             ("SQS call failures", self.sqs_errors),
+            ("workers stopped", self.worker_stops),
+            (
+                "workers stopped at a give-up receive",
+                self.stops_at_give_up,
+            ),
+            (
+                "messages released at a worker's stop",
+                self.released_at_stops,
+            ),
         ]
     }
 }
@@ -147,6 +165,11 @@ pub struct World {
     pub faults: Faults,
     /// Fenced writes against the table's own grants.
     pub fence: FenceAudit,
+    /// What a worker's handler did with each message it was given, by (message id, receive
+    /// count): started (`None`), then the outcome it answered. Recorded at the handler's door
+    /// ([`crate::worker::Observed`]), so that the world, not the processor, says which records
+    /// were tried.
+    pub tried: HashMap<(String, u32), Option<sqs_batch::Outcome>>,
     /// What happened to each order, in order: (simulated ms, what).
     stories: HashMap<String, Vec<(u64, String)>>,
     clock: SimClock,
@@ -165,6 +188,7 @@ impl Shared {
             digest: 0xcbf2_9ce4_8422_2325,
             faults: Faults::default(),
             fence: FenceAudit::default(),
+            tried: HashMap::new(),
             stories: HashMap::new(),
             clock,
         })))

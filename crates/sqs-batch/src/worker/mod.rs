@@ -274,6 +274,33 @@ pub trait WorkerHooks<H>: Send + Sync {
 /// No hooks: the defaults.
 impl<H> WorkerHooks<H> for () {}
 
+/// The hooks of a handler, given a handler wrapped around it ([`Worker::map_handler`]).
+struct Mapped<H, H2> {
+    hooks: Box<dyn WorkerHooks<H>>,
+    inner: fn(&H2) -> &H,
+}
+
+impl<H, H2> WorkerHooks<H2> for Mapped<H, H2> {
+    fn batch_starting(&self, handler: &H2, batch: &Batch<'_>) {
+        self.hooks.batch_starting((self.inner)(handler), batch);
+    }
+
+    fn batch_settled(
+        &self,
+        handler: &H2,
+        batch: &Batch<'_>,
+        processed: &Processed,
+        elapsed: Duration,
+    ) {
+        self.hooks
+            .batch_settled((self.inner)(handler), batch, processed, elapsed);
+    }
+
+    fn write_metrics(&self, document: &str) {
+        self.hooks.write_metrics(document);
+    }
+}
+
 /// What a worker did, for its last log line and for tests.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct WorkerReport {
@@ -392,6 +419,32 @@ where
         self.processor.handler()
     }
 
+    /// The same worker over `wrap(handler)` (an observer, a gate around the handler), its hooks
+    /// kept: they are given the wrapped handler through `inner`.
+    pub fn map_handler<H2: RecordHandler + 'static>(
+        self,
+        wrap: impl FnOnce(H) -> H2,
+        inner: fn(&H2) -> &H,
+    ) -> Worker<H2, C, Q, V, D>
+    where
+        H: 'static,
+    {
+        let (handler, clock, batch_options) = self.processor.into_parts();
+        Worker {
+            processor: BatchProcessor::new(wrap(handler), clock, batch_options),
+            queue: self.queue,
+            visibility: self.visibility,
+            backoff: self.backoff,
+            dead_letters: self.dead_letters,
+            options: self.options,
+            namespace: self.namespace,
+            hooks: Box::new(Mapped {
+                hooks: self.hooks,
+                inner,
+            }),
+        }
+    }
+
     /// Consumes the queue until `shutdown` resolves, then drains (see the module) and returns.
     pub async fn run(&self, shutdown: impl Future<Output = ()>) -> WorkerReport {
         let counters = Counters::default();
@@ -411,7 +464,11 @@ where
             stop.drain_is_over.store(true, Ordering::SeqCst);
             self.processor.abandon_running();
         };
+        // Every select here is `biased` (its branches polled in the order written, not at random),
+        // so that a seeded runtime replays the worker event for event (the simulator's `worker`
+        // profile); no branch can starve another, since each returns or waits.
         tokio::select! {
+            biased;
             _ = async { tokio::join!(lanes, metrics) } => {}
             // The stopper never ends first: its last step is the drain's end, at which the
             // running records are abandoned and the lanes settle their batches and return.
@@ -466,6 +523,7 @@ where
                     let wait = receive_backoff(failures, fastrand::u64(..));
                     warn!(error = %lambda_kit::error_chain(&e), retry_in_ms = wait.as_millis() as u64, "receive failed");
                     tokio::select! {
+                        biased;
                         () = tokio::time::sleep(wait) => {}
                         () = self.stopped(stop) => {}
                     }
@@ -532,6 +590,7 @@ where
         // The heartbeat runs while the records do, and stops before the moves and the backoff:
         // the visibility the backoff gives a reported record must be its last.
         let (learned, report) = tokio::select! {
+            biased;
             done = records => done,
             never = self.heartbeat(&batch.messages, received_at) => match never {},
         };
@@ -732,6 +791,7 @@ where
         let interval = Duration::from_millis(self.options.metrics_interval_ms);
         while !self.stopping() {
             tokio::select! {
+                biased;
                 () = tokio::time::sleep(interval) => {}
                 () = self.stopped(stop) => return,
             }

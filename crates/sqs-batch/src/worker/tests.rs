@@ -754,3 +754,38 @@ fn the_metrics_interval_is_a_divisor_of_a_minute() {
         );
     }
 }
+
+/// A handler that answers for another one, counting what it was given.
+struct Counting<H> {
+    inner: H,
+    given: AtomicUsize,
+}
+
+impl<H: RecordHandler> RecordHandler for Counting<H> {
+    async fn handle(&self, message: &Message<'_>, context: RecordContext) -> Verdict {
+        self.given.fetch_add(1, Ordering::SeqCst);
+        self.inner.handle(message, context).await
+    }
+}
+
+/// `map_handler` wraps the worker's handler and keeps the rest: the wrapper is given every record
+/// the worker starts, and the worker deletes what the wrapped handler acknowledged.
+#[tokio::test(start_paused = true)]
+async fn a_mapped_handler_is_given_every_record() {
+    let queue = FakeQueue::with(&[("a", "10"), ("b", "10")]);
+    let worker = worker(&queue, WorkerOptions::default(), false).map_handler(
+        |inner| Counting {
+            inner,
+            given: AtomicUsize::new(0),
+        },
+        |counting| &counting.inner,
+    );
+    worker
+        .run(tokio::time::sleep(Duration::from_millis(1_000)))
+        .await;
+    assert_eq!(worker.handler().given.load(Ordering::SeqCst), 2);
+    assert_eq!(*worker.handler().inner.finished.lock().unwrap(), ["a", "b"]);
+    let mut deleted = queue.deleted();
+    deleted.sort();
+    assert_eq!(deleted, ["a", "b"]);
+}

@@ -36,7 +36,7 @@ fn explain(settings: &SimSettings, profile: &str, report: &Report) -> String {
 /// The same seed gives the same run, event for event; another seed another.
 #[test]
 fn a_seed_replays_exactly() {
-    for profile in ["standard", "fifo", "brownout", "skewed"] {
+    for profile in ["standard", "fifo", "brownout", "skewed", "worker"] {
         let settings = |seed| SimSettings::profile(profile, seed, 300).expect("a profile");
         let a = run(&settings(7));
         let b = run(&settings(7));
@@ -165,6 +165,12 @@ fn fixed_seeds_on(
             redriven > 0 && reasons.get("reconciled").is_some_and(|n| *n > 0),
             "no archived copy came back, or none was settled by its look-up: {reasons:?}"
         ),
+        // Workers were stopped while a batch held a record at the give-up's receive, and what
+        // their stops kept from starting was released.
+        "worker" => assert!(
+            faults.stops_at_give_up > 0 && faults.released_at_stops > 0,
+            "no worker was stopped at a give-up receive, or none released anything: {faults:?}"
+        ),
         _ => assert!(faults.outage_refusals > 0 && faults.duplicate_deliveries > 0),
     }
 }
@@ -212,6 +218,19 @@ fn a_lowered_receive_count_loses_nothing_and_charges_nothing_twice() {
 fn copies_sent_again_after_their_items_expired_charge_nothing_twice() {
     fixed_seeds_on(
         "archived",
+        (StoreKind::Memory, Dialect::Draft),
+        OPERATOR_SEEDS,
+        ORDERS,
+    );
+}
+
+/// The function as a fleet of long-polling workers on a FIFO queue, stopped every few minutes
+/// and at the give-up's receive: no record the stop kept from starting is moved, nothing is
+/// deleted without its decision, every order charged once.
+#[test]
+fn worker_seeds_release_what_a_stop_kept_from_starting() {
+    fixed_seeds_on(
+        "worker",
         (StoreKind::Memory, Dialect::Draft),
         OPERATOR_SEEDS,
         ORDERS,
@@ -300,8 +319,7 @@ async fn the_simulated_sqs_refuses_what_sqs_refuses() {
     // less left).
     let payload = sim::Payload {
         order_id: "o-1".into(),
-        amount: 100,
-        currency: process_orders::money::Currency::EUR,
+        price: None,
         body: "{}".into(),
         group: None,
         attributes: sim::queue::Attrs::new(),
@@ -432,15 +450,15 @@ fn every_dialect_is_simulated() {
 }
 
 /// Each planted bug breaks an invariant within a bounded number of seeds, and its check site
-/// was reached (the name is one the real code asks for).
-fn caught(mutation: &'static str, profile: &str) {
+/// was reached (the name is one the real code asks for). The report of the seed that caught it.
+fn caught(mutation: &'static str, profile: &str) -> Report {
     caught_on(
         mutation,
         profile,
         (StoreKind::Memory, Dialect::Draft),
         CAUGHT_ORDERS,
         10,
-    );
+    )
 }
 
 /// Orders per seed of the planted bugs' runs: each stops at its first seed that breaks an
@@ -453,7 +471,7 @@ fn caught_on(
     (store, provider): (StoreKind, Dialect),
     orders: usize,
     max_seeds: u64,
-) {
+) -> Report {
     assert!(
         MUTATIONS.iter().any(|(m, _)| *m == mutation),
         "{mutation} is not listed"
@@ -479,7 +497,7 @@ fn caught_on(
                 first.order_id,
                 settings.replay_command(profile)
             );
-            return;
+            return report;
         }
     }
     assert!(hits > 0, "{mutation}: no check site asks for it");
@@ -544,11 +562,89 @@ fn a_conflict_found_by_the_look_up_read_as_a_failure_is_caught() {
     caught("lookup.conflict_is_an_error", "archived");
 }
 
+/// Issue 49, finding 2: a worker stopped while a batch holds records at the receive before the
+/// queue's redrive. With the stop answered as a RETRY for the records not started (the old
+/// behaviour), the give-up moves them to the DLQ as `retries_exhausted`: never tried.
+#[test]
+fn a_stop_that_gives_up_records_never_started_is_caught() {
+    let report = caught("processor.stopping_gives_up", "worker");
+    assert!(
+        report
+            .violations
+            .iter()
+            .any(|v| v.rule == "moved as retries_exhausted without being tried"),
+        "{:?}",
+        report.violations.first()
+    );
+}
+
+/// Issue 49, finding 1: a look-up that finds another payload's charge under the id, its amount
+/// worded as text (`archived`'s seed 1 words every look-up's amounts so). Read as the order's
+/// (the reading before the fix), the order is completed as paid without being charged; read as
+/// it must be, it is left to a person.
+#[test]
+fn an_unreadable_amount_read_as_a_match_is_caught() {
+    caught("lookup.unreadable_amount_is_a_match", "archived");
+}
+
+/// Issue 49, finding 3: a copy refused on day 10 (a conflict, a decline: no item written) and
+/// redriven on day 20, after the order's own item of day 0 expired, ten days after its own move.
+/// Trusting the missing item because the copy is younger than the retention (the rule before
+/// the fix), the order is charged again, or its declined card sent again.
+#[test]
+fn a_young_refused_copy_trusted_to_have_no_earlier_attempt_is_caught() {
+    caught("store.trusts_absence_of_young_copies", "archived");
+    // Both refusals reach it: seed 1 charges conflicts a second time; in seed 2 a declined
+    // order sent again on day 10 (o-227) has its card sent again on day 20.
+    let report = run(&SimSettings {
+        mutation: Some("store.trusts_absence_of_young_copies"),
+        ..SimSettings::archived(2, CAUGHT_ORDERS)
+    });
+    assert!(
+        report
+            .violations
+            .iter()
+            .any(|v| v.rule == "a declined card sent again"),
+        "no declined card was sent again: {:?}",
+        report.violations.first()
+    );
+}
+
 /// The seams finding of a payment key echoed deep in a provider's text: cut before it was
 /// scrubbed, its first characters reached the DLQ copy's detail.
 #[test]
 fn a_key_cut_before_it_is_scrubbed_is_caught() {
     caught("redact.cut_before_scrub", "standard");
+}
+
+/// A wrong entry in the function's minor-unit table. The world writes and reads amounts by its
+/// own table (`sim::worldmoney`), so a dinar of three digits the function takes for two is an
+/// order refused as invalid (or charged ten times over); while the simulator priced its orders
+/// with the function's own table, it wrote the wrong digits into the bodies and agreed.
+#[test]
+fn a_wrong_minor_unit_in_the_functions_table_is_caught() {
+    // Every dinar order meets it (15% of them): a smaller world is enough.
+    caught_on(
+        "money.wrong_minor_digits",
+        "standard",
+        (StoreKind::Memory, Dialect::Draft),
+        200,
+        10,
+    );
+}
+
+/// An amount read through a float: the world reads every body by its digits, and the provider's
+/// ledger shows a cent less than the body names.
+#[test]
+fn an_amount_read_through_a_float_is_caught() {
+    // Most decimal amounts meet it: a smaller world is enough.
+    caught_on(
+        "order.amount_through_float",
+        "standard",
+        (StoreKind::Memory, Dialect::Draft),
+        200,
+        10,
+    );
 }
 
 /// The guard's bugs do not depend on the store: the same planted bug is caught on the real one.
