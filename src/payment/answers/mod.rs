@@ -463,16 +463,23 @@ fn charged_money(
             None => MoneyHeld::Unreadable,
         }
     });
-    let currencies = [draft::currency(json), nested_currency]
-        .into_iter()
-        .flatten()
-        .map(|value| match value.as_str().and_then(Currency::parse) {
+    let named_currencies = [draft::currency(json), nested_currency];
+    let currencies = named_currencies.into_iter().flatten().map(|value| {
+        match value.as_str().and_then(Currency::parse) {
             Some(code) if code == order.currency => MoneyHeld::Same,
             Some(_) => MoneyHeld::Other,
             None => MoneyHeld::Unreadable,
-        });
+        }
+    });
+    // A charge said to have succeeded for an amount without any currency is no proof that it is
+    // this order's (1000 of what?): never a match. (A failure moved no money, so it is read by
+    // its status.)
+    let no_currency =
+        (succeeded && amount.is_some() && named_currencies.iter().all(Option::is_none))
+            .then_some(MoneyHeld::Unreadable);
     amounts
         .chain(currencies)
+        .chain(no_currency)
         .fold(MoneyHeld::Same, |held, field| match (held, field) {
             (MoneyHeld::Other, _) | (_, MoneyHeld::Other) => MoneyHeld::Other,
             (MoneyHeld::Unreadable, _) | (_, MoneyHeld::Unreadable) => MoneyHeld::Unreadable,
@@ -1284,6 +1291,16 @@ mod tests {
             (
                 r#"{"status":"succeeded","amount":5000,"currency":"€"}"#,
                 ChargeStatus::Conflict,
+            ),
+            // An amount without its currency cannot be read as money: 1000 of what? (The
+            // simulator's `bare` look-ups completed a currency-only conflict as paid so.)
+            (
+                r#"{"status":"succeeded","amount":1000}"#,
+                ChargeStatus::Unclear,
+            ),
+            (
+                r#"{"resultCode":"Authorised","amount":{"value":1000}}"#,
+                ChargeStatus::Unclear,
             ),
             // No money named at all: the status alone.
             (r#"{"status":"succeeded"}"#, ChargeStatus::Succeeded),
