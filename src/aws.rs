@@ -188,19 +188,31 @@ fn connector_error(error: reqwest::Error) -> ConnectorError {
 }
 
 /// A DynamoDB client on the shared configuration, with its own retry and timeout bounds.
+///
+/// Without the SDK's stalled-stream protection: it watches the throughput of every request and
+/// response body with timers of its own, per call, to catch a stream that stops for longer
+/// than its grace period (5 s). Every body here is a few kilobytes at most, and the attempt
+/// timeout (1 s by default) ends a stalled attempt sooner; the watch only cost CPU
+/// (docs/performance.md, "CPU per order on the shipped path").
 pub fn dynamodb(sdk: &SdkConfig, settings: &SdkSettings) -> aws_sdk_dynamodb::Client {
     let config = aws_sdk_dynamodb::config::Builder::from(sdk)
         .retry_config(settings.retry_config())
         .timeout_config(settings.timeout_config())
+        .stalled_stream_protection(
+            aws_sdk_dynamodb::config::StalledStreamProtectionConfig::disabled(),
+        )
         .build();
     aws_sdk_dynamodb::Client::from_conf(config)
 }
 
-/// An SQS client on the shared configuration, with its own retry and timeout bounds.
+/// An SQS client on the shared configuration, with its own retry and timeout bounds; without
+/// stalled-stream protection, for [`dynamodb`]'s reason (every SQS body is small, and every
+/// attempt has a timeout of its own).
 pub fn sqs(sdk: &SdkConfig, settings: &SdkSettings) -> aws_sdk_sqs::Client {
     let config = aws_sdk_sqs::config::Builder::from(sdk)
         .retry_config(settings.retry_config())
         .timeout_config(settings.timeout_config())
+        .stalled_stream_protection(aws_sdk_sqs::config::StalledStreamProtectionConfig::disabled())
         .build();
     aws_sdk_sqs::Client::from_conf(config)
 }

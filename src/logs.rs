@@ -84,9 +84,14 @@ where
     // and above pass it whatever the level: they carry the context (the request and trace ids,
     // the order and message ids), and a WARN line, the one an on-call engineer reads first,
     // must not lose it because the level filters INFO events out.
+    //
+    // Its level hint matters: without one the combined filter has none either, so the global
+    // maximum level stays TRACE and every `trace!` and `debug!` of the SDK, hyper and reqwest
+    // (dozens a request) gets past the macro's level check to the callsite's interest.
     let context = tracing_subscriber::filter::filter_fn(|meta| {
         meta.is_span() && *meta.level() <= tracing::Level::INFO
-    });
+    })
+    .with_max_level_hint(LevelFilter::INFO);
     let logs = tracing_subscriber::Layer::with_filter(
         tracing_subscriber::Layer::and_then(json, text),
         tracing_subscriber::filter::FilterExt::or(filter, context),
