@@ -11,7 +11,11 @@
 //! (`benches/powertools_cpu.py`, run with `BENCH_PYTHON`), with the same slope of its
 //! `time.process_time()`. A bootstrap built with `--features count-allocations`
 //! (`BENCH_COUNTING_FUNCTION`) serves the same kind of run for its allocation counts, so the
-//! CPU is read on the shipped build alone.
+//! CPU is read on the shipped build alone. The floor beside them: this bench run again as a
+//! child (`BENCH_FLOOR_CHILD`) that makes, per order, the same three round trips with no SDK,
+//! no logs and no state machine (a conditional `PutItem` and an `UpdateItem` to the same proxy
+//! and table, a charge with its `Idempotency-Key` to the same stub), on the function's client
+//! stack (reqwest on a current-thread tokio runtime), its own CPU read the same way.
 //!
 //! Under `cargo test --all-targets` (no `--bench` argument) it runs a small smoke version on
 //! the test build of the bootstrap: 20 then 40 orders, one round, Powertools only if
@@ -22,7 +26,7 @@ use std::time::Duration;
 use process_orders::count_allocations::{Counts, parse_report};
 use process_orders::testkit::dynamo::{CountingProxy, create_table, moto_client, moto_endpoint};
 use process_orders::testkit::payment_stub::PaymentStub;
-use process_orders::testkit::runtime_api::RuntimeApi;
+use process_orders::testkit::runtime_api::{RuntimeApi, process_cpu_time};
 use process_orders::testkit::{generated_body, template_environment};
 use sqs_batch::testkit::{self as event, EventShape};
 
@@ -61,6 +65,10 @@ struct World {
 }
 
 fn main() {
+    if let Ok(plan) = std::env::var("BENCH_FLOOR_CHILD") {
+        floor_child(&plan);
+        return;
+    }
     let full = std::env::args().any(|a| a == "--bench");
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -108,10 +116,12 @@ async fn run(full: bool) {
         next_order: 0,
     };
     let (mut ours, mut theirs, mut allocations) = (Vec::new(), Vec::new(), Vec::new());
+    let mut floors = Vec::new();
     let mut powertools_version = None;
     for round in 0..rounds {
         // Alternate, so drift on the machine touches both alike.
         ours.push(bootstrap(&mut world, &function, marks).await.0);
+        floors.push(floor(&mut world, table, marks).await);
         if let Some(python) = &python {
             let (per_order, version) = powertools(&mut world, python, marks, round).await;
             theirs.push(per_order);
@@ -123,7 +133,127 @@ async fn run(full: bool) {
         }
         eprintln!("round {} of {rounds} done", round + 1);
     }
-    report(marks, &ours, &theirs, &allocations, powertools_version);
+    report(
+        marks,
+        &ours,
+        &floors,
+        &theirs,
+        &allocations,
+        powertools_version,
+    );
+}
+
+/// The floor: the same three round trips an order costs, made by a bare client in a process of
+/// its own ([`floor_child`]); per order between the marks.
+async fn floor(world: &mut World, table: &str, marks: Marks) -> PerOrder {
+    let first = world.next_order;
+    world.next_order += marks.total;
+    let plan = format!(
+        "{} {} {table} {first} {} {}",
+        world.proxy.endpoint(),
+        world.stub.url(),
+        marks.warm,
+        marks.total
+    );
+    let (requests, bytes) = (world.proxy.requests(), world.proxy.body_bytes());
+    let exe = std::env::current_exe().expect("the bench's own path");
+    let output = tokio::process::Command::new(exe)
+        .env("BENCH_FLOOR_CHILD", plan)
+        .output()
+        .await
+        .expect("the floor's process");
+    assert!(
+        output.status.success(),
+        "the floor failed: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let text = String::from_utf8_lossy(&output.stdout);
+    let cpu: Vec<f64> = text
+        .split_whitespace()
+        .map(|n| n.parse().expect("a CPU time"))
+        .collect();
+    let orders: Vec<String> = (first..first + marks.total)
+        .map(|i| format!("floor-{i}"))
+        .collect();
+    check_charged_once(world, &orders);
+    PerOrder {
+        cpu_us: marks.per_order(cpu[0], cpu[1]) * 1e6,
+        requests: (world.proxy.requests() - requests) as f64 / marks.total as f64,
+        body_bytes: (world.proxy.body_bytes() - bytes) as f64 / marks.total as f64,
+    }
+}
+
+/// The floor's process: `plan` is "dynamodb-endpoint payment-url table first warm total".
+/// Prints its own CPU seconds after `warm` and after `total` orders.
+fn floor_child(plan: &str) {
+    let words: Vec<&str> = plan.split(' ').collect();
+    let [dynamodb, payment, table, first, warm, total] = words[..] else {
+        panic!("BENCH_FLOOR_CHILD is not a plan: {plan}");
+    };
+    let number = |w: &str| w.parse::<usize>().expect("a number");
+    let (first, warm, total) = (number(first), number(warm), number(total));
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let client = reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .expect("an HTTP client");
+    let dynamodb_call = |target: &'static str, body: String| {
+        client
+            .post(dynamodb)
+            .header("content-type", "application/x-amz-json-1.0")
+            .header("x-amz-target", target)
+            // moto reads the region and the account from it; nothing checks the signature.
+            .header(
+                "authorization",
+                "AWS4-HMAC-SHA256 Credential=test/20260101/us-east-1/dynamodb/aws4_request, \
+                 SignedHeaders=host, Signature=0",
+            )
+            .body(body)
+            .send()
+    };
+    let mut cpu = Vec::new();
+    runtime.block_on(async {
+        for n in 0..total {
+            let id = format!("floor-{}", first + n);
+            let claim = serde_json::json!({
+                "TableName": table,
+                "Item": {"pk": {"S": &id}, "status": {"S": "IN_PROGRESS"}, "expiry": {"N": "9999999999"}},
+                "ConditionExpression": "attribute_not_exists(pk)",
+            });
+            let answer = dynamodb_call("DynamoDB_20120810.PutItem", claim.to_string()).await;
+            assert!(answer.expect("the claim").status().is_success(), "claimed");
+            let charge = client
+                .post(format!("{payment}/charges"))
+                .header("idempotency-key", &id)
+                .header("content-type", "application/json")
+                .body(
+                    serde_json::json!({"order_id": &id, "amount": 1000, "currency": "EUR"})
+                        .to_string(),
+                )
+                .send()
+                .await
+                .expect("the charge");
+            let status = charge.status();
+            let answer = charge.text().await.unwrap_or_default();
+            assert!(status.is_success(), "charged: {status} {answer}");
+            let complete = serde_json::json!({
+                "TableName": table,
+                "Key": {"pk": {"S": &id}},
+                "UpdateExpression": "SET #s = :c",
+                "ExpressionAttributeNames": {"#s": "status"},
+                "ExpressionAttributeValues": {":c": {"S": "COMPLETED"}},
+            });
+            let answer = dynamodb_call("DynamoDB_20120810.UpdateItem", complete.to_string()).await;
+            assert!(answer.expect("the completion").status().is_success(), "completed");
+            if n + 1 == warm || n + 1 == total {
+                cpu.push(process_cpu_time(std::process::id()).as_secs_f64());
+            }
+        }
+    });
+    println!("{} {}", cpu[0], cpu[1]);
 }
 
 /// `total` new orders in events of [`BATCH`] records, their ids never used before in this run.
@@ -284,6 +414,7 @@ fn median(mut values: Vec<f64>) -> f64 {
 fn report(
     marks: Marks,
     ours: &[PerOrder],
+    floors: &[PerOrder],
     theirs: &[PerOrder],
     allocations: &[[f64; 3]],
     powertools_version: Option<String>,
@@ -325,6 +456,16 @@ fn report(
         "| process-orders (Rust) | {:.1} us | {:.2} | {:.0} | {counted} |",
         ours_summary.cpu_us, ours_summary.requests, ours_summary.body_bytes
     );
+    let floor = summary(floors);
+    println!(
+        "| floor: the same round trips, bare reqwest | {:.1} us | {:.2} | {:.0} | |",
+        floor.cpu_us, floor.requests, floor.body_bytes
+    );
+    println!(
+        "| process-orders / floor | **{:.2}** | | | |",
+        ours_summary.cpu_us / floor.cpu_us
+    );
+    println!("\nThe floor in each round, us: {}", list(floors));
     match powertools_version {
         Some(version) => {
             let theirs_summary = summary(theirs);

@@ -233,8 +233,9 @@ fn drain(pipe: Option<impl tokio::io::AsyncRead + Unpin + Send + 'static>) -> Jo
     })
 }
 
-/// The CPU time of process `pid`: its CPU-time clock (`clock_getcpuclockid`).
-fn process_cpu_time(pid: u32) -> Duration {
+/// The CPU time of process `pid` (user and system, every thread): its CPU-time clock
+/// (`clock_getcpuclockid`). A benchmark reads its own with `std::process::id()`.
+pub fn process_cpu_time(pid: u32) -> Duration {
     let pid = libc::pid_t::try_from(pid).expect("a pid");
     let mut clock: libc::clockid_t = 0;
     let mut now = libc::timespec {
