@@ -140,33 +140,38 @@ pub async fn create_table(client: &Client, name: &str) -> Result<(), CreateTable
 /// The DynamoDB actions this store calls; IAM grants exactly these on the table. No path reads.
 pub const ACTIONS: &[&str] = &["dynamodb:UpdateItem", "dynamodb:DeleteItem"];
 
-const CLAIM_UPDATE: &str = "SET #status = :in_progress, #lease_token = :token, \
-    #lease_until = :lease_until, #fingerprint = :fingerprint, #exp = :exp, \
-    #message_id = :message_id, #claimed_at = :now_ms, \
-    #schema = :schema, #first_attempt_at = if_not_exists(#first_attempt_at, :first_attempt) \
-    REMOVE #completed_at, #rejected_at, #rejected_reason, #output, #output_at ADD #attempts :one";
-const CLAIM_CONDITION: &str = "attribute_not_exists(#pk) \
-    OR ((attribute_not_exists(#schema) OR #schema <= :schema) \
-        AND (((#status = :completed OR #status = :rejected) AND #exp <= :now_s) \
-        OR (#fingerprint = :fingerprint AND (#status = :attempted \
-            OR (#status = :in_progress AND #lease_until <= :now_ms)))))";
+// The requests' placeholders are one or two letters: each is sent once in the expression and
+// once in its map, and the claim alone has 16 names and 14 values, so spelled-out ones
+// (`#lease_token`, `:in_progress`) made a claim and its completion 2,576 bytes an order, 1,848
+// now (docs/performance.md, "CPU per order on the shipped path").
+//
+// Names: #k pk, #s status, #t lease_token, #u lease_until, #f fingerprint, #e expires_at,
+// #m message_id, #c claimed_at, #fa first_attempt_at, #n attempts, #aa attempted_at,
+// #ca completed_at, #ra rejected_at, #rr rejected_reason, #o output, #oa output_at, #v schema.
+// Values: :p :a :c :r the statuses IN_PROGRESS, ATTEMPTED, COMPLETED and REJECTED, :t the lease
+// token, :u the lease's end, :f the fingerprint, :e the expiry (epoch seconds), :m the message
+// id, :ms and :sec now in milliseconds and in seconds, :v the schema version, :fa a fresh
+// claim's first attempt, :x an unknown first attempt (0), :o the output, :rr the rejection's
+// reason, :one 1.
+const CLAIM_UPDATE: &str = "SET #s = :p, #t = :t, #u = :u, #f = :f, #e = :e, #m = :m, \
+    #c = :ms, #v = :v, #fa = if_not_exists(#fa, :fa) REMOVE #ca, #ra, #rr, #o, #oa ADD #n :one";
+const CLAIM_CONDITION: &str = "attribute_not_exists(#k) \
+    OR ((attribute_not_exists(#v) OR #v <= :v) \
+        AND (((#s = :c OR #s = :r) AND #e <= :sec) \
+        OR (#f = :f AND (#s = :a OR (#s = :p AND #u <= :ms)))))";
 // A finishing write keeps the holder's token on the item: with the state it wrote, it is how a
 // retry of the same write (its first answer lost, the SDK trying again) knows the item as its
 // own work (`holder_update`). The holder condition's status check spends the token: after its finish,
 // the holder can write nothing else, and the next claim writes a token of its own.
-const COMPLETE_UPDATE: &str = "SET #status = :completed, #exp = :exp, #completed_at = :now_ms \
-    REMOVE #lease_until, #first_attempt_at, #attempts, #output, #output_at";
-const COMPLETE_WITH_OUTPUT_UPDATE: &str = "SET #status = :completed, #exp = :exp, \
-    #completed_at = :now_ms, #output = :output, #output_at = :now_ms \
-    REMOVE #lease_until, #first_attempt_at, #attempts";
-const REJECT_UPDATE: &str = "SET #status = :rejected, #exp = :exp, #rejected_at = :now_ms, \
-    #rejected_reason = :reason REMOVE #lease_until, #first_attempt_at, #attempts";
-const MARK_ATTEMPTED_UPDATE: &str = "SET #status = :attempted, #attempted_at = :now_ms, \
-    #exp = :exp REMOVE #lease_until";
+const COMPLETE_UPDATE: &str = "SET #s = :c, #e = :e, #ca = :ms REMOVE #u, #fa, #n, #o, #oa";
+const COMPLETE_WITH_OUTPUT_UPDATE: &str =
+    "SET #s = :c, #e = :e, #ca = :ms, #o = :o, #oa = :ms REMOVE #u, #fa, #n";
+const REJECT_UPDATE: &str = "SET #s = :r, #e = :e, #ra = :ms, #rr = :rr REMOVE #u, #fa, #n";
+const MARK_ATTEMPTED_UPDATE: &str = "SET #s = :a, #aa = :ms, #e = :e REMOVE #u";
 /// An unfinished item without its first attempt's time (not one this store wrote): unknown,
 /// so the oldest possible (see `claimed_state`).
-const UNKNOWN_FIRST_ATTEMPT_UPDATE: &str = "SET #first_attempt_at = :unknown";
-const HOLDER_CONDITION: &str = "#lease_token = :token AND #status = :in_progress";
+const UNKNOWN_FIRST_ATTEMPT_UPDATE: &str = "SET #fa = :x";
+const HOLDER_CONDITION: &str = "#t = :t AND #s = :p";
 
 /// The store on a DynamoDB table keyed by `pk` (string), with TTL on `expires_at`.
 #[derive(Debug, Clone)]
@@ -213,9 +218,9 @@ impl DynamoDbStore {
             .delete_item()
             .table_name(&self.table)
             .key(attr::KEY, self.pk(key))
-            .condition_expression("#status = :rejected")
-            .expression_attribute_names("#status", attr::STATUS)
-            .expression_attribute_values(":rejected", s(Status::Rejected.as_str()))
+            .condition_expression("#s = :r")
+            .expression_attribute_names("#s", attr::STATUS)
+            .expression_attribute_values(":r", s(Status::Rejected.as_str()))
             .return_values(ReturnValue::AllOld)
             .send()
             .await;
@@ -238,7 +243,7 @@ impl DynamoDbStore {
 }
 
 impl DynamoDbStore {
-    /// An `UpdateItem` only the lease holder can make (`#lease_token` and `:token` are added).
+    /// An `UpdateItem` only the lease holder can make (`#t` and `:t` are added).
     async fn holder_update<const V: usize>(
         &self,
         key: &str,
@@ -255,10 +260,10 @@ impl DynamoDbStore {
             .key(attr::KEY, self.pk(key))
             .update_expression(update)
             .condition_expression(HOLDER_CONDITION)
-            .expression_attribute_names("#lease_token", attr::LEASE_TOKEN)
-            .expression_attribute_names("#status", attr::STATUS)
-            .expression_attribute_values(":token", s(token.as_str()))
-            .expression_attribute_values(":in_progress", s(Status::InProgress.as_str()))
+            .expression_attribute_names("#t", attr::LEASE_TOKEN)
+            .expression_attribute_names("#s", attr::STATUS)
+            .expression_attribute_values(":t", s(token.as_str()))
+            .expression_attribute_values(":p", s(Status::InProgress.as_str()))
             .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld);
         for (placeholder, name) in names {
             request = request.expression_attribute_names(*placeholder, *name);
@@ -418,36 +423,36 @@ impl IdempotencyStore for DynamoDbStore {
             .key(attr::KEY, self.pk(request.key))
             .update_expression(CLAIM_UPDATE)
             .condition_expression(CLAIM_CONDITION)
-            .expression_attribute_names("#pk", attr::KEY)
-            .expression_attribute_names("#status", attr::STATUS)
-            .expression_attribute_names("#lease_token", attr::LEASE_TOKEN)
-            .expression_attribute_names("#lease_until", attr::LEASE_UNTIL)
-            .expression_attribute_names("#fingerprint", attr::FINGERPRINT)
-            .expression_attribute_names("#exp", attr::EXPIRES_AT)
-            .expression_attribute_names("#message_id", attr::MESSAGE_ID)
-            .expression_attribute_names("#claimed_at", attr::CLAIMED_AT)
-            .expression_attribute_names("#first_attempt_at", attr::FIRST_ATTEMPT_AT)
-            .expression_attribute_names("#completed_at", attr::COMPLETED_AT)
-            .expression_attribute_names("#rejected_at", attr::REJECTED_AT)
-            .expression_attribute_names("#rejected_reason", attr::REJECTED_REASON)
-            .expression_attribute_names("#output", attr::OUTPUT)
-            .expression_attribute_names("#output_at", attr::OUTPUT_AT)
-            .expression_attribute_names("#attempts", attr::ATTEMPTS)
-            .expression_attribute_names("#schema", attr::SCHEMA)
-            .expression_attribute_values(":in_progress", s(Status::InProgress.as_str()))
-            .expression_attribute_values(":attempted", s(Status::Attempted.as_str()))
-            .expression_attribute_values(":completed", s(Status::Completed.as_str()))
-            .expression_attribute_values(":rejected", s(Status::Rejected.as_str()))
-            .expression_attribute_values(":token", s(lease.token.to_string()))
-            .expression_attribute_values(":lease_until", n(lease.until_ms))
-            .expression_attribute_values(":fingerprint", s(request.fingerprint.to_string()))
-            .expression_attribute_values(":exp", n(self.expires_at(request.now_ms)))
-            .expression_attribute_values(":message_id", s(request.message_id))
-            .expression_attribute_values(":now_ms", n(request.now_ms))
-            .expression_attribute_values(":now_s", n(request.now_ms / 1_000))
+            .expression_attribute_names("#k", attr::KEY)
+            .expression_attribute_names("#s", attr::STATUS)
+            .expression_attribute_names("#t", attr::LEASE_TOKEN)
+            .expression_attribute_names("#u", attr::LEASE_UNTIL)
+            .expression_attribute_names("#f", attr::FINGERPRINT)
+            .expression_attribute_names("#e", attr::EXPIRES_AT)
+            .expression_attribute_names("#m", attr::MESSAGE_ID)
+            .expression_attribute_names("#c", attr::CLAIMED_AT)
+            .expression_attribute_names("#fa", attr::FIRST_ATTEMPT_AT)
+            .expression_attribute_names("#ca", attr::COMPLETED_AT)
+            .expression_attribute_names("#ra", attr::REJECTED_AT)
+            .expression_attribute_names("#rr", attr::REJECTED_REASON)
+            .expression_attribute_names("#o", attr::OUTPUT)
+            .expression_attribute_names("#oa", attr::OUTPUT_AT)
+            .expression_attribute_names("#n", attr::ATTEMPTS)
+            .expression_attribute_names("#v", attr::SCHEMA)
+            .expression_attribute_values(":p", s(Status::InProgress.as_str()))
+            .expression_attribute_values(":a", s(Status::Attempted.as_str()))
+            .expression_attribute_values(":c", s(Status::Completed.as_str()))
+            .expression_attribute_values(":r", s(Status::Rejected.as_str()))
+            .expression_attribute_values(":t", s(lease.token.to_string()))
+            .expression_attribute_values(":u", n(lease.until_ms))
+            .expression_attribute_values(":f", s(request.fingerprint.to_string()))
+            .expression_attribute_values(":e", n(self.expires_at(request.now_ms)))
+            .expression_attribute_values(":m", s(request.message_id))
+            .expression_attribute_values(":ms", n(request.now_ms))
+            .expression_attribute_values(":sec", n(request.now_ms / 1_000))
             .expression_attribute_values(":one", n(1))
-            .expression_attribute_values(":schema", n(SCHEMA_VERSION))
-            .expression_attribute_values(":first_attempt", n(first_attempt_of_fresh(request)))
+            .expression_attribute_values(":v", n(SCHEMA_VERSION))
+            .expression_attribute_values(":fa", n(first_attempt_of_fresh(request)))
             .return_values(ReturnValue::AllOld)
             .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
             .send()
@@ -485,8 +490,8 @@ impl IdempotencyStore for DynamoDbStore {
                         request.key,
                         &lease,
                         (UNKNOWN_FIRST_ATTEMPT_UPDATE, Status::InProgress),
-                        &[("#first_attempt_at", attr::FIRST_ATTEMPT_AT)],
-                        [(":unknown", n(0))],
+                        &[("#fa", attr::FIRST_ATTEMPT_AT)],
+                        [(":x", n(0))],
                     )
                     .await?;
                 }
@@ -536,18 +541,18 @@ impl IdempotencyStore for DynamoDbStore {
         output: Option<&str>,
     ) -> Result<(), StoreError> {
         const NAMES: &[(&str, &str)] = &[
-            ("#exp", attr::EXPIRES_AT),
-            ("#completed_at", attr::COMPLETED_AT),
-            ("#lease_until", attr::LEASE_UNTIL),
-            ("#first_attempt_at", attr::FIRST_ATTEMPT_AT),
-            ("#attempts", attr::ATTEMPTS),
-            ("#output", attr::OUTPUT),
-            ("#output_at", attr::OUTPUT_AT),
+            ("#e", attr::EXPIRES_AT),
+            ("#ca", attr::COMPLETED_AT),
+            ("#u", attr::LEASE_UNTIL),
+            ("#fa", attr::FIRST_ATTEMPT_AT),
+            ("#n", attr::ATTEMPTS),
+            ("#o", attr::OUTPUT),
+            ("#oa", attr::OUTPUT_AT),
         ];
         let values = [
-            (":completed", s(Status::Completed.as_str())),
-            (":exp", n(self.expires_at(now_ms))),
-            (":now_ms", n(now_ms)),
+            (":c", s(Status::Completed.as_str())),
+            (":e", n(self.expires_at(now_ms))),
+            (":ms", n(now_ms)),
         ];
         match crate::store::bounded_output(key, output) {
             None => {
@@ -567,7 +572,7 @@ impl IdempotencyStore for DynamoDbStore {
                     lease,
                     (COMPLETE_WITH_OUTPUT_UPDATE, Status::Completed),
                     NAMES,
-                    [completed, exp, now, (":output", s(output))],
+                    [completed, exp, now, (":o", s(output))],
                 )
                 .await
             }
@@ -580,14 +585,14 @@ impl IdempotencyStore for DynamoDbStore {
             lease,
             (MARK_ATTEMPTED_UPDATE, Status::Attempted),
             &[
-                ("#attempted_at", attr::ATTEMPTED_AT),
-                ("#exp", attr::EXPIRES_AT),
-                ("#lease_until", attr::LEASE_UNTIL),
+                ("#aa", attr::ATTEMPTED_AT),
+                ("#e", attr::EXPIRES_AT),
+                ("#u", attr::LEASE_UNTIL),
             ],
             [
-                (":attempted", s(Status::Attempted.as_str())),
-                (":now_ms", n(at_ms)),
-                (":exp", n(self.expires_at(at_ms))),
+                (":a", s(Status::Attempted.as_str())),
+                (":ms", n(at_ms)),
+                (":e", n(self.expires_at(at_ms))),
             ],
         )
         .await
@@ -605,18 +610,18 @@ impl IdempotencyStore for DynamoDbStore {
             lease,
             (REJECT_UPDATE, Status::Rejected),
             &[
-                ("#exp", attr::EXPIRES_AT),
-                ("#rejected_at", attr::REJECTED_AT),
-                ("#rejected_reason", attr::REJECTED_REASON),
-                ("#lease_until", attr::LEASE_UNTIL),
-                ("#first_attempt_at", attr::FIRST_ATTEMPT_AT),
-                ("#attempts", attr::ATTEMPTS),
+                ("#e", attr::EXPIRES_AT),
+                ("#ra", attr::REJECTED_AT),
+                ("#rr", attr::REJECTED_REASON),
+                ("#u", attr::LEASE_UNTIL),
+                ("#fa", attr::FIRST_ATTEMPT_AT),
+                ("#n", attr::ATTEMPTS),
             ],
             [
-                (":rejected", s(Status::Rejected.as_str())),
-                (":exp", n(self.expires_at(now_ms))),
-                (":now_ms", n(now_ms)),
-                (":reason", s(reason)),
+                (":r", s(Status::Rejected.as_str())),
+                (":e", n(self.expires_at(now_ms))),
+                (":ms", n(now_ms)),
+                (":rr", s(reason)),
             ],
         )
         .await
@@ -629,10 +634,10 @@ impl IdempotencyStore for DynamoDbStore {
             .table_name(&self.table)
             .key(attr::KEY, self.pk(key))
             .condition_expression(HOLDER_CONDITION)
-            .expression_attribute_names("#lease_token", attr::LEASE_TOKEN)
-            .expression_attribute_names("#status", attr::STATUS)
-            .expression_attribute_values(":token", s(lease.token.to_string()))
-            .expression_attribute_values(":in_progress", s(Status::InProgress.as_str()))
+            .expression_attribute_names("#t", attr::LEASE_TOKEN)
+            .expression_attribute_names("#s", attr::STATUS)
+            .expression_attribute_values(":t", s(lease.token.to_string()))
+            .expression_attribute_values(":p", s(Status::InProgress.as_str()))
             .send()
             .await;
         fenced(
@@ -725,99 +730,32 @@ mod tests {
             (
                 &[CLAIM_UPDATE, CLAIM_CONDITION][..],
                 &[
-                    "#pk",
-                    "#status",
-                    "#lease_token",
-                    "#lease_until",
-                    "#fingerprint",
-                    "#exp",
-                    "#message_id",
-                    "#claimed_at",
-                    "#first_attempt_at",
-                    "#completed_at",
-                    "#attempts",
-                    "#output",
-                    "#output_at",
-                    ":in_progress",
-                    ":attempted",
-                    ":completed",
-                    ":token",
-                    ":lease_until",
-                    ":fingerprint",
-                    ":exp",
-                    ":message_id",
-                    ":now_ms",
-                    ":now_s",
-                    ":one",
-                    "#schema",
-                    ":schema",
-                    ":first_attempt",
+                    "#k", "#s", "#t", "#u", "#f", "#e", "#m", "#c", "#fa", "#ca", "#n", "#o",
+                    "#oa", ":p", ":a", ":c", ":t", ":u", ":f", ":e", ":m", ":ms", ":sec", ":one",
+                    "#v", ":v", ":fa",
                 ][..],
             ),
             (
                 &[COMPLETE_UPDATE, HOLDER_CONDITION][..],
                 &[
-                    "#status",
-                    "#exp",
-                    "#completed_at",
-                    "#lease_token",
-                    "#lease_until",
-                    "#first_attempt_at",
-                    "#attempts",
-                    "#output",
-                    "#output_at",
-                    ":completed",
-                    ":exp",
-                    ":now_ms",
-                    ":token",
-                    ":in_progress",
+                    "#s", "#e", "#ca", "#t", "#u", "#fa", "#n", "#o", "#oa", ":c", ":e", ":ms",
+                    ":t", ":p",
                 ][..],
             ),
             (
                 &[COMPLETE_WITH_OUTPUT_UPDATE, HOLDER_CONDITION][..],
                 &[
-                    "#status",
-                    "#exp",
-                    "#completed_at",
-                    "#lease_token",
-                    "#lease_until",
-                    "#first_attempt_at",
-                    "#attempts",
-                    "#output",
-                    "#output_at",
-                    ":completed",
-                    ":exp",
-                    ":now_ms",
-                    ":output",
-                    ":token",
-                    ":in_progress",
+                    "#s", "#e", "#ca", "#t", "#u", "#fa", "#n", "#o", "#oa", ":c", ":e", ":ms",
+                    ":o", ":t", ":p",
                 ][..],
             ),
             (
                 &[MARK_ATTEMPTED_UPDATE, HOLDER_CONDITION][..],
-                &[
-                    "#status",
-                    "#attempted_at",
-                    "#exp",
-                    "#lease_token",
-                    "#lease_until",
-                    ":attempted",
-                    ":now_ms",
-                    ":exp",
-                    ":token",
-                    ":in_progress",
-                ][..],
+                &["#s", "#aa", "#e", "#t", "#u", ":a", ":ms", ":e", ":t", ":p"][..],
             ),
             (
                 &[UNKNOWN_FIRST_ATTEMPT_UPDATE, HOLDER_CONDITION][..],
-                &[
-                    "#first_attempt_at",
-                    "#lease_token",
-                    "#status",
-                    ":unknown",
-                    ":token",
-                    ":in_progress",
-                ][..],
+                &["#fa", "#t", "#s", ":x", ":t", ":p"][..],
             ),
         ] {
             let text = exprs.join(" ");
