@@ -567,10 +567,7 @@ async fn deadline() {
     )
     .with_backoff(Some(sqs_batch::Backoff {
         port: SqsVisibility::new(sqs),
-        policy: BackoffPolicy {
-            base_s: 5,
-            cap_s: 900,
-        },
+        policy: BackoffPolicy::new(5, 900),
     }));
     let records: Vec<_> = (0..100)
         .map(|i| {

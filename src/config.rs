@@ -324,13 +324,7 @@ mod tests {
             c.store.key_prefix, "orders#",
             "orders' keys apart in a shared table"
         );
-        assert_eq!(
-            c.lease,
-            LeasePolicy {
-                lease_ms: 300_000,
-                margin_ms: 5_000
-            }
-        );
+        assert_eq!(c.lease, LeasePolicy::new(300_000, 5_000));
         assert_eq!(c.store.retention, Duration::from_secs(18 * 86_400));
         assert_eq!(c.batch.max_concurrency.get(), 16);
         assert_eq!(c.batch.fifo_scope, FifoScope::Batch);
@@ -498,13 +492,7 @@ mod tests {
             ("AWS_REGION", "us-east-1"),
             ("BACKOFF_CAP_SECONDS", "60"),
         ]);
-        assert_eq!(
-            on.expect("on").backoff,
-            Some(BackoffPolicy {
-                base_s: 5,
-                cap_s: 60
-            })
-        );
+        assert_eq!(on.expect("on").backoff, Some(BackoffPolicy::new(5, 60)));
         let err = config(&[
             ("VISIBILITY_BACKOFF", "1"),
             ("AWS_REGION", "r"),

@@ -472,6 +472,11 @@ fn verdict(
                  provider's lookup answered in a shape or status not understood, which settles \
                  nothing: not charged again; read the charge at the provider"
             ),
+            // A reason a later idempotency adds: unsettled all the same.
+            _ => format!(
+                "an earlier charge may exist (first attempt at {first_attempt_ms}) and the \
+                 lookup did not settle it: not charged again; read the charge at the provider"
+            ),
         }),
         Guarded::Store(e) => verdict.with_detail(error_chain(&e)),
         Guarded::Conflict => verdict.with_detail(

@@ -242,6 +242,8 @@ fn counts(report: &BatchReport) -> [(&'static str, f64); COUNT_METRICS.len()] {
             // Only a worker that is stopping skips so; it counts them as released.
             RecordStatus::SkippedStopping => {}
             RecordStatus::SkippedAfter { .. } => add("SkippedAfterFailure"),
+            // A status a later sqs-batch adds: counted among the records only.
+            _ => {}
         }
     }
     std::array::from_fn(|i| (COUNT_METRICS[i], c[i] as f64))

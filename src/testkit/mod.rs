@@ -125,10 +125,7 @@ pub fn emitted_metrics() -> std::collections::BTreeSet<String> {
         service: "process-orders".into(),
         function_name: "f".into(),
     };
-    let report = sqs_batch::BatchReport {
-        kind: sqs_batch::QueueKind::Standard,
-        statuses: Vec::new(),
-    };
+    let report = sqs_batch::BatchReport::new(sqs_batch::QueueKind::Standard, Vec::new());
     let none = crate::metrics::LatencySnapshot::default();
     let invocation = crate::metrics::Invocation {
         report: &report,

@@ -248,10 +248,7 @@ async fn a_rotated_api_key_retries_with_backoff_and_sends_nothing_to_the_dlq() {
             .unwrap_or_else(|| panic!("{name} default"))
     };
     let max_receive_count = default("MaxReceiveCount") as u32;
-    let policy = BackoffPolicy {
-        base_s: default("BackoffBaseSeconds"),
-        cap_s: default("BackoffCapSeconds"),
-    };
+    let policy = BackoffPolicy::new(default("BackoffBaseSeconds"), default("BackoffCapSeconds"));
 
     let clock = ManualClock::at(T0);
     let stub = PaymentStub::start_with_clock(Arc::new(clock.clone())).await;

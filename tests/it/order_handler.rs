@@ -196,14 +196,13 @@ async fn a_key_held_elsewhere_is_busy_with_the_lease_end() {
             .unwrap()
             .fingerprint();
     let held = store
-        .begin(&ClaimRequest {
-            key: "o-1",
+        .begin(&ClaimRequest::new(
+            "o-1",
             fingerprint,
-            now_ms: clock.now_ms(),
-            lease_until_ms: T0 + 9_000,
-            message_id: "other",
-            earlier_attempt_ms: None,
-        })
+            clock.now_ms(),
+            T0 + 9_000,
+            "other",
+        ))
         .await
         .unwrap();
     assert!(matches!(held, Begin::Started { .. }));
@@ -253,14 +252,8 @@ impl PaymentGateway for TakeoverGateway {
     async fn charge(&self, _request: &ChargeRequest<'_>) -> Result<(), PaymentError> {
         self.clock.advance_ms(config().lease.lease_ms + 1);
         let now_ms = self.clock.now_ms();
-        let takeover = ClaimRequest {
-            key: "o-1",
-            fingerprint: self.fingerprint,
-            now_ms,
-            lease_until_ms: now_ms + 30_000,
-            message_id: "m-other",
-            earlier_attempt_ms: None,
-        };
+        let takeover =
+            ClaimRequest::new("o-1", self.fingerprint, now_ms, now_ms + 30_000, "m-other");
         assert!(matches!(
             self.store.begin(&takeover).await,
             Ok(Begin::Started { .. })
@@ -297,13 +290,12 @@ async fn a_lease_taken_over_during_the_charge_is_retry_and_fenced() {
     assert_eq!(failed_ids(&response), ["m1"]);
     assert_eq!(reason(&report.statuses[0]), (Outcome::Retry, "lease_lost"));
     // The new holder's claim is intact: others still see it busy.
-    let probe = ClaimRequest {
-        key: "o-1",
+    let probe = ClaimRequest::new(
+        "o-1",
         fingerprint,
-        now_ms: clock.now_ms(),
-        lease_until_ms: clock.now_ms() + 1,
-        message_id: "probe",
-        earlier_attempt_ms: None,
-    };
+        clock.now_ms(),
+        clock.now_ms() + 1,
+        "probe",
+    );
     assert!(matches!(store.begin(&probe).await, Ok(Begin::Busy { .. })));
 }

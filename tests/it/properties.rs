@@ -140,7 +140,7 @@ proptest! {
         receive_count in any::<u32>(),
         random in any::<u64>(),
     ) {
-        let policy = BackoffPolicy { base_s: base, cap_s: cap };
+        let policy = BackoffPolicy::new(base, cap);
         let delay = policy.delay(receive_count, random);
         let exponent = receive_count.max(1) - 1;
         let doubled = if exponent >= 64 { u128::MAX } else { u128::from(base) << exponent };

@@ -5,7 +5,7 @@
 use std::sync::Arc;
 
 use idempotency::testkit::{RETENTION, claim, t0};
-use idempotency::{ClaimRequest, DynamoDbStore, IdempotencyStore};
+use idempotency::{DynamoDbStore, IdempotencyStore};
 use lambda_kit::clock::{Clock, ManualClock};
 use process_orders::app::App;
 use process_orders::config::Config;
@@ -79,9 +79,10 @@ async fn each_path_costs_its_budget_of_requests() {
     // Held elsewhere for the same order, and for another payload.
     let held = decode_order(r#"{"order_id":"held","amount":1}"#, Currency::EUR).expect("order");
     store
-        .begin(&ClaimRequest {
-            fingerprint: held.fingerprint(),
-            ..claim("held", clock.now_ms())
+        .begin(&{
+            let mut request = claim("held", clock.now_ms());
+            request.fingerprint = held.fingerprint();
+            request
         })
         .await
         .expect("held elsewhere");
@@ -237,13 +238,15 @@ async fn an_order_id_never_meets_another_functions_key_in_a_shared_table() {
     let orders = DynamoDbStore::new(client.clone(), &table, RETENTION)
         .with_key_prefix(&config.store.key_prefix);
     let emails = DynamoDbStore::new(client, &table, RETENTION).with_key_prefix("email-once#");
-    let order = ClaimRequest {
-        fingerprint: idempotency::Fingerprint(1),
-        ..claim("email-once#u-1", t0())
+    let order = {
+        let mut request = claim("email-once#u-1", t0());
+        request.fingerprint = idempotency::Fingerprint(1);
+        request
     };
-    let email = ClaimRequest {
-        fingerprint: idempotency::Fingerprint(2),
-        ..claim("u-1", t0())
+    let email = {
+        let mut request = claim("u-1", t0());
+        request.fingerprint = idempotency::Fingerprint(2);
+        request
     };
     assert!(matches!(
         orders.begin(&order).await,

@@ -66,6 +66,7 @@ pub const PAYLOAD_PREFIX: &str = "payloads/";
 /// Where a payload is.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[serde(deny_unknown_fields)]
+#[non_exhaustive]
 pub struct Pointer {
     /// The bucket.
     pub bucket: String,
@@ -75,8 +76,16 @@ pub struct Pointer {
     pub size: u64,
 }
 
+impl Pointer {
+    /// The object `key` in `bucket`, of `size` bytes.
+    pub fn new(bucket: String, key: String, size: u64) -> Self {
+        Self { bucket, key, size }
+    }
+}
+
 /// Why a pointed-at payload could not be loaded.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum LoadError {
     /// The attribute names a kind of pointer this build does not read.
     #[error("payload-pointer {0:?} is not a kind this function reads (only \"s3\")")]
@@ -147,6 +156,7 @@ pub const VARIABLES: &[(&str, Option<&str>)] = &[
 
 /// Where claim-check payloads live and how large one may be.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct ClaimCheckSettings {
     /// `CLAIM_CHECK_BUCKET`: the one bucket pointers may name.
     pub bucket: String,
@@ -155,6 +165,11 @@ pub struct ClaimCheckSettings {
 }
 
 impl ClaimCheckSettings {
+    /// Payloads in `bucket`, at most `max_bytes` each.
+    pub fn new(bucket: String, max_bytes: u64) -> Self {
+        Self { bucket, max_bytes }
+    }
+
     /// `None` when `CLAIM_CHECK_BUCKET` is unset: the claim check is off.
     pub fn from_env(env: &lambda_kit::Env<'_>) -> Result<Option<Self>, lambda_kit::EnvError> {
         let Some(bucket) = env.text("CLAIM_CHECK_BUCKET") else {
@@ -178,6 +193,7 @@ pub trait PayloadStore: Send + Sync {
 
 /// The payload store this build runs with.
 #[derive(Debug, Default)]
+#[non_exhaustive]
 pub enum Payloads {
     /// No claim check: a pointer message is POISON (it reaches the DLQ, to be redriven once
     /// claim check is on).

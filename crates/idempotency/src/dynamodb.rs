@@ -84,6 +84,7 @@ pub const SCHEMA_VERSION: u64 = 1;
 
 /// Why the table could not be created.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum CreateTableError {
     /// A request could not be built (a bug, not an outage).
     #[error("the request could not be built")]

@@ -44,6 +44,7 @@ use lambda_kit::{Clock, mutation};
 
 /// Whether a failed attempt may still have taken effect.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum Effect {
     /// Proven not to have happened: the request never left, or it was refused outright.
     None,
@@ -62,6 +63,7 @@ pub struct Failed<E> {
 
 /// What the other system says became of an earlier attempt under the key.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum Found {
     /// It took effect.
     Happened,
@@ -185,6 +187,7 @@ impl GuardPolicy {
 
 /// Why an earlier attempt could not be settled.
 #[derive(Debug)]
+#[non_exhaustive]
 pub enum Unsettled<E> {
     /// The look-up failed.
     LookUpFailed(E),

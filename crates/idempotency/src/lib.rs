@@ -55,7 +55,7 @@
 //! # tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(async {
 //! let store = MemoryStore::new(Duration::from_secs(86_400));
 //! let clock = ManualClock::at(1_767_225_600_000);
-//! let policy = GuardPolicy::new(LeasePolicy { lease_ms: 60_000, margin_ms: 5_000 })
+//! let policy = GuardPolicy::new(LeasePolicy::new(60_000, 5_000))
 //!     .with_key_window(86_400_000, 60_000);
 //! let fingerprint = Fingerprint::of(&[b"u-1", b"welcome"]);
 //! let claim = Claim::new("u-1", fingerprint, "m-1", 1_767_225_660_000);
@@ -184,6 +184,7 @@ pub struct PriorAttempt {
 
 /// The answer to a claim.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum Begin {
     /// The caller owns the key until the lease ends. `prior` is set when an earlier attempt may
     /// have taken effect: find out before doing the work again (see [`guard`]).
@@ -213,6 +214,7 @@ pub enum Begin {
 
 /// A claim request.
 #[derive(Debug, Clone, Copy)]
+#[non_exhaustive]
 pub struct ClaimRequest<'a> {
     /// The business key.
     pub key: &'a str,
@@ -231,6 +233,36 @@ pub struct ClaimRequest<'a> {
     pub earlier_attempt_ms: Option<u64>,
 }
 
+impl<'a> ClaimRequest<'a> {
+    /// A claim of `key` for a payload of `fingerprint` at `now_ms`, leased until
+    /// `lease_until_ms`, for the message `message_id`; no earlier attempt known from outside.
+    pub const fn new(
+        key: &'a str,
+        fingerprint: Fingerprint,
+        now_ms: u64,
+        lease_until_ms: u64,
+        message_id: &'a str,
+    ) -> Self {
+        Self {
+            key,
+            fingerprint,
+            now_ms,
+            lease_until_ms,
+            message_id,
+            earlier_attempt_ms: None,
+        }
+    }
+
+    /// The same claim, with an attempt under the key known from outside the store (see
+    /// [`ClaimRequest::earlier_attempt_ms`]).
+    pub const fn with_earlier_attempt(self, earlier_attempt_ms: Option<u64>) -> Self {
+        Self {
+            earlier_attempt_ms,
+            ..self
+        }
+    }
+}
+
 impl Begin {
     /// A store's answer with the output it kept for the key attached when the answer is
     /// [`Begin::Done`] (as [`decide`](store::decide) reads the item's state, not its output).
@@ -244,6 +276,7 @@ impl Begin {
 
 /// How leases are sized.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct LeasePolicy {
     /// The longest a claim is held.
     pub lease_ms: u64,
@@ -272,6 +305,19 @@ pub const VARIABLES: &[(&str, Option<&str>)] = &[
 ];
 
 impl LeasePolicy {
+    /// Leases of at most `lease_ms`, ending at most `margin_ms` past the holder's deadline.
+    ///
+    /// ```
+    /// let policy = idempotency::LeasePolicy::new(60_000, 5_000);
+    /// assert_eq!(policy.lease_ms, 60_000);
+    /// ```
+    pub const fn new(lease_ms: u64, margin_ms: u64) -> Self {
+        Self {
+            lease_ms,
+            margin_ms,
+        }
+    }
+
     /// The least `IDEMPOTENCY_LEASE_MARGIN_MS` may be: below it a lease can end before its
     /// holder's last write.
     pub const MIN_MARGIN_MS: u64 = 1_000;
@@ -297,6 +343,7 @@ impl LeasePolicy {
 /// is remembered, and the prefix that keeps this function's keys apart from other users of a
 /// shared table.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct StoreSettings {
     /// `IDEMPOTENCY_TABLE`.
     pub table: Option<String>,
@@ -308,6 +355,16 @@ pub struct StoreSettings {
 }
 
 impl StoreSettings {
+    /// Claims in `table` (`None`: in memory), finished keys kept for `retention`, every key
+    /// behind `key_prefix`.
+    pub fn new(table: Option<String>, retention: std::time::Duration, key_prefix: String) -> Self {
+        Self {
+            table,
+            retention,
+            key_prefix,
+        }
+    }
+
     /// The settings, with `IDEMPOTENCY_KEY_PREFIX` defaulting to `{AWS_LAMBDA_FUNCTION_NAME}#`
     /// (nothing outside Lambda): two functions sharing a table never see each other's keys.
     pub fn from_env(env: &lambda_kit::Env<'_>) -> Result<Self, lambda_kit::EnvError> {

@@ -30,6 +30,7 @@ pub fn earlier_attempt(request: &ClaimRequest<'_>) -> Option<PriorAttempt> {
 
 /// The state of a key.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum Status {
     /// Claimed: the holder is working, or was, and its effect may exist once its lease is over.
     InProgress,
@@ -74,6 +75,7 @@ impl Status {
 
 /// What a store keeps per key, as far as the decision needs it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct ClaimState {
     /// Where the key stands.
     pub status: Status,

@@ -21,6 +21,7 @@ impl std::fmt::Debug for Env<'_> {
 
 /// A value that cannot be used, named by its variable.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum EnvError {
     /// The value does not parse or is out of range.
     #[error("{var}={value:?} is invalid: {expected}")]

@@ -23,6 +23,7 @@ pub const MAX_VISIBILITY_S: u64 = 43_199;
 
 /// How long reported records stay away.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct BackoffPolicy {
     /// The first retry's largest delay, seconds.
     pub base_s: u64,
@@ -31,6 +32,16 @@ pub struct BackoffPolicy {
 }
 
 impl BackoffPolicy {
+    /// A first retry's largest delay of `base_s` seconds, doubling up to `cap_s`.
+    ///
+    /// ```
+    /// let policy = sqs_batch::BackoffPolicy::new(5, 900);
+    /// assert_eq!((policy.base_s, policy.cap_s), (5, 900));
+    /// ```
+    pub const fn new(base_s: u64, cap_s: u64) -> Self {
+        Self { base_s, cap_s }
+    }
+
     /// `VISIBILITY_BACKOFF` (`false`): `None` when off; then `BACKOFF_BASE_SECONDS` (5) and
     /// `BACKOFF_CAP_SECONDS` (900), each under 12 hours, the base at most the cap.
     pub fn from_env(env: &Env<'_>) -> Result<Option<Self>, EnvError> {

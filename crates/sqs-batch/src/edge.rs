@@ -303,6 +303,7 @@ impl<'de, 'n> serde::de::Visitor<'de> for FindAttribute<'n> {
 
 /// How a batch must be processed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum QueueKind {
     /// Records are independent.
     Standard,
@@ -536,6 +537,7 @@ impl<'de: 'a, 'a> serde::Deserialize<'de> for Text<'a> {
 
 /// A response Lambda would reject or misread.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum ResponseError {
     /// An empty identifier.
     #[error("an itemIdentifier is empty")]

@@ -132,6 +132,7 @@ pub struct Backoff<V> {
 
 /// What one invocation came to.
 #[derive(Debug)]
+#[non_exhaustive]
 pub struct Processed {
     /// The response for Lambda, checked.
     pub response: SqsBatchResponse,

@@ -219,6 +219,7 @@ pub trait RecordHandler: Send + Sync {
 
 /// Which records a FIFO failure holds back.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
 pub enum FifoScope {
     /// Stop the whole batch at the first failure (Lambda's contract).
     #[default]
@@ -352,6 +353,7 @@ impl BatchOptions {
 
 /// What happened to one record.
 #[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
 pub enum RecordStatus {
     /// The handler ran and decided.
     Handled(Verdict),
@@ -390,6 +392,7 @@ impl RecordStatus {
 
 /// The statuses of a batch, in batch order.
 #[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
 pub struct BatchReport {
     /// How the batch ran.
     pub kind: QueueKind,
@@ -398,6 +401,12 @@ pub struct BatchReport {
 }
 
 impl BatchReport {
+    /// A report of `statuses`, in batch order, for a batch run as `kind` (a handler's tests
+    /// build one to check what they derive from it).
+    pub fn new(kind: QueueKind, statuses: Vec<RecordStatus>) -> Self {
+        Self { kind, statuses }
+    }
+
     /// The message ids to report as failed, in batch order.
     pub fn failed_ids<'m>(&self, batch: &'m [Message<'m>]) -> impl Iterator<Item = &'m str> {
         batch
@@ -463,6 +472,7 @@ impl BatchReport {
 
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 /// Records per outcome.
+#[non_exhaustive]
 pub struct Counts {
     /// Acknowledged.
     pub ack: usize,

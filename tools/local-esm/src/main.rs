@@ -207,10 +207,7 @@ async fn run_demo(flags: &Demo) -> Result<(), String> {
         drained_after: Duration::from_secs(8),
         max_run: Duration::from_secs(600),
     };
-    let policy = BackoffPolicy {
-        base_s: 1,
-        cap_s: 2,
-    };
+    let policy = BackoffPolicy::new(1, 2);
     let gateway = Arc::new(SimulatedGateway::new());
     let total: u64 = sent.iter().map(|g| g.messages.len() as u64).sum();
     let drain = tokio::spawn(show_drain(

@@ -843,8 +843,8 @@ async fn poll(index: usize, d: Rc<Deployment>) {
         QueueShape::Fifo { .. } => QueueKind::Fifo,
     };
     let batch_size = match kind {
-        QueueKind::Standard => d.shipped.batch_size,
         QueueKind::Fifo => d.shipped.fifo_batch_size,
+        _ => d.shipped.batch_size,
     };
     let timeout_ms = d.shipped.timeout_ms;
     loop {
@@ -975,6 +975,7 @@ async fn poll(index: usize, d: Rc<Deployment>) {
                 RecordStatus::SkippedDeadline => "deadline",
                 RecordStatus::SkippedStopping => "shutting_down",
                 RecordStatus::SkippedAfter { .. } => "after_failure",
+                _ => "unknown_status",
             };
             *d.decisions.borrow_mut().entry(reason).or_default() += 1;
             d.world.tell(&m.order_id, || {

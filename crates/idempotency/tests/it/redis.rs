@@ -9,7 +9,7 @@ use idempotency::redis::{SCHEMA_VERSION, field};
 use idempotency::store_contract_tests;
 use idempotency::testkit::redis::{connection, store, unique_prefix};
 use idempotency::testkit::{FP, RETENTION, claim, started, started_after, t0};
-use idempotency::{Begin, ClaimRequest, IdempotencyStore, PriorAttempt, RedisStore, StoreError};
+use idempotency::{Begin, IdempotencyStore, PriorAttempt, RedisStore, StoreError};
 
 store_contract_tests!(store());
 
@@ -179,10 +179,7 @@ async fn an_earlier_attempt_from_outside_counts_at_any_age() {
     let (store, _) = store_and_connection().await;
     let earlier = t0() - 3_600_000;
     for (key, now_ms) in [("hour", t0()), ("weeks", t0() + 20 * 86_400_000)] {
-        let request = ClaimRequest {
-            earlier_attempt_ms: Some(earlier),
-            ..claim(key, now_ms)
-        };
+        let request = claim(key, now_ms).with_earlier_attempt(Some(earlier));
         let (lease, prior) = started_after(&store, &request).await;
         let from_outside = Some(PriorAttempt {
             first_attempt_ms: earlier,

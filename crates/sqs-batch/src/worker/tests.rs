@@ -496,10 +496,7 @@ async fn no_heartbeat_overwrites_a_retrys_backoff() {
             .with_visibility_extension_s(30),
         false,
     )
-    .with_backoff(BackoffPolicy {
-        base_s: 200,
-        cap_s: 200,
-    });
+    .with_backoff(BackoffPolicy::new(200, 200));
     worker
         .run(tokio::time::sleep(Duration::from_millis(15_000)))
         .await;

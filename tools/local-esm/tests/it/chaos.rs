@@ -188,10 +188,7 @@ async fn every_valid_order_is_charged_exactly_once_and_only_poison_reaches_the_d
     .unwrap();
     let app = App::with_ports(&config, store, gateway, SystemClock).with_backoff(Some(Backoff {
         port: SqsVisibility::new(sqs.clone()),
-        policy: BackoffPolicy {
-            base_s: 1,
-            cap_s: 2,
-        },
+        policy: BackoffPolicy::new(1, 2),
     }));
     let function = Arc::new(Lambda {
         app,

@@ -284,16 +284,15 @@ async fn a_fifo_record_only_a_person_can_settle_leaves_alone_and_its_group_goes_
     let two_days_ago = lambda_kit::Clock::now_ms(&SystemClock) - 2 * 86_400_000;
     let culprit = body("c-1");
     let Ok(Begin::Started { lease, .. }) = store
-        .begin(&ClaimRequest {
-            key: "c-1",
-            fingerprint: decode_order(&culprit, Currency::EUR)
+        .begin(&ClaimRequest::new(
+            "c-1",
+            decode_order(&culprit, Currency::EUR)
                 .expect("order")
                 .fingerprint(),
-            now_ms: two_days_ago,
-            lease_until_ms: two_days_ago + 1_000,
-            message_id: "m-earlier",
-            earlier_attempt_ms: None,
-        })
+            two_days_ago,
+            two_days_ago + 1_000,
+            "m-earlier",
+        ))
         .await
     else {
         panic!("claimed");

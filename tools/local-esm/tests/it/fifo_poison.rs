@@ -86,10 +86,7 @@ async fn valid_orders_in_dlq(name: &str, poison: usize, fifo_scope: &str, backof
     )
     .with_backoff(backoff.then(|| Backoff {
         port: SqsVisibility::new(sqs.clone()),
-        policy: BackoffPolicy {
-            base_s: 1,
-            cap_s: 1,
-        },
+        policy: BackoffPolicy::new(1, 1),
     }));
     let app = Arc::new(app);
     let esm_settings = EsmSettings {

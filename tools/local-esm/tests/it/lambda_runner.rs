@@ -149,10 +149,7 @@ async fn the_runner_moves_poison_and_backs_off_retries_as_the_environment_says()
 /// either: the work itself reads its claim's lease end, as a second claimant would meet it.
 #[tokio::test]
 async fn once_takes_the_records_deadline_and_the_stores_lease_without_being_told() {
-    let lease = LeasePolicy {
-        lease_ms: 600_000,
-        margin_ms: 2_000,
-    };
+    let lease = LeasePolicy::new(600_000, 2_000);
     assert_eq!(MemoryStore::default().lease_policy(), None);
     let store = &ConfiguredStore::memory(MemoryStore::default(), lease);
     assert_eq!(store.lease_policy(), Some(lease));
@@ -162,9 +159,11 @@ async fn once_takes_the_records_deadline_and_the_stores_lease_without_being_told
         once(store, &job.id, &job.id, || {
             let key = key.clone();
             async move {
-                let other = idempotency::ClaimRequest {
-                    fingerprint: idempotency::Fingerprint::of_json(&key).expect("fingerprint"),
-                    ..idempotency::testkit::claim(&key, SystemClock.now_ms())
+                let other = {
+                    let mut request = idempotency::testkit::claim(&key, SystemClock.now_ms());
+                    request.fingerprint =
+                        idempotency::Fingerprint::of_json(&key).expect("fingerprint");
+                    request
                 };
                 if let Ok(idempotency::Begin::Busy { until_ms }) = store.begin(&other).await {
                     seen.lock().expect("lock").push(until_ms);

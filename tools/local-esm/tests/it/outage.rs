@@ -31,10 +31,7 @@ use sqs_batch::visibility::SqsVisibility;
 
 const ORDERS: usize = 20;
 const MAX_RECEIVE_COUNT: u32 = 16;
-const POLICY: BackoffPolicy = BackoffPolicy {
-    base_s: 1,
-    cap_s: 2,
-};
+const POLICY: BackoffPolicy = BackoffPolicy::new(1, 2);
 
 /// 80% of what the schedule guarantees.
 fn outage() -> Duration {

@@ -124,21 +124,17 @@ async fn reported_records_come_back_on_their_own_schedule() {
         .unwrap()
         .fingerprint();
     let held = store
-        .begin(&ClaimRequest {
-            key: "o-busy",
+        .begin(&ClaimRequest::new(
+            "o-busy",
             fingerprint,
-            now_ms: now,
-            lease_until_ms: now + 4_000,
-            message_id: "elsewhere",
-            earlier_attempt_ms: None,
-        })
+            now,
+            now + 4_000,
+            "elsewhere",
+        ))
         .await
         .unwrap();
     assert!(matches!(held, Begin::Started { .. }));
-    let policy = BackoffPolicy {
-        base_s: 1,
-        cap_s: 1,
-    };
+    let policy = BackoffPolicy::new(1, 1);
     let app = App::with_ports(
         &config,
         Arc::clone(&store),
@@ -244,10 +240,7 @@ async fn a_blackholed_sqs_cannot_hold_the_response_past_the_deadline() {
         )
         .with_backoff(Some(Backoff {
             port: SqsVisibility::new(client.clone()),
-            policy: BackoffPolicy {
-                base_s: 5,
-                cap_s: 900,
-            },
+            policy: BackoffPolicy::new(5, 900),
         }));
         let started_ms = clock.now_ms();
         let deadline_ms = started_ms + time_left_ms;

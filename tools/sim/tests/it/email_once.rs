@@ -95,11 +95,8 @@ fn bodies() -> Vec<(String, String)> {
 fn run(seed: u64) -> (HarnessReport, Book) {
     let book = Book::default();
     let mailer_book = book.clone();
-    let policy = GuardPolicy::new(LeasePolicy {
-        lease_ms: 60_000,
-        margin_ms: 5_000,
-    })
-    .with_key_window(KEY_WINDOW_MS, 60_000);
+    let policy =
+        GuardPolicy::new(LeasePolicy::new(60_000, 5_000)).with_key_window(KEY_WINDOW_MS, 60_000);
     let settings = HarnessSettings::new(seed, bodies());
     let truth = std::rc::Rc::new(std::cell::OnceCell::new());
     let report = run_handler(&settings, move |ports| {
