@@ -75,7 +75,6 @@ mod tests {
         ignore = "planted bugs are compiled out: set PROCESS_ORDERS_SIM_MUTATIONS=1"
     )]
     fn a_mutation_is_on_only_inside_its_scope_and_its_hits_are_counted() {
-        const { assert!(ENABLED) };
         assert!(!active("m"));
         let (seen, hits) = with(Some("m"), || (active("m"), active("other"), active("m")));
         assert_eq!(seen, (true, false, true));
