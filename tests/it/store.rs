@@ -238,11 +238,11 @@ async fn an_order_id_never_meets_another_functions_key_in_a_shared_table() {
         .with_key_prefix(&config.store.key_prefix);
     let emails = DynamoDbStore::new(client, &table, RETENTION).with_key_prefix("email-once#");
     let order = ClaimRequest {
-        fingerprint: idempotency::Fingerprint(1),
+        fingerprint: idempotency::Fingerprint::of(&[b"an order"]),
         ..claim("email-once#u-1", t0())
     };
     let email = ClaimRequest {
-        fingerprint: idempotency::Fingerprint(2),
+        fingerprint: idempotency::Fingerprint::of(&[b"an email"]),
         ..claim("u-1", t0())
     };
     assert!(matches!(
