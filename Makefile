@@ -46,9 +46,19 @@ demo: $(PY_STAMP)
 	@$(CARGO) build --quiet -p local-esm
 	@PATH="$(VENV)/bin:$$PATH" BIN="$${CARGO_TARGET_DIR:-target}/debug/local-esm" scripts/demo.sh $(DEMO_ARGS)
 
+# The simulator's planted bugs are compiled in only with PROCESS_ORDERS_SIM_MUTATIONS=1 (lambda-kit's
+# build.rs turns it into --cfg sim_mutations; no Cargo feature, which any crate could turn on):
+# set for the simulator's runs (test, sim, mutants), never for a build that is shipped.
+SIM_MUTATIONS := PROCESS_ORDERS_SIM_MUTATIONS=1
+
 test: $(PY_STAMP) redis-server
-	PATH="$(VENV)/bin:$$PATH" $(CARGO) test --workspace --all-targets
+	# The planted bugs compiled in, so the simulator's planted-bug tests run (the switch is per
+	# thread: the other tests see the real code).
+	$(SIM_MUTATIONS) PATH="$(VENV)/bin:$$PATH" $(CARGO) test --workspace --all-targets
 	$(CARGO) test --workspace --doc
+	# Without them, as a user builds: the switch is a constant false, a run asking for one refuses.
+	$(CARGO) test -p lambda-kit --lib
+	$(CARGO) test -p sim --test it -- planted_bug a_mutation_asked_of_a_build_without_the_bugs
 	# The S3 claim check is an optional feature: its unit and moto tests built with it on.
 	$(CARGO) test -p claim-check -p process-orders --features claim-check/s3,process-orders/s3-claim-check --lib
 	PATH="$(VENV)/bin:$$PATH" $(CARGO) test -p orders-ops --features s3-claim-check --test it
@@ -103,15 +113,17 @@ bench-cpu: $(PY_STAMP) $(BENCH_VENV_STAMP)
 lint:
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
-	$(CARGO) clippy --workspace --all-targets --all-features -- -D warnings
+	@# Every feature, and the planted bugs' code too.
+	$(SIM_MUTATIONS) $(CARGO) clippy --workspace --all-targets --all-features -- -D warnings
 	RUSTDOCFLAGS="-D warnings" $(CARGO) doc --workspace --no-deps --all-features --quiet
 
 # The deterministic simulation at scale (tools/sim): ORDERS orders over SEEDS seeds from
 # FIRST_SEED, PROFILE standard, fifo, brownout, skewed, lowered, archived, worker or mixed (the
 # first six in turn),
 # MUTATION a planted bug
-# to watch being caught; a summary table at the end; a broken invariant prints the command that
-# replays it and the story of its order, and exits 1. docs/design.md "Deterministic simulation".
+# to watch being caught (the run is built with the planted bugs: $(SIM_MUTATIONS)); a summary
+# table at the end; a broken invariant prints the command that replays it and the story of its
+# order, and exits 1. docs/design.md "Deterministic simulation".
 SEEDS ?= 100
 FIRST_SEED ?= 1
 PROFILE ?= mixed
@@ -125,7 +137,7 @@ JOBS ?=
 # ORDERS as given (`make sim ORDERS=...`), else a million (the chaos run's default is not ours).
 SIM_ORDERS = $(if $(filter command line environment,$(origin ORDERS)),$(ORDERS),1000000)
 sim:
-	ORDERS=$(SIM_ORDERS) SEEDS=$(SEEDS) FIRST_SEED=$(FIRST_SEED) PROFILE=$(PROFILE) MUTATION=$(MUTATION) STORE=$(STORE) PROVIDER=$(PROVIDER) JOBS=$(JOBS) $(CARGO) run --quiet --release -p sim
+	$(SIM_MUTATIONS) ORDERS=$(SIM_ORDERS) SEEDS=$(SEEDS) FIRST_SEED=$(FIRST_SEED) PROFILE=$(PROFILE) MUTATION=$(MUTATION) STORE=$(STORE) PROVIDER=$(PROVIDER) JOBS=$(JOBS) $(CARGO) run --quiet --release -p sim
 
 # Mutants nobody chose (docs/design.md): cargo-mutants over the money and delivery paths
 # (.cargo/mutants.toml), each crate's mutants tested by its own tests, the tests that use it from
@@ -133,7 +145,8 @@ sim:
 # and the simulator's fixed seeds, SIM_TEST_SEEDS of each. Not in `make test`: every mutant is a
 # build and a test run, and there are hundreds. MUTANTS_ARGS passes more (e.g. --file
 # crates/sqs-batch/src/backoff.rs, --shard 1/4, --in-place). Each crate's results in
-# mutants.out-CRATE/; exit 2 if any was missed.
+# mutants.out-CRATE/; exit 2 if any was missed. Built with $(SIM_MUTATIONS): the simulator's
+# planted-bug tests run beside the seeds.
 MUTANTS_VERSION = 27.0.0
 MUTANTS_CRATES ?= idempotency sqs-batch process-orders
 MUTANTS_ALSO_sqs-batch = local-esm
@@ -146,7 +159,7 @@ MUTANTS_TARGET_DIR ?= $(HOME)/.cache/process-orders/mutants-target
 mutants: $(PY_STAMP) redis-server
 	@cargo mutants --version 2>/dev/null | grep -qF "$(MUTANTS_VERSION)" || $(CARGO) install --locked cargo-mutants --version $(MUTANTS_VERSION)
 	@status=0; $(foreach crate,$(MUTANTS_CRATES),\
-	  PATH="$(VENV)/bin:$$PATH" SIM_TEST_SEEDS=$(SIM_TEST_SEEDS) \
+	  $(SIM_MUTATIONS) PATH="$(VENV)/bin:$$PATH" SIM_TEST_SEEDS=$(SIM_TEST_SEEDS) \
 	    CARGO_TARGET_DIR=$(MUTANTS_TARGET_DIR) cargo mutants --no-shuffle \
 	    --package $(crate) --test-package $(crate) \
 	    $(addprefix --test-package ,$(MUTANTS_ALSO_$(crate))) --test-package sim \

@@ -129,22 +129,151 @@ fn the_on_call_tool_does_not_compile_the_emulator() {
     );
 }
 
-/// The planted bugs of the simulator (`lambda_kit::mutation`) never reach the deployable
-/// bootstrap: only `tools/sim` turns the `mutations` feature on, and the function's own tree,
-/// as `sam build` and `cargo lambda build` compile it, does not have it.
+/// The variable that plants the simulator's bugs (`lambda_kit::mutation`), through lambda-kit's
+/// build script, as `--cfg sim_mutations`.
+const SIM_MUTATIONS: &str = "PROCESS_ORDERS_SIM_MUTATIONS";
+
+/// No Cargo feature plants the simulator's bugs: features are unified, so one crate in a user's
+/// graph enabling it would plant them for every crate there. No workspace crate declares a
+/// `mutations` feature, and none enables one on a dependency (as Cargo reads the manifests,
+/// workspace inheritance included).
 #[test]
-fn the_bootstrap_does_not_compile_the_planted_bugs() {
-    let tree = cargo(&["tree", "-p", "process-orders", "-e", "normal,features"]);
-    assert!(tree.contains("lambda-kit"), "{tree}");
-    assert!(
-        !tree.contains("lambda-kit feature \"mutations\""),
-        "the function's build turns the planted bugs on:\n{tree}"
+fn no_crate_declares_or_enables_a_mutations_feature() {
+    let metadata: serde_json::Value =
+        serde_json::from_str(&cargo(&["metadata", "--no-deps", "--format-version", "1"]))
+            .expect("metadata JSON");
+    let is_mutations = |f: &str| f == "mutations" || f.ends_with("/mutations");
+    let mut packages = 0;
+    for package in metadata["packages"].as_array().expect("packages") {
+        packages += 1;
+        let name = package["name"].as_str().expect("name");
+        for (feature, enables) in package["features"].as_object().expect("features") {
+            assert!(!is_mutations(feature), "{name} declares `{feature}`");
+            for f in enables.as_array().expect("a feature's list") {
+                let f = f.as_str().expect("a feature");
+                assert!(!is_mutations(f), "{name}'s `{feature}` enables `{f}`");
+            }
+        }
+        for dep in package["dependencies"].as_array().expect("dependencies") {
+            for f in dep["features"].as_array().expect("a dependency's features") {
+                let f = f.as_str().expect("a feature");
+                assert!(!is_mutations(f), "{name} enables `{f}` on {}", dep["name"]);
+            }
+        }
+    }
+    assert!(packages > 5, "only {packages} packages seen");
+}
+
+/// lambda-kit's build script is the one place that decides whether the bugs are compiled in: it
+/// declares the cfg always, sets it from `PROCESS_ORDERS_SIM_MUTATIONS=1` only, reads no other
+/// variable and sets no other cfg, and reruns when that variable changes.
+#[test]
+fn the_planted_bugs_are_compiled_in_only_from_one_variable() {
+    let script = std::fs::read_to_string(Path::new(ROOT).join("crates/lambda-kit/build.rs"))
+        .expect("lambda-kit's build.rs");
+    // The code without its comments, on one line: the checks read what runs, not its layout.
+    let code = script
+        .lines()
+        .filter(|l| !l.trim_start().starts_with("//"))
+        .flat_map(str::split_whitespace)
+        .collect::<Vec<_>>()
+        .join(" ");
+    for statement in [
+        format!("const VARIABLE: &str = \"{SIM_MUTATIONS}\";"),
+        "println!(\"cargo::rustc-check-cfg=cfg(sim_mutations)\");".to_owned(),
+        "println!(\"cargo::rerun-if-env-changed={VARIABLE}\");".to_owned(),
+        "if std::env::var_os(VARIABLE).is_some_and(|v| v == \"1\") { \
+         println!(\"cargo::rustc-cfg=sim_mutations\"); }"
+            .to_owned(),
+    ] {
+        assert!(code.contains(&statement), "{statement} missing:\n{script}");
+    }
+    assert_eq!(
+        code.matches("env::var").count(),
+        1,
+        "one variable read:\n{script}"
     );
-    let sim = cargo(&["tree", "-p", "sim", "-e", "normal,features"]);
-    assert!(
-        sim.contains("lambda-kit feature \"mutations\""),
-        "the simulator no longer turns the planted bugs on, so its mutation tests prove nothing"
+    assert_eq!(
+        code.matches("rustc-cfg=").count(),
+        1,
+        "one cfg set:\n{script}"
     );
+    assert!(!code.contains("rustc-env") && !code.contains("rustc-flags"));
+}
+
+/// Nothing on the release path sets `PROCESS_ORDERS_SIM_MUTATIONS`: only lambda-kit and the
+/// simulator (which read it), the docs and the Makefile name it, and in the Makefile only the
+/// simulator's runs (`test`, `lint`'s every-feature clippy, `sim`, `mutants`) set it, never by
+/// `export` (which would reach `make build`, `build-lambda`, `deploy` and the rest). The
+/// template, samconfig, scripts, CI and `.cargo/` (whose `[env]` would set it for every build)
+/// do not name it.
+#[test]
+fn the_release_build_never_sets_the_planted_bugs_variable() {
+    let mut naming = Vec::new();
+    let mut stack = vec![Path::new(ROOT).to_owned()];
+    let mut files = 0;
+    while let Some(path) = stack.pop() {
+        let name = path.file_name().unwrap_or_default().to_string_lossy();
+        if path.is_dir() {
+            if matches!(&*name, "target" | ".git" | ".aws-sam") || name.starts_with("mutants.out") {
+                continue;
+            }
+            for entry in std::fs::read_dir(&path).expect("a folder").flatten() {
+                stack.push(entry.path());
+            }
+        } else if let Ok(text) = std::fs::read_to_string(&path) {
+            files += 1;
+            if text.contains(SIM_MUTATIONS) || text.contains("sim_mutations") {
+                let relative = path.strip_prefix(ROOT).expect("inside the repository");
+                naming.push(relative.to_string_lossy().into_owned());
+            }
+        }
+    }
+    assert!(files > 100, "only {files} files read");
+    for file in &naming {
+        assert!(
+            file.starts_with("crates/lambda-kit/")
+                || file.starts_with("tools/sim/")
+                || file.ends_with(".md")
+                || file == "Makefile"
+                || file == "tests/it/layout.rs",
+            "{file} names {SIM_MUTATIONS} or its cfg: only lambda-kit, the simulator, the docs \
+             and the Makefile's simulator runs may"
+        );
+    }
+    assert!(naming.contains(&"crates/lambda-kit/build.rs".to_owned()));
+
+    let makefile = std::fs::read_to_string(Path::new(ROOT).join("Makefile")).expect("the Makefile");
+    let mut target = "";
+    let mut setting = Vec::new();
+    for line in makefile.lines() {
+        if !line.starts_with('\t')
+            && !line.starts_with('#')
+            && let Some((name, _)) = line.split_once(':')
+            && !name.contains('=')
+        {
+            target = name.trim();
+        }
+        let code = line.split_once('#').map_or(line, |(code, _)| code);
+        if code.contains(SIM_MUTATIONS) {
+            assert_eq!(
+                code,
+                format!("SIM_MUTATIONS := {SIM_MUTATIONS}=1"),
+                "the variable is named once, as SIM_MUTATIONS"
+            );
+        }
+        assert!(
+            !(code.contains("export") && code.contains("SIM_MUTATIONS"))
+                && code.trim() != "export"
+                && !code.contains(".EXPORT_ALL_VARIABLES"),
+            "exported to every target: {line}"
+        );
+        if line.starts_with('\t') && code.contains("$(SIM_MUTATIONS)") {
+            setting.push(target);
+        }
+    }
+    setting.dedup();
+    assert_eq!(setting, ["test", "lint", "sim", "mutants"]);
 }
 
 /// The libraries are publishable as crates.io takes them (`make package` packages and verifies
@@ -209,10 +338,7 @@ fn the_libraries_are_publishable_and_nothing_else_is() {
             );
         }
         // Adapters (the features that bring an AWS SDK) must show on docs.rs.
-        for feature in features
-            .iter()
-            .filter(|f| !f.starts_with("testkit") && **f != "mutations")
-        {
+        for feature in features.iter().filter(|f| !f.starts_with("testkit")) {
             assert!(
                 documented.contains(feature),
                 "{name}: docs.rs would not document the `{feature}` feature"

@@ -240,12 +240,12 @@ async fn an_order_id_never_meets_another_functions_key_in_a_shared_table() {
     let emails = DynamoDbStore::new(client, &table, RETENTION).with_key_prefix("email-once#");
     let order = {
         let mut request = claim("email-once#u-1", t0());
-        request.fingerprint = idempotency::Fingerprint(1);
+        request.fingerprint = idempotency::Fingerprint::of(&[b"an order"]);
         request
     };
     let email = {
         let mut request = claim("u-1", t0());
-        request.fingerprint = idempotency::Fingerprint(2);
+        request.fingerprint = idempotency::Fingerprint::of(&[b"an email"]);
         request
     };
     assert!(matches!(

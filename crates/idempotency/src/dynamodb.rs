@@ -366,9 +366,8 @@ fn claim_state(item: &HashMap<String, AttributeValue>) -> Result<ClaimState, Sto
     };
     Ok(ClaimState {
         status,
-        fingerprint: u64::from_str_radix(fingerprint, 16)
-            .map(Fingerprint)
-            .map_err(|_| StoreError::Malformed("fingerprint is not hex".into()))?,
+        fingerprint: Fingerprint::parse(fingerprint)
+            .ok_or_else(|| StoreError::Malformed("fingerprint is not hex".into()))?,
         lease_until_ms: number(attr::LEASE_UNTIL)?,
         expires_at_s: number(attr::EXPIRES_AT)?,
         first_attempt_ms,

@@ -109,11 +109,27 @@ pub use lambda_kit::{Clock, Env, EnvError, ManualClock, SystemClock};
 /// A fingerprint of the payload a key was claimed for, to tell a duplicate from a conflict.
 ///
 /// FNV-1a 64: stable across builds and platforms (it is stored for weeks), cheap, and
-/// collisions only matter between two payloads of the same key.
+/// collisions only matter between two payloads of the same key. The hash is private, so it can
+/// change without breaking the API: a store writes its [`Display`](fmt::Display) form and reads
+/// it back with [`Fingerprint::parse`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub struct Fingerprint(pub u64);
+pub struct Fingerprint(u64);
 
 impl Fingerprint {
+    /// A fingerprint from its stored form (what [`Display`](fmt::Display) writes); `None` when
+    /// the text is not one.
+    ///
+    /// ```
+    /// use idempotency::Fingerprint;
+    ///
+    /// let fingerprint = Fingerprint::of(&[b"u-1", b"welcome"]);
+    /// assert_eq!(Fingerprint::parse(&fingerprint.to_string()), Some(fingerprint));
+    /// assert_eq!(Fingerprint::parse("not hex"), None);
+    /// ```
+    pub fn parse(stored: &str) -> Option<Self> {
+        u64::from_str_radix(stored, 16).ok().map(Self)
+    }
+
     /// The fingerprint of a payload given as its parts (each part's length is hashed too).
     pub fn of(parts: &[&[u8]]) -> Self {
         let mut hash = lambda_kit::Fnv1a::new();

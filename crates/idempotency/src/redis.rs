@@ -367,9 +367,8 @@ fn claim_state(item: &Item) -> Result<ClaimState, StoreError> {
     let status = text(field::STATUS)?;
     let status = Status::parse(status)
         .ok_or_else(|| StoreError::Malformed(format!("unknown status {status:?}")))?;
-    let fingerprint = u64::from_str_radix(text(field::FINGERPRINT)?, 16)
-        .map(Fingerprint)
-        .map_err(|_| StoreError::Malformed("fingerprint is not hex".into()))?;
+    let fingerprint = Fingerprint::parse(text(field::FINGERPRINT)?)
+        .ok_or_else(|| StoreError::Malformed("fingerprint is not hex".into()))?;
     let first_attempt_ms = match item.get(field::FIRST_ATTEMPT_AT) {
         None => None,
         Some(_) => Some(number(field::FIRST_ATTEMPT_AT)?),

@@ -9,7 +9,8 @@
 //! - [`env`](mod@env): settings read from the environment once, each component its own, with errors that
 //!   name the variable ([`Env`], [`EnvError`]).
 //! - `mutation` (hidden, not part of the API): planted bugs the simulator must catch, compiled
-//!   out unless the `mutations` feature is on (only the simulator turns it on).
+//!   out unless built with `PROCESS_ORDERS_SIM_MUTATIONS=1` (`--cfg sim_mutations`, set by the
+//!   build script; only the simulator's runs set the variable).
 //! - [`error_chain`]: an error and its sources on one line, for a log field.
 //! - [`Fnv1a`]: a hash that stays the same across builds and platforms, for what is stored.
 //!
@@ -34,9 +35,9 @@ struct ReadmeDoctests;
 pub mod clock;
 pub mod env;
 // Public only so the workspace's crates can ask it; not part of the API (no semver promise), and
-// a constant `false` without the `mutations` feature. A `cfg` would hide it from Cargo too, but
-// would need RUSTFLAGS (rebuilding every dependency) or an environment variable leaking into
-// the deployment build: the feature is the one switch Cargo scopes to the crates that ask.
+// a constant `false` without `--cfg sim_mutations`. A cfg, not a feature: Cargo unifies
+// features, so any crate in a user's graph could turn the planted bugs on for all. The build
+// script sets it from one variable (not RUSTFLAGS, which would rebuild every dependency).
 #[doc(hidden)]
 pub mod mutation;
 

@@ -34,7 +34,11 @@
 //! `order` code, which is what it judges.
 //!
 //! The simulator's teeth: [`MUTATIONS`] are bugs planted in the real code behind
-//! `lambda_kit::mutation`; each must be caught within a bounded number of seeds.
+//! `lambda_kit::mutation`; each must be caught within a bounded number of seeds. They are
+//! compiled in only when the build has `PROCESS_ORDERS_SIM_MUTATIONS=1` (lambda-kit's build
+//! script turns it into `--cfg sim_mutations`; `make sim`, `make test` and `make mutants` set
+//! it). Without it the simulator still builds and runs, the planted-bug tests are ignored, and
+//! [`run`] refuses a mutation ([`NO_PLANTED_BUGS`]).
 
 #![warn(missing_docs)]
 
@@ -85,7 +89,12 @@ const BURST: u64 = 250;
 /// SQS's longest receive wait.
 pub(crate) const LONG_POLL_MS: u64 = 20_000;
 
-/// The planted bugs, by the name their check site asks for, with what each does wrong.
+/// Why a run that asks for a planted bug cannot go on in this build.
+pub const NO_PLANTED_BUGS: &str = "this build has no planted bugs: build with \
+    PROCESS_ORDERS_SIM_MUTATIONS=1 (as `make sim`, `make test` and `make mutants` do)";
+
+/// The planted bugs, by the name their check site asks for, with what each does wrong. They are
+/// compiled in only with `PROCESS_ORDERS_SIM_MUTATIONS=1` (`lambda_kit::mutation::ENABLED`).
 pub const MUTATIONS: [(&str, &str); 24] = [
     (
         "guard.releases_after_ambiguous",
@@ -245,7 +254,17 @@ pub(crate) fn block_on_seeded<T>(seed: u64, future: impl Future<Output = T>) -> 
 }
 
 /// Runs one simulation to the end (the queue and any redrive drained) and reports it.
+///
+/// # Panics
+///
+/// With a mutation asked for in a build without the planted bugs (`PROCESS_ORDERS_SIM_MUTATIONS`
+/// unset when it was built): the run would find nothing and prove nothing.
 pub fn run(settings: &SimSettings) -> Report {
+    if let Some(mutation) = settings.mutation
+        && !lambda_kit::mutation::ENABLED
+    {
+        panic!("{mutation}: {NO_PLANTED_BUGS}");
+    }
     let (report, hits) = lambda_kit::mutation::with(settings.mutation, || {
         block_on_seeded(settings.seed, simulate(settings.clone()))
     });

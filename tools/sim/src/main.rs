@@ -5,6 +5,7 @@
 //! - `PROFILE`: `standard`, `fifo`, `brownout`, `skewed`, `lowered`, `archived`, `worker` or
 //!   `mixed` (the default: the first six in turn);
 //! - `MUTATION`: a planted bug to switch on (`sim::MUTATIONS`), to watch the checks catch it;
+//!   only in a build with `PROCESS_ORDERS_SIM_MUTATIONS=1` (`make sim` sets it), else refused;
 //! - `STORE`: `memory` (the default) or `dynamodb`, the shipped DynamoDB store through the AWS
 //!   SDK on dynoxide's engine in the process;
 //! - `PROVIDER`: how the simulated provider words its answers: `draft` (the default), `stripe`,
@@ -18,7 +19,7 @@
 
 use std::time::Instant;
 
-use sim::{DIALECTS, Dialect, Faults, MUTATIONS, SimSettings, StoreKind, run};
+use sim::{DIALECTS, Dialect, Faults, MUTATIONS, NO_PLANTED_BUGS, SimSettings, StoreKind, run};
 
 /// A number from the environment, or its default when unset or empty; a value that is not a
 /// number stops the run (a typo must not quietly replay another seed).
@@ -43,6 +44,10 @@ fn main() {
     let mutation = match std::env::var("MUTATION").ok().filter(|m| !m.is_empty()) {
         None => None,
         Some(name) => match MUTATIONS.iter().find(|(m, _)| *m == name) {
+            Some((m, _)) if !lambda_kit::mutation::ENABLED => {
+                eprintln!("MUTATION={m}: {NO_PLANTED_BUGS}");
+                std::process::exit(2);
+            }
             Some((m, _)) => Some(*m),
             None => {
                 eprintln!("MUTATION={name} is not one of:");

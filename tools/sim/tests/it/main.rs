@@ -1,6 +1,7 @@
 //! The simulator's runs: a seed replays exactly; the fixed seeds (standard, FIFO, brownout and
 //! skewed clocks, 20,000 orders in all) break no invariant; every planted bug is caught within a bounded
-//! number of seeds; the checks read the template.
+//! number of seeds (in a build with `PROCESS_ORDERS_SIM_MUTATIONS=1`; ignored without it); the
+//! checks read the template.
 
 mod email_once;
 
@@ -509,6 +510,10 @@ fn caught_on(
 /// charge inside its window, so only the fence audit (a write applied for a lease the table no
 /// longer granted) sees it.
 #[test]
+#[cfg_attr(
+    not(sim_mutations),
+    ignore = "a planted bug: needs PROCESS_ORDERS_SIM_MUTATIONS=1"
+)]
 fn an_unfenced_store_is_caught_by_the_fence_audit() {
     caught("store.ignores_lease_token", "skewed");
 }
@@ -516,6 +521,10 @@ fn an_unfenced_store_is_caught_by_the_fence_audit() {
 /// Orders in mixed currencies: the same order id and number in another currency is another
 /// payload. Taken as a duplicate, the second is acknowledged and never charged nor moved.
 #[test]
+#[cfg_attr(
+    not(sim_mutations),
+    ignore = "a planted bug: needs PROCESS_ORDERS_SIM_MUTATIONS=1"
+)]
 fn a_fingerprint_without_the_currency_is_caught() {
     caught("order.fingerprint_ignores_currency", "standard");
 }
@@ -523,11 +532,19 @@ fn a_fingerprint_without_the_currency_is_caught() {
 /// A busy key's RETRY must stay away until the holder's lease ends: back sooner, it only finds
 /// the key busy again and burns a receive. Only the visibility check sees it.
 #[test]
+#[cfg_attr(
+    not(sim_mutations),
+    ignore = "a planted bug: needs PROCESS_ORDERS_SIM_MUTATIONS=1"
+)]
 fn a_visibility_that_ignores_the_retry_time_is_caught() {
     caught("backoff.ignores_retry_after", "standard");
 }
 
 #[test]
+#[cfg_attr(
+    not(sim_mutations),
+    ignore = "a planted bug: needs PROCESS_ORDERS_SIM_MUTATIONS=1"
+)]
 fn a_release_after_an_ambiguous_charge_is_caught() {
     caught("guard.releases_after_ambiguous", "standard");
 }
@@ -536,6 +553,10 @@ fn a_release_after_an_ambiguous_charge_is_caught() {
 /// before its fix), a pending charge that ended declined is sent again. Only a provider speaking
 /// the bare dialect reaches it.
 #[test]
+#[cfg_attr(
+    not(sim_mutations),
+    ignore = "a planted bug: needs PROCESS_ORDERS_SIM_MUTATIONS=1"
+)]
 fn a_bare_failed_read_as_not_charged_is_caught() {
     caught_on(
         "lookup.bare_failed_is_retryable",
@@ -550,6 +571,10 @@ fn a_bare_failed_read_as_not_charged_is_caught() {
 /// copy's failure history ignored). Only `archived` replays the DLQ after the table's retention,
 /// so only there is the order taken as new and charged a second time.
 #[test]
+#[cfg_attr(
+    not(sim_mutations),
+    ignore = "a planted bug: needs PROCESS_ORDERS_SIM_MUTATIONS=1"
+)]
 fn a_replayed_copy_whose_history_is_ignored_is_caught() {
     caught("handler.ignores_carried_history", "archived");
 }
@@ -558,6 +583,10 @@ fn a_replayed_copy_whose_history_is_ignored_is_caught() {
 /// its fix: a failed look-up). Past the key window the record retries until its schedule gives
 /// up, a transient reason in the DLQ for what only a person can settle.
 #[test]
+#[cfg_attr(
+    not(sim_mutations),
+    ignore = "a planted bug: needs PROCESS_ORDERS_SIM_MUTATIONS=1"
+)]
 fn a_conflict_found_by_the_look_up_read_as_a_failure_is_caught() {
     caught("lookup.conflict_is_an_error", "archived");
 }
@@ -566,6 +595,10 @@ fn a_conflict_found_by_the_look_up_read_as_a_failure_is_caught() {
 /// queue's redrive. With the stop answered as a RETRY for the records not started (the old
 /// behaviour), the give-up moves them to the DLQ as `retries_exhausted`: never tried.
 #[test]
+#[cfg_attr(
+    not(sim_mutations),
+    ignore = "a planted bug: needs PROCESS_ORDERS_SIM_MUTATIONS=1"
+)]
 fn a_stop_that_gives_up_records_never_started_is_caught() {
     let report = caught("processor.stopping_gives_up", "worker");
     assert!(
@@ -583,6 +616,10 @@ fn a_stop_that_gives_up_records_never_started_is_caught() {
 /// (the reading before the fix), the order is completed as paid without being charged; read as
 /// it must be, it is left to a person.
 #[test]
+#[cfg_attr(
+    not(sim_mutations),
+    ignore = "a planted bug: needs PROCESS_ORDERS_SIM_MUTATIONS=1"
+)]
 fn an_unreadable_amount_read_as_a_match_is_caught() {
     caught("lookup.unreadable_amount_is_a_match", "archived");
 }
@@ -592,6 +629,10 @@ fn an_unreadable_amount_read_as_a_match_is_caught() {
 /// Trusting the missing item because the copy is younger than the retention (the rule before
 /// the fix), the order is charged again, or its declined card sent again.
 #[test]
+#[cfg_attr(
+    not(sim_mutations),
+    ignore = "a planted bug: needs PROCESS_ORDERS_SIM_MUTATIONS=1"
+)]
 fn a_young_refused_copy_trusted_to_have_no_earlier_attempt_is_caught() {
     caught("store.trusts_absence_of_young_copies", "archived");
     // Both refusals reach it: seed 1 charges conflicts a second time; in seed 2 a declined
@@ -613,6 +654,10 @@ fn a_young_refused_copy_trusted_to_have_no_earlier_attempt_is_caught() {
 /// The seams finding of a payment key echoed deep in a provider's text: cut before it was
 /// scrubbed, its first characters reached the DLQ copy's detail.
 #[test]
+#[cfg_attr(
+    not(sim_mutations),
+    ignore = "a planted bug: needs PROCESS_ORDERS_SIM_MUTATIONS=1"
+)]
 fn a_key_cut_before_it_is_scrubbed_is_caught() {
     caught("redact.cut_before_scrub", "standard");
 }
@@ -622,6 +667,10 @@ fn a_key_cut_before_it_is_scrubbed_is_caught() {
 /// order refused as invalid (or charged ten times over); while the simulator priced its orders
 /// with the function's own table, it wrote the wrong digits into the bodies and agreed.
 #[test]
+#[cfg_attr(
+    not(sim_mutations),
+    ignore = "a planted bug: needs PROCESS_ORDERS_SIM_MUTATIONS=1"
+)]
 fn a_wrong_minor_unit_in_the_functions_table_is_caught() {
     // Every dinar order meets it (15% of them): a smaller world is enough.
     caught_on(
@@ -636,6 +685,10 @@ fn a_wrong_minor_unit_in_the_functions_table_is_caught() {
 /// An amount read through a float: the world reads every body by its digits, and the provider's
 /// ledger shows a cent less than the body names.
 #[test]
+#[cfg_attr(
+    not(sim_mutations),
+    ignore = "a planted bug: needs PROCESS_ORDERS_SIM_MUTATIONS=1"
+)]
 fn an_amount_read_through_a_float_is_caught() {
     // Most decimal amounts meet it: a smaller world is enough.
     caught_on(
@@ -649,6 +702,10 @@ fn an_amount_read_through_a_float_is_caught() {
 
 /// The guard's bugs do not depend on the store: the same planted bug is caught on the real one.
 #[test]
+#[cfg_attr(
+    not(sim_mutations),
+    ignore = "a planted bug: needs PROCESS_ORDERS_SIM_MUTATIONS=1"
+)]
 fn a_release_after_an_ambiguous_charge_is_caught_on_the_dynamodb_store() {
     caught_on(
         "guard.releases_after_ambiguous",
@@ -663,6 +720,10 @@ fn a_release_after_an_ambiguous_charge_is_caught_on_the_dynamodb_store() {
 /// answers. Sent to a person instead, the DLQ holds it under a person's label; only a check that
 /// asks the world (did any look-up leave the question open?) tells.
 #[test]
+#[cfg_attr(
+    not(sim_mutations),
+    ignore = "a planted bug: needs PROCESS_ORDERS_SIM_MUTATIONS=1"
+)]
 fn a_failing_look_up_sent_to_a_person_is_caught() {
     caught("handler.look_up_failure_to_a_person", "standard");
 }
@@ -670,51 +731,91 @@ fn a_failing_look_up_sent_to_a_person_is_caught() {
 /// SQS's 1 MiB a call: ten large copies in one `SendMessageBatch` are refused whole, and the
 /// poison stays in its queue until SQS's own redrive.
 #[test]
+#[cfg_attr(
+    not(sim_mutations),
+    ignore = "a planted bug: needs PROCESS_ORDERS_SIM_MUTATIONS=1"
+)]
 fn dlq_copies_packed_past_a_mebibyte_are_caught() {
     caught("dead_letter.ignores_batch_bytes", "standard");
 }
 
 #[test]
+#[cfg_attr(
+    not(sim_mutations),
+    ignore = "a planted bug: needs PROCESS_ORDERS_SIM_MUTATIONS=1"
+)]
 fn trusting_not_found_past_the_key_window_is_caught() {
     caught("guard.not_found_is_proof", "standard");
 }
 
 #[test]
+#[cfg_attr(
+    not(sim_mutations),
+    ignore = "a planted bug: needs PROCESS_ORDERS_SIM_MUTATIONS=1"
+)]
 fn skipping_the_look_up_is_caught() {
     caught("guard.skips_look_up", "standard");
 }
 
 #[test]
+#[cfg_attr(
+    not(sim_mutations),
+    ignore = "a planted bug: needs PROCESS_ORDERS_SIM_MUTATIONS=1"
+)]
 fn acknowledging_a_charge_in_flight_is_caught() {
     caught("handler.acks_in_flight", "standard");
 }
 
 #[test]
+#[cfg_attr(
+    not(sim_mutations),
+    ignore = "a planted bug: needs PROCESS_ORDERS_SIM_MUTATIONS=1"
+)]
 fn acknowledging_a_store_error_is_caught() {
     caught("handler.acks_store_errors", "standard");
 }
 
 #[test]
+#[cfg_attr(
+    not(sim_mutations),
+    ignore = "a planted bug: needs PROCESS_ORDERS_SIM_MUTATIONS=1"
+)]
 fn ignoring_the_fingerprint_is_caught() {
     caught("store.ignores_fingerprint", "standard");
 }
 
 #[test]
+#[cfg_attr(
+    not(sim_mutations),
+    ignore = "a planted bug: needs PROCESS_ORDERS_SIM_MUTATIONS=1"
+)]
 fn forgetting_a_completed_key_is_caught() {
     caught("store.forgets_completed", "standard");
 }
 
 #[test]
+#[cfg_attr(
+    not(sim_mutations),
+    ignore = "a planted bug: needs PROCESS_ORDERS_SIM_MUTATIONS=1"
+)]
 fn a_retry_schedule_without_its_floor_is_caught() {
     caught("backoff.retries_at_once", "standard");
 }
 
 #[test]
+#[cfg_attr(
+    not(sim_mutations),
+    ignore = "a planted bug: needs PROCESS_ORDERS_SIM_MUTATIONS=1"
+)]
 fn fifo_going_on_after_a_failure_is_caught() {
     caught("processor.fifo_goes_on_after_failure", "fifo");
 }
 
 #[test]
+#[cfg_attr(
+    not(sim_mutations),
+    ignore = "a planted bug: needs PROCESS_ORDERS_SIM_MUTATIONS=1"
+)]
 fn never_abandoning_a_record_at_the_deadline_is_caught() {
     caught("processor.never_abandons", "brownout");
 }
@@ -759,6 +860,49 @@ fn every_mutation_has_its_test() {
             "{mutation} has no test"
         );
     }
+}
+
+/// Each planted bug's test runs only where the bugs are compiled in, and is ignored (shown as
+/// such, never passing for nothing) where they are not: every test that asks for one carries the
+/// `ignore` of a build without `--cfg sim_mutations`.
+#[test]
+fn every_planted_bug_test_is_ignored_without_the_bugs() {
+    let source = include_str!("main.rs");
+    let mut planted = 0;
+    for test in source.split("#[test]\n").skip(1) {
+        let body = test.split("\n}\n").next().expect("a test's body");
+        if body.contains("caught(\"") || body.contains("caught_on(\n") {
+            planted += 1;
+            assert!(
+                test.starts_with(
+                    "#[cfg_attr(\n    not(sim_mutations),\n    \
+                     ignore = \"a planted bug: needs PROCESS_ORDERS_SIM_MUTATIONS=1\"\n)]\n"
+                ),
+                "a planted bug's test would fail (or pass for nothing) without the bugs:\n{}",
+                body.lines().find(|l| l.starts_with("fn ")).unwrap_or(body)
+            );
+        }
+    }
+    assert!(planted >= MUTATIONS.len(), "{planted} planted bug tests");
+}
+
+/// This crate's cfg (its build script) and lambda-kit's (whether the bugs are compiled in) come
+/// from the same variable: a planted bug's test is run exactly when its bug exists.
+#[test]
+fn the_planted_bug_tests_run_exactly_when_the_bugs_are_compiled_in() {
+    assert_eq!(lambda_kit::mutation::ENABLED, cfg!(sim_mutations));
+}
+
+/// Without the planted bugs, a run that asks for one refuses (it would find nothing and prove
+/// nothing), and says which variable builds them in.
+#[test]
+#[cfg_attr(sim_mutations, ignore = "the planted bugs are compiled in")]
+#[should_panic(expected = "PROCESS_ORDERS_SIM_MUTATIONS=1")]
+fn a_mutation_asked_of_a_build_without_the_bugs_is_refused() {
+    run(&SimSettings {
+        mutation: Some(MUTATIONS[0].0),
+        ..SimSettings::faulty(1, 10)
+    });
 }
 
 /// The checks have teeth without a planted bug too: with a table per container (a broken
