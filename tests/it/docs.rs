@@ -134,6 +134,10 @@ const OUTSIDE_VARIABLES: &[&str] = &[
     "AWS_LAMBDA_LOG_LEVEL",
     // The AWS SDK's service-specific endpoint, for the tools against a local server.
     "AWS_ENDPOINT_URL_DYNAMODB",
+    // Powertools' own (.NET), named by docs/library.md's "Coming from Powertools".
+    "POWERTOOLS_BATCH_ERROR_HANDLING_POLICY",
+    "POWERTOOLS_BATCH_PARALLEL_ENABLED",
+    "POWERTOOLS_BATCH_THROW_ON_FULL_BATCH_FAILURE",
 ];
 
 #[test]

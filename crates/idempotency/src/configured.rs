@@ -1,5 +1,7 @@
 //! The store a deployment's settings name (feature `dynamodb`): DynamoDB when
-//! `IDEMPOTENCY_TABLE` is set, memory when it is not and the process is not in Lambda.
+//! `IDEMPOTENCY_TABLE` is set, memory when it is not and the process is not in Lambda, and no
+//! store at all when `IDEMPOTENCY_DISABLED=true` on a developer's machine (refused in Lambda and
+//! on ECS).
 
 use lambda_kit::{Env, EnvError};
 
@@ -23,6 +25,9 @@ enum Backend {
     Memory(MemoryStore),
     /// `IDEMPOTENCY_TABLE` names the table.
     DynamoDb(DynamoDbStore),
+    /// `IDEMPOTENCY_DISABLED=true`: every claim starts, nothing is kept (a local test of the
+    /// work alone, as Powertools' `POWERTOOLS_IDEMPOTENCY_DISABLED`).
+    Disabled,
 }
 
 impl ConfiguredStore {
@@ -34,10 +39,21 @@ impl ConfiguredStore {
     /// container would keep keys of its own and a duplicate delivered to another would run
     /// again, unless `IDEMPOTENCY_IN_MEMORY=true` says so on purpose (a local emulator such as
     /// `cargo lambda watch`).
+    ///
+    /// `IDEMPOTENCY_DISABLED=true` turns the store off: every claim starts and nothing is kept,
+    /// so a duplicate runs again. For a test of the work alone on a developer's machine; it is
+    /// refused where duplicates are real, inside Lambda and on ECS
+    /// (`ECS_CONTAINER_METADATA_URI_V4`), even behind a local emulator.
     pub async fn from_env() -> Result<Self, EnvError> {
         let env = Env::process();
-        let mut settings = Self::settings(&env)?;
         let lease = LeasePolicy::from_env(&env)?;
+        if Self::disabled(&env)? {
+            return Ok(Self {
+                backend: Backend::Disabled,
+                lease,
+            });
+        }
+        let mut settings = Self::settings(&env)?;
         let backend = match settings.table.take() {
             Some(table) => {
                 let sdk = aws_config::load_defaults(aws_config::BehaviorVersion::latest()).await;
@@ -69,9 +85,34 @@ impl ConfiguredStore {
         }
     }
 
-    /// Whether the claims are kept in DynamoDB (else in this process's memory).
+    /// Whether the claims are kept in DynamoDB (else in this process's memory, or nowhere).
     pub fn is_dynamodb(&self) -> bool {
         matches!(self.backend, Backend::DynamoDb(_))
+    }
+
+    /// Whether idempotency is off (`IDEMPOTENCY_DISABLED=true`): every claim starts.
+    pub fn is_disabled(&self) -> bool {
+        matches!(self.backend, Backend::Disabled)
+    }
+
+    /// `IDEMPOTENCY_DISABLED`, refused where a duplicate is real: a switch copied from a test
+    /// setup into a deployment must stop it at start-up, not charge twice.
+    fn disabled(env: &Env<'_>) -> Result<bool, EnvError> {
+        if !env.flag("IDEMPOTENCY_DISABLED", false)? {
+            return Ok(false);
+        }
+        for deployed in ["AWS_LAMBDA_FUNCTION_NAME", "ECS_CONTAINER_METADATA_URI_V4"] {
+            if env.text(deployed).is_some() {
+                return Err(EnvError::invalid(
+                    "IDEMPOTENCY_DISABLED",
+                    "true",
+                    format!(
+                        "unset where {deployed} is set: idempotency is off only on a developer's machine"
+                    ),
+                ));
+            }
+        }
+        Ok(true)
     }
 
     /// The store's settings, a table or none (memory), checked as [`ConfiguredStore::from_env`]
@@ -101,6 +142,13 @@ impl IdempotencyStore for ConfiguredStore {
         match &self.backend {
             Backend::Memory(s) => s.begin(request).await,
             Backend::DynamoDb(s) => Box::pin(s.begin(request)).await,
+            Backend::Disabled => Ok(Begin::Started {
+                lease: Lease {
+                    token: crate::LeaseToken::new(),
+                    until_ms: request.lease_until_ms,
+                },
+                prior: None,
+            }),
         }
     }
 
@@ -114,6 +162,7 @@ impl IdempotencyStore for ConfiguredStore {
         match &self.backend {
             Backend::Memory(s) => s.complete(key, lease, now_ms, output).await,
             Backend::DynamoDb(s) => Box::pin(s.complete(key, lease, now_ms, output)).await,
+            Backend::Disabled => Ok(()),
         }
     }
 
@@ -121,6 +170,7 @@ impl IdempotencyStore for ConfiguredStore {
         match &self.backend {
             Backend::Memory(s) => s.mark_attempted(key, lease, at_ms).await,
             Backend::DynamoDb(s) => Box::pin(s.mark_attempted(key, lease, at_ms)).await,
+            Backend::Disabled => Ok(()),
         }
     }
 
@@ -128,6 +178,7 @@ impl IdempotencyStore for ConfiguredStore {
         match &self.backend {
             Backend::Memory(s) => s.release(key, lease).await,
             Backend::DynamoDb(s) => Box::pin(s.release(key, lease)).await,
+            Backend::Disabled => Ok(()),
         }
     }
 
@@ -141,6 +192,7 @@ impl IdempotencyStore for ConfiguredStore {
         match &self.backend {
             Backend::Memory(s) => s.reject(key, lease, now_ms, reason).await,
             Backend::DynamoDb(s) => Box::pin(s.reject(key, lease, now_ms, reason)).await,
+            Backend::Disabled => Ok(()),
         }
     }
 
@@ -190,5 +242,65 @@ mod tests {
             ("IDEMPOTENCY_IN_MEMORY", "yes please"),
         ];
         assert!(settings(&bad).is_err());
+    }
+
+    fn disabled(vars: &'static [(&'static str, &'static str)]) -> Result<bool, EnvError> {
+        ConfiguredStore::disabled(&Env::new(move |name| {
+            vars.iter()
+                .find(|(k, _)| *k == name)
+                .map(|(_, v)| (*v).to_owned())
+        }))
+    }
+
+    /// The switch works on a developer's machine and is refused where duplicates are real.
+    #[test]
+    fn idempotency_is_disabled_only_outside_lambda_and_ecs() {
+        assert!(!disabled(&[]).unwrap());
+        assert!(disabled(&[("IDEMPOTENCY_DISABLED", "true")]).unwrap());
+        for deployed in ["AWS_LAMBDA_FUNCTION_NAME", "ECS_CONTAINER_METADATA_URI_V4"] {
+            let vars: &'static [(&str, &str)] = match deployed {
+                "AWS_LAMBDA_FUNCTION_NAME" => &[
+                    ("IDEMPOTENCY_DISABLED", "true"),
+                    ("AWS_LAMBDA_FUNCTION_NAME", "f"),
+                ],
+                _ => &[
+                    ("IDEMPOTENCY_DISABLED", "true"),
+                    ("ECS_CONTAINER_METADATA_URI_V4", "http://169.254.170.2/v4/x"),
+                ],
+            };
+            let refused = disabled(vars).unwrap_err().to_string();
+            assert!(
+                refused.starts_with("IDEMPOTENCY_DISABLED=") && refused.contains(deployed),
+                "{refused}"
+            );
+        }
+        assert!(disabled(&[("IDEMPOTENCY_DISABLED", "maybe")]).is_err());
+    }
+
+    /// Disabled, a duplicate runs again: every claim starts, fresh, and nothing is kept.
+    #[tokio::test]
+    async fn a_disabled_store_starts_every_claim() {
+        let store = ConfiguredStore {
+            backend: Backend::Disabled,
+            lease: LeasePolicy::default(),
+        };
+        let request = ClaimRequest::new(
+            "k",
+            crate::Fingerprint::of(&[b"work"]),
+            1_000,
+            61_000,
+            "m-1",
+        );
+        for _ in 0..2 {
+            let Ok(Begin::Started { lease, prior }) = store.begin(&request).await else {
+                panic!("a disabled store starts every claim");
+            };
+            assert_eq!((lease.until_ms, prior), (request.lease_until_ms, None));
+            store
+                .complete("k", &lease, 2_000, None)
+                .await
+                .expect("kept nowhere");
+        }
+        assert!(store.is_disabled() && !store.is_dynamodb());
     }
 }

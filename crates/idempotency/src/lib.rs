@@ -317,6 +317,7 @@ pub const VARIABLES: &[(&str, Option<&str>)] = &[
     ("IDEMPOTENCY_LEASE_SECONDS", Some("300")),
     ("IDEMPOTENCY_LEASE_MARGIN_MS", Some("5000")),
     ("IDEMPOTENCY_RETENTION_DAYS", Some("18")),
+    ("IDEMPOTENCY_RETENTION_SECONDS", None),
     ("IDEMPOTENCY_KEY_PREFIX", None),
 ];
 
@@ -363,7 +364,8 @@ impl LeasePolicy {
 pub struct StoreSettings {
     /// `IDEMPOTENCY_TABLE`.
     pub table: Option<String>,
-    /// `IDEMPOTENCY_RETENTION_DAYS` (18): keep it at least as long as a message can come back
+    /// `IDEMPOTENCY_RETENTION_DAYS` (18), or `IDEMPOTENCY_RETENTION_SECONDS` (at least 60) in
+    /// its place: keep it at least as long as a message can come back
     /// (queue retention plus the DLQ's).
     pub retention: std::time::Duration,
     /// `IDEMPOTENCY_KEY_PREFIX`, put before every key in the table.
@@ -398,12 +400,26 @@ impl StoreSettings {
         default_prefix: &str,
     ) -> Result<Self, lambda_kit::EnvError> {
         let retention_days: u64 = env.ranged("IDEMPOTENCY_RETENTION_DAYS", 18, 1, 3_650)?;
+        // Seconds, for a key that need not outlive a short retry window (Powertools'
+        // `expires_after_seconds`); never with the days, whose default would hide a typo.
+        let retention_s = match env.text("IDEMPOTENCY_RETENTION_SECONDS") {
+            None => retention_days * 86_400,
+            Some(_) if env.text("IDEMPOTENCY_RETENTION_DAYS").is_some() => {
+                return Err(lambda_kit::EnvError::invalid(
+                    "IDEMPOTENCY_RETENTION_SECONDS",
+                    &env.text("IDEMPOTENCY_RETENTION_SECONDS")
+                        .unwrap_or_default(),
+                    "unset when IDEMPOTENCY_RETENTION_DAYS is set: one of the two",
+                ));
+            }
+            Some(_) => env.ranged("IDEMPOTENCY_RETENTION_SECONDS", 0, 60, 3_650 * 86_400)?,
+        };
         let prefix = env
             .text("IDEMPOTENCY_KEY_PREFIX")
             .unwrap_or_else(|| default_prefix.to_owned());
         Ok(Self {
             table: env.text("IDEMPOTENCY_TABLE"),
-            retention: std::time::Duration::from_secs(retention_days * 86_400),
+            retention: std::time::Duration::from_secs(retention_s),
             key_prefix: prefix,
         })
     }
@@ -749,5 +765,34 @@ mod tests {
         assert_eq!(store.retention, std::time::Duration::from_secs(3 * 86_400));
         assert_eq!(store.table.as_deref(), Some("claims"));
         assert_eq!(store.key_prefix, "fn#");
+    }
+
+    /// The retention in seconds, Powertools' unit, stands in for the days; both at once is a
+    /// configuration error, and so is less than a minute.
+    #[test]
+    fn retention_is_read_in_seconds_in_place_of_days() {
+        let settings = |vars: &'static [(&'static str, &'static str)]| {
+            let read = |name: &str| {
+                vars.iter()
+                    .find(|(n, _)| *n == name)
+                    .map(|(_, v)| (*v).to_owned())
+            };
+            StoreSettings::from_env_with_prefix(&lambda_kit::Env::new(read), "")
+        };
+        let hour = settings(&[("IDEMPOTENCY_RETENTION_SECONDS", "3600")]).expect("an hour");
+        assert_eq!(hour.retention, std::time::Duration::from_secs(3_600));
+        let both = settings(&[
+            ("IDEMPOTENCY_RETENTION_SECONDS", "3600"),
+            ("IDEMPOTENCY_RETENTION_DAYS", "18"),
+        ]);
+        assert!(
+            both.unwrap_err()
+                .to_string()
+                .contains("IDEMPOTENCY_RETENTION_SECONDS"),
+            "both set is refused, naming the variable"
+        );
+        assert!(settings(&[("IDEMPOTENCY_RETENTION_SECONDS", "59")]).is_err());
+        let days = settings(&[]).expect("the default");
+        assert_eq!(days.retention, std::time::Duration::from_secs(18 * 86_400));
     }
 }

@@ -77,10 +77,18 @@ where
     S: IdempotencyStore,
     P: Serialize + ?Sized,
 {
+    // An empty key (a field the caller reads from the payload, missing) would be one item that
+    // every such record shares, each later one a duplicate of the first: refused, as
+    // Powertools' `raise_on_no_idempotency_key`, before any claim.
+    let fingerprint = if key.is_empty() {
+        Err("the idempotency key is empty: every record without one would share one item".into())
+    } else {
+        Fingerprint::of_json(payload).map_err(|e| e.to_string())
+    };
     Once {
         store,
         key,
-        fingerprint: Fingerprint::of_json(payload).map_err(|e| e.to_string()),
+        fingerprint,
         work,
         clock: SystemClock,
         policy: None,
@@ -457,6 +465,40 @@ mod tests {
     struct Receipt {
         id: String,
         cents: u64,
+    }
+
+    /// An empty key is refused before any claim, each time: records whose key field was
+    /// missing never share one item, the first run making the others duplicates.
+    #[tokio::test]
+    async fn an_empty_key_is_refused_and_claims_nothing() {
+        let runs = AtomicUsize::new(0);
+        let work = || async {
+            runs.fetch_add(1, Ordering::SeqCst);
+            Ok::<_, String>(())
+        };
+        let store = MemoryStore::default();
+        for email in ["a@b.c", "d@e.f"] {
+            let payload = Welcome { user_id: "", email };
+            let answer = once(&store, "", &payload, work).await;
+            let Guarded::Store(StoreError::Payload(why)) = answer else {
+                panic!("an empty key is refused, got {answer:?}");
+            };
+            assert!(why.contains("key is empty"), "{why}");
+        }
+        assert_eq!(runs.load(Ordering::SeqCst), 0, "the work never ran");
+        assert!(matches!(
+            once(
+                &store,
+                "u-1",
+                &Welcome {
+                    user_id: "u-1",
+                    email: "a@b.c"
+                },
+                work
+            )
+            .await,
+            Guarded::Performed(())
+        ));
     }
 
     /// A kept output comes back to each duplicate, in front of a cache too; without
