@@ -71,6 +71,28 @@ pub mod attr {
     /// not the item's completion was left by a build that does not know outputs (a rollback
     /// completing the key again), and is not returned.
     pub const OUTPUT_AT: &str = "output_at";
+
+    /// Every attribute above: the names a table's own key attributes may not take
+    /// (`DynamoDbStore::with_key_attributes`).
+    pub const ITEM: &[&str] = &[
+        KEY,
+        STATUS,
+        LEASE_TOKEN,
+        LEASE_UNTIL,
+        FINGERPRINT,
+        EXPIRES_AT,
+        MESSAGE_ID,
+        CLAIMED_AT,
+        FIRST_ATTEMPT_AT,
+        ATTEMPTS,
+        ATTEMPTED_AT,
+        COMPLETED_AT,
+        REJECTED_AT,
+        SCHEMA,
+        REJECTED_REASON,
+        OUTPUT,
+        OUTPUT_AT,
+    ];
 }
 
 pub use attr::{EXPIRES_AT as TTL_ATTRIBUTE, KEY as KEY_ATTRIBUTE};
@@ -97,28 +119,46 @@ pub enum CreateTableError {
 /// Creates a table with the key schema and TTL attribute this store writes: for local runs
 /// and tests (in AWS, the deployment creates it, as `template.yaml` does).
 pub async fn create_table(client: &Client, name: &str) -> Result<(), CreateTableError> {
+    create_table_with_keys(client, name, attr::KEY, None).await
+}
+
+/// As [`create_table`], keyed by `partition` (a string hash key) and, for a single-table design,
+/// `sort` (a string range key): the table a store built with
+/// [`DynamoDbStore::with_key_attributes`] writes.
+pub async fn create_table_with_keys(
+    client: &Client,
+    name: &str,
+    partition: &str,
+    sort: Option<&str>,
+) -> Result<(), CreateTableError> {
     use aws_sdk_dynamodb::types::{
         AttributeDefinition, BillingMode, KeySchemaElement, KeyType, ScalarAttributeType,
         TimeToLiveSpecification,
     };
-    client
+    let mut request = client
         .create_table()
         .table_name(name)
-        .billing_mode(BillingMode::PayPerRequest)
-        .attribute_definitions(
-            AttributeDefinition::builder()
-                .attribute_name(attr::KEY)
-                .attribute_type(ScalarAttributeType::S)
-                .build()
-                .map_err(CreateTableError::Build)?,
-        )
-        .key_schema(
-            KeySchemaElement::builder()
-                .attribute_name(attr::KEY)
-                .key_type(KeyType::Hash)
-                .build()
-                .map_err(CreateTableError::Build)?,
-        )
+        .billing_mode(BillingMode::PayPerRequest);
+    for (attribute, key_type) in
+        std::iter::once((partition, KeyType::Hash)).chain(sort.map(|sort| (sort, KeyType::Range)))
+    {
+        request = request
+            .attribute_definitions(
+                AttributeDefinition::builder()
+                    .attribute_name(attribute)
+                    .attribute_type(ScalarAttributeType::S)
+                    .build()
+                    .map_err(CreateTableError::Build)?,
+            )
+            .key_schema(
+                KeySchemaElement::builder()
+                    .attribute_name(attribute)
+                    .key_type(key_type)
+                    .build()
+                    .map_err(CreateTableError::Build)?,
+            );
+    }
+    request
         .send()
         .await
         .map_err(|e| CreateTableError::Aws(Box::new(e)))?;
@@ -181,6 +221,23 @@ pub struct DynamoDbStore {
     table: String,
     retention_s: u64,
     key_prefix: String,
+    /// The table's partition key attribute ([`attr::KEY`] unless set).
+    partition_attribute: String,
+    /// A single-table design's sort key attribute, and the partition every item of this store
+    /// is written under.
+    sort: Option<(String, String)>,
+}
+
+/// Why key attributes cannot be used ([`DynamoDbStore::with_key_attributes`]).
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum KeyAttributeError {
+    /// The name is one the item itself uses (its state, lease, expiry...), or empty.
+    #[error("{0:?} cannot be a key attribute: the item stores its own state under that name")]
+    Taken(String),
+    /// The partition and sort keys are the same attribute.
+    #[error("the partition and sort keys are both {0:?}")]
+    Same(String),
 }
 
 impl DynamoDbStore {
@@ -191,7 +248,43 @@ impl DynamoDbStore {
             table: table.into(),
             retention_s: retention.as_secs(),
             key_prefix: String::new(),
+            partition_attribute: attr::KEY.to_owned(),
+            sort: None,
         }
+    }
+
+    /// The table's own key attributes, for a table keyed otherwise than by `pk` (Powertools'
+    /// `key_attr`, `sort_key_attr` and `static_pk_value`): the partition key `partition`, and
+    /// for a single-table design a sort key: `Some((sort, partition_value))` writes every item
+    /// under the partition `partition_value` with its (prefixed) key in `sort`. The item's other
+    /// attributes keep their names ([`attr`]), which the key attributes may not take.
+    ///
+    /// ```
+    /// # async fn example(client: aws_sdk_dynamodb::Client) {
+    /// use idempotency::DynamoDbStore;
+    /// let store = DynamoDbStore::new(client, "app", std::time::Duration::from_secs(3_600))
+    ///     .with_key_attributes("PK", Some(("SK", "idempotency#send-welcome")))
+    ///     .expect("names the item does not use");
+    /// # }
+    /// ```
+    pub fn with_key_attributes(
+        mut self,
+        partition: &str,
+        sort: Option<(&str, &str)>,
+    ) -> Result<Self, KeyAttributeError> {
+        for name in std::iter::once(partition).chain(sort.map(|(sort, _)| sort)) {
+            if name.is_empty() || (attr::ITEM.contains(&name) && name != attr::KEY) {
+                return Err(KeyAttributeError::Taken(name.to_owned()));
+            }
+        }
+        if let Some((sort, _)) = sort
+            && sort == partition
+        {
+            return Err(KeyAttributeError::Same(sort.to_owned()));
+        }
+        self.partition_attribute = partition.to_owned();
+        self.sort = sort.map(|(sort, value)| (sort.to_owned(), value.to_owned()));
+        Ok(self)
     }
 
     /// Puts `prefix` before every key in the table, so users of a shared table never see each
@@ -201,9 +294,20 @@ impl DynamoDbStore {
         self
     }
 
-    /// The item's partition key for `key`.
-    fn pk(&self, key: &str) -> AttributeValue {
-        AttributeValue::S(format!("{}{key}", self.key_prefix))
+    /// The item's key for `key`: the prefixed key in the partition key, or in a single-table
+    /// design in the sort key under the store's partition.
+    fn item_key(&self, key: &str) -> HashMap<String, AttributeValue> {
+        let prefixed = AttributeValue::S(format!("{}{key}", self.key_prefix));
+        match &self.sort {
+            None => HashMap::from([(self.partition_attribute.clone(), prefixed)]),
+            Some((sort, partition)) => HashMap::from([
+                (
+                    self.partition_attribute.clone(),
+                    AttributeValue::S(partition.clone()),
+                ),
+                (sort.clone(), prefixed),
+            ]),
+        }
     }
 
     fn expires_at(&self, now_ms: u64) -> u64 {
@@ -218,7 +322,7 @@ impl DynamoDbStore {
             .client
             .delete_item()
             .table_name(&self.table)
-            .key(attr::KEY, self.pk(key))
+            .set_key(Some(self.item_key(key)))
             .condition_expression("#s = :r")
             .expression_attribute_names("#s", attr::STATUS)
             .expression_attribute_values(":r", s(Status::Rejected.as_str()))
@@ -258,7 +362,7 @@ impl DynamoDbStore {
             .client
             .update_item()
             .table_name(&self.table)
-            .key(attr::KEY, self.pk(key))
+            .set_key(Some(self.item_key(key)))
             .update_expression(update)
             .condition_expression(HOLDER_CONDITION)
             .expression_attribute_names("#t", attr::LEASE_TOKEN)
@@ -420,10 +524,10 @@ impl IdempotencyStore for DynamoDbStore {
             .client
             .update_item()
             .table_name(&self.table)
-            .key(attr::KEY, self.pk(request.key))
+            .set_key(Some(self.item_key(request.key)))
             .update_expression(CLAIM_UPDATE)
             .condition_expression(CLAIM_CONDITION)
-            .expression_attribute_names("#k", attr::KEY)
+            .expression_attribute_names("#k", &self.partition_attribute)
             .expression_attribute_names("#s", attr::STATUS)
             .expression_attribute_names("#t", attr::LEASE_TOKEN)
             .expression_attribute_names("#u", attr::LEASE_UNTIL)
@@ -632,7 +736,7 @@ impl IdempotencyStore for DynamoDbStore {
             .client
             .delete_item()
             .table_name(&self.table)
-            .key(attr::KEY, self.pk(key))
+            .set_key(Some(self.item_key(key)))
             .condition_expression(HOLDER_CONDITION)
             .expression_attribute_names("#t", attr::LEASE_TOKEN)
             .expression_attribute_names("#s", attr::STATUS)

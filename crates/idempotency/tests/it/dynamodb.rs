@@ -36,6 +36,123 @@ mod cached {
 }
 idempotency::dynamodb_store_cases!(table());
 
+/// The same contract on a single-table design: a table keyed `PK` and `SK`, this store's items
+/// under one partition with their keys in the sort key (Powertools' `sort_key_attr` and
+/// `static_pk_value`).
+mod single_table {
+    use super::*;
+    use idempotency::dynamodb::create_table_with_keys;
+
+    pub(super) const PARTITION: &str = "idempotency#send-welcome";
+
+    pub(super) async fn table() -> (Client, String) {
+        let server = Dynoxide::start().await;
+        let client = server.client();
+        let table = unique_table();
+        create_table_with_keys(&client, &table, "PK", Some("SK"))
+            .await
+            .expect("table");
+        std::mem::forget(server);
+        (client, table)
+    }
+
+    pub(super) async fn store() -> DynamoDbStore {
+        let (client, table) = table().await;
+        DynamoDbStore::new(client, table, RETENTION)
+            .with_key_attributes("PK", Some(("SK", PARTITION)))
+            .expect("key attributes")
+    }
+
+    idempotency::store_contract_tests!(store());
+}
+
+/// A table keyed by an attribute of another name (`id`), no sort key: the contract holds too.
+mod renamed_partition_key {
+    use super::*;
+
+    async fn store() -> DynamoDbStore {
+        let server = Dynoxide::start().await;
+        let client = server.client();
+        let table = unique_table();
+        idempotency::dynamodb::create_table_with_keys(&client, &table, "id", None)
+            .await
+            .expect("table");
+        std::mem::forget(server);
+        DynamoDbStore::new(client, table, RETENTION)
+            .with_key_attributes("id", None)
+            .expect("key attributes")
+    }
+
+    idempotency::store_contract_tests!(store());
+}
+
+/// In a single table, each store's items sit under its own partition with the key in the sort
+/// key, so two stores sharing the table never meet, whatever their keys.
+#[tokio::test]
+async fn in_a_single_table_each_store_keeps_to_its_partition() {
+    let (client, table) = single_table::table().await;
+    let welcome = DynamoDbStore::new(client.clone(), table.clone(), RETENTION)
+        .with_key_attributes("PK", Some(("SK", single_table::PARTITION)))
+        .expect("key attributes");
+    let receipts = DynamoDbStore::new(client.clone(), table.clone(), RETENTION)
+        .with_key_attributes("PK", Some(("SK", "idempotency#send-receipt")))
+        .expect("key attributes");
+    idempotency::testkit::started(&welcome, &claim("u-1", t0())).await;
+    let other = receipts.begin(&claim("u-1", t0())).await.expect("claimed");
+    assert!(
+        matches!(other, Begin::Started { .. }),
+        "another partition's u-1 is its own: {other:?}"
+    );
+    let item = client
+        .get_item()
+        .table_name(&table)
+        .key(
+            "PK",
+            aws_sdk_dynamodb::types::AttributeValue::S(single_table::PARTITION.into()),
+        )
+        .key(
+            "SK",
+            aws_sdk_dynamodb::types::AttributeValue::S("u-1".into()),
+        )
+        .send()
+        .await
+        .expect("read")
+        .item
+        .expect("the item under the store's partition, its key in the sort key");
+    assert_eq!(
+        item.get("status"),
+        Some(&aws_sdk_dynamodb::types::AttributeValue::S(
+            "IN_PROGRESS".into()
+        ))
+    );
+}
+
+/// Key attributes may not take a name the item uses for its own state, nor be the same twice.
+#[tokio::test]
+async fn key_attributes_that_collide_with_the_item_are_refused() {
+    use idempotency::dynamodb::KeyAttributeError;
+    let (client, table) = table().await;
+    let store = || DynamoDbStore::new(client.clone(), table.clone(), RETENTION);
+    for taken in ["status", "expires_at", "lease_token", ""] {
+        assert_eq!(
+            store().with_key_attributes(taken, None).err(),
+            Some(KeyAttributeError::Taken(taken.into()))
+        );
+        assert_eq!(
+            store().with_key_attributes("PK", Some((taken, "p"))).err(),
+            Some(KeyAttributeError::Taken(taken.into()))
+        );
+    }
+    assert_eq!(
+        store().with_key_attributes("PK", Some(("PK", "p"))).err(),
+        Some(KeyAttributeError::Same("PK".into()))
+    );
+    assert!(
+        store().with_key_attributes("pk", None).is_ok(),
+        "the default"
+    );
+}
+
 /// The claim whose answer was lost took over an earlier attempt (an `ATTEMPTED` key): read back
 /// from the item, its prior is that attempt, with its first time and one attempt before.
 #[tokio::test]

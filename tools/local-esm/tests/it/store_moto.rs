@@ -34,6 +34,23 @@ mod cached {
 }
 idempotency::dynamodb_store_cases!(table());
 
+/// The contract on a single-table design (`PK` and `SK`, this store's items under one partition,
+/// the key in the sort key), on moto too.
+mod single_table {
+    async fn store() -> idempotency::DynamoDbStore {
+        let client = process_orders::testkit::dynamo::moto_client();
+        let table = process_orders::testkit::dynamo::unique_table();
+        idempotency::dynamodb::create_table_with_keys(&client, &table, "PK", Some("SK"))
+            .await
+            .expect("table");
+        idempotency::DynamoDbStore::new(client, table, idempotency::testkit::RETENTION)
+            .with_key_attributes("PK", Some(("SK", "idempotency#orders")))
+            .expect("key attributes")
+    }
+
+    idempotency::store_contract_tests!(sequential: store());
+}
+
 /// A finishing write applied whose answer was lost is the holder's own on the SDK's retry, on
 /// moto too.
 #[tokio::test]
