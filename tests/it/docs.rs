@@ -129,6 +129,7 @@ const OUTSIDE_VARIABLES: &[&str] = &[
     "AWS_CONFIG_FILE",
     "CARGO_TARGET_DIR",
     "CARGO_INCREMENTAL",
+    "CARGO_PROFILE_RELEASE_OPT_LEVEL",
     "RUST_BACKTRACE",
     // Lambda's logging controls, read by lambda_runtime's subscriber.
     "AWS_LAMBDA_LOG_LEVEL",
