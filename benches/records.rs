@@ -13,7 +13,7 @@ use process_orders::app::App;
 use process_orders::config::Config;
 use process_orders::payment::SimulatedGateway;
 use process_orders::testkit::generated_body;
-use sqs_batch::SqsEvent;
+use sqs_batch::edge::SqsEvent;
 use sqs_batch::edge::{Batch, EventView};
 use sqs_batch::testkit::{EventShape, generate};
 

@@ -13,7 +13,9 @@
 
 use std::time::{Duration, Instant};
 
-use idempotency::{Begin, ClaimRequest, IdempotencyStore, Lease, MemoryStore, StoreError};
+use idempotency::{
+    IdempotencyStore, MemoryStore, StoreError, store::Begin, store::ClaimRequest, store::Lease,
+};
 use lambda_kit::clock::{Clock, SystemClock};
 use process_orders::app::App;
 use process_orders::config::Config;

@@ -24,7 +24,8 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use idempotency::{
-    Begin, ClaimRequest, DynamoDbStore, IdempotencyStore, Lease, MemoryStore, StoreError,
+    DynamoDbStore, IdempotencyStore, MemoryStore, StoreError, store::Begin, store::ClaimRequest,
+    store::Lease,
 };
 use lambda_kit::clock::{Clock, SystemClock};
 use process_orders::app::{self, App};
@@ -339,7 +340,7 @@ async fn worker_against_lambda(plan: &Plan) {
         "| runtime | wall s | orders/s | cost per million orders (compute only) |\n|---|---|---|---|"
     );
     let server = Dynoxide::start().await;
-    let event: sqs_batch::SqsEvent = serde_json::from_str(&plan.json).expect("event");
+    let event: sqs_batch::edge::SqsEvent = serde_json::from_str(&plan.json).expect("event");
 
     // Lambda: invocations of 100 records, one after another (one container).
     let stub = PaymentStub::start().await;
@@ -348,7 +349,7 @@ async fn worker_against_lambda(plan: &Plan) {
     let app = App::with_ports(&config, store, gateway, SystemClock);
     let started = Instant::now();
     for chunk in event.records.chunks(100) {
-        let mut batch = sqs_batch::SqsEvent::default();
+        let mut batch = sqs_batch::edge::SqsEvent::default();
         batch.records = chunk.to_vec();
         let json = serde_json::to_string(&batch).expect("batch");
         app.handle_json(&json, SystemClock.now_ms() + 900_000)
@@ -405,12 +406,12 @@ async fn worker_against_lambda(plan: &Plan) {
 
 /// The worker's queue in memory: receives take the next ten, deletes are timed.
 struct MemoryQueue {
-    messages: Mutex<std::collections::VecDeque<sqs_batch::SqsMessage>>,
+    messages: Mutex<std::collections::VecDeque<sqs_batch::edge::SqsMessage>>,
     last_delete: Mutex<Option<Instant>>,
 }
 
 impl MemoryQueue {
-    fn new(records: Vec<sqs_batch::SqsMessage>) -> Self {
+    fn new(records: Vec<sqs_batch::edge::SqsMessage>) -> Self {
         Self {
             messages: Mutex::new(records.into()),
             last_delete: Mutex::new(None),
@@ -428,7 +429,7 @@ impl sqs_batch::worker::QueuePort for &MemoryQueue {
         max: u8,
         _wait_s: u8,
         _visibility_s: u32,
-    ) -> Result<Vec<sqs_batch::SqsMessage>, sqs_batch::worker::QueueError> {
+    ) -> Result<Vec<sqs_batch::edge::SqsMessage>, sqs_batch::worker::QueueError> {
         let batch: Vec<_> = {
             let mut messages = self.messages.lock().expect("lock");
             let n = usize::from(max).min(messages.len());
@@ -565,7 +566,7 @@ async fn deadline() {
         process_orders::payment::SimulatedGateway::new(),
         SystemClock,
     )
-    .with_backoff(Some(sqs_batch::Backoff {
+    .with_backoff(Some(sqs_batch::processor::Backoff {
         port: SqsVisibility::new(sqs),
         policy: BackoffPolicy::new(5, 900),
     }));

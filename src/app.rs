@@ -12,8 +12,9 @@ use sqs_batch::visibility::SqsVisibility;
 use sqs_batch::worker::sqs::SqsQueue;
 use sqs_batch::worker::{QueueError, QueuePort, Worker, WorkerHooks, WorkerOptions};
 use sqs_batch::{
-    Backoff, BackoffPolicy, Batch, BatchProcessor, BatchReport, DeadLetters, EventError, EventView,
-    Processed, RedriveCheck, SqsBatchResponse, SqsEvent,
+    BatchProcessor, Processed, backoff::BackoffPolicy, backoff::RedriveCheck,
+    dead_letter::DeadLetters, edge::Batch, edge::EventError, edge::EventView,
+    edge::SqsBatchResponse, edge::SqsEvent, processor::Backoff, processor::BatchReport,
 };
 
 use crate::aws::{self, SdkSettings};
@@ -424,30 +425,30 @@ where
     pub async fn handle_json(
         &self,
         json: &str,
-        invocation: impl Into<sqs_batch::Invocation>,
+        invocation: impl Into<sqs_batch::processor::Invocation>,
     ) -> Result<SqsBatchResponse, EventError> {
         let event = EventView::parse(json)?;
         let (response, report) = self
             .handle_batch(&Batch::from_view(&event)?, invocation)
             .await?;
         if self.processor.options().fail_on_entire_batch_failure {
-            sqs_batch::check_entire_batch(&report)?;
+            sqs_batch::processor::check_entire_batch(&report)?;
         }
         Ok(response)
     }
 
-    /// Processes one batch ([`sqs_batch::process_batch`]: the records, the response and its
+    /// Processes one batch ([`sqs_batch::processor::process_batch`]: the records, the response and its
     /// check, the backoff), then writes the metrics.
     pub async fn handle_batch(
         &self,
         batch: &Batch<'_>,
-        invocation: impl Into<sqs_batch::Invocation>,
+        invocation: impl Into<sqs_batch::processor::Invocation>,
     ) -> Result<(SqsBatchResponse, BatchReport), EventError> {
         let invocation = invocation.into();
         // A duration measurement only: the monotonic clock, not the injected one.
         let started = Instant::now();
         Reporting::starting(self.ports());
-        let processed = sqs_batch::process_batch(
+        let processed = sqs_batch::processor::process_batch(
             &self.processor,
             batch,
             invocation,
@@ -517,7 +518,7 @@ mod tests {
     /// futures inline it was kilobytes and the copies were a fifth of the one-shot CPU time.
     #[test]
     fn a_record_future_stays_small_with_the_network_adapters_compiled_in() {
-        use sqs_batch::{RecordContext, RecordHandler};
+        use sqs_batch::{RecordHandler, processor::RecordContext};
         let config = Config::from_lookup(|_| None).expect("defaults");
         let app: App = App::with_ports(
             &config,

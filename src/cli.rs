@@ -5,7 +5,7 @@ use std::io::Read;
 
 use crate::app::App;
 use lambda_kit::{Clock, SystemClock};
-use sqs_batch::EventError;
+use sqs_batch::edge::EventError;
 
 /// The time a one-shot run gets, as if it were an invocation with Lambda's longest timeout.
 pub const ONE_SHOT_BUDGET_MS: u64 = 900_000;

@@ -9,7 +9,7 @@ use std::time::Duration;
 use claim_check::ClaimCheckSettings;
 use idempotency::{LeasePolicy, StoreSettings};
 use lambda_kit::{Env, EnvError};
-use sqs_batch::{BackoffPolicy, BatchOptions, RedriveCheck};
+use sqs_batch::{BatchOptions, backoff::BackoffPolicy, backoff::RedriveCheck};
 
 use crate::aws::SdkSettings;
 use crate::metrics::MetricsSettings;
@@ -305,7 +305,7 @@ impl Config {
 mod tests {
     use super::*;
     use crate::payment::Secret;
-    use sqs_batch::FifoScope;
+    use sqs_batch::processor::FifoScope;
     use std::collections::HashMap;
 
     fn config(vars: &[(&str, &str)]) -> Result<Config, ConfigError> {

@@ -79,7 +79,7 @@ async fn main() -> ExitCode {
                     event.context.deadline,
                     SystemClock.now_ms(),
                 );
-                let invocation = sqs_batch::Invocation::new(deadline_ms).with_lambda(
+                let invocation = sqs_batch::processor::Invocation::new(deadline_ms).with_lambda(
                     &event.context.request_id,
                     &event.context.invoked_function_arn,
                 );

@@ -7,7 +7,9 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Map, Value, json};
 
-use sqs_batch::{BatchReport, Outcome, QueueKind, RecordStatus};
+use sqs_batch::{
+    edge::QueueKind, processor::BatchReport, processor::Outcome, processor::RecordStatus,
+};
 
 /// The dimensions of every metric, in this order (alarms must name all four). `Service` holds
 /// `POWERTOOLS_SERVICE_NAME`, the variable Powertools reads; Powertools itself names its

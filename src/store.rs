@@ -2,7 +2,7 @@
 //! chosen once at start-up ([`AnyStore`]), and every call to it timed for the metrics
 //! (`Timed`).
 
-use idempotency::{Begin, ClaimRequest, IdempotencyStore, Lease, StoreError};
+use idempotency::{IdempotencyStore, StoreError, store::Begin, store::ClaimRequest, store::Lease};
 
 use tracing::Instrument;
 

@@ -107,7 +107,7 @@ pub fn sample_events() -> Vec<(String, String)> {
 }
 
 /// The failed message ids of a response, in order.
-pub fn failed_ids(response: &sqs_batch::SqsBatchResponse) -> Vec<String> {
+pub fn failed_ids(response: &sqs_batch::edge::SqsBatchResponse) -> Vec<String> {
     response
         .batch_item_failures
         .iter()
@@ -125,12 +125,13 @@ pub fn emitted_metrics() -> std::collections::BTreeSet<String> {
         service: "process-orders".into(),
         function_name: "f".into(),
     };
-    let report = sqs_batch::BatchReport::new(sqs_batch::QueueKind::Standard, Vec::new());
+    let report =
+        sqs_batch::processor::BatchReport::new(sqs_batch::edge::QueueKind::Standard, Vec::new());
     let none = crate::metrics::LatencySnapshot::default();
     let invocation = crate::metrics::Invocation {
         report: &report,
         queue_arn: Some("arn:aws:sqs:us-east-1:123456789012:orders"),
-        kind: sqs_batch::QueueKind::Standard,
+        kind: sqs_batch::edge::QueueKind::Standard,
         timestamp_ms: 0,
         duration_ms: 0.0,
         store: none,

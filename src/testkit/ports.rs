@@ -5,7 +5,9 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use crate::payment::{ChargeRequest, ChargeStatus, PaymentError, PaymentGateway, SimulatedGateway};
-use idempotency::{Begin, ClaimRequest, IdempotencyStore, Lease, MemoryStore, StoreError};
+use idempotency::{
+    IdempotencyStore, MemoryStore, StoreError, store::Begin, store::ClaimRequest, store::Lease,
+};
 
 /// What the scripted gateway does for one order id (default: charge).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

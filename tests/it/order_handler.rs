@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
 use idempotency::store::Status;
-use idempotency::{Begin, ClaimRequest, Fingerprint, IdempotencyStore};
+use idempotency::{Fingerprint, IdempotencyStore, store::Begin, store::ClaimRequest};
 use lambda_kit::clock::{Clock, ManualClock};
 use process_orders::app::App;
 use process_orders::config::Config;

@@ -250,12 +250,12 @@ async fn an_order_id_never_meets_another_functions_key_in_a_shared_table() {
     };
     assert!(matches!(
         orders.begin(&order).await,
-        Ok(idempotency::Begin::Started { .. })
+        Ok(idempotency::store::Begin::Started { .. })
     ));
     assert!(
         matches!(
             emails.begin(&email).await,
-            Ok(idempotency::Begin::Started { .. })
+            Ok(idempotency::store::Begin::Started { .. })
         ),
         "the email function's key was taken by an order"
     );

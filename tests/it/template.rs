@@ -176,9 +176,12 @@ fn the_retry_schedule_survives_a_day_of_outage_with_no_delay_over_15_minutes() {
     let default = |name: &str| number(&t, &t["Parameters"][name]["Default"]) as u64;
     let max_receive_count = default("MaxReceiveCount") as u32;
     let hours = default("RetrySurvivalHours");
-    let policy =
-        sqs_batch::BackoffPolicy::new(default("BackoffBaseSeconds"), default("BackoffCapSeconds"));
-    let retry = sqs_batch::RecordStatus::Handled(sqs_batch::Verdict::retry("store_error"));
+    let policy = sqs_batch::backoff::BackoffPolicy::new(
+        default("BackoffBaseSeconds"),
+        default("BackoffCapSeconds"),
+    );
+    let retry =
+        sqs_batch::processor::RecordStatus::Handled(sqs_batch::Verdict::retry("store_error"));
     let mut rng = fastrand::Rng::with_seed(25);
     let (mut least_total, mut most_total) = (0u64, 0u64);
     eprintln!("| receive n | smallest delay (s) | largest delay (s) | survived so far, at least |");

@@ -301,7 +301,7 @@ impl QueuePort for FailingDeletes {
         max: u8,
         wait_s: u8,
         visibility_s: u32,
-    ) -> Result<Vec<sqs_batch::SqsMessage>, QueueError> {
+    ) -> Result<Vec<sqs_batch::edge::SqsMessage>, QueueError> {
         self.queue.receive(max, wait_s, visibility_s).await
     }
 
@@ -358,7 +358,7 @@ async fn a_message_whose_delete_failed_comes_back_as_a_duplicate() {
 /// A queue in memory, for the worker in-process on Tokio's paused clock: each receive takes up
 /// to `max` of the next batch's messages (nothing comes back), deletes are kept.
 struct ListQueue {
-    batches: std::sync::Mutex<std::collections::VecDeque<Vec<sqs_batch::SqsMessage>>>,
+    batches: std::sync::Mutex<std::collections::VecDeque<Vec<sqs_batch::edge::SqsMessage>>>,
     deleted: std::sync::Mutex<Vec<String>>,
 }
 
@@ -382,8 +382,8 @@ impl ListQueue {
 }
 
 /// Message `id` with `body`, at its first receive.
-fn message(id: &str, body: &str) -> sqs_batch::SqsMessage {
-    let mut message = sqs_batch::SqsMessage::default();
+fn message(id: &str, body: &str) -> sqs_batch::edge::SqsMessage {
+    let mut message = sqs_batch::edge::SqsMessage::default();
     message.message_id = Some(id.to_owned());
     message.receipt_handle = Some(format!("{id}#1"));
     message.body = Some(body.to_owned());
@@ -401,8 +401,8 @@ impl QueuePort for &ListQueue {
         max: u8,
         wait_s: u8,
         _visibility_s: u32,
-    ) -> Result<Vec<sqs_batch::SqsMessage>, QueueError> {
-        let got: Vec<sqs_batch::SqsMessage> = {
+    ) -> Result<Vec<sqs_batch::edge::SqsMessage>, QueueError> {
+        let got: Vec<sqs_batch::edge::SqsMessage> = {
             let mut batches = self.batches.lock().expect("lock");
             match batches.front_mut() {
                 Some(next) => {

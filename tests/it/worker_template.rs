@@ -214,9 +214,9 @@ fn the_alarms_watch_the_metrics_the_task_writes() {
             assert_eq!(names, process_orders::metrics::DIMENSIONS, "{name}");
             for queue in ["orders", "orders.fifo"] {
                 let kind = if queue.ends_with(".fifo") {
-                    sqs_batch::QueueKind::Fifo
+                    sqs_batch::edge::QueueKind::Fifo
                 } else {
-                    sqs_batch::QueueKind::Standard
+                    sqs_batch::edge::QueueKind::Standard
                 };
                 let values: Vec<String> = dimensions
                     .iter()

@@ -25,7 +25,7 @@
 //!
 //! ```
 //! use claim_check::{ClaimCheck, Payloads};
-//! use sqs_batch::{Message, RecordContext, RecordHandler, Verdict};
+//! use sqs_batch::{Message, processor::RecordContext, RecordHandler, Verdict};
 //!
 //! struct Echo;
 //! impl RecordHandler for Echo {
@@ -53,7 +53,7 @@ struct ReadmeDoctests;
 #[cfg(feature = "s3")]
 pub mod s3;
 
-use sqs_batch::{Message, Outcome, RecordContext, RecordHandler, Verdict};
+use sqs_batch::{Message, RecordHandler, Verdict, processor::Outcome, processor::RecordContext};
 
 /// The message attribute that marks a pointer.
 pub const POINTER_ATTRIBUTE: &str = "payload-pointer";

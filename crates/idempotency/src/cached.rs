@@ -21,7 +21,10 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::Mutex;
 use std::time::Duration;
 
-use crate::{Begin, ClaimRequest, Fingerprint, IdempotencyStore, Lease, LeaseToken, StoreError};
+use crate::{
+    Fingerprint, IdempotencyStore, StoreError, store::Begin, store::ClaimRequest, store::Lease,
+    store::LeaseToken,
+};
 
 /// The largest output a cached completion keeps in memory; a completion with a larger one is
 /// not cached (its duplicates go to the store).

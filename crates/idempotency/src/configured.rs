@@ -6,8 +6,8 @@
 use lambda_kit::{Env, EnvError};
 
 use crate::{
-    Begin, ClaimRequest, DynamoDbStore, IdempotencyStore, Lease, LeasePolicy, MemoryStore,
-    StoreError, StoreSettings,
+    DynamoDbStore, IdempotencyStore, LeasePolicy, MemoryStore, StoreError, StoreSettings,
+    store::Begin, store::ClaimRequest, store::Lease,
 };
 
 /// DynamoDB or memory, as [`ConfiguredStore::from_env`] finds them set, with the lease settings
@@ -144,7 +144,7 @@ impl IdempotencyStore for ConfiguredStore {
             Backend::DynamoDb(s) => Box::pin(s.begin(request)).await,
             Backend::Disabled => Ok(Begin::Started {
                 lease: Lease {
-                    token: crate::LeaseToken::new(),
+                    token: crate::store::LeaseToken::new(),
                     until_ms: request.lease_until_ms,
                 },
                 prior: None,

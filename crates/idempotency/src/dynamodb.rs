@@ -24,7 +24,8 @@ use aws_sdk_dynamodb::operation::update_item::UpdateItemError;
 use aws_sdk_dynamodb::types::{AttributeValue, ReturnValue, ReturnValuesOnConditionCheckFailure};
 
 use super::{
-    Begin, ClaimRequest, Fingerprint, IdempotencyStore, Lease, LeaseToken, PriorAttempt, StoreError,
+    Fingerprint, IdempotencyStore, StoreError, store::Begin, store::ClaimRequest, store::Lease,
+    store::LeaseToken, store::PriorAttempt,
 };
 use crate::store::{
     ClaimState, Status, decide, earlier_attempt, first_attempt_of_fresh, prior_attempt,

@@ -36,8 +36,8 @@
 use std::future::Future;
 
 use super::{
-    Begin, ClaimRequest, Fingerprint, IdempotencyStore, Lease, LeasePolicy, LeaseToken,
-    PriorAttempt, StoreError,
+    Fingerprint, IdempotencyStore, LeasePolicy, StoreError, store::Begin, store::ClaimRequest,
+    store::Lease, store::LeaseToken, store::PriorAttempt,
 };
 use crate::store::lease_end;
 use lambda_kit::{Clock, mutation};
@@ -213,7 +213,7 @@ pub struct Claim<'a> {
     /// When an attempt under the key may already have been made, as the message itself says (a
     /// dead-lettered copy's failure history, `sqs_batch::dead_letter::Failure::earliest_ms`):
     /// once the store may have forgotten it, the work is looked up before it is done again
-    /// ([`crate::ClaimRequest::earlier_attempt_ms`]). `None` for most messages.
+    /// ([`crate::store::ClaimRequest::earlier_attempt_ms`]). `None` for most messages.
     pub earlier_attempt_ms: Option<u64>,
 }
 

@@ -93,18 +93,20 @@ mod verdict;
 use std::fmt;
 use std::future::Future;
 
+use store::{Begin, ClaimRequest, Lease};
+
 pub use cached::CachedStore;
 #[cfg(feature = "dynamodb")]
 pub use configured::ConfiguredStore;
 #[cfg(feature = "dynamodb")]
 pub use dynamodb::DynamoDbStore;
 pub use guard::Guarded;
+/// The clock and settings the API takes, so a user adds this crate alone.
+pub use lambda_kit;
 pub use memory::MemoryStore;
-pub use once::{Once, once};
+pub use once::once;
 #[cfg(feature = "redis")]
 pub use redis::RedisStore;
-// What the API takes from lambda-kit, so a user adds this crate alone.
-pub use lambda_kit::{Clock, Env, EnvError, ManualClock, SystemClock};
 
 /// A fingerprint of the payload a key was claimed for, to tell a duplicate from a conflict.
 ///
@@ -145,148 +147,6 @@ impl Fingerprint {
 impl fmt::Display for Fingerprint {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{:016x}", self.0)
-    }
-}
-
-/// The unique token of one claim. Only its holder may complete or release the key.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub struct LeaseToken(uuid::Uuid);
-
-impl LeaseToken {
-    /// A random version-4 UUID. The token only has to be unique among the claimants of one key,
-    /// not secret (only this function writes the table), so it comes from the per-thread
-    /// generator seeded from the OS at start, not from a system call per claim as
-    /// `Uuid::new_v4` makes.
-    pub fn new() -> Self {
-        Self(uuid::Builder::from_random_bytes(fastrand::u128(..).to_le_bytes()).into_uuid())
-    }
-
-    /// A token as it is stored (hyphenated UUID).
-    pub fn parse(text: &str) -> Option<Self> {
-        uuid::Uuid::parse_str(text).ok().map(Self)
-    }
-}
-
-impl Default for LeaseToken {
-    fn default() -> Self {
-        Self::new()
-    }
-}
-
-impl fmt::Display for LeaseToken {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        self.0.as_hyphenated().fmt(f)
-    }
-}
-
-/// A held claim.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Lease {
-    /// The claim's token: only its holder may complete, mark or release the key.
-    pub token: LeaseToken,
-    /// Epoch ms after which another claimant may take the key over.
-    pub until_ms: u64,
-}
-
-/// An earlier attempt at a key's work whose effect may exist: the claim took over an `ATTEMPTED`
-/// key, or an `IN_PROGRESS` one whose holder's lease ran out before it recorded an outcome.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct PriorAttempt {
-    /// When the first attempt under this key began, epoch ms: how old the key is downstream.
-    pub first_attempt_ms: u64,
-    /// Claims of this key so far, this one excluded.
-    pub attempts: u32,
-}
-
-/// The answer to a claim.
-#[derive(Debug, Clone, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum Begin {
-    /// The caller owns the key until the lease ends. `prior` is set when an earlier attempt may
-    /// have taken effect: find out before doing the work again (see [`guard`]).
-    Started {
-        /// The lease the caller now holds.
-        lease: Lease,
-        /// The earlier attempt, if one may have taken effect.
-        prior: Option<PriorAttempt>,
-    },
-    /// Done before with the same payload: acknowledge the duplicate.
-    Done {
-        /// The work's output as kept with the completion ([`IdempotencyStore::complete`]), for
-        /// the duplicate to get back; `None` when none was kept.
-        output: Option<String>,
-    },
-    /// Someone holds a live lease: retry later, never acknowledge.
-    Busy {
-        /// When that lease ends, epoch ms.
-        until_ms: u64,
-    },
-    /// The key belongs to another payload.
-    Conflict,
-    /// Refused for good before with the same payload (see [`Status::Rejected`](store::Status::Rejected)): refuse the
-    /// duplicate without doing the work.
-    Rejected,
-}
-
-/// A claim request.
-#[derive(Debug, Clone, Copy)]
-#[non_exhaustive]
-pub struct ClaimRequest<'a> {
-    /// The business key.
-    pub key: &'a str,
-    /// The payload's fingerprint.
-    pub fingerprint: Fingerprint,
-    /// Now, epoch ms (injected).
-    pub now_ms: u64,
-    /// When the lease ends if the claim succeeds (see [`lease_end`](store::lease_end)).
-    pub lease_until_ms: u64,
-    /// Kept on the item for forensics.
-    pub message_id: &'a str,
-    /// When an attempt under the key may already have been made, as known from outside the
-    /// store (a dead-lettered message's failure history), epoch ms. A claim that finds the key
-    /// fresh counts it as a prior attempt when an item written since then may have expired
-    /// ([`earlier_attempt`](store::earlier_attempt)), and keeps it as the first attempt's time.
-    pub earlier_attempt_ms: Option<u64>,
-}
-
-impl<'a> ClaimRequest<'a> {
-    /// A claim of `key` for a payload of `fingerprint` at `now_ms`, leased until
-    /// `lease_until_ms`, for the message `message_id`; no earlier attempt known from outside.
-    pub const fn new(
-        key: &'a str,
-        fingerprint: Fingerprint,
-        now_ms: u64,
-        lease_until_ms: u64,
-        message_id: &'a str,
-    ) -> Self {
-        Self {
-            key,
-            fingerprint,
-            now_ms,
-            lease_until_ms,
-            message_id,
-            earlier_attempt_ms: None,
-        }
-    }
-
-    /// The same claim, with an attempt under the key known from outside the store (see
-    /// [`ClaimRequest::earlier_attempt_ms`]).
-    pub const fn with_earlier_attempt(self, earlier_attempt_ms: Option<u64>) -> Self {
-        Self {
-            earlier_attempt_ms,
-            ..self
-        }
-    }
-}
-
-impl Begin {
-    /// A store's answer with the output it kept for the key attached when the answer is
-    /// [`Begin::Done`] (as [`decide`](store::decide) reads the item's state, not its output).
-    pub fn with_output(self, kept: Option<String>) -> Self {
-        match self {
-            Self::Done { .. } => Self::Done { output: kept },
-            other => other,
-        }
     }
 }
 
@@ -742,7 +602,8 @@ mod tests {
         assert_ne!(a, LeaseToken::new());
         assert_eq!(LeaseToken::parse(&a.to_string()), Some(a));
         assert_eq!(LeaseToken::parse("not a token"), None);
-        assert_eq!(a.0.get_version_num(), 4, "a version-4 UUID");
+        let uuid = uuid::Uuid::parse_str(&a.to_string()).expect("a UUID");
+        assert_eq!(uuid.get_version_num(), 4, "a version-4 UUID");
         let many: std::collections::HashSet<_> = (0..10_000).map(|_| LeaseToken::new()).collect();
         assert_eq!(many.len(), 10_000);
     }

@@ -5,7 +5,10 @@ use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::Duration;
 
-use super::{Begin, ClaimRequest, IdempotencyStore, Lease, LeaseToken, StoreError};
+use super::{
+    IdempotencyStore, StoreError, store::Begin, store::ClaimRequest, store::Lease,
+    store::LeaseToken,
+};
 use crate::store::{ClaimState, Status, claimable, claimed_state, decide, prior_attempt};
 
 #[derive(Debug, Clone)]

@@ -32,7 +32,10 @@ use std::time::Duration;
 use ::redis::aio::ConnectionManager;
 use ::redis::{Script, Value};
 
-use super::{Begin, ClaimRequest, Fingerprint, IdempotencyStore, Lease, LeaseToken, StoreError};
+use super::{
+    Fingerprint, IdempotencyStore, StoreError, store::Begin, store::ClaimRequest, store::Lease,
+    store::LeaseToken,
+};
 use crate::store::{ClaimState, Status, claimable, claimed_state, decide, prior_attempt};
 
 /// The item layout: the fields of the hash kept per key, named as the DynamoDB item's

@@ -61,7 +61,7 @@ impl<T, E: Display> Guarded<T, E> {
 mod tests {
     use super::*;
     use crate::StoreError;
-    use sqs_batch::Outcome;
+    use sqs_batch::processor::Outcome;
 
     fn verdict(outcome: Guarded<u8, &str>) -> (Outcome, &'static str, Option<String>, Option<u64>) {
         let v = outcome.into_verdict();

@@ -35,7 +35,7 @@ impl BackoffPolicy {
     /// A first retry's largest delay of `base_s` seconds, doubling up to `cap_s`.
     ///
     /// ```
-    /// let policy = sqs_batch::BackoffPolicy::new(5, 900);
+    /// let policy = sqs_batch::backoff::BackoffPolicy::new(5, 900);
     /// assert_eq!((policy.base_s, policy.cap_s), (5, 900));
     /// ```
     pub const fn new(base_s: u64, cap_s: u64) -> Self {

@@ -9,7 +9,9 @@
 use std::borrow::Cow;
 use std::collections::{HashMap, HashSet};
 
-use aws_lambda_events::sqs::{SqsBatchResponse, SqsEvent, SqsMessage, SqsMessageAttribute};
+use aws_lambda_events::sqs::SqsMessageAttribute;
+/// `aws_lambda_events`' owned SQS types, which the edge converts from and to.
+pub use aws_lambda_events::sqs::{SqsBatchResponse, SqsEvent, SqsMessage};
 use serde_json::value::RawValue;
 
 /// A whole event that cannot be processed. Lambda retries the batch. Variants may be added.
@@ -36,7 +38,7 @@ pub enum EventError {
     /// Every record failed, and the function was asked to fail the invocation then
     /// (`FAIL_ON_ENTIRE_BATCH_FAILURE`).
     #[error(transparent)]
-    EntireBatchFailed(#[from] crate::EntireBatchFailed),
+    EntireBatchFailed(#[from] crate::processor::EntireBatchFailed),
 }
 
 /// Typed access to the SQS system attributes Lambda puts on a record.

@@ -34,7 +34,10 @@ use crate::backoff::BackoffPolicy;
 use crate::dead_letter::{DeadLetters, SqsDeadLetters};
 use crate::processor::{BatchOptions, BatchProcessor, Invocation, RecordHandler};
 use crate::visibility::SqsVisibility;
-use crate::{Backoff, Batch, EventView, SqsBatchResponse, process_batch};
+use crate::{
+    edge::Batch, edge::EventView, edge::SqsBatchResponse, processor::Backoff,
+    processor::process_batch,
+};
 
 /// The ports a batch gets after processing, as the environment turns them on: the visibility
 /// backoff (`VISIBILITY_BACKOFF`, with [`BackoffPolicy::from_env`]'s settings) and POISON moved
@@ -161,7 +164,7 @@ pub fn handle<'a, H: RecordHandler, C: Clock>(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::{ManualClock, Message, RecordContext, Verdict};
+    use crate::{Message, Verdict, lambda_kit::ManualClock, processor::RecordContext};
 
     /// Acknowledges a record only when its deadline is the one expected.
     struct Expects(u64);

@@ -33,6 +33,10 @@ use lambda_kit::{Clock, Env, EnvError};
 
 use crate::edge::{Message, QueueKind};
 
+/// The processor with the ports around it (visibility backoff, DLQ moves), for a batch built by
+/// hand or an invocation's payload.
+pub use crate::batch::{Backoff, EntireBatchFailed, check_entire_batch, process_batch};
+
 /// What should become of a record.
 ///
 /// A match on it outside this crate needs a wildcard arm; treat an outcome you do not know as
@@ -510,7 +514,7 @@ pub struct Current {
 /// runs (and in everything that handler awaits); `None` elsewhere.
 ///
 /// ```
-/// use sqs_batch::{BatchOptions, BatchProcessor, Message, RecordContext, RecordHandler, Verdict};
+/// use sqs_batch::{BatchOptions, BatchProcessor, Message, processor::RecordContext, RecordHandler, Verdict};
 /// use sqs_batch::processor::current;
 ///
 /// struct Deadlines;
@@ -526,8 +530,8 @@ pub struct Current {
 ///
 /// # tokio::runtime::Builder::new_current_thread().enable_time().build().unwrap().block_on(async {
 /// assert_eq!(current(), None);
-/// let processor = BatchProcessor::new(Deadlines, sqs_batch::SystemClock, BatchOptions::default());
-/// let deadline_ms = sqs_batch::Clock::now_ms(&sqs_batch::SystemClock) + 60_000;
+/// let processor = BatchProcessor::new(Deadlines, sqs_batch::lambda_kit::SystemClock, BatchOptions::default());
+/// let deadline_ms = sqs_batch::lambda_kit::Clock::now_ms(&sqs_batch::lambda_kit::SystemClock) + 60_000;
 /// let event = r#"{"Records": [{"messageId": "m1", "body": "{}"}]}"#;
 /// let processed = sqs_batch::process_event(&processor, event, deadline_ms).await.unwrap();
 /// assert_eq!(processed.report.reasons(), [("known", 1)]);

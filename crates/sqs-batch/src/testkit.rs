@@ -105,7 +105,7 @@ pub fn largest_within(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::{Batch, EventView, QueueKind};
+    use crate::{edge::Batch, edge::EventView, edge::QueueKind};
 
     #[test]
     fn generated_events_parse_as_lambda_events_of_the_asked_shape() {

@@ -7,7 +7,7 @@
 //!
 //! ```
 //! use sqs_batch::{BatchOptions, BatchProcessor, Record, Verdict};
-//! use sqs_batch::SystemClock;
+//! use sqs_batch::lambda_kit::SystemClock;
 //!
 //! #[derive(serde::Deserialize)]
 //! struct Welcome { user_id: String }
@@ -21,7 +21,7 @@
 //!     {"messageId": "m1", "body": "{\"user_id\": \"u-1\"}"},
 //!     {"messageId": "m2", "body": "{\"user\": 1}"}
 //! ]}"#;
-//! let deadline_ms = sqs_batch::Clock::now_ms(&SystemClock) + 60_000;
+//! let deadline_ms = sqs_batch::lambda_kit::Clock::now_ms(&SystemClock) + 60_000;
 //! let processed = sqs_batch::process_event(&processor, event, deadline_ms).await.unwrap();
 //! assert_eq!(processed.report.reasons(), [("sent", 1), ("invalid_body", 1)]);
 //! # });
@@ -253,7 +253,7 @@ mod tests {
     fn a_record_carries_the_messages_receive_count_and_its_invocation() {
         let mut message = Message::new("m-9", "{}");
         message.receive_count = Some(3);
-        let invocation = crate::Invocation::new(1_000).with_lambda(
+        let invocation = crate::processor::Invocation::new(1_000).with_lambda(
             "req-1",
             "arn:aws:lambda:eu-west-1:123456789012:function:f:live",
         );

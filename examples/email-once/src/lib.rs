@@ -52,7 +52,7 @@
 //! ```
 //! use email_once::{LogMailer, Welcome, send_once};
 //! use idempotency::MemoryStore;
-//! use sqs_batch::{BatchOptions, BatchProcessor, SystemClock};
+//! use sqs_batch::{BatchOptions, BatchProcessor, lambda_kit::SystemClock};
 //!
 //! # tokio::runtime::Builder::new_current_thread().enable_time().build().unwrap().block_on(async {
 //! let store = &MemoryStore::default();
@@ -62,7 +62,7 @@
 //!     {"messageId": "m1", "body": "{\"user_id\": \"u-1\", \"email\": \"ada@example.com\"}"},
 //!     {"messageId": "m2", "body": "not a welcome"}
 //! ]}"#;
-//! let deadline_ms = sqs_batch::Clock::now_ms(&SystemClock) + 60_000;
+//! let deadline_ms = sqs_batch::lambda_kit::Clock::now_ms(&SystemClock) + 60_000;
 //! for reasons in [[("done", 1), ("invalid_body", 1)], [("duplicate", 1), ("invalid_body", 1)]] {
 //!     let processed = sqs_batch::process_event(&processor, event, deadline_ms)
 //!         .await
@@ -81,7 +81,7 @@ use std::future::Future;
 use idempotency::guard::{self, Claim, Effect, Failed, Found, GuardPolicy, Guarded, GuardedWork};
 use idempotency::{Fingerprint, IdempotencyStore, LeasePolicy, StoreSettings, once};
 use lambda_kit::{Clock, Env, EnvError};
-use sqs_batch::{BatchOptions, Message, RecordContext, RecordHandler, Verdict};
+use sqs_batch::{BatchOptions, Message, RecordHandler, Verdict, processor::RecordContext};
 
 /// One message's body, checked as it is decoded (serde's `try_from`): a body that is not a
 /// welcome never reaches the handler.

@@ -500,7 +500,7 @@ mod tests {
         // And the function's own parser reads it back.
         let event: SqsEvent =
             serde_json::from_value(serde_json::json!({ "Records": [json] })).expect("event");
-        let batch = sqs_batch::Batch::from_event(&event)
+        let batch = sqs_batch::edge::Batch::from_event(&event)
             .expect("batch")
             .messages;
         assert_eq!(

@@ -28,7 +28,7 @@ pub use sqs_admin::queues::{Depth, Queue, dead_letter_queue, depth, resolve};
 use sqs_batch::dead_letter::sqs::{ASSUMED_MAX_MESSAGE_BYTES, copy_attributes};
 use sqs_batch::dead_letter::{FAILURE_ATTRIBUTE, Failure, Move, UNREADABLE_REASON, attribute_key};
 use sqs_batch::worker::sqs::lambda_record;
-use sqs_batch::{Batch, Message, SqsEvent};
+use sqs_batch::{Message, edge::Batch, edge::SqsEvent};
 
 /// One DLQ message, looked at without being consumed.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -811,7 +811,7 @@ pub use claim_check::PAYLOAD_PREFIX;
 #[cfg(test)]
 mod tests {
     use super::*;
-    use sqs_batch::MessageAttributes;
+    use sqs_batch::edge::MessageAttributes;
 
     /// A DLQ message whose failure attribute is `failure` (none: SQS's own move).
     fn with_failure<T>(failure: Option<&str>, read: impl FnOnce(&Message<'_>) -> T) -> T {

@@ -28,7 +28,7 @@ use std::time::Duration;
 use idempotency::MemoryStore;
 use lambda_kit::Clock;
 use sqs_batch::{
-    BatchOptions, BatchProcessor, Message, MessageAttributes, QueueKind, RecordHandler,
+    BatchOptions, BatchProcessor, Message, RecordHandler, edge::MessageAttributes, edge::QueueKind,
 };
 
 use crate::check::Violation;
@@ -316,7 +316,8 @@ where
                 continue;
             }
             let reason = match status {
-                sqs_batch::RecordStatus::Handled(v) | sqs_batch::RecordStatus::Moved(v) => v.reason,
+                sqs_batch::processor::RecordStatus::Handled(v)
+                | sqs_batch::processor::RecordStatus::Moved(v) => v.reason,
                 _ => "skipped",
             };
             // `is_ack` counts a POISON the handler's own port moved.

@@ -69,7 +69,10 @@ use process_orders::config::Config;
 use process_orders::payment::answers::RetryableFailures;
 use sqs_batch::dead_letter::SqsDeadLetters;
 use sqs_batch::visibility::SqsVisibility;
-use sqs_batch::{Backoff, Batch, Message, MessageAttributes, QueueKind, RecordStatus};
+use sqs_batch::{
+    Message, edge::Batch, edge::MessageAttributes, edge::QueueKind, processor::Backoff,
+    processor::RecordStatus,
+};
 
 pub use check::{Report, Violation};
 pub use dialect::{Amounts, DIALECTS, Dialect};
@@ -1038,14 +1041,14 @@ async fn poll(index: usize, d: Rc<Deployment>) {
 /// stays away at least its receive's floor in the schedule, and at least until the verdict's own
 /// retry time (a lease that ends later), as far as SQS's 12 hours from the receive allow.
 fn short_visibility(
-    policy: &sqs_batch::BackoffPolicy,
+    policy: &sqs_batch::backoff::BackoffPolicy,
     verdict: &sqs_batch::Verdict,
     m: &queue::Stored,
     set_s: u64,
     clock: &SimClock,
     truth: &SimClock,
 ) -> Option<String> {
-    if verdict.outcome != sqs_batch::Outcome::Retry {
+    if verdict.outcome != sqs_batch::processor::Outcome::Retry {
         return None;
     }
     let floor_s = policy.least_delay(m.receive_count);

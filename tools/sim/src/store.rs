@@ -6,7 +6,8 @@
 use std::sync::Arc;
 
 use idempotency::{
-    Begin, ClaimRequest, DynamoDbStore, IdempotencyStore, Lease, MemoryStore, StoreError,
+    DynamoDbStore, IdempotencyStore, MemoryStore, StoreError, store::Begin, store::ClaimRequest,
+    store::Lease,
 };
 
 use crate::world::Shared;

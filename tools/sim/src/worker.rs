@@ -18,7 +18,7 @@ use std::time::Duration;
 
 use lambda_kit::Clock;
 use sqs_batch::worker::WorkerOptions;
-use sqs_batch::{Message, RecordContext, RecordHandler, Verdict};
+use sqs_batch::{Message, RecordHandler, Verdict, processor::RecordContext};
 
 use crate::world::{Shared, SimClock};
 use crate::{Deployment, LONG_POLL_MS};

@@ -128,20 +128,20 @@ impl Faults {
 #[derive(Default)]
 pub struct FenceAudit {
     /// The token of the latest claim the table granted, per key, until a fenced write ends it.
-    holders: HashMap<String, idempotency::LeaseToken>,
+    holders: HashMap<String, idempotency::store::LeaseToken>,
     /// Writes applied for a caller that did not hold the key: (key, what).
     pub stale_writes: Vec<(String, String)>,
 }
 
 impl FenceAudit {
     /// The table granted `key` to `token`.
-    pub fn claimed(&mut self, key: &str, token: idempotency::LeaseToken) {
+    pub fn claimed(&mut self, key: &str, token: idempotency::store::LeaseToken) {
         self.holders.insert(key.to_owned(), token);
     }
 
     /// The table applied `call` on `key` for `token`: a violation unless `token` held it. Every
     /// fenced write ends the holder's lease.
-    pub fn applied(&mut self, key: &str, call: &str, token: idempotency::LeaseToken) {
+    pub fn applied(&mut self, key: &str, call: &str, token: idempotency::store::LeaseToken) {
         match self.holders.remove(key) {
             Some(holder) if holder == token => {}
             holder => self.stale_writes.push((
@@ -169,7 +169,7 @@ pub struct World {
     /// count): started (`None`), then the outcome it answered. Recorded at the handler's door
     /// ([`crate::worker::Observed`]), so that the world, not the processor, says which records
     /// were tried.
-    pub tried: HashMap<(String, u32), Option<sqs_batch::Outcome>>,
+    pub tried: HashMap<(String, u32), Option<sqs_batch::processor::Outcome>>,
     /// What happened to each order, in order: (simulated ms, what).
     stories: HashMap<String, Vec<(u64, String)>>,
     clock: SimClock,

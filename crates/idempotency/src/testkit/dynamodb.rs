@@ -7,7 +7,9 @@ use aws_sdk_dynamodb::types::AttributeValue::{N, S};
 
 use super::{FP, RETENTION, claim, t0};
 use crate::dynamodb::attr;
-use crate::{Begin, DynamoDbStore, IdempotencyStore, LeaseToken, PriorAttempt};
+use crate::{
+    DynamoDbStore, IdempotencyStore, store::Begin, store::LeaseToken, store::PriorAttempt,
+};
 
 /// An in-progress item without its first attempt's time or its attempt count (not what this
 /// store writes: a hand-made or damaged item), whose holder's lease ran out: taken over, its
@@ -187,7 +189,7 @@ pub async fn clearing_a_refusal_returns_its_reason_and_touches_nothing_else(
 pub async fn an_earlier_attempt_from_outside_counts_at_any_age(client: &Client, table: &str) {
     let store = DynamoDbStore::new(client.clone(), table, RETENTION);
     for (key, age_ms) in [("recent", 3_600_000), ("old", 20 * 86_400_000)] {
-        let request = crate::ClaimRequest {
+        let request = crate::store::ClaimRequest {
             earlier_attempt_ms: Some(t0() - age_ms),
             ..claim(key, t0())
         };
@@ -245,7 +247,7 @@ pub async fn a_finishing_write_whose_answer_was_lost_is_its_own(endpoint: &str, 
 /// call: never a lost lease, a busy key or "nothing to clear", each of which would let the
 /// caller decide on an answer DynamoDB never gave.
 pub async fn a_missing_table_is_an_outage_on_every_call(client: &Client) {
-    use crate::{Lease, StoreError};
+    use crate::{StoreError, store::Lease};
     let store = DynamoDbStore::new(client.clone(), "no-such-table", RETENTION);
     let lease = Lease {
         token: LeaseToken::new(),

@@ -21,7 +21,10 @@ pub mod redis;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::{Begin, ClaimRequest, Fingerprint, IdempotencyStore, Lease, PriorAttempt, StoreError};
+use crate::{
+    Fingerprint, IdempotencyStore, StoreError, store::Begin, store::ClaimRequest, store::Lease,
+    store::PriorAttempt,
+};
 
 /// The retention every store under contract is built with.
 pub const RETENTION: Duration = Duration::from_secs(18 * 86_400);
@@ -208,7 +211,7 @@ pub async fn the_retention_starts_over_at_the_finish<S: IdempotencyStore>(store:
 pub async fn a_rejected_key_is_refused_until_it_expires<S: IdempotencyStore>(store: S) {
     let lease = started(&store, &claim("k", t0())).await;
     let intruder = Lease {
-        token: crate::LeaseToken::new(),
+        token: crate::store::LeaseToken::new(),
         until_ms: lease.until_ms,
     };
     assert!(matches!(
@@ -334,7 +337,7 @@ pub async fn release_lets_the_next_claim_start<S: IdempotencyStore>(store: S) {
 pub async fn only_the_holder_may_release_or_complete<S: IdempotencyStore>(store: S) {
     let holder = started(&store, &claim("k", t0())).await;
     let stranger = Lease {
-        token: crate::LeaseToken::new(),
+        token: crate::store::LeaseToken::new(),
         ..holder
     };
     assert!(matches!(
@@ -467,7 +470,7 @@ pub async fn an_attempted_key_past_its_ttl_still_refuses_another_payload<S: Idem
 pub async fn only_the_holder_may_mark_attempted<S: IdempotencyStore>(store: S) {
     let holder = started(&store, &claim("k", t0())).await;
     let stranger = Lease {
-        token: crate::LeaseToken::new(),
+        token: crate::store::LeaseToken::new(),
         ..holder
     };
     assert!(matches!(

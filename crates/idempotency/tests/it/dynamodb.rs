@@ -9,7 +9,7 @@ use idempotency::store_contract_tests;
 use idempotency::testkit::RETENTION;
 use idempotency::testkit::dynoxide::{Dynoxide, LossyProxy, client_for, unique_table};
 use idempotency::testkit::{claim, t0};
-use idempotency::{Begin, IdempotencyStore};
+use idempotency::{IdempotencyStore, store::Begin};
 
 /// A fresh table on a fresh embedded server; the server lives as long as the test process.
 async fn table() -> (Client, String) {
@@ -181,7 +181,7 @@ async fn a_lost_answer_to_a_takeover_still_names_the_earlier_attempt() {
     };
     assert_eq!(
         prior,
-        Some(idempotency::PriorAttempt {
+        Some(idempotency::store::PriorAttempt {
             first_attempt_ms: t0(),
             attempts: 1
         })

@@ -18,7 +18,7 @@ mod cached {
 #[tokio::test]
 async fn clearing_a_refusal_frees_the_key_and_touches_nothing_else() {
     use idempotency::testkit::{claim, started, started_after, t0};
-    use idempotency::{Begin, IdempotencyStore};
+    use idempotency::{IdempotencyStore, store::Begin};
     let store = MemoryStore::new(idempotency::testkit::RETENTION);
     let lease = started(&store, &claim("refused", t0())).await;
     store

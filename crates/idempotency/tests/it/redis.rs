@@ -9,7 +9,7 @@ use idempotency::redis::{SCHEMA_VERSION, field};
 use idempotency::store_contract_tests;
 use idempotency::testkit::redis::{connection, store, unique_prefix};
 use idempotency::testkit::{FP, RETENTION, claim, started, started_after, t0};
-use idempotency::{Begin, IdempotencyStore, PriorAttempt, RedisStore, StoreError};
+use idempotency::{IdempotencyStore, RedisStore, StoreError, store::Begin, store::PriorAttempt};
 
 store_contract_tests!(store());
 
@@ -123,7 +123,7 @@ async fn an_item_without_its_first_attempt_is_taken_over_as_of_unknown_age() {
         (field::STATUS, "IN_PROGRESS".to_owned()),
         (
             field::LEASE_TOKEN,
-            idempotency::LeaseToken::new().to_string(),
+            idempotency::store::LeaseToken::new().to_string(),
         ),
         (field::LEASE_UNTIL, (t0() - 1).to_string()),
         (field::FINGERPRINT, FP.to_string()),
@@ -209,8 +209,8 @@ async fn an_unreachable_server_is_an_outage_on_every_call() {
         .get_connection_manager_lazy(config)
         .expect("a lazy connection");
     let store = RedisStore::new(connection, RETENTION);
-    let lease = idempotency::Lease {
-        token: idempotency::LeaseToken::new(),
+    let lease = idempotency::store::Lease {
+        token: idempotency::store::LeaseToken::new(),
         until_ms: t0() + 1,
     };
     let outage = |result: Result<(), StoreError>| matches!(result, Err(StoreError::Unavailable(_)));

@@ -269,7 +269,7 @@ pub trait DeadLetterPort: Send + Sync {
 
     /// The `maxReceiveCount` of the redrive policy of `source_arn`, if it can be learned now:
     /// the source of the give-up's receive and of the survival check, so that a policy edited
-    /// in the console cannot silently void them ([`crate::process_batch`]). `None` by default.
+    /// in the console cannot silently void them ([`crate::processor::process_batch`]). `None` by default.
     fn max_receive_count(&self, source_arn: &str) -> impl Future<Output = Option<u32>> + Send {
         let _ = source_arn;
         async { None }
@@ -412,8 +412,8 @@ mod tests {
     use crate::backoff::BackoffPolicy;
     use crate::visibility::{Change, ChangeFailure, VisibilityPort};
     use crate::{
-        Backoff, Batch, BatchOptions, BatchProcessor, QueueKind, RecordContext, RecordHandler,
-        Verdict, process_batch,
+        BatchOptions, BatchProcessor, RecordHandler, Verdict, edge::Batch, edge::QueueKind,
+        processor::Backoff, processor::RecordContext, processor::process_batch,
     };
     use lambda_kit::ManualClock;
     use std::sync::Mutex;
@@ -475,7 +475,12 @@ mod tests {
     async fn run(
         bodies: &[(&'static str, &'static str)],
         port: Recorder,
-    ) -> (Vec<String>, crate::BatchReport, Recorder, Visibility) {
+    ) -> (
+        Vec<String>,
+        crate::processor::BatchReport,
+        Recorder,
+        Visibility,
+    ) {
         let clock = ManualClock::at(1_000_000);
         let processor = BatchProcessor::new(Bodies, clock, BatchOptions::default());
         let batch = Batch {

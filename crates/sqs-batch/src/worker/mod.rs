@@ -50,7 +50,7 @@ use crate::dead_letter::{DeadLetterPort, DeadLetters};
 use crate::edge::{Batch, Message};
 use crate::processor::{ABANDONED, BatchProcessor, RecordHandler, RecordStatus};
 use crate::visibility::{self, Change, VisibilityPort};
-use crate::{Backoff, Processed};
+use crate::{Processed, processor::Backoff};
 
 /// SQS keeps a received message invisible for at most 12 hours from the receive.
 pub const VISIBILITY_CAP_MS: u64 = 12 * 3_600_000;
@@ -583,8 +583,10 @@ where
         let dead_letters = self.dead_letters.as_ref();
         self.hooks.batch_starting(self.processor.handler(), &batch);
         let records = async {
-            let learned = crate::learn(&self.processor, &batch, deadline_ms, dead_letters).await;
-            let report = crate::run(&self.processor, &batch, deadline_ms.into(), &learned).await;
+            let learned =
+                crate::batch::learn(&self.processor, &batch, deadline_ms, dead_letters).await;
+            let report =
+                crate::batch::run(&self.processor, &batch, deadline_ms.into(), &learned).await;
             (learned, report)
         };
         // The heartbeat runs while the records do, and stops before the moves and the backoff:
@@ -594,7 +596,7 @@ where
             done = records => done,
             never = self.heartbeat(&batch.messages, received_at) => match never {},
         };
-        let settled = crate::settle(
+        let settled = crate::batch::settle(
             &self.processor,
             &batch,
             deadline_ms,

@@ -10,7 +10,7 @@ use super::*;
 use crate::dead_letter::NoDeadLetters;
 use crate::processor::{RecordContext, Verdict};
 use crate::visibility::ChangeFailure;
-use crate::{BatchOptions, ManualClock};
+use crate::{BatchOptions, lambda_kit::ManualClock};
 
 const ARN: &str = "arn:aws:sqs:us-east-1:123456789012:work";
 

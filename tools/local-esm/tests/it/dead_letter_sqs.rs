@@ -223,7 +223,10 @@ async fn a_move_that_fails_leaves_the_record_retry() {
         .expect("handled");
     assert_eq!(failed_ids(&response).len(), 1, "{report:?}");
     assert_eq!(report.counts().moved, 0);
-    assert_eq!(report.statuses[0].outcome(), sqs_batch::Outcome::Retry);
+    assert_eq!(
+        report.statuses[0].outcome(),
+        sqs_batch::processor::Outcome::Retry
+    );
 }
 
 /// FIFO: a record that only a person can settle does not drag its group. The group's head is
@@ -233,7 +236,7 @@ async fn a_move_that_fails_leaves_the_record_retry() {
 /// followers are charged.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_fifo_record_only_a_person_can_settle_leaves_alone_and_its_group_goes_on() {
-    use idempotency::{Begin, ClaimRequest, IdempotencyStore};
+    use idempotency::{IdempotencyStore, store::Begin, store::ClaimRequest};
     use local_esm::esm::{self, EsmSettings};
     use local_esm::send::Outgoing;
     use process_orders::money::Currency;
@@ -477,7 +480,7 @@ async fn a_copy_moved_twice_keeps_every_attribute_and_its_history() {
     assert_sqs_would_take(&moved[0], 262_144);
     let failure = failure_of(&moved[0].1);
     // A `payload-pointer` without the claim check is the claim check's own POISON.
-    let sqs_batch::RecordStatus::Moved(verdict) = &report.statuses[0] else {
+    let sqs_batch::processor::RecordStatus::Moved(verdict) = &report.statuses[0] else {
         panic!("moved: {report:?}");
     };
     assert_eq!(failure.reason, verdict.reason);

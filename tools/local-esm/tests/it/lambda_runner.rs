@@ -165,7 +165,8 @@ async fn once_takes_the_records_deadline_and_the_stores_lease_without_being_told
                         idempotency::Fingerprint::of_json(&key).expect("fingerprint");
                     request
                 };
-                if let Ok(idempotency::Begin::Busy { until_ms }) = store.begin(&other).await {
+                if let Ok(idempotency::store::Begin::Busy { until_ms }) = store.begin(&other).await
+                {
                     seen.lock().expect("lock").push(until_ms);
                 }
                 Ok::<_, std::io::Error>(())

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use aws_sdk_sqs::Client;
 use aws_sdk_sqs::config::{BehaviorVersion, Credentials, Region};
 use aws_sdk_sqs::types::{MessageSystemAttributeName, QueueAttributeName};
-use idempotency::{Begin, ClaimRequest, IdempotencyStore, MemoryStore};
+use idempotency::{IdempotencyStore, MemoryStore, store::Begin, store::ClaimRequest};
 use lambda_kit::clock::{Clock, SystemClock};
 use process_orders::app::App;
 use process_orders::config::Config;
@@ -17,8 +17,8 @@ use process_orders::order::decode_order;
 use process_orders::testkit::dynamo::moto_endpoint;
 use process_orders::testkit::ports::{Script, ScriptedGateway};
 use serde_json::json;
-use sqs_batch::Backoff;
 use sqs_batch::backoff::BackoffPolicy;
+use sqs_batch::processor::Backoff;
 use sqs_batch::visibility::SqsVisibility;
 
 fn sqs_client(endpoint: &str) -> Client {

@@ -358,7 +358,7 @@ async fn a_dry_run_redrive_names_the_account_and_moves_nothing() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn clear_decline_asks_first_and_then_lets_the_order_be_charged() {
     use idempotency::testkit::{RETENTION, claim, t0};
-    use idempotency::{Begin, DynamoDbStore, IdempotencyStore};
+    use idempotency::{DynamoDbStore, IdempotencyStore, store::Begin};
     let endpoint = moto_endpoint();
     let dynamodb = aws_sdk_dynamodb::Client::new(&sdk_config(&endpoint));
     let table = format!("clear-decline-{}", std::process::id());

@@ -11,7 +11,7 @@ use local_esm::setup::{self, QueuePair, QueueSettings};
 use orders_ops as ops;
 use process_orders::testkit::dynamo::moto_endpoint;
 use sqs_batch::dead_letter::{FAILURE_ATTRIBUTE, Failure, earlier_attempt_ms};
-use sqs_batch::{Batch, SqsEvent};
+use sqs_batch::{edge::Batch, edge::SqsEvent};
 
 async fn pair(name: &str, fifo: bool) -> (Client, QueuePair, String) {
     let endpoint = moto_endpoint();
