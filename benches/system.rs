@@ -222,14 +222,16 @@ impl IdempotencyStore for SlowStore {
         self.0.complete(key, lease, now_ms, output).await
     }
 
-    async fn mark_attempted(&self, key: &str, lease: &Lease, at_ms: u64) -> Result<(), StoreError> {
-        tokio::time::sleep(STORE_DELAY).await;
-        self.0.mark_attempted(key, lease, at_ms).await
-    }
-
     async fn release(&self, key: &str, lease: &Lease) -> Result<(), StoreError> {
         tokio::time::sleep(STORE_DELAY).await;
         self.0.release(key, lease).await
+    }
+}
+
+impl idempotency::guard::EffectStore for SlowStore {
+    async fn mark_attempted(&self, key: &str, lease: &Lease, at_ms: u64) -> Result<(), StoreError> {
+        tokio::time::sleep(STORE_DELAY).await;
+        self.0.mark_attempted(key, lease, at_ms).await
     }
 
     async fn reject(

@@ -176,13 +176,15 @@ impl IdempotencyStore for SlowStore {
             .await
     }
 
+    async fn release(&self, key: &str, lease: &Lease) -> Result<(), StoreError> {
+        self.delayed(key, self.inner.release(key, lease)).await
+    }
+}
+
+impl idempotency::guard::EffectStore for SlowStore {
     async fn mark_attempted(&self, key: &str, lease: &Lease, at_ms: u64) -> Result<(), StoreError> {
         self.delayed(key, self.inner.mark_attempted(key, lease, at_ms))
             .await
-    }
-
-    async fn release(&self, key: &str, lease: &Lease) -> Result<(), StoreError> {
-        self.delayed(key, self.inner.release(key, lease)).await
     }
 
     async fn reject(

@@ -44,7 +44,7 @@ use tracing::Instrument;
 use idempotency::guard::{
     self, Claim, Failed, Found, GuardPolicy, Guarded, GuardedWork, Unsettled,
 };
-use idempotency::{IdempotencyStore, store::LeaseToken};
+use idempotency::{guard::EffectStore, store::LeaseToken};
 use lambda_kit::{Clock, error_chain};
 use sqs_batch::{Message, RecordHandler, Verdict, processor::Outcome, processor::RecordContext};
 
@@ -96,7 +96,7 @@ impl<S, P, C> OrderHandler<S, P, C> {
 
 impl<S, P, C> RecordHandler for OrderHandler<S, P, C>
 where
-    S: IdempotencyStore,
+    S: EffectStore,
     P: PaymentGateway,
     C: Clock,
 {
@@ -120,7 +120,7 @@ where
 
 impl<S, P, C> OrderHandler<S, P, C>
 where
-    S: IdempotencyStore,
+    S: EffectStore,
     P: PaymentGateway,
     C: Clock,
 {
@@ -174,7 +174,7 @@ pub(crate) async fn handle_order<S, P, C>(
     deadline_ms: u64,
 ) -> (OrderDecision, Option<LeaseToken>)
 where
-    S: IdempotencyStore,
+    S: EffectStore,
     P: PaymentGateway,
     C: Clock,
 {

@@ -56,22 +56,24 @@ impl<S: IdempotencyStore> IdempotencyStore for Timed<'_, S> {
         out
     }
 
-    async fn mark_attempted(&self, key: &str, lease: &Lease, at_ms: u64) -> Result<(), StoreError> {
-        let span = tracing::debug_span!("store.mark_attempted", error = tracing::field::Empty);
-        let out = self
-            .latency
-            .time(self.store.mark_attempted(key, lease, at_ms))
-            .instrument(span.clone())
-            .await;
-        crate::telemetry::record_error(&span, &out);
-        out
-    }
-
     async fn release(&self, key: &str, lease: &Lease) -> Result<(), StoreError> {
         let span = tracing::debug_span!("store.release", error = tracing::field::Empty);
         let out = self
             .latency
             .time(self.store.release(key, lease))
+            .instrument(span.clone())
+            .await;
+        crate::telemetry::record_error(&span, &out);
+        out
+    }
+}
+
+impl<S: idempotency::guard::EffectStore> idempotency::guard::EffectStore for Timed<'_, S> {
+    async fn mark_attempted(&self, key: &str, lease: &Lease, at_ms: u64) -> Result<(), StoreError> {
+        let span = tracing::debug_span!("store.mark_attempted", error = tracing::field::Empty);
+        let out = self
+            .latency
+            .time(self.store.mark_attempted(key, lease, at_ms))
             .instrument(span.clone())
             .await;
         crate::telemetry::record_error(&span, &out);

@@ -129,14 +129,16 @@ impl IdempotencyStore for FlakyStore {
         self.inner.complete(key, lease, now_ms, output).await
     }
 
-    async fn mark_attempted(&self, key: &str, lease: &Lease, at_ms: u64) -> Result<(), StoreError> {
-        self.calls.fetch_add(1, Ordering::SeqCst);
-        self.inner.mark_attempted(key, lease, at_ms).await
-    }
-
     async fn release(&self, key: &str, lease: &Lease) -> Result<(), StoreError> {
         self.calls.fetch_add(1, Ordering::SeqCst);
         self.inner.release(key, lease).await
+    }
+}
+
+impl idempotency::guard::EffectStore for FlakyStore {
+    async fn mark_attempted(&self, key: &str, lease: &Lease, at_ms: u64) -> Result<(), StoreError> {
+        self.calls.fetch_add(1, Ordering::SeqCst);
+        self.inner.mark_attempted(key, lease, at_ms).await
     }
 
     async fn reject(
@@ -215,12 +217,14 @@ impl<S: IdempotencyStore> IdempotencyStore for FaultyStore<S> {
         self.inner.complete(key, lease, now_ms, output).await
     }
 
-    async fn mark_attempted(&self, key: &str, lease: &Lease, at_ms: u64) -> Result<(), StoreError> {
-        self.inner.mark_attempted(key, lease, at_ms).await
-    }
-
     async fn release(&self, key: &str, lease: &Lease) -> Result<(), StoreError> {
         self.inner.release(key, lease).await
+    }
+}
+
+impl<S: idempotency::guard::EffectStore> idempotency::guard::EffectStore for FaultyStore<S> {
+    async fn mark_attempted(&self, key: &str, lease: &Lease, at_ms: u64) -> Result<(), StoreError> {
+        self.inner.mark_attempted(key, lease, at_ms).await
     }
 
     async fn reject(

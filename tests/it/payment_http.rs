@@ -333,6 +333,16 @@ impl IdempotencyStore for CrashOnComplete {
         self.0.complete(key, lease, now_ms, output).await
     }
 
+    fn release(
+        &self,
+        key: &str,
+        lease: &Lease,
+    ) -> impl Future<Output = Result<(), StoreError>> + Send {
+        self.0.release(key, lease)
+    }
+}
+
+impl idempotency::guard::EffectStore for CrashOnComplete {
     fn mark_attempted(
         &self,
         key: &str,
@@ -340,14 +350,6 @@ impl IdempotencyStore for CrashOnComplete {
         now_ms: u64,
     ) -> impl Future<Output = Result<(), StoreError>> + Send {
         self.0.mark_attempted(key, lease, now_ms)
-    }
-
-    fn release(
-        &self,
-        key: &str,
-        lease: &Lease,
-    ) -> impl Future<Output = Result<(), StoreError>> + Send {
-        self.0.release(key, lease)
     }
 
     fn reject(

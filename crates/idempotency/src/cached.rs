@@ -212,6 +212,18 @@ impl<S: IdempotencyStore> IdempotencyStore for CachedStore<S> {
         result
     }
 
+    async fn release(&self, key: &str, lease: &Lease) -> Result<(), StoreError> {
+        let result = self.inner.release(key, lease).await;
+        self.forget_lease(key, lease);
+        result
+    }
+
+    fn lease_policy(&self) -> Option<crate::LeasePolicy> {
+        self.inner.lease_policy()
+    }
+}
+
+impl<S: crate::guard::EffectStore> crate::guard::EffectStore for CachedStore<S> {
     async fn mark_attempted(
         &self,
         key: &str,
@@ -219,12 +231,6 @@ impl<S: IdempotencyStore> IdempotencyStore for CachedStore<S> {
         now_ms: u64,
     ) -> Result<(), StoreError> {
         let result = self.inner.mark_attempted(key, lease, now_ms).await;
-        self.forget_lease(key, lease);
-        result
-    }
-
-    async fn release(&self, key: &str, lease: &Lease) -> Result<(), StoreError> {
-        let result = self.inner.release(key, lease).await;
         self.forget_lease(key, lease);
         result
     }
@@ -240,16 +246,13 @@ impl<S: IdempotencyStore> IdempotencyStore for CachedStore<S> {
         self.forget_lease(key, lease);
         result
     }
-
-    fn lease_policy(&self) -> Option<crate::LeasePolicy> {
-        self.inner.lease_policy()
-    }
 }
 
 #[cfg(all(test, feature = "testkit"))]
 mod tests {
     use super::*;
     use crate::MemoryStore;
+    use crate::guard::EffectStore as _;
     use crate::testkit::{FP, RETENTION, claim, started, t0};
     use std::sync::atomic::{AtomicUsize, Ordering};
 
@@ -274,6 +277,13 @@ mod tests {
         ) -> Result<(), StoreError> {
             self.store.complete(key, lease, now_ms, output).await
         }
+
+        async fn release(&self, key: &str, lease: &Lease) -> Result<(), StoreError> {
+            self.store.release(key, lease).await
+        }
+    }
+
+    impl crate::guard::EffectStore for Counting {
         async fn mark_attempted(
             &self,
             key: &str,
@@ -282,9 +292,7 @@ mod tests {
         ) -> Result<(), StoreError> {
             self.store.mark_attempted(key, lease, at).await
         }
-        async fn release(&self, key: &str, lease: &Lease) -> Result<(), StoreError> {
-            self.store.release(key, lease).await
-        }
+
         async fn reject(&self, k: &str, l: &Lease, at: u64, why: &str) -> Result<(), StoreError> {
             self.store.reject(k, l, at, why).await
         }

@@ -166,18 +166,24 @@ impl IdempotencyStore for ConfiguredStore {
         }
     }
 
-    async fn mark_attempted(&self, key: &str, lease: &Lease, at_ms: u64) -> Result<(), StoreError> {
-        match &self.backend {
-            Backend::Memory(s) => s.mark_attempted(key, lease, at_ms).await,
-            Backend::DynamoDb(s) => Box::pin(s.mark_attempted(key, lease, at_ms)).await,
-            Backend::Disabled => Ok(()),
-        }
-    }
-
     async fn release(&self, key: &str, lease: &Lease) -> Result<(), StoreError> {
         match &self.backend {
             Backend::Memory(s) => s.release(key, lease).await,
             Backend::DynamoDb(s) => Box::pin(s.release(key, lease)).await,
+            Backend::Disabled => Ok(()),
+        }
+    }
+
+    fn lease_policy(&self) -> Option<LeasePolicy> {
+        Some(self.lease)
+    }
+}
+
+impl crate::guard::EffectStore for ConfiguredStore {
+    async fn mark_attempted(&self, key: &str, lease: &Lease, at_ms: u64) -> Result<(), StoreError> {
+        match &self.backend {
+            Backend::Memory(s) => s.mark_attempted(key, lease, at_ms).await,
+            Backend::DynamoDb(s) => Box::pin(s.mark_attempted(key, lease, at_ms)).await,
             Backend::Disabled => Ok(()),
         }
     }
@@ -194,10 +200,6 @@ impl IdempotencyStore for ConfiguredStore {
             Backend::DynamoDb(s) => Box::pin(s.reject(key, lease, now_ms, reason)).await,
             Backend::Disabled => Ok(()),
         }
-    }
-
-    fn lease_policy(&self) -> Option<LeasePolicy> {
-        Some(self.lease)
     }
 }
 

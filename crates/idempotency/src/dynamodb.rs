@@ -684,6 +684,27 @@ impl IdempotencyStore for DynamoDbStore {
         }
     }
 
+    async fn release(&self, key: &str, lease: &Lease) -> Result<(), StoreError> {
+        let result = self
+            .client
+            .delete_item()
+            .table_name(&self.table)
+            .set_key(Some(self.item_key(key)))
+            .condition_expression(HOLDER_CONDITION)
+            .expression_attribute_names("#t", attr::LEASE_TOKEN)
+            .expression_attribute_names("#s", attr::STATUS)
+            .expression_attribute_values(":t", s(lease.token.to_string()))
+            .expression_attribute_values(":p", s(Status::InProgress.as_str()))
+            .send()
+            .await;
+        fenced(
+            result,
+            DeleteItemError::is_conditional_check_failed_exception,
+        )
+    }
+}
+
+impl crate::guard::EffectStore for DynamoDbStore {
     async fn mark_attempted(&self, key: &str, lease: &Lease, at_ms: u64) -> Result<(), StoreError> {
         self.holder_update(
             key,
@@ -730,25 +751,6 @@ impl IdempotencyStore for DynamoDbStore {
             ],
         )
         .await
-    }
-
-    async fn release(&self, key: &str, lease: &Lease) -> Result<(), StoreError> {
-        let result = self
-            .client
-            .delete_item()
-            .table_name(&self.table)
-            .set_key(Some(self.item_key(key)))
-            .condition_expression(HOLDER_CONDITION)
-            .expression_attribute_names("#t", attr::LEASE_TOKEN)
-            .expression_attribute_names("#s", attr::STATUS)
-            .expression_attribute_values(":t", s(lease.token.to_string()))
-            .expression_attribute_values(":p", s(Status::InProgress.as_str()))
-            .send()
-            .await;
-        fenced(
-            result,
-            DeleteItemError::is_conditional_check_failed_exception,
-        )
     }
 }
 

@@ -102,7 +102,7 @@ pub trait GuardedWork: Send + Sync {
 
     /// Why a failed attempt that did nothing is final (a definite refusal that must never be
     /// retried, such as a declined payment), or `None` (the default) when it is not. A final
-    /// refusal is recorded ([`IdempotencyStore::reject`]), so no later delivery of the same
+    /// refusal is recorded ([`EffectStore::reject`]), so no later delivery of the same
     /// payload attempts the work again.
     fn refusal(&self, error: &Self::Error) -> Option<String> {
         let _ = error;
@@ -307,6 +307,54 @@ pub struct Run<T, E> {
     pub prior: Option<PriorAttempt>,
 }
 
+/// The two writes [`run`] needs beyond the core [`IdempotencyStore`]: an attempt that may have
+/// taken effect, and a refusal for good. A store that implements only the core serves
+/// [`once()`](fn@crate::once); one that implements this too serves `run`, its look-ups and its
+/// key windows. Both writes are fenced by the lease, as the core's are.
+pub trait EffectStore: IdempotencyStore {
+    /// Ends the lease and keeps the key `ATTEMPTED`: the work's effect may exist, so the next
+    /// claim (same payload only) must find out before doing it again. The retention starts over,
+    /// so the record outlives every delivery that may still come. Only the holder may.
+    fn mark_attempted(
+        &self,
+        key: &str,
+        lease: &Lease,
+        now_ms: u64,
+    ) -> impl Future<Output = Result<(), StoreError>> + Send;
+
+    /// Records that the work was refused for good (a declined payment), with `reason`: a later
+    /// claim with the same payload gets [`Begin::Rejected`] until the retention ends or a person
+    /// removes the item. Only the holder may.
+    fn reject(
+        &self,
+        key: &str,
+        lease: &Lease,
+        now_ms: u64,
+        reason: &str,
+    ) -> impl Future<Output = Result<(), StoreError>> + Send;
+}
+
+impl<S: EffectStore + ?Sized> EffectStore for std::sync::Arc<S> {
+    fn mark_attempted(
+        &self,
+        key: &str,
+        lease: &Lease,
+        now_ms: u64,
+    ) -> impl Future<Output = Result<(), StoreError>> + Send {
+        (**self).mark_attempted(key, lease, now_ms)
+    }
+
+    fn reject(
+        &self,
+        key: &str,
+        lease: &Lease,
+        now_ms: u64,
+        reason: &str,
+    ) -> impl Future<Output = Result<(), StoreError>> + Send {
+        (**self).reject(key, lease, now_ms, reason)
+    }
+}
+
 /// Claims `claim.key`, reconciles an earlier attempt if there may be one, performs `work`, and
 /// records the outcome.
 // The steps are separate async functions so that each one's state lives in the run's future
@@ -319,6 +367,71 @@ pub async fn run<S, C, W>(
     claim: &Claim<'_>,
     work: &W,
 ) -> Run<W::Output, W::Error>
+where
+    S: EffectStore,
+    C: Clock,
+    W: GuardedWork,
+{
+    let (lease, prior) = match claim_key(store, clock, policy, claim, work).await {
+        Ok(held) => held,
+        Err(outcome) => {
+            return Run {
+                outcome,
+                lease: None,
+                prior: None,
+            };
+        }
+    };
+    let outcome = attempt(work, prior, clock, policy).await;
+    Run {
+        outcome: settle(store, clock, claim.key, &lease, prior, work, outcome).await,
+        lease: Some(lease.token),
+        prior,
+    }
+}
+
+/// [`run`] on the core alone, for work with nothing to look up ([`once()`](fn@crate::once)):
+/// claim, perform, then complete, or give the key back on a failure. An earlier attempt the claim
+/// took over is not looked up: such work runs again (at-least-once on a crash), which is what
+/// `run` does too when the look-up can only say it did not happen.
+pub(crate) async fn run_core<S, C, W>(
+    store: &S,
+    clock: &C,
+    policy: &GuardPolicy,
+    claim: &Claim<'_>,
+    work: &W,
+) -> Guarded<W::Output, W::Error>
+where
+    S: IdempotencyStore,
+    C: Clock,
+    W: GuardedWork,
+{
+    let (lease, _prior) = match claim_key(store, clock, policy, claim, work).await {
+        Ok(held) => held,
+        Err(outcome) => return outcome,
+    };
+    let outcome = match work.perform().await {
+        Ok(output) => Guarded::Performed(output),
+        Err(Failed { error, effect }) => Guarded::Failed { error, effect },
+    };
+    let result = match &outcome {
+        Guarded::Performed(output) => {
+            complete(store, clock, claim.key, &lease, work.keep(output)).await
+        }
+        _ => store.release(claim.key, &lease).await,
+    };
+    recorded(claim.key, outcome, result)
+}
+
+/// The claim: the lease and the earlier attempt it took over, or what came of the key when it
+/// could not be claimed.
+async fn claim_key<S, C, W>(
+    store: &S,
+    clock: &C,
+    policy: &GuardPolicy,
+    claim: &Claim<'_>,
+    work: &W,
+) -> Result<(Lease, Option<PriorAttempt>), Guarded<W::Output, W::Error>>
 where
     S: IdempotencyStore,
     C: Clock,
@@ -340,33 +453,41 @@ where
             earlier_attempt_ms: claim.earlier_attempt_ms,
         })
         .await;
-    let (lease, prior) = match begun {
-        Ok(Begin::Started { lease, prior }) => (lease, prior),
-        unclaimed => {
-            let outcome = match unclaimed {
-                Ok(Begin::Done { output }) => {
-                    match output.as_deref().and_then(|kept| work.replay(kept)) {
-                        Some(output) => Guarded::Replayed(output),
-                        None => Guarded::Duplicate,
-                    }
-                }
-                Ok(Begin::Rejected) => Guarded::Rejected,
-                Ok(Begin::Busy { until_ms }) => Guarded::Busy { until_ms },
-                Err(e) => Guarded::Store(e),
-                Ok(Begin::Conflict | Begin::Started { .. }) => Guarded::Conflict,
-            };
-            return Run {
-                outcome,
-                lease: None,
-                prior: None,
-            };
+    match begun {
+        Ok(Begin::Started { lease, prior }) => Ok((lease, prior)),
+        Ok(Begin::Done { output }) => {
+            Err(match output.as_deref().and_then(|kept| work.replay(kept)) {
+                Some(output) => Guarded::Replayed(output),
+                None => Guarded::Duplicate,
+            })
         }
-    };
-    let outcome = attempt(work, prior, clock, policy).await;
-    Run {
-        outcome: settle(store, clock, claim.key, &lease, prior, work, outcome).await,
-        lease: Some(lease.token),
-        prior,
+        Ok(Begin::Rejected) => Err(Guarded::Rejected),
+        Ok(Begin::Busy { until_ms }) => Err(Guarded::Busy { until_ms }),
+        Err(e) => Err(Guarded::Store(e)),
+        Ok(Begin::Conflict) => Err(Guarded::Conflict),
+    }
+}
+
+/// Completes the key, with the output the work keeps ([`GuardedWork::keep`]), if any. (The
+/// output is kept as text before the call: a reference to it held across the write would ask
+/// the output to be `Sync`.)
+async fn complete<S: IdempotencyStore, C: Clock>(
+    store: &S,
+    clock: &C,
+    key: &str,
+    lease: &Lease,
+    kept: Option<String>,
+) -> Result<(), StoreError> {
+    match kept {
+        // Boxed, as the refusals: only work that keeps its output pays for the room.
+        Some(kept) => {
+            Box::pin(async move {
+                let kept = crate::store::bounded_output(key, Some(&kept));
+                store.complete(key, lease, clock.now_ms(), kept).await
+            })
+            .await
+        }
+        None => store.complete(key, lease, clock.now_ms(), None).await,
     }
 }
 
@@ -419,7 +540,7 @@ async fn attempt<W: GuardedWork, C: Clock>(
 /// Records what the attempt came to: complete, release (a fresh key whose attempt provably did
 /// nothing), or keep the key attempted (anything that may have taken effect, or did not happen
 /// and proves nothing about an earlier attempt).
-async fn settle<S: IdempotencyStore, C: Clock, W: GuardedWork>(
+async fn settle<S: EffectStore, C: Clock, W: GuardedWork>(
     store: &S,
     clock: &C,
     key: &str,
@@ -429,17 +550,7 @@ async fn settle<S: IdempotencyStore, C: Clock, W: GuardedWork>(
     outcome: Guarded<W::Output, W::Error>,
 ) -> Guarded<W::Output, W::Error> {
     let result = match &outcome {
-        Guarded::Performed(output) => match work.keep(output) {
-            // Boxed, as the refusals: only work that keeps its output pays for the room.
-            Some(kept) => {
-                Box::pin(async move {
-                    let kept = crate::store::bounded_output(key, Some(&kept));
-                    store.complete(key, lease, clock.now_ms(), kept).await
-                })
-                .await
-            }
-            None => store.complete(key, lease, clock.now_ms(), None).await,
-        },
+        Guarded::Performed(output) => complete(store, clock, key, lease, work.keep(output)).await,
         Guarded::Reconciled => store.complete(key, lease, clock.now_ms(), None).await,
         // Only the look-up gets here with a claim: an earlier attempt was refused for good.
         // Boxed, as the other refusal: a rare path does not grow every record's future.
@@ -476,6 +587,16 @@ async fn settle<S: IdempotencyStore, C: Clock, W: GuardedWork>(
         }
         _ => store.mark_attempted(key, lease, clock.now_ms()).await,
     };
+    recorded(key, outcome, result)
+}
+
+/// What a run came to once its outcome was written: a write that failed after the work was done
+/// is [`Guarded::LeaseLost`] or [`Guarded::Store`]; after work not done, the decision stands.
+fn recorded<T, E>(
+    key: &str,
+    outcome: Guarded<T, E>,
+    result: Result<(), StoreError>,
+) -> Guarded<T, E> {
     match (outcome, result) {
         (outcome, Ok(())) => outcome,
         // Done but not recorded: the next claim finds the effect through the look-up.

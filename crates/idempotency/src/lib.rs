@@ -307,7 +307,11 @@ pub enum StoreError {
     Payload(String),
 }
 
-/// A store of claims. Implementations must make `begin` atomic per key.
+/// A store of claims: the core a store author implements, three primitives (claim, complete,
+/// give back), all fenced by the claim's lease. Implementations must make `begin` atomic per
+/// key. [`once()`](fn@crate::once) needs nothing more; [`guard::run`], which also records work
+/// that may have taken effect and work refused for good, needs the two writes of
+/// [`guard::EffectStore`] besides.
 pub trait IdempotencyStore: Send + Sync {
     /// Claims `request.key`, or says why not.
     fn begin(
@@ -326,33 +330,12 @@ pub trait IdempotencyStore: Send + Sync {
         output: Option<&str>,
     ) -> impl Future<Output = Result<(), StoreError>> + Send;
 
-    /// Ends the lease and keeps the key `ATTEMPTED`: the work's effect may exist, so the next
-    /// claim (same payload only) must find out before doing it again. The retention starts over,
-    /// so the record outlives every delivery that may still come. Only the holder may.
-    fn mark_attempted(
-        &self,
-        key: &str,
-        lease: &Lease,
-        now_ms: u64,
-    ) -> impl Future<Output = Result<(), StoreError>> + Send;
-
     /// Gives the key up so the next delivery can claim it at once; only the current holder may.
     /// Only for work proven not to have taken effect.
     fn release(
         &self,
         key: &str,
         lease: &Lease,
-    ) -> impl Future<Output = Result<(), StoreError>> + Send;
-
-    /// Records that the work was refused for good (a declined payment), with `reason`: a later
-    /// claim with the same payload gets [`Begin::Rejected`] until the retention ends or a person
-    /// removes the item. Only the holder may.
-    fn reject(
-        &self,
-        key: &str,
-        lease: &Lease,
-        now_ms: u64,
-        reason: &str,
     ) -> impl Future<Output = Result<(), StoreError>> + Send;
 
     /// The lease settings this store was configured with, if any: what [`once()`](fn@crate::once) leases claims by
@@ -381,31 +364,12 @@ impl<S: IdempotencyStore + ?Sized> IdempotencyStore for std::sync::Arc<S> {
         (**self).complete(key, lease, now_ms, output)
     }
 
-    fn mark_attempted(
-        &self,
-        key: &str,
-        lease: &Lease,
-        now_ms: u64,
-    ) -> impl Future<Output = Result<(), StoreError>> + Send {
-        (**self).mark_attempted(key, lease, now_ms)
-    }
-
     fn release(
         &self,
         key: &str,
         lease: &Lease,
     ) -> impl Future<Output = Result<(), StoreError>> + Send {
         (**self).release(key, lease)
-    }
-
-    fn reject(
-        &self,
-        key: &str,
-        lease: &Lease,
-        now_ms: u64,
-        reason: &str,
-    ) -> impl Future<Output = Result<(), StoreError>> + Send {
-        (**self).reject(key, lease, now_ms, reason)
     }
 
     fn lease_policy(&self) -> Option<LeasePolicy> {

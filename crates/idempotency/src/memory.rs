@@ -166,6 +166,21 @@ impl IdempotencyStore for MemoryStore {
         self.finish(key, lease, Status::Completed, now_ms, output)
     }
 
+    async fn release(&self, key: &str, lease: &Lease) -> Result<(), StoreError> {
+        let mut items = self.items();
+        match items.get(key) {
+            Some(item)
+                if item.token == Some(lease.token) && item.state.status == Status::InProgress =>
+            {
+                items.remove(key);
+                Ok(())
+            }
+            _ => Err(StoreError::LeaseLost),
+        }
+    }
+}
+
+impl crate::guard::EffectStore for MemoryStore {
     async fn mark_attempted(&self, key: &str, lease: &Lease, at_ms: u64) -> Result<(), StoreError> {
         let expires_at_s = self.expires_at(at_ms);
         self.fenced(key, lease, Status::Attempted, |item| {
@@ -183,18 +198,5 @@ impl IdempotencyStore for MemoryStore {
         _reason: &str,
     ) -> Result<(), StoreError> {
         self.finish(key, lease, Status::Rejected, now_ms, None)
-    }
-
-    async fn release(&self, key: &str, lease: &Lease) -> Result<(), StoreError> {
-        let mut items = self.items();
-        match items.get(key) {
-            Some(item)
-                if item.token == Some(lease.token) && item.state.status == Status::InProgress =>
-            {
-                items.remove(key);
-                Ok(())
-            }
-            _ => Err(StoreError::LeaseLost),
-        }
     }
 }

@@ -281,9 +281,7 @@ impl<'a, S, F, C, K> Once<'a, S, F, C, K> {
                 keep,
                 replay,
             };
-            guard::run(self.store, &self.clock, &policy, &claim, &work)
-                .await
-                .outcome
+            guard::run_core(self.store, &self.clock, &policy, &claim, &work).await
         })
     }
 }
@@ -626,6 +624,87 @@ mod tests {
         );
         let retried = once(&store, "k", "p", || async { Ok::<_, &str>(()) }).await;
         assert!(matches!(retried, Guarded::Performed(())), "{retried:?}");
+    }
+
+    /// A store that implements the core alone (claim, complete, give back) and nothing of
+    /// `guard::EffectStore`: what a store author writes first.
+    struct CoreOnly {
+        inner: MemoryStore,
+        releases: AtomicUsize,
+    }
+
+    impl IdempotencyStore for CoreOnly {
+        async fn begin(
+            &self,
+            request: &crate::store::ClaimRequest<'_>,
+        ) -> Result<crate::store::Begin, StoreError> {
+            self.inner.begin(request).await
+        }
+
+        async fn complete(
+            &self,
+            key: &str,
+            lease: &crate::store::Lease,
+            now_ms: u64,
+            output: Option<&str>,
+        ) -> Result<(), StoreError> {
+            self.inner.complete(key, lease, now_ms, output).await
+        }
+
+        async fn release(&self, key: &str, lease: &crate::store::Lease) -> Result<(), StoreError> {
+            self.releases.fetch_add(1, Ordering::SeqCst);
+            self.inner.release(key, lease).await
+        }
+    }
+
+    /// `once` needs only the core: a store of three primitives runs the work once per key,
+    /// answers a duplicate, and gets the key back after a failure, also when the claim took over
+    /// a holder's lease that ran out.
+    #[tokio::test]
+    async fn a_store_of_the_core_alone_serves_once() {
+        let store = CoreOnly {
+            inner: MemoryStore::default(),
+            releases: AtomicUsize::new(0),
+        };
+        let first = once(&store, "k", "p", || async { Ok::<_, &str>(1) }).await;
+        assert!(matches!(first, Guarded::Performed(1)), "{first:?}");
+        let again = once(&store, "k", "p", || async { Ok::<_, &str>(2) }).await;
+        assert!(matches!(again, Guarded::Duplicate), "{again:?}");
+        let failed = once(&store, "f", "p", || async { Err::<(), _>("down") }).await;
+        assert!(matches!(failed, Guarded::Failed { .. }), "{failed:?}");
+        assert_eq!(store.releases.load(Ordering::SeqCst), 1);
+        let retried = once(&store, "f", "p", || async { Ok::<_, &str>(()) }).await;
+        assert!(matches!(retried, Guarded::Performed(())), "{retried:?}");
+
+        let clock = ManualClock::at(T0);
+        let deadline_ms = T0 + 10_000;
+        let never = || std::future::pending::<Result<(), &str>>();
+        let cut_off = tokio::time::timeout(
+            std::time::Duration::from_millis(10),
+            once(&store, "t", "p", never)
+                .clock(clock.clone())
+                .deadline_ms(deadline_ms)
+                .into_future(),
+        )
+        .await;
+        assert!(cut_off.is_err());
+        clock.set(deadline_ms + crate::LeasePolicy::default().margin_ms);
+        let taken_over_failed = once(&store, "t", "p", || async { Err::<(), _>("down") })
+            .clock(clock.clone())
+            .await;
+        assert!(
+            matches!(taken_over_failed, Guarded::Failed { .. }),
+            "{taken_over_failed:?}"
+        );
+        assert_eq!(
+            store.releases.load(Ordering::SeqCst),
+            2,
+            "given back, not kept"
+        );
+        let after = once(&store, "t", "p", || async { Ok::<_, &str>(()) })
+            .clock(clock.clone())
+            .await;
+        assert!(matches!(after, Guarded::Performed(())), "{after:?}");
     }
 
     /// A claim whose holder died is busy until its lease ends (the deadline plus the margin),

@@ -464,6 +464,17 @@ impl IdempotencyStore for RedisStore {
         self.finish(key, lease, completed, now_ms, kept).await
     }
 
+    async fn release(&self, key: &str, lease: &Lease) -> Result<(), StoreError> {
+        let token = lease.token.to_string();
+        let seen = Some((token.as_str(), Status::InProgress.as_str()));
+        match self.swap(key, seen, &Write::Delete).await? {
+            Swapped::Written => Ok(()),
+            Swapped::Refused(_) => Err(StoreError::LeaseLost),
+        }
+    }
+}
+
+impl crate::guard::EffectStore for RedisStore {
     async fn mark_attempted(&self, key: &str, lease: &Lease, at_ms: u64) -> Result<(), StoreError> {
         let write = Write::Patch {
             expires_at_s: self.expires_at(at_ms),
@@ -488,15 +499,6 @@ impl IdempotencyStore for RedisStore {
         let kept = Some((field::REJECTED_REASON, reason));
         let rejected = (Status::Rejected, field::REJECTED_AT);
         self.finish(key, lease, rejected, now_ms, kept).await
-    }
-
-    async fn release(&self, key: &str, lease: &Lease) -> Result<(), StoreError> {
-        let token = lease.token.to_string();
-        let seen = Some((token.as_str(), Status::InProgress.as_str()));
-        match self.swap(key, seen, &Write::Delete).await? {
-            Swapped::Written => Ok(()),
-            Swapped::Refused(_) => Err(StoreError::LeaseLost),
-        }
     }
 }
 

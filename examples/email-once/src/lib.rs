@@ -269,7 +269,9 @@ impl<S, M, C> WelcomeEmails<S, M, C> {
     }
 }
 
-impl<S: IdempotencyStore, M: Mailer, C: Clock> RecordHandler for WelcomeEmails<S, M, C> {
+impl<S: idempotency::guard::EffectStore, M: Mailer, C: Clock> RecordHandler
+    for WelcomeEmails<S, M, C>
+{
     async fn handle(&self, message: &Message<'_>, context: RecordContext) -> Verdict {
         let Some(welcome) = Welcome::decode(message.body) else {
             return Verdict::poison("invalid_body");

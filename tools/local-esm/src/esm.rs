@@ -43,7 +43,7 @@ pub trait Invoke: Send + Sync {
 
 impl<S, P, C> Invoke for process_orders::app::App<S, P, C>
 where
-    S: idempotency::IdempotencyStore,
+    S: idempotency::guard::EffectStore,
     P: process_orders::payment::PaymentGateway,
     C: Clock + Clone,
 {

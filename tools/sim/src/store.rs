@@ -125,16 +125,6 @@ impl IdempotencyStore for SimStore {
         self.answer(key, "complete", lost, result)
     }
 
-    async fn mark_attempted(&self, key: &str, lease: &Lease, at_ms: u64) -> Result<(), StoreError> {
-        let lost = self.before(key, "mark_attempted").await?;
-        let result = match &self.inner {
-            Table::Memory(store) => store.mark_attempted(key, lease, at_ms).await,
-            Table::DynamoDb(store) => store.mark_attempted(key, lease, at_ms).await,
-        };
-        self.audit(key, "mark_attempted", lease, &result);
-        self.answer(key, "mark_attempted", lost, result)
-    }
-
     async fn release(&self, key: &str, lease: &Lease) -> Result<(), StoreError> {
         let lost = self.before(key, "release").await?;
         let result = match &self.inner {
@@ -143,6 +133,18 @@ impl IdempotencyStore for SimStore {
         };
         self.audit(key, "release", lease, &result);
         self.answer(key, "release", lost, result)
+    }
+}
+
+impl idempotency::guard::EffectStore for SimStore {
+    async fn mark_attempted(&self, key: &str, lease: &Lease, at_ms: u64) -> Result<(), StoreError> {
+        let lost = self.before(key, "mark_attempted").await?;
+        let result = match &self.inner {
+            Table::Memory(store) => store.mark_attempted(key, lease, at_ms).await,
+            Table::DynamoDb(store) => store.mark_attempted(key, lease, at_ms).await,
+        };
+        self.audit(key, "mark_attempted", lease, &result);
+        self.answer(key, "mark_attempted", lost, result)
     }
 
     async fn reject(

@@ -2,6 +2,7 @@
 //! any DynamoDB-compatible server: give each a client and a fresh table made by
 //! [`create_table`](crate::dynamodb::create_table).
 
+use crate::guard::EffectStore as _;
 use aws_sdk_dynamodb::Client;
 use aws_sdk_dynamodb::types::AttributeValue::{N, S};
 

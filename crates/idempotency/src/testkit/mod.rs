@@ -21,6 +21,7 @@ pub mod redis;
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::guard::EffectStore;
 use crate::{
     Fingerprint, IdempotencyStore, StoreError, store::Begin, store::ClaimRequest, store::Lease,
     store::PriorAttempt,
@@ -208,7 +209,7 @@ pub async fn the_retention_starts_over_at_the_finish<S: IdempotencyStore>(store:
 
 /// Contract: a rejected key refuses its payload for the retention (another payload is a
 /// conflict), only the holder may reject, and past its TTL the key is fresh.
-pub async fn a_rejected_key_is_refused_until_it_expires<S: IdempotencyStore>(store: S) {
+pub async fn a_rejected_key_is_refused_until_it_expires<S: EffectStore>(store: S) {
     let lease = started(&store, &claim("k", t0())).await;
     let intruder = Lease {
         token: crate::store::LeaseToken::new(),
@@ -245,9 +246,7 @@ pub async fn a_rejected_key_is_refused_until_it_expires<S: IdempotencyStore>(sto
 /// fresh attempt's own time is its first: an attempt of it left unsettled is judged by its own
 /// age, not as one of unknown age (which would send a new order to a person at its first
 /// ambiguous answer).
-pub async fn an_expired_finished_key_starts_afresh_from_its_own_first_attempt<
-    S: IdempotencyStore,
->(
+pub async fn an_expired_finished_key_starts_afresh_from_its_own_first_attempt<S: EffectStore>(
     store: S,
 ) {
     let retention_ms = RETENTION.as_millis() as u64;
@@ -284,7 +283,7 @@ pub async fn an_expired_finished_key_starts_afresh_from_its_own_first_attempt<
 }
 
 /// Contract: expired lease is taken over and fences the old holder.
-pub async fn expired_lease_is_taken_over_and_fences_the_old_holder<S: IdempotencyStore>(store: S) {
+pub async fn expired_lease_is_taken_over_and_fences_the_old_holder<S: EffectStore>(store: S) {
     let old = started(&store, &claim("k", t0())).await;
     let later = t0() + LEASE_MS + 1;
     let (new, prior) = started_after(&store, &claim("k", later)).await;
@@ -396,7 +395,7 @@ pub async fn an_expired_lease_is_not_taken_over_by_another_payload<S: Idempotenc
 }
 
 /// Contract: an attempted key is taken over at once by its own payload only.
-pub async fn an_attempted_key_is_taken_over_at_once_by_its_own_payload_only<S: IdempotencyStore>(
+pub async fn an_attempted_key_is_taken_over_at_once_by_its_own_payload_only<S: EffectStore>(
     store: S,
 ) {
     let first = started(&store, &claim("k", t0())).await;
@@ -448,9 +447,7 @@ pub async fn an_attempted_key_is_taken_over_at_once_by_its_own_payload_only<S: I
 }
 
 /// Contract: an attempted key past its ttl still refuses another payload.
-pub async fn an_attempted_key_past_its_ttl_still_refuses_another_payload<S: IdempotencyStore>(
-    store: S,
-) {
+pub async fn an_attempted_key_past_its_ttl_still_refuses_another_payload<S: EffectStore>(store: S) {
     let lease = started(&store, &claim("k", t0())).await;
     store
         .mark_attempted("k", &lease, t0())
@@ -467,7 +464,7 @@ pub async fn an_attempted_key_past_its_ttl_still_refuses_another_payload<S: Idem
 }
 
 /// Contract: only the holder may mark attempted.
-pub async fn only_the_holder_may_mark_attempted<S: IdempotencyStore>(store: S) {
+pub async fn only_the_holder_may_mark_attempted<S: EffectStore>(store: S) {
     let holder = started(&store, &claim("k", t0())).await;
     let stranger = Lease {
         token: crate::store::LeaseToken::new(),
@@ -497,7 +494,7 @@ pub async fn only_the_holder_may_mark_attempted<S: IdempotencyStore>(store: S) {
 }
 
 /// A holder's finishing write that leaves the key `status`.
-pub async fn finish<S: IdempotencyStore>(
+pub async fn finish<S: EffectStore>(
     store: &S,
     key: &str,
     lease: &Lease,
@@ -525,7 +522,7 @@ fn after_finish(status: crate::store::Status, begun: &Begin) -> bool {
 /// own work and succeeds: what the SDK's retry of a write whose answer was lost meets. The
 /// finish spends the lease: every other write of that holder is refused, and the key keeps the
 /// state the first write left.
-pub async fn a_finishing_write_repeated_by_its_holder_is_its_own<S: IdempotencyStore>(store: S) {
+pub async fn a_finishing_write_repeated_by_its_holder_is_its_own<S: EffectStore>(store: S) {
     use crate::store::Status::{Attempted, Completed, InProgress, Rejected};
     for (key, status) in [("c", Completed), ("a", Attempted), ("r", Rejected)] {
         let lease = started(&store, &claim(key, t0())).await;

@@ -5,6 +5,7 @@
 use aws_sdk_dynamodb::Client;
 use idempotency::DynamoDbStore;
 use idempotency::dynamodb::create_table;
+use idempotency::guard::EffectStore as _;
 use idempotency::store_contract_tests;
 use idempotency::testkit::RETENTION;
 use idempotency::testkit::dynoxide::{Dynoxide, LossyProxy, client_for, unique_table};

@@ -2,6 +2,7 @@
 //! behind the cache, and the Redis store's own cases (the item and its expiry, items it did not
 //! write, key prefixes, an earlier attempt known from outside, an unreachable server).
 
+use idempotency::guard::EffectStore as _;
 use std::collections::HashMap;
 
 use ::redis::AsyncCommands;

@@ -8,6 +8,7 @@ use std::sync::Mutex;
 
 use email_once::{MailError, Mailer, Settings, Welcome, WelcomeEmails, send_once};
 use idempotency::dynamodb::create_table;
+use idempotency::guard::EffectStore;
 use idempotency::testkit::dynoxide::{Dynoxide, unique_table};
 use idempotency::{DynamoDbStore, IdempotencyStore, MemoryStore};
 use lambda_kit::{Clock, Env, ManualClock, SystemClock};
@@ -122,7 +123,7 @@ type Function<S> = BatchProcessor<WelcomeEmails<S, Provider, ManualClock>, Manua
 
 /// The function over `store`. Records run one at a time unless `concurrent`, so a duplicate
 /// later in a batch meets a finished claim.
-fn function<S: IdempotencyStore>(
+fn function<S: EffectStore>(
     store: S,
     clock: &ManualClock,
     can_tell: bool,
@@ -136,7 +137,7 @@ fn function<S: IdempotencyStore>(
 }
 
 /// One invocation: the reported message ids and the reasons.
-async fn invoke<S: IdempotencyStore>(
+async fn invoke<S: EffectStore>(
     function: &Function<S>,
     clock: &ManualClock,
     json: &str,
@@ -166,13 +167,13 @@ fn event(records: &[(&str, &str, &str)]) -> String {
     serde_json::json!({ "Records": records }).to_string()
 }
 
-fn provider<S: IdempotencyStore>(function: &Function<S>) -> &Provider {
+fn provider<S: EffectStore>(function: &Function<S>) -> &Provider {
     function.handler().mailer()
 }
 
 /// The sample event: two users, one of them twice, and a malformed body. One email each, only
 /// the malformed record reported; delivered again, nothing more is sent.
-async fn the_sample_event_sends_one_email_per_user<S: IdempotencyStore>(store: S) {
+async fn the_sample_event_sends_one_email_per_user<S: EffectStore>(store: S) {
     let json = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/events/welcome.json"))
         .expect("sample event");
     let clock = ManualClock::at(T0);
@@ -195,7 +196,7 @@ async fn the_sample_event_sends_one_email_per_user<S: IdempotencyStore>(store: S
 /// Eight deliveries of one user in one batch, all at once: one email. A delivery that meets the
 /// claim in flight is RETRY (`busy`), never acknowledged before the email is recorded; the
 /// redelivery acknowledges them all.
-async fn concurrent_deliveries_of_one_user_send_one_email<S: IdempotencyStore>(store: S) {
+async fn concurrent_deliveries_of_one_user_send_one_email<S: EffectStore>(store: S) {
     let clock = ManualClock::at(T0);
     let function = function(store, &clock, true, true);
     let ids: Vec<String> = (0..8).map(|i| format!("m{i}")).collect();
@@ -226,7 +227,7 @@ async fn concurrent_deliveries_of_one_user_send_one_email<S: IdempotencyStore>(s
 
 /// The provider sends and the answer is lost: RETRY; the redelivery asks the provider, learns
 /// the email went out, and records it without sending again.
-async fn a_send_whose_answer_was_lost_is_looked_up_not_resent<S: IdempotencyStore>(store: S) {
+async fn a_send_whose_answer_was_lost_is_looked_up_not_resent<S: EffectStore>(store: S) {
     let clock = ManualClock::at(T0);
     let function = function(store, &clock, true, false);
     provider(&function).fail_next(Fault::SendThenNoAnswer);
@@ -246,9 +247,7 @@ async fn a_send_whose_answer_was_lost_is_looked_up_not_resent<S: IdempotencyStor
 
 /// The same, with a provider that cannot be asked: inside its key window the send is repeated
 /// under the same key, and the provider's replay keeps it one email.
-async fn inside_the_key_window_a_resend_is_deduplicated_by_the_provider<S: IdempotencyStore>(
-    store: S,
-) {
+async fn inside_the_key_window_a_resend_is_deduplicated_by_the_provider<S: EffectStore>(store: S) {
     let clock = ManualClock::at(T0);
     let function = function(store, &clock, false, false);
     provider(&function).fail_next(Fault::SendThenNoAnswer);
@@ -264,7 +263,7 @@ async fn inside_the_key_window_a_resend_is_deduplicated_by_the_provider<S: Idemp
 
 /// Past the provider's key window, with no way to ask, a send that may have gone out is never
 /// repeated blindly: the record stays RETRY (and reaches the DLQ) with the key kept.
-async fn past_the_key_window_an_unknown_send_is_not_repeated<S: IdempotencyStore>(store: S) {
+async fn past_the_key_window_an_unknown_send_is_not_repeated<S: EffectStore>(store: S) {
     let clock = ManualClock::at(T0);
     let function = function(store, &clock, false, false);
     provider(&function).fail_next(Fault::SendThenNoAnswer);
@@ -279,7 +278,7 @@ async fn past_the_key_window_an_unknown_send_is_not_repeated<S: IdempotencyStore
 
 /// Failures that prove nothing was sent: unreachable is RETRY and the next delivery sends;
 /// a rejected address is POISON. Another address for a sent user is a conflict.
-async fn failures_that_sent_nothing_and_conflicts<S: IdempotencyStore>(store: S) {
+async fn failures_that_sent_nothing_and_conflicts<S: EffectStore>(store: S) {
     let clock = ManualClock::at(T0);
     let function = function(store, &clock, true, false);
     provider(&function).fail_next(Fault::Unreachable);

@@ -236,6 +236,7 @@ async fn a_move_that_fails_leaves_the_record_retry() {
 /// followers are charged.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_fifo_record_only_a_person_can_settle_leaves_alone_and_its_group_goes_on() {
+    use idempotency::guard::EffectStore;
     use idempotency::{IdempotencyStore, store::Begin, store::ClaimRequest};
     use local_esm::esm::{self, EsmSettings};
     use local_esm::send::Outgoing;

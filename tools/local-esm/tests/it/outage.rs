@@ -13,7 +13,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use idempotency::{DynamoDbStore, IdempotencyStore, MemoryStore};
+use idempotency::{DynamoDbStore, MemoryStore};
 use lambda_kit::clock::SystemClock;
 use local_esm::esm::{self, EsmSettings};
 use local_esm::sdk_config;
@@ -70,7 +70,7 @@ async fn queue(name: &str) -> (aws_sdk_sqs::Client, QueuePair) {
 
 /// The function with the provider stub and `store`, its schedule as [`POLICY`], the start-up
 /// check of the survival on.
-fn app<S: IdempotencyStore>(
+fn app<S: idempotency::guard::EffectStore>(
     sqs: &aws_sdk_sqs::Client,
     stub: &PaymentStub,
     store: S,

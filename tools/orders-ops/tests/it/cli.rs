@@ -357,6 +357,7 @@ async fn a_dry_run_redrive_names_the_account_and_moves_nothing() {
 /// without a recorded decline is left alone, with an error.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn clear_decline_asks_first_and_then_lets_the_order_be_charged() {
+    use idempotency::guard::EffectStore;
     use idempotency::testkit::{RETENTION, claim, t0};
     use idempotency::{DynamoDbStore, IdempotencyStore, store::Begin};
     let endpoint = moto_endpoint();
