@@ -374,9 +374,16 @@ where
 {
     let (lease, prior) = match claim_key(store, clock, policy, claim, work).await {
         Ok(held) => held,
-        Err(outcome) => {
+        Err(unclaimed) => {
             return Run {
-                outcome,
+                outcome: match unclaimed {
+                    Unclaimed::Duplicate => Guarded::Duplicate,
+                    Unclaimed::Replayed(output) => Guarded::Replayed(output),
+                    Unclaimed::Busy { until_ms } => Guarded::Busy { until_ms },
+                    Unclaimed::Conflict => Guarded::Conflict,
+                    Unclaimed::Rejected => Guarded::Rejected,
+                    Unclaimed::Store(e) => Guarded::Store(e),
+                },
                 lease: None,
                 prior: None,
             };
@@ -390,48 +397,31 @@ where
     }
 }
 
-/// [`run`] on the core alone, for work with nothing to look up ([`once()`](fn@crate::once)):
-/// claim, perform, then complete, or give the key back on a failure. An earlier attempt the claim
-/// took over is not looked up: such work runs again (at-least-once on a crash), which is what
-/// `run` does too when the look-up can only say it did not happen.
-pub(crate) async fn run_core<S, C, W>(
-    store: &S,
-    clock: &C,
-    policy: &GuardPolicy,
-    claim: &Claim<'_>,
-    work: &W,
-) -> Guarded<W::Output, W::Error>
-where
-    S: IdempotencyStore,
-    C: Clock,
-    W: GuardedWork,
-{
-    let (lease, _prior) = match claim_key(store, clock, policy, claim, work).await {
-        Ok(held) => held,
-        Err(outcome) => return outcome,
-    };
-    let outcome = match work.perform().await {
-        Ok(output) => Guarded::Performed(output),
-        Err(Failed { error, effect }) => Guarded::Failed { error, effect },
-    };
-    let result = match &outcome {
-        Guarded::Performed(output) => {
-            complete(store, clock, claim.key, &lease, work.keep(output)).await
-        }
-        _ => store.release(claim.key, &lease).await,
-    };
-    recorded(claim.key, outcome, result)
+/// Why a key was not claimed, for [`run`] and `once` to word in their own outcomes.
+pub(crate) enum Unclaimed<T> {
+    /// Done before with the same payload.
+    Duplicate,
+    /// Done before, with the output that run kept.
+    Replayed(T),
+    /// Held until this epoch ms.
+    Busy { until_ms: u64 },
+    /// Another payload's key.
+    Conflict,
+    /// Refused for good before (only an [`EffectStore`] records that).
+    Rejected,
+    /// The store failed.
+    Store(StoreError),
 }
 
 /// The claim: the lease and the earlier attempt it took over, or what came of the key when it
 /// could not be claimed.
-async fn claim_key<S, C, W>(
+pub(crate) async fn claim_key<S, C, W>(
     store: &S,
     clock: &C,
     policy: &GuardPolicy,
     claim: &Claim<'_>,
     work: &W,
-) -> Result<(Lease, Option<PriorAttempt>), Guarded<W::Output, W::Error>>
+) -> Result<(Lease, Option<PriorAttempt>), Unclaimed<W::Output>>
 where
     S: IdempotencyStore,
     C: Clock,
@@ -457,21 +447,21 @@ where
         Ok(Begin::Started { lease, prior }) => Ok((lease, prior)),
         Ok(Begin::Done { output }) => {
             Err(match output.as_deref().and_then(|kept| work.replay(kept)) {
-                Some(output) => Guarded::Replayed(output),
-                None => Guarded::Duplicate,
+                Some(output) => Unclaimed::Replayed(output),
+                None => Unclaimed::Duplicate,
             })
         }
-        Ok(Begin::Rejected) => Err(Guarded::Rejected),
-        Ok(Begin::Busy { until_ms }) => Err(Guarded::Busy { until_ms }),
-        Err(e) => Err(Guarded::Store(e)),
-        Ok(Begin::Conflict) => Err(Guarded::Conflict),
+        Ok(Begin::Rejected) => Err(Unclaimed::Rejected),
+        Ok(Begin::Busy { until_ms }) => Err(Unclaimed::Busy { until_ms }),
+        Err(e) => Err(Unclaimed::Store(e)),
+        Ok(Begin::Conflict) => Err(Unclaimed::Conflict),
     }
 }
 
 /// Completes the key, with the output the work keeps ([`GuardedWork::keep`]), if any. (The
 /// output is kept as text before the call: a reference to it held across the write would ask
 /// the output to be `Sync`.)
-async fn complete<S: IdempotencyStore, C: Clock>(
+pub(crate) async fn complete<S: IdempotencyStore, C: Clock>(
     store: &S,
     clock: &C,
     key: &str,

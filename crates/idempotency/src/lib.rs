@@ -100,11 +100,10 @@ pub use cached::CachedStore;
 pub use configured::ConfiguredStore;
 #[cfg(feature = "dynamodb")]
 pub use dynamodb::DynamoDbStore;
-pub use guard::Guarded;
 /// The clock and settings the API takes, so a user adds this crate alone.
 pub use lambda_kit;
 pub use memory::MemoryStore;
-pub use once::once;
+pub use once::{Outcome, once};
 #[cfg(feature = "redis")]
 pub use redis::RedisStore;
 

@@ -3,13 +3,13 @@
 //!
 //! | the key... | the work | `once` answers |
 //! |---|---|---|
-//! | is fresh | runs; `Ok` is recorded as done | [`Guarded::Performed`] with the work's output |
-//! | is done, same payload | does not run | [`Guarded::Duplicate`], or [`Guarded::Replayed`] with the first run's output when it was kept ([`Once::keep_output`]) |
-//! | belongs to another payload | does not run | [`Guarded::Conflict`] |
-//! | is held by a live claim elsewhere | does not run | [`Guarded::Busy`] (until when) |
-//! | is fresh | runs; `Err` gives the key back, so the next delivery runs it again | [`Guarded::Failed`] |
+//! | is fresh | runs; `Ok` is recorded as done | [`Outcome::Performed`] with the work's output |
+//! | is done, same payload | does not run | [`Outcome::Duplicate`], or [`Outcome::Replayed`] with the first run's output when it was kept ([`Once::keep_output`]) |
+//! | belongs to another payload | does not run | [`Outcome::Conflict`] |
+//! | is held by a live claim elsewhere | does not run | [`Outcome::Busy`] (until when) |
+//! | is fresh | runs; `Err` gives the key back, so the next delivery runs it again | [`Outcome::Failed`] |
 //! | was held by a claim whose lease ran out (its holder crashed) | runs again | as on a fresh key |
-//! | the store fails | does not run | [`Guarded::Store`] |
+//! | the store fails | does not run | [`Outcome::Store`] |
 //!
 //! The last-but-one row is at-least-once: work cut off by a crash can run twice, as in
 //! Powertools' idempotency utility. Work whose effect is in another system that takes an
@@ -21,7 +21,7 @@
 //! fields, or a map's iteration order, never turns a duplicate into a conflict.
 //!
 //! ```
-//! use idempotency::{Guarded, MemoryStore, once};
+//! use idempotency::{MemoryStore, Outcome, once};
 //!
 //! #[derive(serde::Serialize)]
 //! struct Welcome { user_id: String, email: String }
@@ -31,9 +31,9 @@
 //! let welcome = Welcome { user_id: "u-1".into(), email: "ada@example.com".into() };
 //! let send = || async { Ok::<_, std::io::Error>("sent") };
 //! let first = once(&store, &welcome.user_id, &welcome, send).await;
-//! assert!(matches!(first, Guarded::Performed("sent")));
+//! assert!(matches!(first, Outcome::Performed("sent")));
 //! let again = once(&store, &welcome.user_id, &welcome, send).await;
-//! assert!(matches!(again, Guarded::Duplicate));
+//! assert!(matches!(again, Outcome::Duplicate));
 //! # });
 //! ```
 
@@ -45,16 +45,45 @@ use serde::Serialize;
 
 #[cfg(doc)]
 use crate::LeasePolicy;
-use crate::guard::{self, Claim, Effect, Failed, Found, GuardPolicy, Guarded, GuardedWork};
+use crate::guard::{self, Claim, Effect, Failed, Found, GuardPolicy, GuardedWork, Unclaimed};
 use crate::{Fingerprint, IdempotencyStore, StoreError};
 
+/// What came of [`once`]: the work's own words, none of the look-up layer's
+/// ([`guard::Guarded`] is [`guard::run`]'s).
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum Outcome<T, E> {
+    /// The work ran now and its completion is recorded.
+    Performed(T),
+    /// Done before with the same payload: the work did not run.
+    Duplicate,
+    /// Done before with the same payload, and this is the output that run kept
+    /// ([`Once::keep_output`]): the work did not run.
+    Replayed(T),
+    /// Someone holds a live claim on the key until this epoch ms: the work did not run.
+    Busy {
+        /// Epoch ms.
+        until_ms: u64,
+    },
+    /// The key belongs to another payload (or was refused for good by [`guard::run`], on a key
+    /// the two share): the work did not run.
+    Conflict,
+    /// The work failed and the key was given back, so the next delivery runs it again.
+    Failed(E),
+    /// A store call failed: whether the work ran is not known for sure.
+    Store(StoreError),
+    /// The work ran, but its claim had run out and was taken over before the completion was
+    /// recorded: the new holder runs it again.
+    LeaseLost,
+}
+
 /// The default of [`Once`]: the work's output is not kept, and a duplicate is a plain
-/// [`Guarded::Duplicate`].
+/// [`Outcome::Duplicate`].
 #[derive(Debug, Clone, Copy, Default)]
 pub struct DiscardOutput;
 
 /// Set by [`Once::keep_output`]: the work's output is kept with the completion as JSON, and a
-/// duplicate gets it back as [`Guarded::Replayed`].
+/// duplicate gets it back as [`Outcome::Replayed`].
 #[derive(Debug, Clone, Copy, Default)]
 pub struct KeepOutput;
 
@@ -185,10 +214,10 @@ impl<'a, S, F, C, K> Once<'a, S, F, C, K> {
     }
 
     /// Keeps the work's output (serde JSON, at most [`crate::store::MAX_OUTPUT_BYTES`]) with the
-    /// completion, so a duplicate gets it back as [`Guarded::Replayed`], as Powertools'
+    /// completion, so a duplicate gets it back as [`Outcome::Replayed`], as Powertools'
     /// idempotent functions return the first call's response. An output that does not fit, or
     /// that serde cannot write, is not kept: the duplicate is then a plain
-    /// [`Guarded::Duplicate`], as is one whose kept JSON no longer reads as the output type.
+    /// [`Outcome::Duplicate`], as is one whose kept JSON no longer reads as the output type.
     pub fn keep_output(self) -> Once<'a, S, F, C, KeepOutput> {
         Once {
             store: self.store,
@@ -214,9 +243,9 @@ where
     T: Send + 'a,
     E: Send + 'a,
 {
-    type Output = Guarded<T, E>;
+    type Output = Outcome<T, E>;
     // Boxed: a record's future holds it, and a box keeps that future small and its type shallow.
-    type IntoFuture = Pin<Box<dyn Future<Output = Guarded<T, E>> + Send + 'a>>;
+    type IntoFuture = Pin<Box<dyn Future<Output = Outcome<T, E>> + Send + 'a>>;
 
     fn into_future(self) -> Self::IntoFuture {
         self.run(|_| None, |_| None)
@@ -232,8 +261,8 @@ where
     T: Serialize + serde::de::DeserializeOwned + Send + 'a,
     E: Send + 'a,
 {
-    type Output = Guarded<T, E>;
-    type IntoFuture = Pin<Box<dyn Future<Output = Guarded<T, E>> + Send + 'a>>;
+    type Output = Outcome<T, E>;
+    type IntoFuture = Pin<Box<dyn Future<Output = Outcome<T, E>> + Send + 'a>>;
 
     fn into_future(self) -> Self::IntoFuture {
         self.run(
@@ -249,7 +278,7 @@ impl<'a, S, F, C, K> Once<'a, S, F, C, K> {
         self,
         keep: fn(&T) -> Option<String>,
         replay: fn(&str) -> Option<T>,
-    ) -> Pin<Box<dyn Future<Output = Guarded<T, E>> + Send + 'a>>
+    ) -> Pin<Box<dyn Future<Output = Outcome<T, E>> + Send + 'a>>
     where
         S: IdempotencyStore,
         C: Clock + 'a,
@@ -261,7 +290,7 @@ impl<'a, S, F, C, K> Once<'a, S, F, C, K> {
         Box::pin(async move {
             let fingerprint = match self.fingerprint {
                 Ok(fingerprint) => fingerprint,
-                Err(why) => return Guarded::Store(StoreError::Payload(why)),
+                Err(why) => return Outcome::Store(StoreError::Payload(why)),
             };
             let current = current_record();
             let deadline_ms = self
@@ -281,7 +310,7 @@ impl<'a, S, F, C, K> Once<'a, S, F, C, K> {
                 keep,
                 replay,
             };
-            guard::run_core(self.store, &self.clock, &policy, &claim, &work).await
+            run(self.store, &self.clock, &policy, &claim, &work).await
         })
     }
 }
@@ -296,6 +325,50 @@ fn current_record() -> Option<(u64, Option<u64>)> {
 #[cfg(not(feature = "sqs-batch"))]
 fn current_record() -> Option<(u64, Option<u64>)> {
     None
+}
+
+/// The core alone, for work with nothing to look up: claim, perform, then complete, or give
+/// the key back on a failure. An earlier attempt the claim took over (a holder's lease ran out)
+/// is not looked up: such work runs again, at-least-once on a crash.
+async fn run<S, C, W>(
+    store: &S,
+    clock: &C,
+    policy: &GuardPolicy,
+    claim: &Claim<'_>,
+    work: &W,
+) -> Outcome<W::Output, W::Error>
+where
+    S: IdempotencyStore,
+    C: Clock,
+    W: GuardedWork,
+{
+    let (lease, _prior) = match guard::claim_key(store, clock, policy, claim, work).await {
+        Ok(held) => held,
+        Err(Unclaimed::Duplicate) => return Outcome::Duplicate,
+        Err(Unclaimed::Replayed(output)) => return Outcome::Replayed(output),
+        Err(Unclaimed::Busy { until_ms }) => return Outcome::Busy { until_ms },
+        Err(Unclaimed::Conflict | Unclaimed::Rejected) => return Outcome::Conflict,
+        Err(Unclaimed::Store(e)) => return Outcome::Store(e),
+    };
+    match work.perform().await {
+        Ok(output) => {
+            let kept = work.keep(&output);
+            match guard::complete(store, clock, claim.key, &lease, kept).await {
+                Ok(()) => Outcome::Performed(output),
+                // Done but not recorded: the next holder runs it again (at-least-once).
+                Err(StoreError::LeaseLost) => Outcome::LeaseLost,
+                Err(e) => Outcome::Store(e),
+            }
+        }
+        Err(Failed { error, .. }) => {
+            // Not done: if the key cannot be given back, the lease runs out and the next
+            // delivery takes it over, as after a crash.
+            if let Err(e) = store.release(claim.key, &lease).await {
+                tracing::warn!(key = claim.key, error = %e, "could not give the key back");
+            }
+            Outcome::Failed(error)
+        }
+    }
 }
 
 /// A closure as guarded work: nothing to look up, and a failure did nothing.
@@ -478,7 +551,7 @@ mod tests {
         for email in ["a@b.c", "d@e.f"] {
             let payload = Welcome { user_id: "", email };
             let answer = once(&store, "", &payload, work).await;
-            let Guarded::Store(StoreError::Payload(why)) = answer else {
+            let Outcome::Store(StoreError::Payload(why)) = answer else {
                 panic!("an empty key is refused, got {answer:?}");
             };
             assert!(why.contains("key is empty"), "{why}");
@@ -495,7 +568,7 @@ mod tests {
                 work
             )
             .await,
-            Guarded::Performed(())
+            Outcome::Performed(())
         ));
     }
 
@@ -518,12 +591,12 @@ mod tests {
         let store = crate::CachedStore::new(MemoryStore::default(), 16);
         let first = once(&store, "u-1", &payload, work).keep_output().await;
         assert!(
-            matches!(&first, Guarded::Performed(r) if r.cents == 1_050),
+            matches!(&first, Outcome::Performed(r) if r.cents == 1_050),
             "{first:?}"
         );
         for _ in 0..2 {
             let again = once(&store, "u-1", &payload, work).keep_output().await;
-            let Guarded::Replayed(receipt) = again else {
+            let Outcome::Replayed(receipt) = again else {
                 panic!("expected the kept receipt, got {again:?}");
             };
             assert_eq!(
@@ -539,16 +612,16 @@ mod tests {
         let behind = once(store.inner(), "u-1", &payload, work)
             .keep_output()
             .await;
-        assert!(matches!(behind, Guarded::Replayed(_)), "{behind:?}");
+        assert!(matches!(behind, Outcome::Replayed(_)), "{behind:?}");
         // Kept, but asked for without replay: a plain duplicate.
         let plain = once(&store, "u-1", &payload, work).await;
-        assert!(matches!(plain, Guarded::Duplicate), "{plain:?}");
+        assert!(matches!(plain, Outcome::Duplicate), "{plain:?}");
 
         // Not asked to keep it: nothing to replay.
         let store = MemoryStore::default();
         once(&store, "u-2", &payload, work).await;
         let again = once(&store, "u-2", &payload, work).keep_output().await;
-        assert!(matches!(again, Guarded::Duplicate), "{again:?}");
+        assert!(matches!(again, Outcome::Duplicate), "{again:?}");
 
         // Kept JSON that no longer reads as the output type (a deploy changed it): plain.
         once(&store, "u-3", &payload, || async {
@@ -557,7 +630,7 @@ mod tests {
         .keep_output()
         .await;
         let again = once(&store, "u-3", &payload, work).keep_output().await;
-        assert!(matches!(again, Guarded::Duplicate), "{again:?}");
+        assert!(matches!(again, Outcome::Duplicate), "{again:?}");
     }
 
     #[tokio::test]
@@ -566,18 +639,18 @@ mod tests {
         let big = || async { Ok::<_, String>("x".repeat(crate::store::MAX_OUTPUT_BYTES)) };
         let payload = ("u-1", 1);
         let first = once(&store, "big", &payload, big).keep_output().await;
-        assert!(matches!(first, Guarded::Performed(_)));
+        assert!(matches!(first, Outcome::Performed(_)));
         // Its JSON is two quotes longer than the bound.
         let again = once(&store, "big", &payload, big).keep_output().await;
         assert!(
-            matches!(again, Guarded::Duplicate),
+            matches!(again, Outcome::Duplicate),
             "done, without its output"
         );
         let fits = || async { Ok::<_, String>("x".repeat(crate::store::MAX_OUTPUT_BYTES - 2)) };
         once(&store, "fits", &payload, fits).keep_output().await;
         let again = once(&store, "fits", &payload, fits).keep_output().await;
         assert!(
-            matches!(&again, Guarded::Replayed(s) if s.len() == crate::store::MAX_OUTPUT_BYTES - 2),
+            matches!(&again, Outcome::Replayed(s) if s.len() == crate::store::MAX_OUTPUT_BYTES - 2),
             "exactly at the bound it is kept"
         );
     }
@@ -595,15 +668,15 @@ mod tests {
             email: "a@b.c",
         };
         let first = once(&store, "u-1", &payload, work).await;
-        assert!(matches!(first, Guarded::Performed(7)), "{first:?}");
+        assert!(matches!(first, Outcome::Performed(7)), "{first:?}");
         let again = once(&store, "u-1", &payload, work).await;
-        assert!(matches!(again, Guarded::Duplicate), "{again:?}");
+        assert!(matches!(again, Outcome::Duplicate), "{again:?}");
         let other = Welcome {
             email: "x@y.z",
             ..payload
         };
         let conflict = once(&store, "u-1", &other, work).await;
-        assert!(matches!(conflict, Guarded::Conflict), "{conflict:?}");
+        assert!(matches!(conflict, Outcome::Conflict), "{conflict:?}");
         assert_eq!(runs.load(Ordering::SeqCst), 1);
     }
 
@@ -613,17 +686,11 @@ mod tests {
         let failing = || async { Err::<(), _>("provider down") };
         let failed = once(&store, "k", "p", failing).await;
         assert!(
-            matches!(
-                failed,
-                Guarded::Failed {
-                    error: "provider down",
-                    effect: Effect::None
-                }
-            ),
+            matches!(failed, Outcome::Failed("provider down")),
             "{failed:?}"
         );
         let retried = once(&store, "k", "p", || async { Ok::<_, &str>(()) }).await;
-        assert!(matches!(retried, Guarded::Performed(())), "{retried:?}");
+        assert!(matches!(retried, Outcome::Performed(())), "{retried:?}");
     }
 
     /// A store that implements the core alone (claim, complete, give back) and nothing of
@@ -667,14 +734,14 @@ mod tests {
             releases: AtomicUsize::new(0),
         };
         let first = once(&store, "k", "p", || async { Ok::<_, &str>(1) }).await;
-        assert!(matches!(first, Guarded::Performed(1)), "{first:?}");
+        assert!(matches!(first, Outcome::Performed(1)), "{first:?}");
         let again = once(&store, "k", "p", || async { Ok::<_, &str>(2) }).await;
-        assert!(matches!(again, Guarded::Duplicate), "{again:?}");
+        assert!(matches!(again, Outcome::Duplicate), "{again:?}");
         let failed = once(&store, "f", "p", || async { Err::<(), _>("down") }).await;
-        assert!(matches!(failed, Guarded::Failed { .. }), "{failed:?}");
+        assert!(matches!(failed, Outcome::Failed(_)), "{failed:?}");
         assert_eq!(store.releases.load(Ordering::SeqCst), 1);
         let retried = once(&store, "f", "p", || async { Ok::<_, &str>(()) }).await;
-        assert!(matches!(retried, Guarded::Performed(())), "{retried:?}");
+        assert!(matches!(retried, Outcome::Performed(())), "{retried:?}");
 
         let clock = ManualClock::at(T0);
         let deadline_ms = T0 + 10_000;
@@ -693,7 +760,7 @@ mod tests {
             .clock(clock.clone())
             .await;
         assert!(
-            matches!(taken_over_failed, Guarded::Failed { .. }),
+            matches!(taken_over_failed, Outcome::Failed(_)),
             "{taken_over_failed:?}"
         );
         assert_eq!(
@@ -704,7 +771,7 @@ mod tests {
         let after = once(&store, "t", "p", || async { Ok::<_, &str>(()) })
             .clock(clock.clone())
             .await;
-        assert!(matches!(after, Guarded::Performed(())), "{after:?}");
+        assert!(matches!(after, Outcome::Performed(())), "{after:?}");
     }
 
     /// A claim whose holder died is busy until its lease ends (the deadline plus the margin),
@@ -730,7 +797,7 @@ mod tests {
             .clock(clock.clone())
             .await;
         assert!(
-            matches!(busy, Guarded::Busy { until_ms } if until_ms == lease_end),
+            matches!(busy, Outcome::Busy { until_ms } if until_ms == lease_end),
             "{busy:?}"
         );
         clock.set(lease_end);
@@ -738,7 +805,7 @@ mod tests {
             .clock(clock.clone())
             .await;
         assert!(
-            matches!(taken_over, Guarded::Performed(())),
+            matches!(taken_over, Outcome::Performed(())),
             "{taken_over:?}"
         );
     }
@@ -754,7 +821,7 @@ mod tests {
         })
         .await;
         assert!(
-            matches!(outcome, Guarded::Store(StoreError::Payload(_))),
+            matches!(outcome, Outcome::Store(StoreError::Payload(_))),
             "{outcome:?}"
         );
         assert_eq!(runs.load(Ordering::SeqCst), 0);

@@ -6,6 +6,7 @@ use std::fmt::Display;
 use sqs_batch::Verdict;
 
 use crate::guard::{Effect, Guarded, Unsettled};
+use crate::once::Outcome;
 
 impl<T, E: Display> Guarded<T, E> {
     /// The verdict for the record whose work this guarded: acknowledged only when the work is
@@ -57,6 +58,45 @@ impl<T, E: Display> Guarded<T, E> {
     }
 }
 
+impl<T, E: Display> Outcome<T, E> {
+    /// The verdict for the record whose work [`once`](fn@crate::once) guarded: acknowledged
+    /// only when the work is done (now or before); POISON only for another payload's key, which
+    /// no delivery of this one can take; RETRY for everything else, an outcome added in a later
+    /// release included.
+    ///
+    /// | outcome | verdict | reason |
+    /// |---|---|---|
+    /// | `Performed` | ACK | `done` |
+    /// | `Duplicate`, `Replayed` | ACK | `duplicate` |
+    /// | `Busy` | RETRY, after the holder's lease | `busy` |
+    /// | `Conflict` | POISON | `key_conflict` |
+    /// | `Failed` | RETRY, the error as detail | `failed` |
+    /// | `Store` | RETRY, the error chain as detail | `store_unavailable` |
+    /// | `LeaseLost` | RETRY | `lease_lost` |
+    ///
+    /// ```
+    /// use idempotency::Outcome;
+    /// use sqs_batch::processor::Outcome as Decision;
+    ///
+    /// let verdict = Outcome::<(), &str>::Busy { until_ms: 9 }.into_verdict();
+    /// assert_eq!((verdict.outcome, verdict.reason), (Decision::Retry, "busy"));
+    /// assert_eq!(verdict.retry_after_ms, Some(9));
+    /// ```
+    pub fn into_verdict(self) -> Verdict {
+        match self {
+            Self::Performed(_) => Verdict::ack("done"),
+            Self::Duplicate | Self::Replayed(_) => Verdict::ack("duplicate"),
+            Self::Busy { until_ms } => Verdict::retry("busy").with_retry_after_ms(until_ms),
+            Self::Conflict => Verdict::poison("key_conflict"),
+            Self::Failed(error) => Verdict::retry("failed").with_detail(error.to_string()),
+            Self::Store(error) => {
+                Verdict::retry("store_unavailable").with_detail(lambda_kit::error_chain(&error))
+            }
+            Self::LeaseLost => Verdict::retry("lease_lost"),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -71,6 +111,44 @@ mod tests {
             v.detail.map(|d| d.into_owned()),
             v.retry_after_ms,
         )
+    }
+
+    /// `once`'s outcomes map as `Guarded`'s of the same name do.
+    #[test]
+    fn once_outcomes_map_as_the_guards_of_the_same_name() {
+        use crate::Outcome as OnceOutcome;
+        type Pair = (OnceOutcome<u8, &'static str>, Guarded<u8, &'static str>);
+        let pairs: Vec<Pair> = vec![
+            (OnceOutcome::Performed(1), Guarded::Performed(1)),
+            (OnceOutcome::Duplicate, Guarded::Duplicate),
+            (OnceOutcome::Replayed(1), Guarded::Replayed(1)),
+            (
+                OnceOutcome::Busy { until_ms: 9 },
+                Guarded::Busy { until_ms: 9 },
+            ),
+            (OnceOutcome::Conflict, Guarded::Conflict),
+            (
+                OnceOutcome::Failed("down"),
+                Guarded::Failed {
+                    error: "down",
+                    effect: Effect::None,
+                },
+            ),
+            (
+                OnceOutcome::Store(StoreError::Malformed("x".to_owned())),
+                Guarded::Store(StoreError::Malformed("x".to_owned())),
+            ),
+            (OnceOutcome::LeaseLost, Guarded::LeaseLost),
+        ];
+        for (once, guarded) in pairs {
+            let label = format!("{once:?}");
+            let (a, b) = (once.into_verdict(), guarded.into_verdict());
+            assert_eq!(
+                (a.outcome, a.reason, a.detail, a.retry_after_ms),
+                (b.outcome, b.reason, b.detail, b.retry_after_ms),
+                "{label}"
+            );
+        }
     }
 
     #[test]

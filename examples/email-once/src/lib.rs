@@ -6,7 +6,7 @@
 //! the record of what happened). Nothing here knows of orders. It comes at two levels:
 //!
 //! - **The one screen** (`src/main.rs`): `sqs_batch::lambda::run`, a typed handler
-//!   (`sqs_batch::json`), `idempotency::once` and `Guarded::into_verdict`; [`send_once`] is its
+//!   (`sqs_batch::json`), `idempotency::once` and `Outcome::into_verdict`; [`send_once`] is its
 //!   work, for the tests. A failed send
 //!   is retried; the provider's idempotency key keeps a resend from mailing twice while it
 //!   remembers the key. This is what most functions need.
