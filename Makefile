@@ -26,7 +26,7 @@ AUDITABLE_BIN := $(CARGO_BIN_DIR)/cargo-auditable
 SBOM_BIN := $(CARGO_BIN_DIR)/auditable2cdx
 AUDITABLE := RUSTC_WORKSPACE_WRAPPER="$(AUDITABLE_BIN)" CARGO_AUDITABLE_ORIG_ARGS='{"offline":false,"locked":false,"frozen":false,"config":[]}'
 
-.PHONY: run run-dynamodb demo ops-demo test redis-server chaos sim mutants bench bench-cpu lint package msrv deny fuzz invoke check-template build build-lambda check-lambda deploy clean-venv
+.PHONY: run run-dynamodb demo ops-demo test redis-server chaos sim mutants bench bench-cpu lint package semver msrv deny fuzz invoke check-template build build-lambda check-lambda deploy clean-venv
 
 run:
 	@$(CARGO) build --quiet --bin process-orders
@@ -179,6 +179,21 @@ package:
 		echo "docs of $$crate with features [$$features]"; \
 		RUSTDOCFLAGS="-D warnings" $(CARGO) doc --no-deps --quiet -p $$crate --features "$$features" || exit 1; \
 	done
+
+# The libraries' public API against their 0.1.0 baseline (cargo-semver-checks): the commit
+# whose API 0.1.0 is, SEMVER_BASELINE. A change that needs a new major (or, before 1.0, minor)
+# version fails here; make it on purpose: bump the crate's version and move the baseline to the
+# commit that publishes it. Default features, as a dependent gets them. A clone without the
+# baseline's commit (a shallow one) cannot compare and says so instead of failing.
+SEMVER_VERSION := 0.51.0
+SEMVER_BASELINE ?= 2ec45d6f97d92aa22a2fe302d9eb778129c90072
+semver:
+	@cargo semver-checks --version 2>/dev/null | grep -qF "$(SEMVER_VERSION)" || $(CARGO) install --locked cargo-semver-checks --version $(SEMVER_VERSION)
+	@if git cat-file -e "$(SEMVER_BASELINE)^{commit}" 2>/dev/null; then \
+		cargo semver-checks --baseline-rev $(SEMVER_BASELINE) $(addprefix -p ,$(LIBRARY_CRATES)); \
+	else \
+		echo "semver: the baseline $(SEMVER_BASELINE) is not in this clone (shallow?); not compared"; \
+	fi
 
 # The libraries' MSRV: `rust-version` in Cargo.toml, promised for default features, checked with
 # that very toolchain (rustup installs it; its own target directory, beside the usual one).
