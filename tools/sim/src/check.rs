@@ -419,6 +419,13 @@ pub(crate) fn report(run: &Run<'_>, sim_ms: u64) -> Report {
             detail: what.clone(),
         });
     }
+    for (key, what) in &world.fence.uncovering_leases {
+        violations.push(Violation {
+            rule: "a lease that does not cover its holder's invocation",
+            order_id: key.clone(),
+            detail: what.clone(),
+        });
+    }
     report.digest = world.digest();
     report.faults = world.faults;
     if let Some(first) = violations.first() {

@@ -232,6 +232,8 @@ impl<F> Run<F> {
             lost_rate: self.settings.store_lost_rate,
             slow_rate: 0.0,
             operation_timeout_ms: 3_000,
+            // The generic harness's handlers need not follow the function's lease rule.
+            holder: crate::store::Holder::new(clock.clone(), 300_000, 5_000),
         };
         let handler = (self.handler)(Ports {
             store,

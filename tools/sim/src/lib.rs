@@ -98,7 +98,7 @@ pub const NO_PLANTED_BUGS: &str = "this build has no planted bugs: build with \
 
 /// The planted bugs, by the name their check site asks for, with what each does wrong. They are
 /// compiled in only with `PROCESS_ORDERS_SIM_MUTATIONS=1` (`lambda_kit::mutation::ENABLED`).
-pub const MUTATIONS: [(&str, &str); 24] = [
+pub const MUTATIONS: [(&str, &str); 25] = [
     (
         "guard.releases_after_ambiguous",
         "releases the claim after a charge whose outcome is unknown, instead of marking it attempted",
@@ -190,6 +190,10 @@ pub const MUTATIONS: [(&str, &str); 24] = [
     (
         "money.wrong_minor_digits",
         "takes the Kuwaiti dinar for a currency of two minor digits (ISO 4217 gives it three)",
+    ),
+    (
+        "store.lease_ends_at_deadline",
+        "a lease arithmetic that forgets the margin: a claim's lease ends with its invocation, not the margin after it (docs/design.md's rule: min(lease, deadline + margin))",
     ),
     (
         "order.amount_through_float",
@@ -576,13 +580,13 @@ impl Deployment {
 
     /// A cold container: its own clock offset, its own clients, the shared table and provider,
     /// after its init (tens to hundreds of ms).
-    async fn cold_start(&self) -> (SimApp, SimClock) {
+    async fn cold_start(&self) -> (SimApp, SimClock, store::Holder) {
         self.world.latency(400).await;
         self.container()
     }
 
     /// A new container: its own clock offset, its own clients, the shared table and provider.
-    fn container(&self) -> (SimApp, SimClock) {
+    fn container(&self) -> (SimApp, SimClock, store::Holder) {
         let skew = self.settings.skew_ms as i64;
         let offset_ms = self.world.between_signed(-skew..=skew);
         let clock = SimClock {
@@ -617,6 +621,13 @@ impl Deployment {
                 )
             }
         };
+        // The lease rule's settings as the template sets them (the world's reading, not the
+        // function's parsed configuration); defaults as docs/design.md states them.
+        let holder = store::Holder::new(
+            clock.clone(),
+            self.setting_ms("IDEMPOTENCY_LEASE_SECONDS", 300) * 1_000,
+            self.setting_ms("IDEMPOTENCY_LEASE_MARGIN_MS", 5_000),
+        );
         let store = SimStore {
             inner,
             world: self.world.clone(),
@@ -624,6 +635,7 @@ impl Deployment {
             lost_rate: self.settings.store_lost_rate,
             slow_rate: self.settings.store_slow_rate,
             operation_timeout_ms: self.setting_ms("DYNAMODB_OPERATION_TIMEOUT_MS", 3_000),
+            holder: holder.clone(),
         };
         // The function's own SQS adapters, wired as it wires them, over the simulated queue.
         let sqs = sqs::sdk_config(
@@ -644,7 +656,7 @@ impl Deployment {
             .then(|| process_orders::app::sqs_dead_letters(sqs, "process-orders:sim".into()));
         let app = App::with_ports(&self.config, store, self.provider.clone(), clock.clone())
             .with_queue_ports(backoff, dead_letters);
-        (app, clock)
+        (app, clock, holder)
     }
 }
 
@@ -859,7 +871,7 @@ async fn poll(index: usize, d: Rc<Deployment>) {
         start: d.start,
         offset_ms: 0,
     };
-    let (mut app, mut clock) = d.cold_start().await;
+    let (mut app, mut clock, mut holder) = d.cold_start().await;
     let kind = match d.settings.queue {
         QueueShape::Standard => QueueKind::Standard,
         QueueShape::Fifo { .. } => QueueKind::Fifo,
@@ -944,11 +956,16 @@ async fn poll(index: usize, d: Rc<Deployment>) {
             .then(|| d.world.between(0..=2_000));
         let limit = crash_after.unwrap_or(timeout_ms).min(timeout_ms);
         *d.invocations.borrow_mut() += 1;
+        holder.set(Some(world::Invocation {
+            started_ms: clock.now_ms(),
+            deadline_ms,
+        }));
         let answered = tokio::time::timeout(
             Duration::from_millis(limit),
             app.handle_batch(&batch, deadline_ms),
         )
         .await;
+        holder.set(None);
         let (response, report) = match answered {
             Err(_) => {
                 if crash_after.is_some_and(|ms| ms < timeout_ms) {
@@ -968,7 +985,7 @@ async fn poll(index: usize, d: Rc<Deployment>) {
                     }
                 }
                 drop(batch);
-                (app, clock) = d.cold_start().await;
+                (app, clock, holder) = d.cold_start().await;
                 continue;
             }
             // The function refused its own batch (a malformed event, or a response that failed

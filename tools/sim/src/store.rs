@@ -34,6 +34,42 @@ pub struct SimStore {
     pub slow_rate: f64,
     /// The SDK's operation timeout (`DYNAMODB_OPERATION_TIMEOUT_MS`), ms.
     pub operation_timeout_ms: u64,
+    /// The invocation this container runs, when it is a Lambda container (set by its loop around
+    /// each invocation), with the container's clock: each lease granted is judged against it.
+    pub holder: Holder,
+}
+
+/// A container's current invocation and clock, for the world to judge the leases it is granted.
+#[derive(Clone)]
+pub struct Holder {
+    /// The invocation, while one runs.
+    pub invocation: Arc<std::sync::Mutex<Option<crate::world::Invocation>>>,
+    /// The container's clock.
+    pub clock: crate::world::SimClock,
+    /// The configured lease, ms, as the template sets it.
+    pub lease_ms: u64,
+    /// The configured margin past the deadline, ms.
+    pub margin_ms: u64,
+}
+
+impl Holder {
+    /// A holder with no invocation yet.
+    pub fn new(clock: crate::world::SimClock, lease_ms: u64, margin_ms: u64) -> Self {
+        Self {
+            invocation: Arc::default(),
+            clock,
+            lease_ms,
+            margin_ms,
+        }
+    }
+
+    /// The container runs `invocation` now (`None`: between invocations).
+    pub fn set(&self, invocation: Option<crate::world::Invocation>) {
+        *self
+            .invocation
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = invocation;
+    }
 }
 
 impl SimStore {
@@ -104,7 +140,32 @@ impl IdempotencyStore for SimStore {
             Table::DynamoDb(store) => store.begin(request).await,
         };
         if let Ok(Begin::Started { lease, .. }) = &result {
-            self.world.lock().fence.claimed(request.key, lease.token);
+            let invocation = *self
+                .holder
+                .invocation
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            let mut world = self.world.lock();
+            world.fence.claimed(request.key, lease.token);
+            // Judged by the world's own clock for this container and its own record of the
+            // invocation, not by the claim's `now_ms` or deadline, which the code under test
+            // computed.
+            if let Some(invocation) = invocation {
+                world.faults.leases_checked += 1;
+                let granted_at_ms = lambda_kit::Clock::now_ms(&self.holder.clock);
+                if let Some(what) = crate::world::lease_rule_broken(
+                    invocation,
+                    granted_at_ms,
+                    lease.until_ms,
+                    self.holder.lease_ms,
+                    self.holder.margin_ms,
+                ) {
+                    world
+                        .fence
+                        .uncovering_leases
+                        .push((request.key.to_owned(), what));
+                }
+            }
         }
         self.answer(request.key, "begin", lost, result)
     }

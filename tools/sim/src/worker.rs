@@ -118,7 +118,9 @@ pub(crate) async fn work(index: usize, d: Rc<Deployment>) {
         if d.queue.lock().is_empty() && *d.producer_done.borrow() {
             return;
         }
-        let (app, clock) = d.cold_start().await;
+        // A worker runs batches side by side, each with its own deadline: its leases are not
+        // judged against one invocation (its holder stays empty).
+        let (app, clock, _holder) = d.cold_start().await;
         let stop = Arc::new(WorkerStop::new(fleet.stop_at_give_up_rate));
         let sdk = crate::sqs::worker_sdk_config(&d.queue, &d.world, &truth, stop.clone());
         let client = process_orders::aws::sqs(&sdk, &process_orders::app::WORKER_SQS_SDK);

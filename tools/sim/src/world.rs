@@ -67,6 +67,8 @@ pub struct Faults {
     pub stops_at_give_up: usize,
     /// Messages workers released at their stop (received, not finished or not started).
     pub released_at_stops: usize,
+    /// Leases granted to a Lambda container's invocation, each checked against it.
+    pub leases_checked: usize,
 }
 
 impl Faults {
@@ -88,10 +90,11 @@ impl Faults {
         self.worker_stops += other.worker_stops;
         self.stops_at_give_up += other.stops_at_give_up;
         self.released_at_stops += other.released_at_stops;
+        self.leases_checked += other.leases_checked;
     }
 
     /// Each kind with its count, for tables.
-    pub fn rows(&self) -> [(&'static str, usize); 16] {
+    pub fn rows(&self) -> [(&'static str, usize); 17] {
         [
             ("crashes", self.crashes),
             ("store errors", self.store_errors),
@@ -118,6 +121,10 @@ impl Faults {
                 "messages released at a worker's stop",
                 self.released_at_stops,
             ),
+            (
+                "leases checked against their holder's invocation",
+                self.leases_checked,
+            ),
         ]
     }
 }
@@ -131,6 +138,9 @@ pub struct FenceAudit {
     holders: HashMap<String, idempotency::store::LeaseToken>,
     /// Writes applied for a caller that did not hold the key: (key, what).
     pub stale_writes: Vec<(String, String)>,
+    /// Leases granted that do not cover their holder's invocation as the design's rule has it,
+    /// or outlive the configured lease: (key, what).
+    pub uncovering_leases: Vec<(String, String)>,
 }
 
 impl FenceAudit {
@@ -154,6 +164,49 @@ impl FenceAudit {
                 ),
             )),
         }
+    }
+}
+
+/// The invocation a Lambda container is running, in that container's clock: the world's record
+/// of who holds what, against which each lease the table grants it is judged.
+#[derive(Debug, Clone, Copy)]
+pub struct Invocation {
+    /// The container's clock when the invocation began.
+    pub started_ms: u64,
+    /// Its deadline.
+    pub deadline_ms: u64,
+}
+
+/// The lease rule docs/design.md states, as the world reads the deployment's settings: a claim
+/// made during `invocation` is leased until min(claimed at + lease, deadline + margin). So a
+/// grant must end no later than the configured lease after the claim, and no earlier than the
+/// least the rule allows a claim made at any point of the invocation. `None` when it holds.
+pub fn lease_rule_broken(
+    invocation: Invocation,
+    granted_at_ms: u64,
+    until_ms: u64,
+    lease_ms: u64,
+    margin_ms: u64,
+) -> Option<String> {
+    let covers = invocation
+        .started_ms
+        .saturating_add(lease_ms)
+        .min(invocation.deadline_ms.saturating_add(margin_ms));
+    let at_most = granted_at_ms.saturating_add(lease_ms);
+    if until_ms < covers {
+        Some(format!(
+            "a lease until {until_ms} for an invocation with its deadline at {} ends {} ms before \
+             the least the rule gives it (min(start + {lease_ms}, deadline + {margin_ms}) = {covers})",
+            invocation.deadline_ms,
+            covers - until_ms
+        ))
+    } else if until_ms > at_most {
+        Some(format!(
+            "a lease until {until_ms} granted at {granted_at_ms} outlives the configured {lease_ms} ms by {} ms",
+            until_ms - at_most
+        ))
+    } else {
+        None
     }
 }
 
