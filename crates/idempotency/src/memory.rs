@@ -139,8 +139,13 @@ impl IdempotencyStore for MemoryStore {
             return Ok(decide(&item.state, request.fingerprint, request.now_ms)
                 .with_output(item.output.clone()));
         }
+        let token = match items.get(request.key).and_then(|item| item.token) {
+            // A takeover that keeps the old holder's token: both then pass the fence.
+            Some(old) if lambda_kit::mutation::active("store.reuses_lease_token") => old,
+            _ => LeaseToken::new(),
+        };
         let lease = Lease {
-            token: LeaseToken::new(),
+            token,
             until_ms: request.lease_until_ms,
         };
         let item = Item {

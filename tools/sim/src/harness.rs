@@ -233,7 +233,7 @@ impl<F> Run<F> {
             slow_rate: 0.0,
             operation_timeout_ms: 3_000,
             // The generic harness's handlers need not follow the function's lease rule.
-            holder: crate::store::Holder::new(clock.clone(), 300_000, 5_000),
+            holder: crate::store::Holder::new(0, clock.clone(), 300_000, 5_000),
         };
         let handler = (self.handler)(Ports {
             store,

@@ -98,7 +98,7 @@ pub const NO_PLANTED_BUGS: &str = "this build has no planted bugs: build with \
 
 /// The planted bugs, by the name their check site asks for, with what each does wrong. They are
 /// compiled in only with `PROCESS_ORDERS_SIM_MUTATIONS=1` (`lambda_kit::mutation::ENABLED`).
-pub const MUTATIONS: [(&str, &str); 25] = [
+pub const MUTATIONS: [(&str, &str); 26] = [
     (
         "guard.releases_after_ambiguous",
         "releases the claim after a charge whose outcome is unknown, instead of marking it attempted",
@@ -190,6 +190,10 @@ pub const MUTATIONS: [(&str, &str); 25] = [
     (
         "money.wrong_minor_digits",
         "takes the Kuwaiti dinar for a currency of two minor digits (ISO 4217 gives it three)",
+    ),
+    (
+        "store.reuses_lease_token",
+        "a takeover keeps the old holder's lease token: the cut-off holder's writes pass the fence, and an audit by token sees nothing",
     ),
     (
         "store.lease_ends_at_deadline",
@@ -623,7 +627,13 @@ impl Deployment {
         };
         // The lease rule's settings as the template sets them (the world's reading, not the
         // function's parsed configuration); defaults as docs/design.md states them.
+        let container = {
+            let mut world = self.world.lock();
+            world.containers += 1;
+            world.containers
+        };
         let holder = store::Holder::new(
+            container,
             clock.clone(),
             self.setting_ms("IDEMPOTENCY_LEASE_SECONDS", 300) * 1_000,
             self.setting_ms("IDEMPOTENCY_LEASE_MARGIN_MS", 5_000),
@@ -872,6 +882,8 @@ async fn poll(index: usize, d: Rc<Deployment>) {
         offset_ms: 0,
     };
     let (mut app, mut clock, mut holder) = d.cold_start().await;
+    // The invocations of the current container, counted for the world's record of holders.
+    let mut invocation_seq = 0;
     let kind = match d.settings.queue {
         QueueShape::Standard => QueueKind::Standard,
         QueueShape::Fifo { .. } => QueueKind::Fifo,
@@ -956,7 +968,9 @@ async fn poll(index: usize, d: Rc<Deployment>) {
             .then(|| d.world.between(0..=2_000));
         let limit = crash_after.unwrap_or(timeout_ms).min(timeout_ms);
         *d.invocations.borrow_mut() += 1;
+        invocation_seq += 1;
         holder.set(Some(world::Invocation {
+            seq: invocation_seq,
             started_ms: clock.now_ms(),
             deadline_ms,
         }));
@@ -986,6 +1000,7 @@ async fn poll(index: usize, d: Rc<Deployment>) {
                 }
                 drop(batch);
                 (app, clock, holder) = d.cold_start().await;
+                invocation_seq = 0;
                 continue;
             }
             // The function refused its own batch (a malformed event, or a response that failed

@@ -42,6 +42,8 @@ pub struct SimStore {
 /// A container's current invocation and clock, for the world to judge the leases it is granted.
 #[derive(Clone)]
 pub struct Holder {
+    /// The container, by the world's count.
+    pub container: usize,
     /// The invocation, while one runs.
     pub invocation: Arc<std::sync::Mutex<Option<crate::world::Invocation>>>,
     /// The container's clock.
@@ -53,14 +55,31 @@ pub struct Holder {
 }
 
 impl Holder {
-    /// A holder with no invocation yet.
-    pub fn new(clock: crate::world::SimClock, lease_ms: u64, margin_ms: u64) -> Self {
+    /// Container `container`'s holder, with no invocation yet.
+    pub fn new(
+        container: usize,
+        clock: crate::world::SimClock,
+        lease_ms: u64,
+        margin_ms: u64,
+    ) -> Self {
         Self {
+            container,
             invocation: Arc::default(),
             clock,
             lease_ms,
             margin_ms,
         }
+    }
+
+    /// Who writes now, by the world's record: this container in its current invocation.
+    fn id(&self) -> Option<crate::world::HolderId> {
+        self.invocation
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .map(|invocation| crate::world::HolderId {
+                container: self.container,
+                invocation: invocation.seq,
+            })
     }
 
     /// The container runs `invocation` now (`None`: between invocations).
@@ -102,7 +121,11 @@ impl SimStore {
     /// The fence audit's view of a fenced write the table answered.
     fn audit(&self, key: &str, call: &str, lease: &Lease, result: &Result<(), StoreError>) {
         if result.is_ok() {
-            self.world.lock().fence.applied(key, call, lease.token);
+            let writer = self.holder.id();
+            self.world
+                .lock()
+                .fence
+                .applied(key, call, lease.token, writer);
         }
     }
 
@@ -146,7 +169,11 @@ impl IdempotencyStore for SimStore {
                 .lock()
                 .unwrap_or_else(std::sync::PoisonError::into_inner);
             let mut world = self.world.lock();
-            world.fence.claimed(request.key, lease.token);
+            let granted_to = invocation.map(|invocation| crate::world::HolderId {
+                container: self.holder.container,
+                invocation: invocation.seq,
+            });
+            world.fence.claimed(request.key, lease.token, granted_to);
             // Judged by the world's own clock for this container and its own record of the
             // invocation, not by the claim's `now_ms` or deadline, which the code under test
             // computed.

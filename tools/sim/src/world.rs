@@ -132,10 +132,14 @@ impl Faults {
 /// The fence audit: who holds each key as the table's own answers say, and every fenced write
 /// the table applied for anyone else. A store must refuse a holder whose lease was taken over
 /// (or ended); the audit sees from outside the store whether it did, whichever store runs.
+/// Holders are named by the world's own record (which container, in which of its invocations,
+/// [`HolderId`]), so a store that hands the same token to two holders is seen too; the token
+/// decides only where the world keeps no such record (a worker's batches).
 #[derive(Default)]
 pub struct FenceAudit {
-    /// The token of the latest claim the table granted, per key, until a fenced write ends it.
-    holders: HashMap<String, idempotency::store::LeaseToken>,
+    /// The latest claim the table granted, per key, until a fenced write ends it: its token, and
+    /// who it was granted to when the world knows.
+    holders: HashMap<String, (idempotency::store::LeaseToken, Option<HolderId>)>,
     /// Writes applied for a caller that did not hold the key: (key, what).
     pub stale_writes: Vec<(String, String)>,
     /// Leases granted that do not cover their holder's invocation as the design's rule has it,
@@ -143,26 +147,62 @@ pub struct FenceAudit {
     pub uncovering_leases: Vec<(String, String)>,
 }
 
+/// Who holds a claim, by the world's record: a container and the invocation it runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct HolderId {
+    /// The container, numbered by the world as it starts them.
+    pub container: usize,
+    /// Its invocation, counted from 1.
+    pub invocation: u64,
+}
+
+impl std::fmt::Display for HolderId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "container {}'s invocation {}",
+            self.container, self.invocation
+        )
+    }
+}
+
 impl FenceAudit {
-    /// The table granted `key` to `token`.
-    pub fn claimed(&mut self, key: &str, token: idempotency::store::LeaseToken) {
-        self.holders.insert(key.to_owned(), token);
+    /// The table granted `key` to `token`, asked by `holder` when the world knows it.
+    pub fn claimed(
+        &mut self,
+        key: &str,
+        token: idempotency::store::LeaseToken,
+        holder: Option<HolderId>,
+    ) {
+        self.holders.insert(key.to_owned(), (token, holder));
     }
 
-    /// The table applied `call` on `key` for `token`: a violation unless `token` held it. Every
-    /// fenced write ends the holder's lease.
-    pub fn applied(&mut self, key: &str, call: &str, token: idempotency::store::LeaseToken) {
-        match self.holders.remove(key) {
-            Some(holder) if holder == token => {}
-            holder => self.stale_writes.push((
-                key.to_owned(),
+    /// The table applied `call` on `key` for `token`, asked by `writer`: a violation unless the
+    /// writer is the one the latest grant went to (by the world's record when it has one for
+    /// both, else by the token). Every fenced write ends the holder's lease.
+    pub fn applied(
+        &mut self,
+        key: &str,
+        call: &str,
+        token: idempotency::store::LeaseToken,
+        writer: Option<HolderId>,
+    ) {
+        let stale = match (self.holders.remove(key), writer) {
+            (Some((_, Some(granted))), Some(writer)) => (granted != writer).then(|| {
                 format!(
-                    "{call} applied for lease {token}, while the key was {}",
-                    holder.map_or("held by no live claim".to_owned(), |h| format!(
-                        "held by {h}"
-                    ))
-                ),
+                    "{call} applied for {writer}, while the table last granted the key to {granted}"
+                )
+            }),
+            (Some((held, _)), _) if held == token => None,
+            (holder, _) => Some(format!(
+                "{call} applied for lease {token}, while the key was {}",
+                holder.map_or("held by no live claim".to_owned(), |(h, _)| format!(
+                    "held by {h}"
+                ))
             )),
+        };
+        if let Some(what) = stale {
+            self.stale_writes.push((key.to_owned(), what));
         }
     }
 }
@@ -171,6 +211,8 @@ impl FenceAudit {
 /// of who holds what, against which each lease the table grants it is judged.
 #[derive(Debug, Clone, Copy)]
 pub struct Invocation {
+    /// Which one of its container's invocations, from 1.
+    pub seq: u64,
     /// The container's clock when the invocation began.
     pub started_ms: u64,
     /// Its deadline.
@@ -225,6 +267,8 @@ pub struct World {
     pub tried: HashMap<(String, u32), Option<sqs_batch::processor::Outcome>>,
     /// What happened to each order, in order: (simulated ms, what).
     stories: HashMap<String, Vec<(u64, String)>>,
+    /// Containers started so far (each one's number in [`HolderId`]).
+    pub containers: usize,
     clock: SimClock,
 }
 
@@ -243,6 +287,7 @@ impl Shared {
             fence: FenceAudit::default(),
             tried: HashMap::new(),
             stories: HashMap::new(),
+            containers: 0,
             clock,
         })))
     }

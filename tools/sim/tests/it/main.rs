@@ -518,6 +518,28 @@ fn an_unfenced_store_is_caught_by_the_fence_audit() {
     caught("store.ignores_lease_token", "skewed");
 }
 
+/// A takeover that keeps the old holder's token: the cut-off holder's writes pass the fence,
+/// and an audit that knew holders by the token the store handed out would see nothing. The world
+/// names each holder by its own record (container and invocation), so it does.
+#[test]
+#[cfg_attr(
+    not(sim_mutations),
+    ignore = "a planted bug: needs PROCESS_ORDERS_SIM_MUTATIONS=1"
+)]
+fn a_store_that_hands_one_token_to_two_holders_is_caught() {
+    let report = caught("store.reuses_lease_token", "skewed");
+    assert!(
+        report
+            .violations
+            .iter()
+            .any(|v| v.rule == "a write applied for a stale lease"
+                && v.detail
+                    .contains("while the table last granted the key to container")),
+        "{:?}",
+        report.violations.first()
+    );
+}
+
 /// A lease cut short of the design's rule (it ends at the invocation's deadline, without the
 /// margin). Fencing cleans up after it and no money invariant breaks; the world's own record of
 /// each holder's invocation, against which every lease the table grants is judged, sees it.
