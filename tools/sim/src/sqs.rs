@@ -410,7 +410,12 @@ impl SimSqs {
                 }
             };
             if self.world.chance(self.queue.lock().sqs_error_rate) {
-                self.world.count(|f| f.sqs_errors += 1);
+                let at_give_up =
+                    failure_reason(&attributes).is_some_and(|r| r == "retries_exhausted");
+                self.world.count(|f| {
+                    f.sqs_errors += 1;
+                    f.dlq_failures_at_give_up += usize::from(at_give_up);
+                });
                 failures.push(failed(id, false, "InternalError", "simulated"));
                 continue;
             }
@@ -437,12 +442,7 @@ impl SimSqs {
             }
             queue.deduplication.insert(dedup.to_owned(), now_ms);
         }
-        let reason = attributes
-            .get(sqs_batch::dead_letter::FAILURE_ATTRIBUTE)
-            .and_then(|a| a.string_value.as_deref())
-            .and_then(|text| serde_json::from_str::<Value>(text).ok())
-            .and_then(|failure| failure.get("reason")?.as_str().map(str::to_owned))
-            .unwrap_or_else(|| "(no failure attribute)".into());
+        let reason = failure_reason(&attributes).unwrap_or_else(|| "(no failure attribute)".into());
         let Some(payload) = queue.payload_of(&attributes) else {
             queue.untraceable.push(reason);
             return;
@@ -683,6 +683,15 @@ fn message_json(m: &Stored, fifo: bool) -> Value {
         "Attributes": system,
         "MessageAttributes": attributes,
     })
+}
+
+/// The reason a DLQ copy's failure attribute names, if it carries a readable one.
+fn failure_reason(attributes: &Attrs) -> Option<String> {
+    attributes
+        .get(sqs_batch::dead_letter::FAILURE_ATTRIBUTE)
+        .and_then(|a| a.string_value.as_deref())
+        .and_then(|text| serde_json::from_str::<Value>(text).ok())
+        .and_then(|failure| failure.get("reason")?.as_str().map(str::to_owned))
 }
 
 #[cfg(test)]

@@ -173,7 +173,9 @@ impl IdempotencyStore for SimStore {
                 container: self.holder.container,
                 invocation: invocation.seq,
             });
-            world.fence.claimed(request.key, lease.token, granted_to);
+            if world.fence.claimed(request.key, lease.token, granted_to) && lost {
+                world.faults.answers_lost_at_takeover += 1;
+            }
             // Judged by the world's own clock for this container and its own record of the
             // invocation, not by the claim's `now_ms` or deadline, which the code under test
             // computed.

@@ -69,6 +69,11 @@ pub struct Faults {
     pub released_at_stops: usize,
     /// Leases granted to a Lambda container's invocation, each checked against it.
     pub leases_checked: usize,
+    /// DLQ moves SQS failed for a record that gave up (`retries_exhausted`): the schedule's
+    /// last receive meeting a failed move.
+    pub dlq_failures_at_give_up: usize,
+    /// Claims that took over a lease its holder never finished, whose answer was lost.
+    pub answers_lost_at_takeover: usize,
 }
 
 impl Faults {
@@ -91,10 +96,12 @@ impl Faults {
         self.stops_at_give_up += other.stops_at_give_up;
         self.released_at_stops += other.released_at_stops;
         self.leases_checked += other.leases_checked;
+        self.dlq_failures_at_give_up += other.dlq_failures_at_give_up;
+        self.answers_lost_at_takeover += other.answers_lost_at_takeover;
     }
 
     /// Each kind with its count, for tables.
-    pub fn rows(&self) -> [(&'static str, usize); 17] {
+    pub fn rows(&self) -> [(&'static str, usize); 19] {
         [
             ("crashes", self.crashes),
             ("store errors", self.store_errors),
@@ -124,6 +131,14 @@ impl Faults {
             (
                 "leases checked against their holder's invocation",
                 self.leases_checked,
+            ),
+            (
+                "DLQ moves failed at the give-up",
+                self.dlq_failures_at_give_up,
+            ),
+            (
+                "claims taking over an unfinished lease, answer lost",
+                self.answers_lost_at_takeover,
             ),
         ]
     }
@@ -167,14 +182,17 @@ impl std::fmt::Display for HolderId {
 }
 
 impl FenceAudit {
-    /// The table granted `key` to `token`, asked by `holder` when the world knows it.
+    /// The table granted `key` to `token`, asked by `holder` when the world knows it; whether
+    /// it took over a lease its holder never finished (no fenced write ended it).
     pub fn claimed(
         &mut self,
         key: &str,
         token: idempotency::store::LeaseToken,
         holder: Option<HolderId>,
-    ) {
-        self.holders.insert(key.to_owned(), (token, holder));
+    ) -> bool {
+        self.holders
+            .insert(key.to_owned(), (token, holder))
+            .is_some()
     }
 
     /// The table applied `call` on `key` for `token`, asked by `writer`: a violation unless the
