@@ -32,6 +32,20 @@ pub const MAX_CACHED_OUTPUT_BYTES: usize = 4_096;
 
 /// `store` with the completed keys this process saw kept in memory, the least recently used
 /// dropped first.
+///
+/// # Example
+///
+/// ```
+/// use idempotency::{CachedStore, MemoryStore, Outcome, once};
+///
+/// # tokio::runtime::Builder::new_current_thread().enable_time().build().unwrap().block_on(async {
+/// let store = CachedStore::new(MemoryStore::default(), 1_024);
+/// let send = || async { Ok::<_, String>(()) };
+/// assert!(matches!(once(&store, "u-1", &"hi", send).await, Outcome::Performed(())));
+/// // Completed by this container: answered from memory, no request to the store behind it.
+/// assert!(matches!(once(&store, "u-1", &"hi", send).await, Outcome::Duplicate));
+/// # });
+/// ```
 #[derive(Debug)]
 pub struct CachedStore<S> {
     inner: S,

@@ -13,6 +13,19 @@ use crate::{
 /// DynamoDB or memory, as [`ConfiguredStore::from_env`] finds them set, with the lease settings
 /// (`IDEMPOTENCY_LEASE_SECONDS`, `IDEMPOTENCY_LEASE_MARGIN_MS`) that [`crate::once()`](fn@crate::once) leases its
 /// claims by.
+///
+/// # Example
+///
+/// ```no_run
+/// use idempotency::{ConfiguredStore, Outcome, once};
+///
+/// # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
+/// // DynamoDB when IDEMPOTENCY_TABLE is set, memory otherwise (refused inside Lambda).
+/// let store = ConfiguredStore::from_env().await.unwrap();
+/// let sent = once(&store, "u-1", &"welcome", || async { Ok::<_, String>(()) }).await;
+/// assert!(matches!(sent, Outcome::Performed(()) | Outcome::Duplicate));
+/// # });
+/// ```
 #[derive(Debug)]
 pub struct ConfiguredStore {
     backend: Backend,

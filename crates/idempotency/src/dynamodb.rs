@@ -216,6 +216,27 @@ const UNKNOWN_FIRST_ATTEMPT_UPDATE: &str = "SET #fa = :x";
 const HOLDER_CONDITION: &str = "#t = :t AND #s = :p";
 
 /// The store on a DynamoDB table keyed by `pk` (string), with TTL on `expires_at`.
+///
+/// # Example
+///
+/// ```no_run
+/// use std::time::Duration;
+/// use aws_sdk_dynamodb::config::{BehaviorVersion, Region};
+/// use idempotency::DynamoDbStore;
+///
+/// let config = aws_sdk_dynamodb::Config::builder()
+///     .behavior_version(BehaviorVersion::latest())
+///     .region(Region::new("eu-west-1"))
+///     .build();
+/// // Built once per container; no request until the first claim.
+/// let store = DynamoDbStore::new(
+///     aws_sdk_dynamodb::Client::from_conf(config),
+///     "orders-idempotency",
+///     Duration::from_secs(18 * 86_400),
+/// )
+/// .with_key_prefix("process-orders#");
+/// # drop(store);
+/// ```
 #[derive(Debug, Clone)]
 pub struct DynamoDbStore {
     client: Client,

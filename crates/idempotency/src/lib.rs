@@ -23,9 +23,9 @@
 //!
 //! | module | what |
 //! |---|---|
-//! | the crate root | the claim's types, the [`IdempotencyStore`] port, [`once`](fn@once), the stores |
-//! | [`store`] | for store authors: the shared state machine ([`store::claimable`], [`store::decide`], [`store::prior_attempt`], [`store::claimed_state`]) |
-//! | [`guard`] | [`guard::run`]: claim, look-up, work, settle, for any [`guard::GuardedWork`] |
+//! | the crate root | [`once`](fn@once) and its [`Outcome`], the [`IdempotencyStore`] port (the core: claim, complete, give back), the stores, their settings |
+//! | [`store`] | for store authors: the claim's types ([`store::Begin`], [`store::ClaimRequest`], [`store::Lease`]) and the shared state machine ([`store::claimable`], [`store::decide`], [`store::prior_attempt`], [`store::claimed_state`]) |
+//! | [`guard`] | the look-up layer: [`guard::run`] (claim, look-up, work, settle) for any [`guard::GuardedWork`], on a store that also implements [`guard::EffectStore`] |
 //! | `memory` | [`MemoryStore`], one process only |
 //! | `cached` | [`CachedStore`]: completed keys answered from memory, in front of any store |
 //! | `dynamodb` | `DynamoDbStore` and its table's schema (feature `dynamodb`) |
@@ -113,6 +113,18 @@ pub use redis::RedisStore;
 /// collisions only matter between two payloads of the same key. The hash is private, so it can
 /// change without breaking the API: a store writes its [`Display`](fmt::Display) form and reads
 /// it back with [`Fingerprint::parse`].
+///
+/// # Example
+///
+/// ```
+/// use idempotency::Fingerprint;
+///
+/// let a = Fingerprint::of_json(&serde_json::json!({"amount": 10, "currency": "EUR"})).unwrap();
+/// let b = Fingerprint::of_json(&serde_json::json!({"currency": "EUR", "amount": 10})).unwrap();
+/// assert_eq!(a, b, "the keys' order does not matter");
+/// assert_eq!(Fingerprint::parse(&a.to_string()), Some(a));
+/// assert_ne!(Fingerprint::of(&[b"o-1", b"10"]), Fingerprint::of(&[b"o-1", b"11"]));
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Fingerprint(u64);
 
@@ -150,6 +162,16 @@ impl fmt::Display for Fingerprint {
 }
 
 /// How leases are sized.
+///
+/// # Example
+///
+/// ```
+/// use idempotency::{LeasePolicy, lambda_kit::Env};
+///
+/// let env = Env::new(|name| (name == "IDEMPOTENCY_LEASE_SECONDS").then(|| "60".to_owned()));
+/// let policy = LeasePolicy::from_env(&env).unwrap();
+/// assert_eq!(policy, LeasePolicy::new(60_000, 5_000));
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct LeasePolicy {
@@ -171,6 +193,13 @@ impl Default for LeasePolicy {
 
 /// The variables this crate reads, with their defaults: [`LeasePolicy::from_env`] and
 /// [`StoreSettings::from_env`].
+///
+/// # Example
+///
+/// ```
+/// let (name, default) = idempotency::VARIABLES[0];
+/// assert!(name.starts_with("IDEMPOTENCY_"), "{name} defaults to {default:?}");
+/// ```
 pub const VARIABLES: &[(&str, Option<&str>)] = &[
     ("IDEMPOTENCY_TABLE", None),
     ("IDEMPOTENCY_LEASE_SECONDS", Some("300")),
@@ -218,6 +247,21 @@ impl LeasePolicy {
 /// Where claims are kept: a table (`None`: in memory, one process only), how long a finished key
 /// is remembered, and the prefix that keeps this function's keys apart from other users of a
 /// shared table.
+///
+/// # Example
+///
+/// ```
+/// use idempotency::{StoreSettings, lambda_kit::Env};
+///
+/// let env = Env::new(|name| match name {
+///     "IDEMPOTENCY_TABLE" => Some("orders-idempotency".to_owned()),
+///     "AWS_LAMBDA_FUNCTION_NAME" => Some("process-orders".to_owned()),
+///     _ => None,
+/// });
+/// let settings = StoreSettings::from_env(&env).unwrap();
+/// assert_eq!(settings.table.as_deref(), Some("orders-idempotency"));
+/// assert_eq!(settings.key_prefix, "process-orders#");
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct StoreSettings {
@@ -286,6 +330,18 @@ impl StoreSettings {
 
 /// A store failure. Every one of them means RETRY for the record, and so does any variant added
 /// later (a match outside this crate needs a wildcard arm).
+///
+/// # Example
+///
+/// ```
+/// use idempotency::{MemoryStore, Outcome, StoreError, once};
+///
+/// # tokio::runtime::Builder::new_current_thread().enable_time().build().unwrap().block_on(async {
+/// let store = MemoryStore::default();
+/// let answer = once(&store, "", &"payload", || async { Ok::<_, String>(()) }).await;
+/// assert!(matches!(answer, Outcome::Store(StoreError::Payload(_))), "an empty key claims nothing");
+/// # });
+/// ```
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum StoreError {
@@ -311,6 +367,24 @@ pub enum StoreError {
 /// key. [`once()`](fn@crate::once) needs nothing more; [`guard::run`], which also records work
 /// that may have taken effect and work refused for good, needs the two writes of
 /// [`guard::EffectStore`] besides.
+///
+/// # Example
+///
+/// Work done once per key on any store of the core:
+///
+/// ```
+/// use idempotency::{IdempotencyStore, MemoryStore, Outcome, once};
+///
+/// async fn welcome<S: IdempotencyStore>(store: &S, user_id: &str) -> bool {
+///     let sent = once(store, user_id, &"welcome", || async { Ok::<_, String>(()) }).await;
+///     matches!(sent, Outcome::Performed(()))
+/// }
+/// # tokio::runtime::Builder::new_current_thread().enable_time().build().unwrap().block_on(async {
+/// let store = MemoryStore::default();
+/// assert!(welcome(&store, "u-1").await);
+/// assert!(!welcome(&store, "u-1").await, "a duplicate");
+/// # });
+/// ```
 pub trait IdempotencyStore: Send + Sync {
     /// Claims `request.key`, or says why not.
     fn begin(

@@ -20,6 +20,21 @@ struct Item {
 }
 
 /// Claims kept in this process's memory.
+///
+/// # Example
+///
+/// ```
+/// use std::time::Duration;
+/// use idempotency::{MemoryStore, Outcome, once};
+///
+/// # tokio::runtime::Builder::new_current_thread().enable_time().build().unwrap().block_on(async {
+/// let store = MemoryStore::new(Duration::from_secs(3_600));
+/// let first = once(&store, "k", &1, || async { Ok::<_, String>("done") }).await;
+/// assert!(matches!(first, Outcome::Performed("done")));
+/// let other = once(&store, "k", &2, || async { Ok::<_, String>("done") }).await;
+/// assert!(matches!(other, Outcome::Conflict), "another payload under the key");
+/// # });
+/// ```
 #[derive(Debug)]
 pub struct MemoryStore {
     retention_s: u64,

@@ -50,6 +50,20 @@ use crate::{Fingerprint, IdempotencyStore, StoreError};
 
 /// What came of [`once`]: the work's own words, none of the look-up layer's
 /// ([`guard::Guarded`] is [`guard::run`]'s).
+///
+/// # Example
+///
+/// ```
+/// use idempotency::{MemoryStore, Outcome, once};
+///
+/// # tokio::runtime::Builder::new_current_thread().enable_time().build().unwrap().block_on(async {
+/// let store = MemoryStore::default();
+/// let failed = once(&store, "k", &"p", || async { Err::<(), _>("down") }).await;
+/// assert!(matches!(failed, Outcome::Failed("down")), "the key is given back");
+/// let retried = once(&store, "k", &"p", || async { Ok::<_, &str>(()) }).await;
+/// assert!(matches!(retried, Outcome::Performed(())));
+/// # });
+/// ```
 #[derive(Debug)]
 #[non_exhaustive]
 pub enum Outcome<T, E> {
@@ -96,6 +110,24 @@ pub struct KeepOutput;
 /// settings are the store's ([`IdempotencyStore::lease_policy`]: `ConfiguredStore` reads
 /// `IDEMPOTENCY_LEASE_SECONDS` and `IDEMPOTENCY_LEASE_MARGIN_MS`), else [`LeasePolicy::default`].
 /// [`Once::deadline_ms`], [`Once::earlier_attempt_ms`] and [`Once::policy`] set them by hand.
+///
+/// # Example
+///
+/// ```
+/// use idempotency::{MemoryStore, Outcome, once};
+///
+/// #[derive(serde::Serialize, serde::Deserialize)]
+/// struct Receipt { id: String }
+///
+/// # tokio::runtime::Builder::new_current_thread().enable_time().build().unwrap().block_on(async {
+/// let store = MemoryStore::default();
+/// let send = || async { Ok::<_, String>(Receipt { id: "r-1".into() }) };
+/// once(&store, "u-1", &"welcome", send).keep_output().await;
+/// // A duplicate gets the first run's output back.
+/// let again = once(&store, "u-1", &"welcome", send).keep_output().await;
+/// assert!(matches!(again, Outcome::Replayed(Receipt { id }) if id == "r-1"));
+/// # });
+/// ```
 pub fn once<'a, S, P, F>(
     store: &'a S,
     key: &'a str,

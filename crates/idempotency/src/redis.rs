@@ -142,6 +142,22 @@ const CLAIM_REMOVES: &[&str] = &[
 
 /// The store on a Redis (or Valkey) server: one hash per key, with its retention as the key's
 /// expiry.
+///
+/// # Example
+///
+/// ```no_run
+/// use std::time::Duration;
+/// use idempotency::{Outcome, RedisStore, once};
+///
+/// # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
+/// let store = RedisStore::connect("redis://127.0.0.1:6379/", Duration::from_secs(18 * 86_400))
+///     .await
+///     .unwrap()
+///     .with_key_prefix("welcome#");
+/// let sent = once(&store, "u-1", &"welcome", || async { Ok::<_, String>(()) }).await;
+/// assert!(matches!(sent, Outcome::Performed(()) | Outcome::Duplicate));
+/// # });
+/// ```
 #[derive(Debug, Clone)]
 pub struct RedisStore {
     connection: ConnectionManager,

@@ -22,6 +22,25 @@ pub struct Backoff<V> {
 }
 
 /// What one invocation came to.
+///
+/// # Example
+///
+/// ```
+/// use sqs_batch::{BatchOptions, BatchProcessor, Verdict, lambda_kit::{Clock, SystemClock}};
+///
+/// # tokio::runtime::Builder::new_current_thread().enable_time().build().unwrap().block_on(async {
+/// let handler = sqs_batch::json(|n: u32| async move {
+///     if n > 0 { Verdict::ack("counted") } else { Verdict::poison("zero") }
+/// });
+/// let processor = BatchProcessor::new(handler, SystemClock, BatchOptions::default());
+/// let event = r#"{"Records": [{"messageId": "a", "body": "1"}, {"messageId": "b", "body": "0"}]}"#;
+/// let processed = sqs_batch::process_event(&processor, event, SystemClock.now_ms() + 60_000)
+///     .await
+///     .unwrap();
+/// assert_eq!(processed.report.statuses.len(), 2);
+/// assert_eq!(processed.response.batch_item_failures.len(), 1);
+/// # });
+/// ```
 #[derive(Debug)]
 #[non_exhaustive]
 pub struct Processed {
@@ -86,6 +105,32 @@ pub struct EntireBatchFailed {
 ///
 /// A payload that is not an SQS event, a record without a usable `messageId`, or a response that
 /// fails its check is an [`EventError`]: fail the invocation so Lambda retries the batch.
+///
+/// # Example
+///
+/// ```
+/// use sqs_batch::{BatchOptions, BatchProcessor, Verdict, lambda_kit::{Clock, SystemClock}};
+///
+/// # tokio::runtime::Builder::new_current_thread().enable_time().build().unwrap().block_on(async {
+/// let processor = BatchProcessor::new(
+///     sqs_batch::json(|_: serde_json::Value| async { Verdict::ack("seen") }),
+///     SystemClock,
+///     BatchOptions::default(),
+/// );
+/// let event = r#"{"Records": [{"messageId": "a", "body": "{}"}, {"messageId": "b", "body": "not json"}]}"#;
+/// let processed = sqs_batch::process_event(&processor, event, SystemClock.now_ms() + 60_000)
+///     .await
+///     .unwrap();
+/// let failed: Vec<&str> = processed
+///     .response
+///     .batch_item_failures
+///     .iter()
+///     .map(|f| f.item_identifier.as_str())
+///     .collect();
+/// assert_eq!(failed, ["b"]);
+/// assert!(sqs_batch::process_event(&processor, "[]", 0).await.is_err(), "not an SQS event");
+/// # });
+/// ```
 pub async fn process_event<H: RecordHandler, C: Clock>(
     processor: &BatchProcessor<H, C>,
     json: &str,

@@ -84,6 +84,15 @@ impl SqsMessageExt for SqsMessage {
 ///
 /// Fields will be added as SQS adds attributes worth reading; build one with [`Message::new`]
 /// and the `with_` methods.
+///
+/// # Example
+///
+/// ```
+/// use sqs_batch::Message;
+///
+/// let message = Message::new("m-1", r#"{"order_id": "o-1"}"#).with_receive_count(Some(2));
+/// assert_eq!((message.message_id, message.receive_count), ("m-1", Some(2)));
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct Message<'a> {

@@ -105,6 +105,13 @@ pub use typed::{Record, json};
 
 /// The variables this crate's components read, with their defaults, for a function's
 /// configuration table: [`BatchOptions::from_env`] and [`BackoffPolicy::from_env`](backoff::BackoffPolicy::from_env).
+///
+/// # Example
+///
+/// ```
+/// let names: Vec<&str> = sqs_batch::VARIABLES.iter().map(|(name, _)| *name).collect();
+/// assert!(names.contains(&"MAX_CONCURRENCY"));
+/// ```
 pub const VARIABLES: &[(&str, Option<&str>)] = &[
     ("MAX_CONCURRENCY", Some("16")),
     ("FIFO_SCOPE", Some("batch")),

@@ -67,6 +67,16 @@ impl Outcome {
 ///
 /// Built with [`Verdict::ack`], [`Verdict::retry`] or [`Verdict::poison`] and the `with_`
 /// methods; fields may be added.
+///
+/// # Example
+///
+/// ```
+/// use sqs_batch::{Verdict, processor::Outcome};
+///
+/// let verdict = Verdict::retry("busy").with_retry_after_ms(1_767_225_600_000);
+/// assert_eq!((verdict.outcome, verdict.reason), (Outcome::Retry, "busy"));
+/// assert_eq!(Verdict::poison("invalid_body").outcome, Outcome::Poison);
+/// ```
 #[derive(Debug, Clone, PartialEq)]
 #[non_exhaustive]
 pub struct Verdict {
@@ -203,6 +213,28 @@ impl From<u64> for Invocation {
 }
 
 /// Anything that turns one record into a [`Verdict`].
+///
+/// # Example
+///
+/// ```
+/// use sqs_batch::{Message, RecordHandler, Verdict, processor::RecordContext};
+///
+/// /// Acknowledges a record whose body is a number, poisons anything else.
+/// struct Numbers;
+///
+/// impl RecordHandler for Numbers {
+///     async fn handle(&self, message: &Message<'_>, _context: RecordContext) -> Verdict {
+///         match message.body.trim().parse::<i64>() {
+///             Ok(_) => Verdict::ack("number"),
+///             Err(_) => Verdict::poison("not_a_number"),
+///         }
+///     }
+/// }
+/// # tokio::runtime::Builder::new_current_thread().enable_time().build().unwrap().block_on(async {
+/// let verdict = Numbers.handle(&Message::new("m-1", "x"), RecordContext::new(0)).await;
+/// assert_eq!(verdict.reason, "not_a_number");
+/// # });
+/// ```
 pub trait RecordHandler: Send + Sync {
     /// Decides one record. A panic here is RETRY for this record only.
     fn handle(
@@ -236,6 +268,17 @@ pub enum FifoScope {
 ///
 /// [`BatchOptions::default`] or [`BatchOptions::from_env`], then the `with_` methods; fields may
 /// be added.
+///
+/// # Example
+///
+/// ```
+/// use sqs_batch::{BatchOptions, lambda_kit::Env};
+///
+/// let env = Env::new(|name| (name == "MAX_CONCURRENCY").then(|| "4".to_owned()));
+/// let options = BatchOptions::from_env(&env).unwrap();
+/// assert_eq!(options.max_concurrency.get(), 4);
+/// assert_eq!(BatchOptions::default().max_concurrency.get(), 16);
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct BatchOptions {
@@ -542,6 +585,28 @@ pub fn current() -> Option<Current> {
 }
 
 /// Drives a [`RecordHandler`] over batches.
+///
+/// # Example
+///
+/// ```
+/// use sqs_batch::{BatchOptions, BatchProcessor, Message, Verdict};
+/// use sqs_batch::edge::QueueKind;
+/// use sqs_batch::lambda_kit::{Clock, SystemClock};
+///
+/// # tokio::runtime::Builder::new_current_thread().enable_time().build().unwrap().block_on(async {
+/// let processor = BatchProcessor::new(
+///     sqs_batch::json(|n: u32| async move { Verdict::ack(if n % 2 == 0 { "even" } else { "odd" }) }),
+///     SystemClock,
+///     BatchOptions::default(),
+/// );
+/// let batch = [Message::new("m-1", "4"), Message::new("m-2", "x")];
+/// let report = processor
+///     .process(&batch, QueueKind::Standard, SystemClock.now_ms() + 60_000)
+///     .await;
+/// assert!(report.statuses[0].is_ack());
+/// assert_eq!(report.failed_ids(&batch).collect::<Vec<_>>(), ["m-2"]);
+/// # });
+/// ```
 #[derive(Debug)]
 pub struct BatchProcessor<H, C> {
     handler: H,

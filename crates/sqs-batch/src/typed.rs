@@ -40,6 +40,17 @@ use crate::processor::{RecordContext, RecordHandler, Verdict};
 /// What a typed handler knows of its record besides the body.
 ///
 /// Owned, so the handler's future can hold it across awaits. Fields may be added.
+///
+/// # Example
+///
+/// ```
+/// use sqs_batch::{Message, Record, processor::RecordContext};
+///
+/// let message = Message::new("m-1", "{}").with_receive_count(Some(3));
+/// let record = Record::new(&message, RecordContext::new(1_767_225_600_000));
+/// assert_eq!((record.message_id.as_str(), record.receive_count), ("m-1", Some(3)));
+/// assert_eq!(record.earlier_attempt_ms, None, "never in a DLQ");
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct Record {
@@ -81,6 +92,28 @@ impl Record {
 ///
 /// A body that is not JSON, or not a `T`, is POISON with the reason `invalid_body`, and a detail
 /// naming the kind of error and where (never the body's text: it may hold personal data).
+///
+/// # Example
+///
+/// ```
+/// use sqs_batch::{Message, Record, RecordHandler, Verdict, processor::RecordContext};
+///
+/// #[derive(serde::Deserialize)]
+/// struct Welcome { user_id: String }
+///
+/// let handler = sqs_batch::json(|welcome: Welcome, record: Record| async move {
+///     if welcome.user_id.is_empty() || record.receive_count > Some(5) {
+///         return Verdict::poison("unwelcome");
+///     }
+///     Verdict::ack("welcomed")
+/// });
+/// # tokio::runtime::Builder::new_current_thread().enable_time().build().unwrap().block_on(async {
+/// let ok = handler.handle(&Message::new("m-1", r#"{"user_id": "u-1"}"#), RecordContext::new(0)).await;
+/// assert_eq!(ok.reason, "welcomed");
+/// let bad = handler.handle(&Message::new("m-2", r#"{"name": "x"}"#), RecordContext::new(0)).await;
+/// assert_eq!(bad.reason, "invalid_body");
+/// # });
+/// ```
 pub fn json<T, A, F>(handler: F) -> Json<T, F, A>
 where
     T: DeserializeOwned + Send,
