@@ -32,6 +32,18 @@
 //! Once an effect may exist, only its completion clears the record: a later attempt that fails
 //! marks the key attempted again instead of releasing it, so the first attempt is never
 //! forgotten while it may still have taken effect.
+//!
+//! # Example
+//!
+//! ```
+//! use idempotency::LeasePolicy;
+//! use idempotency::guard::GuardPolicy;
+//!
+//! // The other system keeps a key for a day; a look-up near the window's end counts as outside.
+//! let policy = GuardPolicy::new(LeasePolicy::new(60_000, 5_000)).with_key_window(86_400_000, 60_000);
+//! assert!(policy.inside_key_window(0, 3_600_000));
+//! assert!(!policy.inside_key_window(0, 86_400_000));
+//! ```
 
 use std::future::Future;
 

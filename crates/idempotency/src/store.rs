@@ -4,6 +4,17 @@
 //! ([`prior_attempt`]) and what it writes ([`claimed_state`]) are decided here, so every store
 //! answers alike (the contract suite, feature `testkit`, holds them to it). A user of the crate
 //! never needs this module.
+//!
+//! # Example
+//!
+//! ```
+//! use idempotency::store::lease_end;
+//!
+//! // A claim made at 0 for work whose invocation ends at 60 s: leased until the deadline plus
+//! // the margin, never past the configured lease.
+//! assert_eq!(lease_end(0, 300_000, 60_000, 5_000), 65_000);
+//! assert_eq!(lease_end(0, 30_000, 60_000, 5_000), 30_000);
+//! ```
 
 use std::fmt;
 

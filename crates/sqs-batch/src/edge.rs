@@ -5,6 +5,24 @@
 //! (responses, tests, a local event source mapping) and produce the same [`Batch`]. Everything
 //! else sees each record through [`Message`], so the processor never depends on how the event
 //! was parsed.
+//!
+//! # Example
+//!
+//! ```
+//! use sqs_batch::edge::{Batch, EventView, check_response, response};
+//!
+//! let json = r#"{"Records": [
+//!     {"messageId": "m-1", "body": "{}", "attributes": {"ApproximateReceiveCount": "2"}},
+//!     {"messageId": "m-2", "body": "{}"}
+//! ]}"#;
+//! let view = EventView::parse(json).unwrap();
+//! let batch = Batch::from_view(&view).unwrap();
+//! assert_eq!(batch.messages[0].receive_count, Some(2));
+//! // Report m-2; the check refuses an id the batch does not have.
+//! let answer = response(["m-2"]);
+//! assert!(check_response(&answer, &batch.messages).is_ok());
+//! assert!(check_response(&response(["m-9"]), &batch.messages).is_err());
+//! ```
 
 use std::borrow::Cow;
 use std::collections::{HashMap, HashSet};

@@ -14,6 +14,24 @@
 //!   A runtime that stops waiting ([`BatchProcessor::abandon_running`], a worker's drain
 //!   timeout) abandons every record still running at once, the same way.
 //! - A panic inside a handler is RETRY for that record only.
+//!
+//! # Example
+//!
+//! ```
+//! use sqs_batch::Verdict;
+//! use sqs_batch::edge::{Message, QueueKind};
+//! use sqs_batch::processor::{BatchReport, RecordStatus};
+//!
+//! let batch = [Message::new("m-1", "{}"), Message::new("m-2", "{}")];
+//! let report = BatchReport::new(
+//!     QueueKind::Standard,
+//!     vec![
+//!         RecordStatus::Handled(Verdict::ack("done")),
+//!         RecordStatus::Handled(Verdict::retry("busy")),
+//!     ],
+//! );
+//! assert_eq!(report.failed_ids(&batch).collect::<Vec<_>>(), ["m-2"]);
+//! ```
 
 use std::borrow::Cow;
 use std::collections::HashMap;

@@ -17,6 +17,17 @@
 //! again and moved again (on a FIFO DLQ with the same deduplication id, so within five minutes
 //! SQS keeps one copy). A second copy is harmless: a redrive of either is POISON again, or a
 //! duplicate that is acknowledged.
+//!
+//! # Example
+//!
+//! ```
+//! use sqs_batch::Message;
+//! use sqs_batch::dead_letter::{FAILURE_ATTRIBUTE, earlier_attempt_ms};
+//!
+//! // A message that was never in a DLQ carries no failure history.
+//! assert_eq!(earlier_attempt_ms(&Message::new("m-1", "{}")), None);
+//! assert_eq!(FAILURE_ATTRIBUTE, "dead-letter-failure");
+//! ```
 
 #[cfg(feature = "dead-letter")]
 pub mod sqs;
