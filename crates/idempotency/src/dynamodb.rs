@@ -13,6 +13,23 @@
 //!
 //! Every attribute is referenced through `#names` so no DynamoDB reserved word can bite, and
 //! every `#name` / `:value` a request defines is used (real DynamoDB rejects unused ones).
+//!
+//! # Example
+//!
+//! A table for local runs and tests (in AWS the deployment makes it), and the store over it.
+//! IAM grants the function [`ACTIONS`] on the table, nothing else: no path reads.
+//!
+//! ```no_run
+//! # async fn example(client: aws_sdk_dynamodb::Client) -> Result<(), Box<dyn std::error::Error>> {
+//! use std::time::Duration;
+//! use idempotency::dynamodb::{ACTIONS, create_table};
+//! use idempotency::DynamoDbStore;
+//!
+//! create_table(&client, "idempotency").await?;
+//! let store = DynamoDbStore::new(client, "idempotency", Duration::from_secs(86_400));
+//! assert_eq!(ACTIONS, ["dynamodb:UpdateItem", "dynamodb:DeleteItem"]);
+//! # let _ = store; Ok(()) }
+//! ```
 
 use std::collections::HashMap;
 use std::time::Duration;

@@ -24,6 +24,21 @@
 //! Each write sets the key's expiry (`PEXPIREAT`) to the item's retention end, so Redis drops it
 //! lazily as DynamoDB's TTL does; until it does, a finished item past that time reads as absent
 //! by the claim condition, whatever the server's clock says.
+//!
+//! # Example
+//!
+//! ```no_run
+//! # async fn example() -> Result<(), idempotency::StoreError> {
+//! use std::time::Duration;
+//! use idempotency::RedisStore;
+//!
+//! // One multiplexed connection per process, shared by every clone of the store.
+//! let store = RedisStore::connect("redis://127.0.0.1:6379/0", Duration::from_secs(86_400))
+//!     .await?
+//!     .with_key_prefix("email-once#");
+//! assert_eq!(store.redis_key("u-1"), "email-once#u-1");
+//! # Ok(()) }
+//! ```
 
 use std::collections::HashMap;
 use std::sync::LazyLock;

@@ -13,6 +13,20 @@
 //!   does not move it to the DLQ itself, see [`crate::dead_letter`]).
 //! - ACK and records skipped behind a failure or at the deadline: untouched (the queue's
 //!   visibility timeout applies).
+//!
+//! # Example
+//!
+//! ```
+//! use sqs_batch::backoff::BackoffPolicy;
+//!
+//! // The defaults of VISIBILITY_BACKOFF: at most 5 s after the first receive, doubling to 900 s.
+//! let policy = BackoffPolicy::new(5, 900);
+//! // The third receive's delay lies in [10, 20] s whatever the random draw.
+//! assert_eq!(policy.least_delay(3), 10);
+//! assert!((10..=20).contains(&policy.delay(3, 7)));
+//! // A record failing at each of 5 receives stays at least 2 + 5 + 10 + 20 + 40 s.
+//! assert_eq!(policy.guaranteed_survival_s(5), 77);
+//! ```
 
 use lambda_kit::{Env, EnvError};
 

@@ -1,5 +1,18 @@
 //! Generated SQS events shaped as Lambda delivers them, built with `aws_lambda_events`' own
 //! types (feature `testkit`): input for benchmarks, tests and local tools.
+//!
+//! # Example
+//!
+//! ```
+//! use sqs_batch::testkit::{EventShape, generate, small_body};
+//!
+//! let shape = EventShape { records: 10, fifo_groups: 2, seed: 1 };
+//! let event = generate(shape, small_body);
+//! assert_eq!(event.records.len(), 10);
+//! // A FIFO queue's records carry their group; the same seed gives the same event.
+//! assert!(event.records[0].attributes.contains_key("MessageGroupId"));
+//! assert_eq!(event.records[3].body, generate(shape, small_body).records[3].body);
+//! ```
 
 use aws_lambda_events::sqs::{SqsEvent, SqsMessage};
 

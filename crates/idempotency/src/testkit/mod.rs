@@ -5,7 +5,7 @@
 //! an async expression building a fresh, empty store with [`RETENTION`]. The calling crate needs
 //! `tokio` with the `macros` and `rt-multi-thread` features among its dev-dependencies.
 //!
-//! ```ignore
+//! ```no_run
 //! idempotency::store_contract_tests!(async {
 //!     idempotency::MemoryStore::new(idempotency::testkit::RETENTION)
 //! });

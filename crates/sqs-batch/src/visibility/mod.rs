@@ -3,6 +3,34 @@
 //! concurrently and bounded by the time the invocation has left. A failed or unfinished call is
 //! logged and changes nothing else: the record is reported either way, and the queue's own
 //! visibility timeout then applies.
+//!
+//! # Example
+//!
+//! A port of your own (a queue that is not SQS, or a test's record of the calls): it gets up to
+//! [`BATCH_LIMIT`] changes of one queue a call and answers with those it could not apply.
+//!
+//! ```
+//! use std::sync::Mutex;
+//! use sqs_batch::visibility::{Change, ChangeFailure, VisibilityPort};
+//!
+//! #[derive(Default)]
+//! struct Recorded(Mutex<Vec<(String, u64)>>);
+//!
+//! impl VisibilityPort for Recorded {
+//!     async fn change(&self, _queue_url: &str, changes: &[Change<'_>]) -> Vec<ChangeFailure> {
+//!         let mut seen = self.0.lock().unwrap();
+//!         seen.extend(changes.iter().map(|c| (c.message_id.to_owned(), c.seconds)));
+//!         Vec::new() // every change applied
+//!     }
+//! }
+//!
+//! # tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(async {
+//! let port = Recorded::default();
+//! let change = Change { message_id: "m-1", receipt_handle: "rh-1", seconds: 30 };
+//! assert!(port.change("https://sqs.example/orders", &[change]).await.is_empty());
+//! assert_eq!(*port.0.lock().unwrap(), [("m-1".to_owned(), 30)]);
+//! # });
+//! ```
 
 #[cfg(feature = "visibility")]
 pub mod sqs;

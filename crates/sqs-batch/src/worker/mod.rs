@@ -31,6 +31,26 @@
 //!
 //! The platform's stop timeout must be longer than `WaitTimeSeconds` plus the drain timeout
 //! ([`stop_timeout_s`]): the docs give the ECS and Kubernetes settings.
+//!
+//! # Example
+//!
+//! The platform settings the worker needs, from its options, and the seeds' scaling figures:
+//!
+//! ```
+//! use sqs_batch::worker::{WorkerOptions, backlog_per_consumer, desired_consumers, stop_timeout_s};
+//!
+//! // A 20 s receive in flight, a 25 s drain and 5 s for the last deletes: ECS `stopTimeout`
+//! // (or Kubernetes `terminationGracePeriodSeconds`) must be at least 50.
+//! let options = WorkerOptions::default().with_drain_timeout_ms(25_000);
+//! assert_eq!(stop_timeout_s(&options), 50);
+//! // 1,500 visible messages, 0.1 s each, 10 s acceptable: 15 consumers, 100 messages each.
+//! assert_eq!(desired_consumers(1_500, 0.1, 10.0), 15);
+//! assert_eq!(backlog_per_consumer(1_500, 15), 100.0);
+//! ```
+//!
+//! Running one (feature `worker`): [`Worker::new`] takes the record handler, a clock, the batch
+//! options, the queue's and the visibility's SQS adapters and these options;
+//! `process-orders worker` (this repository's `src/app.rs`) is a complete one.
 
 #[cfg(feature = "worker")]
 pub mod sqs;
