@@ -71,6 +71,12 @@ pub struct PriorAttempt {
 }
 
 /// The answer to a claim.
+///
+/// `Rejected` is the look-up layer's state ([`EffectStore::reject`](crate::guard::EffectStore::reject))
+/// answered by the core's claim: a refusal lives on the key's one item, and the claim is one
+/// conditional write that must refuse it in the same step, so the answer cannot come from a
+/// second call. A store that serves only the core never writes `REJECTED` and never answers it;
+/// [`decide`] produces it for stores that do.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum Begin {
