@@ -859,6 +859,23 @@ async fn produce(d: Rc<Deployment>, range: std::ops::Range<usize>) {
     d.queue.sent().notify_waiters();
 }
 
+/// How many of a crashed invocation's records were at their last receive, charged, and not
+/// completed: the edge where SQS's redrive, not the function, moves a charged order to the DLQ,
+/// and a redrive of it must look the charge up.
+fn charged_not_completed_at_last_receive(d: &Deployment, received: &[queue::Stored]) -> usize {
+    let last = d.queue.lock().max_receive;
+    let ledger = d.provider.ledger();
+    let world = d.world.lock();
+    received
+        .iter()
+        .filter(|m| {
+            m.receive_count >= last
+                && ledger.charges.contains_key(&m.order_id)
+                && !world.fence.is_completed(&m.order_id)
+        })
+        .count()
+}
+
 /// Runs the pollers until the producer is done and the queue is empty.
 async fn drain(d: &Rc<Deployment>) {
     let tasks: Vec<_> = (0..d.settings.containers)
@@ -983,7 +1000,11 @@ async fn poll(index: usize, d: Rc<Deployment>) {
         let (response, report) = match answered {
             Err(_) => {
                 if crash_after.is_some_and(|ms| ms < timeout_ms) {
-                    d.world.count(|f| f.crashes += 1);
+                    let cut = charged_not_completed_at_last_receive(&d, &received);
+                    d.world.count(|f| {
+                        f.crashes += 1;
+                        f.crashes_between_charge_and_completion_at_last_receive += cut;
+                    });
                     d.world.log(&format!("c{index} crashes"));
                 } else {
                     for m in &received {

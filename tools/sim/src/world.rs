@@ -1,7 +1,7 @@
 //! What everything in a run shares: the seeded random source, the event log and its digest, the
 //! faults injected, each order's story, and simulated time.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
@@ -74,6 +74,9 @@ pub struct Faults {
     pub dlq_failures_at_give_up: usize,
     /// Claims that took over a lease its holder never finished, whose answer was lost.
     pub answers_lost_at_takeover: usize,
+    /// Records at their last receive whose container crashed after their charge and before
+    /// its completion: SQS's redrive moves them without the function's reason.
+    pub crashes_between_charge_and_completion_at_last_receive: usize,
 }
 
 impl Faults {
@@ -98,10 +101,12 @@ impl Faults {
         self.leases_checked += other.leases_checked;
         self.dlq_failures_at_give_up += other.dlq_failures_at_give_up;
         self.answers_lost_at_takeover += other.answers_lost_at_takeover;
+        self.crashes_between_charge_and_completion_at_last_receive +=
+            other.crashes_between_charge_and_completion_at_last_receive;
     }
 
     /// Each kind with its count, for tables.
-    pub fn rows(&self) -> [(&'static str, usize); 19] {
+    pub fn rows(&self) -> [(&'static str, usize); 20] {
         [
             ("crashes", self.crashes),
             ("store errors", self.store_errors),
@@ -140,6 +145,10 @@ impl Faults {
                 "claims taking over an unfinished lease, answer lost",
                 self.answers_lost_at_takeover,
             ),
+            (
+                "crashes between a charge and its completion at the last receive",
+                self.crashes_between_charge_and_completion_at_last_receive,
+            ),
         ]
     }
 }
@@ -160,6 +169,8 @@ pub struct FenceAudit {
     /// Leases granted that do not cover their holder's invocation as the design's rule has it,
     /// or outlive the configured lease: (key, what).
     pub uncovering_leases: Vec<(String, String)>,
+    /// Keys whose latest claim's holder recorded its completion.
+    completed: HashSet<String>,
 }
 
 /// Who holds a claim, by the world's record: a container and the invocation it runs.
@@ -190,9 +201,15 @@ impl FenceAudit {
         token: idempotency::store::LeaseToken,
         holder: Option<HolderId>,
     ) -> bool {
+        self.completed.remove(key);
         self.holders
             .insert(key.to_owned(), (token, holder))
             .is_some()
+    }
+
+    /// Whether `key`'s latest claim was completed by its holder.
+    pub fn is_completed(&self, key: &str) -> bool {
+        self.completed.contains(key)
     }
 
     /// The table applied `call` on `key` for `token`, asked by `writer`: a violation unless the
@@ -221,6 +238,8 @@ impl FenceAudit {
         };
         if let Some(what) = stale {
             self.stale_writes.push((key.to_owned(), what));
+        } else if call == "complete" {
+            self.completed.insert(key.to_owned());
         }
     }
 }
