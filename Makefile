@@ -26,7 +26,7 @@ AUDITABLE_BIN := $(CARGO_BIN_DIR)/cargo-auditable
 SBOM_BIN := $(CARGO_BIN_DIR)/auditable2cdx
 AUDITABLE := RUSTC_WORKSPACE_WRAPPER="$(AUDITABLE_BIN)" CARGO_AUDITABLE_ORIG_ARGS='{"offline":false,"locked":false,"frozen":false,"config":[]}'
 
-.PHONY: run run-dynamodb demo ops-demo test redis-server chaos sim mutants bench bench-cpu lint package semver msrv deny fuzz invoke check-template build build-lambda check-lambda deploy clean-venv
+.PHONY: run run-dynamodb demo ops-demo test redis-server chaos sim mutants mutants-sim bench bench-cpu lint package semver msrv deny fuzz invoke check-template build build-lambda check-lambda deploy clean-venv
 
 run:
 	@$(CARGO) build --quiet --bin process-orders
@@ -164,6 +164,43 @@ mutants: $(PY_STAMP) redis-server
 	    --package $(crate) --test-package $(crate) \
 	    $(addprefix --test-package ,$(MUTANTS_ALSO_$(crate))) --test-package sim \
 	    --output mutants.out-$(crate) $(MUTANTS_ARGS) || status=$$?;) exit $$status
+
+# Mutants the simulator kills alone (issue 52; docs/design.md, "Mutants the simulator kills
+# alone"): the money, store, give-up and backoff files, one cargo-mutants run a file (its own
+# results in mutants.out-sim/FILE/), each mutant tested by the simulator's fixed seeds and
+# nothing else: no crate's own tests, no planted bugs; the in-memory store's seeds, or the
+# DynamoDB store's for its own file.
+# Capped at MUTANTS_SIM_SEEDS seeds a profile (3, the first of each: the fewest at which every
+# fixed run still reaches the faults it asserts it reaches; the ten runs take about 25 s here, a
+# mutant about a minute with its build). MUTANTS_SIM_FILES narrows it.
+# Not in `make test`; exit 2 if any mutant was missed.
+MUTANTS_SIM_FILES ?= src/money.rs src/order.rs src/handler.rs \
+	crates/idempotency/src/lib.rs crates/idempotency/src/store.rs crates/idempotency/src/guard.rs \
+	crates/idempotency/src/once.rs crates/idempotency/src/memory.rs crates/idempotency/src/dynamodb.rs \
+	crates/sqs-batch/src/processor.rs crates/sqs-batch/src/backoff.rs
+MUTANTS_SIM_SEEDS ?= 3
+# cargo-mutants 27 runs its unmutated baseline on the mutated package's tests, not on
+# --test-package's, so the test timeout it would derive (20 s) is not the simulator's: a run
+# that takes about 25 s gets 240.
+MUTANTS_SIM_TIMEOUT ?= 240
+# The fixed-seed tests of tools/sim/tests/it (libtest filters: a test runs if any matches).
+MUTANTS_SIM_TESTS = seeds_charge brownout_seeds a_lowered_receive copies_sent_again worker_seeds \
+	seeds_with_a --skip dynamodb_store
+# The DynamoDB store's mutants meet the fixed seeds that run it (through the SDK, on dynoxide's
+# engine), and only those.
+MUTANTS_SIM_DYNAMODB_TESTS = seeds_on_the_dynamodb_store
+mutants-sim:
+	@cargo mutants --version 2>/dev/null | grep -qF "$(MUTANTS_VERSION)" || $(CARGO) install --locked cargo-mutants --version $(MUTANTS_VERSION)
+	@mkdir -p mutants.out-sim; status=0; for file in $(MUTANTS_SIM_FILES); do \
+	  case $$file in crates/*) crate=$$(echo $$file | cut -d/ -f2);; *) crate=process-orders;; esac; \
+	  case $$file in *dynamodb.rs) tests="$(MUTANTS_SIM_DYNAMODB_TESTS)";; *) tests="$(MUTANTS_SIM_TESTS)";; esac; \
+	  SIM_TEST_SEEDS=$(MUTANTS_SIM_SEEDS) CARGO_TARGET_DIR=$(MUTANTS_TARGET_DIR) \
+	    cargo mutants --no-config --no-shuffle --all-features --package $$crate --test-package sim \
+	    --timeout $(MUTANTS_SIM_TIMEOUT) \
+	    --file $$file --exclude-re '<impl (std::)?(fmt::)?Debug for' --exclude-re 'mutation::active' \
+	    --exclude-re planted_ --output mutants.out-sim/$$(echo $$file | tr / _) $(MUTANTS_ARGS) \
+	    -- --test it -- $$tests || status=$$?; \
+	done; exit $$status
 
 # The libraries as crates.io would take them (nothing is published): `cargo publish --dry-run`
 # for each, in publish order (cargo orders them, and verifies each against the ones before it

@@ -200,7 +200,45 @@ pub fn minor_units(number: &str, digits: u32) -> Option<u64> {
 /// `order_id`, no amount the world can read exactly, a currency it does not know).
 pub fn read(body: &str, default: Code) -> Option<(String, Price)> {
     let fields: std::collections::HashMap<String, &RawValue> = serde_json::from_str(body).ok()?;
+    // An SNS notification (a topic's subscription without raw delivery) carries the order as
+    // a JSON string in `Message`: read once, as SNS wraps once.
+    let notification = fields
+        .get("Type")
+        .and_then(|kind| serde_json::from_str::<String>(kind.get()).ok())
+        .is_some_and(|kind| kind == "Notification");
+    if notification && let Some(message) = fields.get("Message") {
+        let inner: String = serde_json::from_str(message.get()).ok()?;
+        let fields: std::collections::HashMap<String, &RawValue> =
+            serde_json::from_str(&inner).ok()?;
+        return read_fields(&fields, default);
+    }
+    read_fields(&fields, default)
+}
+
+/// The longest order id an order may have: the store's key, a header's value and a path segment
+/// all take it (the design's limit).
+const LONGEST_ID: usize = 255;
+
+/// Whether `id` reads the same as a store key, an `Idempotency-Key` header and a look-up's path
+/// segment, by the world's rule: printable ASCII, spaces only inside, not a dot segment.
+fn usable_id(id: &str) -> bool {
+    !id.is_empty()
+        && id.len() <= LONGEST_ID
+        && id.bytes().all(|b| (0x20..0x7f).contains(&b))
+        && !id.starts_with(' ')
+        && !id.ends_with(' ')
+        && id != "."
+        && id != ".."
+}
+
+fn read_fields(
+    fields: &std::collections::HashMap<String, &RawValue>,
+    default: Code,
+) -> Option<(String, Price)> {
     let order_id: String = serde_json::from_str(fields.get("order_id")?.get()).ok()?;
+    if !usable_id(&order_id) {
+        return None;
+    }
     let currency = match fields.get("currency") {
         None => default,
         Some(code) => Code::parse(&serde_json::from_str::<String>(code.get()).ok()?)?,
@@ -270,8 +308,30 @@ mod tests {
             read(r#"{"order_id": "o-1", "amount": 1234, "currency": "jpy"}"#).map(|r| r.1),
             price(1_234, "JPY")
         );
+        let notification =
+            r#"{"Type": "Notification", "Message": "{\"order_id\": \"o-1 x\", \"amount\": 2}"}"#;
+        assert_eq!(
+            read(notification),
+            Some((
+                "o-1 x".to_owned(),
+                Price {
+                    minor: 200,
+                    currency: Code::EUR
+                }
+            ))
+        );
+        let longest = "o".repeat(LONGEST_ID);
+        let body = |id: &str| format!(r#"{{"order_id": "{id}", "amount": 1}}"#);
+        assert!(super::read(&body(&longest), Code::EUR).is_some());
+        assert!(super::read(&body(&format!("{longest}x")), Code::EUR).is_none());
         for not_an_order in [
             r#"{"order_id": "o-1", "amount": "ten"}"#,
+            r#"{"order_id": " o-1", "amount": 1}"#,
+            r#"{"order_id": "o-1 ", "amount": 1}"#,
+            r#"{"order_id": "..", "amount": 1}"#,
+            r#"{"order_id": "o-\u0001", "amount": 1}"#,
+            r#"{"order_id": "o-\u00e9", "amount": 1}"#,
+            r#"{"Type": "Notification", "Message": {"order_id": "o-1", "amount": 1}}"#,
             r#"{"order_id": "o-1", "amount": -5}"#,
             r#"{"amount": 12.5}"#,
             r#"{"order_id": "o-1", "amount": 1, "currency": "XYZ"}"#,
