@@ -276,6 +276,29 @@ pub(crate) fn report(run: &Run<'_>, sim_ms: u64) -> Report {
             });
         }
     }
+    // Every copy the function moved names the order it is about, as the world reads the body
+    // (an id SQS would take as it is; a longer or odd one is cut and hashed, not checked here).
+    for dead in queue.redriven.iter().flatten().chain(&queue.dlq) {
+        if dead.reason == "maxReceiveCount" {
+            continue;
+        }
+        let named = crate::worldmoney::named_id(&run.payloads[dead.payload].body);
+        let plain = named.as_deref().is_none_or(|id| {
+            id.len() <= sqs_batch::dead_letter::MAX_KEY_BYTES
+                && id.chars().all(sqs_batch::dead_letter::sqs_allows)
+        });
+        let key = failure_key(&dead.attributes);
+        if plain && key != named {
+            violations.push(Violation {
+                rule: "a DLQ copy names another order",
+                order_id: run.payloads[dead.payload].order_id.clone(),
+                detail: format!(
+                    "moved as {} with the key {key:?}; its body names {named:?}",
+                    dead.reason
+                ),
+            });
+        }
+    }
     // The function's SQS calls: the adapters promise to fit SQS's limits whatever the input.
     for (code, refusals) in &queue.refused {
         violations.push(Violation {
@@ -477,4 +500,15 @@ fn fifo_order(
         }
         last_in_group.insert(group, (at, &payload.order_id));
     }
+}
+
+/// The key a DLQ copy's failure attribute names, if it names one.
+fn failure_key(attributes: &crate::queue::Attrs) -> Option<String> {
+    let text = attributes
+        .get(sqs_batch::dead_letter::FAILURE_ATTRIBUTE)?
+        .string_value
+        .as_deref()?;
+    serde_json::from_str::<sqs_batch::dead_letter::Failure>(text)
+        .ok()?
+        .key
 }

@@ -215,6 +215,24 @@ pub fn read(body: &str, default: Code) -> Option<(String, Price)> {
     read_fields(&fields, default)
 }
 
+/// The order id a body names, even when the body is not an order: a string `order_id` at the
+/// top, or in an SNS notification's `Message` when that is a string. What a person looking at a
+/// DLQ copy needs to find the order.
+pub fn named_id(body: &str) -> Option<String> {
+    let fields: std::collections::HashMap<String, &RawValue> = serde_json::from_str(body).ok()?;
+    let notification = fields
+        .get("Type")
+        .and_then(|kind| serde_json::from_str::<String>(kind.get()).ok())
+        .is_some_and(|kind| kind == "Notification");
+    if notification && let Some(message) = fields.get("Message") {
+        let inner: String = serde_json::from_str(message.get()).ok()?;
+        let fields: std::collections::HashMap<String, &RawValue> =
+            serde_json::from_str(&inner).ok()?;
+        return serde_json::from_str(fields.get("order_id")?.get()).ok();
+    }
+    serde_json::from_str(fields.get("order_id")?.get()).ok()
+}
+
 /// The longest order id an order may have: the store's key, a header's value and a path segment
 /// all take it (the design's limit).
 const LONGEST_ID: usize = 255;
