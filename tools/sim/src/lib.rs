@@ -382,8 +382,8 @@ fn poison_body(order_id: &str, world: &Shared) -> String {
         // or an id no store key, header and path segment all read alike (the world's rule,
         // `worldmoney::read`: one byte too long, white space at an end, a dot segment, a
         // control character, non-ASCII), or an SNS notification whose `Message` is the order
-        // as an object, not a string.
-        2 => match order_id.bytes().map(usize::from).sum::<usize>() % 9 {
+        // as an object, not a string, or a string holding an order with a bad amount.
+        2 => match order_id.bytes().map(usize::from).sum::<usize>() % 10 {
             0 => r#"{"amount": 12.5}"#.to_owned(),
             1 => with_id(&format!("{order_id}-{}", "x".repeat(255 - order_id.len()))),
             2 => with_id(&format!(" {order_id}")),
@@ -392,9 +392,10 @@ fn poison_body(order_id: &str, world: &Shared) -> String {
             5 => with_id(".."),
             6 => with_id(&format!("{order_id}\\u0007")),
             7 => with_id(&format!("{order_id}-\u{e9}")),
-            _ => format!(
+            8 => format!(
                 r#"{{"Type": "Notification", "Message": {{"order_id": "{order_id}", "amount": 10}}}}"#
             ),
+            _ => sns_notification(&format!(r#"{{"order_id": "{order_id}", "amount": -5}}"#)),
         },
         _ => {
             let pad = usize::try_from(world.between(100_000..=200_000)).unwrap_or(100_000);
