@@ -116,6 +116,12 @@ where
             None => tracing::Span::none(),
         }
     }
+
+    /// The order id the body names, for a record the processor decides itself (a panic, an
+    /// abandoned record): its DLQ copy names the order as the handler's own verdicts do.
+    fn record_key(&self, message: &Message<'_>) -> Option<String> {
+        order_id_hint(message.body)
+    }
 }
 
 impl<S, P, C> OrderHandler<S, P, C>

@@ -276,6 +276,10 @@ impl<H: RecordHandler, P: PayloadStore> RecordHandler for ClaimCheck<H, P> {
     fn record_span(&self, message: &Message<'_>) -> tracing::Span {
         self.inner.record_span(message)
     }
+
+    fn record_key(&self, message: &Message<'_>) -> Option<String> {
+        self.inner.record_key(message)
+    }
 }
 
 impl<H: RecordHandler, P: PayloadStore> ClaimCheck<H, P> {

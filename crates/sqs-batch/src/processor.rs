@@ -269,6 +269,15 @@ pub trait RecordHandler: Send + Sync {
         let _ = message;
         tracing::Span::none()
     }
+
+    /// The record's business key (an order id), for the verdicts the processor makes itself (a
+    /// panic, a record abandoned at the deadline or at a worker's stop), so that a DLQ copy of
+    /// such a record still names what it is about, as the handler's own verdicts do
+    /// ([`Verdict::with_key`]). Asked only for those. None by default.
+    fn record_key(&self, message: &Message<'_>) -> Option<String> {
+        let _ = message;
+        None
+    }
 }
 
 /// Which records a FIFO failure holds back.
@@ -699,6 +708,14 @@ impl<H: RecordHandler, C: Clock> BatchProcessor<H, C> {
         notified.await;
     }
 
+    /// `verdict`, made by the processor for `message`, with the key the handler names for it.
+    fn keyed(&self, message: &Message<'_>, verdict: Verdict) -> Verdict {
+        match self.handler.record_key(message) {
+            Some(key) => verdict.with_key(key),
+            None => verdict,
+        }
+    }
+
     /// The handler.
     pub fn handler(&self) -> &H {
         &self.handler
@@ -846,26 +863,33 @@ impl<H: RecordHandler, C: Clock> BatchProcessor<H, C> {
             handled = tokio::time::timeout(budget, handled) => {
                 let verdict = match handled {
                     Ok(Ok(verdict)) => verdict,
-                    Ok(Err(_)) => {
-                        Verdict::retry("panic").with_detail("the record handler panicked")
-                    }
+                    Ok(Err(_)) => self.keyed(
+                        message,
+                        Verdict::retry("panic").with_detail("the record handler panicked"),
+                    ),
                     // Its claim may be held until the lease ends: retrying sooner would only
                     // meet BUSY.
-                    Err(_) => Verdict::retry(ABANDONED)
-                        .with_retry_after_ms(
-                            deadline_ms.saturating_add(self.options.abandoned_hold_ms),
-                        )
-                        .with_detail(
-                            "still running when the invocation's time was nearly up: abandoned \
-                             and reported",
-                        ),
+                    Err(_) => self.keyed(
+                        message,
+                        Verdict::retry(ABANDONED)
+                            .with_retry_after_ms(
+                                deadline_ms.saturating_add(self.options.abandoned_hold_ms),
+                            )
+                            .with_detail(
+                                "still running when the invocation's time was nearly up: \
+                                 abandoned and reported",
+                            ),
+                    ),
                 };
                 give_up_if_exhausted(verdict, message.receive_count, limits.give_up_at_receive)
             }
             // Dropping it mid-call is safe for the reasons above.
-            () = self.abandoned() => Verdict::retry(ABANDONED).with_detail(
-                "still running when the runtime stopped waiting (a worker's drain timeout): \
-                 abandoned",
+            () = self.abandoned() => self.keyed(
+                message,
+                Verdict::retry(ABANDONED).with_detail(
+                    "still running when the runtime stopped waiting (a worker's drain timeout): \
+                     abandoned",
+                ),
             ),
         };
         span.record("key", verdict.key.as_deref());
@@ -1217,6 +1241,10 @@ mod tests {
                 }
             }
         }
+
+        fn record_key(&self, message: &Message<'_>) -> Option<String> {
+            (message.message_id != "unkeyed").then(|| format!("k-{}", message.message_id))
+        }
     }
 
     fn processor(scope: FifoScope, clock: &ManualClock) -> BatchProcessor<Scripted, ManualClock> {
@@ -1281,6 +1309,38 @@ mod tests {
         assert_eq!(report.failed_ids(&messages).collect::<Vec<_>>(), ["a"]);
         assert!(matches!(&report.statuses[0], RecordStatus::Handled(v) if v.reason == "panic"));
         assert!(report.statuses[1].is_ack());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_verdicts_the_processor_makes_name_the_handlers_key() {
+        // GIVEN a record that panics, one that never finishes and one the handler names no key
+        // for, WHEN the processor decides them itself, THEN each names the handler's key, as
+        // its DLQ copy will, and the one without a key names none.
+        let specs = [
+            ("a", None, "panic"),
+            ("b", None, "hang"),
+            ("unkeyed", None, "panic"),
+        ];
+        let clock = ManualClock::at(0);
+        let p = processor(FifoScope::Batch, &clock);
+        let messages = batch(&specs);
+        let report = p.process(&messages, QueueKind::Standard, 5_000).await;
+        let keys: Vec<_> = report
+            .statuses
+            .iter()
+            .map(|status| match status {
+                RecordStatus::Handled(v) => (v.reason, v.key.clone()),
+                other => panic!("not handled: {other:?}"),
+            })
+            .collect();
+        assert_eq!(
+            keys,
+            [
+                ("panic", Some("k-a".to_owned())),
+                (ABANDONED, Some("k-b".to_owned())),
+                ("panic", None)
+            ]
+        );
     }
 
     #[tokio::test]

@@ -401,9 +401,13 @@ impl Queue {
     }
 
     /// The message of a payload still in the queue (a copy is sent to the DLQ before its
-    /// message is deleted).
-    pub(crate) fn message_of(&self, payload: usize) -> Option<&Stored> {
-        self.messages.values().find(|m| m.payload == payload)
+    /// message is deleted); of several, the one at `receive` when it is known.
+    pub(crate) fn message_of(&self, payload: usize, receive: Option<u32>) -> Option<&Stored> {
+        let mut carrying = self.messages.values().filter(|m| m.payload == payload);
+        let first = carrying.clone().next();
+        receive
+            .and_then(|n| carrying.find(|m| m.receive_count == n))
+            .or(first)
     }
 
     /// Messages waiting to be received: visible now.

@@ -447,7 +447,10 @@ impl SimSqs {
             queue.untraceable.push(reason);
             return;
         };
-        let source = queue.message_of(payload).map(|m| {
+        // Two messages may carry one payload (a copy redriven twice): the one moved is at the
+        // receive the function's failure attribute names.
+        let moved_at = failure_receive_count(&attributes);
+        let source = queue.message_of(payload, moved_at).map(|m| {
             self.world
                 .tell(&m.order_id, || format!("a copy reaches the DLQ: {reason}"));
             (m.id.clone(), m.receive_count)
@@ -683,6 +686,16 @@ fn message_json(m: &Stored, fifo: bool) -> Value {
         "Attributes": system,
         "MessageAttributes": attributes,
     })
+}
+
+/// The receive count a DLQ copy's failure attribute names, if it carries a readable one.
+fn failure_receive_count(attributes: &Attrs) -> Option<u32> {
+    attributes
+        .get(sqs_batch::dead_letter::FAILURE_ATTRIBUTE)
+        .and_then(|a| a.string_value.as_deref())
+        .and_then(|text| serde_json::from_str::<Value>(text).ok())
+        .and_then(|failure| failure.get("receive_count")?.as_u64())
+        .and_then(|n| u32::try_from(n).ok())
 }
 
 /// The reason a DLQ copy's failure attribute names, if it carries a readable one.

@@ -45,6 +45,10 @@ impl<H: RecordHandler> RecordHandler for Observed<H> {
     fn record_span(&self, message: &Message<'_>) -> tracing::Span {
         self.inner.record_span(message)
     }
+
+    fn record_key(&self, message: &Message<'_>) -> Option<String> {
+        self.inner.record_key(message)
+    }
 }
 
 /// A worker's stop, as the world schedules it: set by the simulated SQS when it hands the
