@@ -208,7 +208,14 @@ mutants-sim:
 # stopped at the last step. Then their docs as docs.rs builds them: with default features, and
 # with each crate's docs.rs feature set, warnings refused.
 LIBRARY_CRATES = lambda-kit sqs-batch idempotency claim-check
+# Cargo extracts a crate of that local registry once per name and version and never again (its
+# registry/src folder has no content hash), so on a machine that ran this before, a library that
+# changed without a version bump was verified against the earlier run's copy of the ones before
+# it. Their extracted copies go first: the folders of unnamed sources ("-HASH"), never a named
+# registry's such as crates.io's.
+CARGO_HOME_DIR = $(or $(CARGO_HOME),$(HOME)/.cargo)
 package:
+	@find $(CARGO_HOME_DIR)/registry/src $(CARGO_HOME_DIR)/registry/cache -mindepth 1 -maxdepth 1 -name '-*' -exec rm -rf {} + 2>/dev/null || true
 	$(CARGO) publish --dry-run --allow-dirty $(addprefix -p ,$(LIBRARY_CRATES))
 	RUSTDOCFLAGS="-D warnings" $(CARGO) doc --no-deps --quiet $(addprefix -p ,$(LIBRARY_CRATES))
 	@for crate in $(LIBRARY_CRATES); do \

@@ -374,29 +374,11 @@ fn sns_notification(order: &str) -> String {
 /// Bodies that are not orders, as producers get them wrong; some large (near SQS's limit, so
 /// that ten of them do not fit one `SendMessageBatch`).
 fn poison_body(order_id: &str, world: &Shared) -> String {
-    let with_id = |id: &str| format!(r#"{{"order_id": "{id}", "amount": 10}}"#);
     match world.between(0..=4) {
         0 => format!("order {order_id}: not JSON"),
         1 => format!(r#"{{"order_id": "{order_id}", "amount": -5}}"#),
-        // A field wrong, picked by the id so that no draw is added to the fixed seeds: no id,
-        // or an id no store key, header and path segment all read alike (the world's rule,
-        // `worldmoney::read`: one byte too long, white space at an end, a dot segment, a
-        // control character, non-ASCII), or an SNS notification whose `Message` is the order
-        // as an object, not a string, or a string holding an order with a bad amount.
-        2 => match order_id.bytes().map(usize::from).sum::<usize>() % 10 {
-            0 => r#"{"amount": 12.5}"#.to_owned(),
-            1 => with_id(&format!("{order_id}-{}", "x".repeat(255 - order_id.len()))),
-            2 => with_id(&format!(" {order_id}")),
-            3 => with_id(&format!("{order_id} ")),
-            4 => with_id("."),
-            5 => with_id(".."),
-            6 => with_id(&format!("{order_id}\\u0007")),
-            7 => with_id(&format!("{order_id}-\u{e9}")),
-            8 => format!(
-                r#"{{"Type": "Notification", "Message": {{"order_id": "{order_id}", "amount": 10}}}}"#
-            ),
-            _ => sns_notification(&format!(r#"{{"order_id": "{order_id}", "amount": -5}}"#)),
-        },
+        // Picked by the id, so that no draw is added to the fixed seeds.
+        2 => malformed(order_id, order_id.bytes().map(usize::from).sum::<usize>()),
         _ => {
             let pad = usize::try_from(world.between(100_000..=200_000)).unwrap_or(100_000);
             format!(
@@ -404,6 +386,35 @@ fn poison_body(order_id: &str, world: &Shared) -> String {
                 filler(pad)
             )
         }
+    }
+}
+
+/// How many kinds [`malformed`] makes.
+const MALFORMED_KINDS: usize = 12;
+
+/// A body that is not an order for one field's sake, kind `k` (modulo [`MALFORMED_KINDS`]): no
+/// id; an id no store key, header and path segment all read alike (the world's rule,
+/// `worldmoney::read`: one byte too long, white space at an end, a dot segment, a control
+/// character, non-ASCII); an SNS notification whose `Message` is the order as an object, or a
+/// string holding an order with a bad amount; an amount as a string, or one minor unit past
+/// 2^53 - 1 (every JSON reader's exact integers).
+fn malformed(order_id: &str, k: usize) -> String {
+    let with_id = |id: &str| format!(r#"{{"order_id": "{id}", "amount": 10}}"#);
+    match k % MALFORMED_KINDS {
+        0 => r#"{"amount": 12.5}"#.to_owned(),
+        1 => with_id(&format!("{order_id}-{}", "x".repeat(255 - order_id.len()))),
+        2 => with_id(&format!(" {order_id}")),
+        3 => with_id(&format!("{order_id} ")),
+        4 => with_id("."),
+        5 => with_id(".."),
+        6 => with_id(&format!("{order_id}\\u0007")),
+        7 => with_id(&format!("{order_id}-\u{e9}")),
+        8 => format!(
+            r#"{{"Type": "Notification", "Message": {{"order_id": "{order_id}", "amount": 10}}}}"#
+        ),
+        9 => sns_notification(&format!(r#"{{"order_id": "{order_id}", "amount": -5}}"#)),
+        10 => format!(r#"{{"order_id": "{order_id}", "amount": "12"}}"#),
+        _ => format!(r#"{{"order_id": "{order_id}", "amount": 90071992547409.92}}"#),
     }
 }
 
@@ -460,9 +471,20 @@ fn payloads(settings: &SimSettings, world: &Shared, default: Code) -> Vec<Payloa
         // The amount written as the world's table says the currency's minor unit is.
         let body = |minor: u64, code: Option<&str>, currency: Code| {
             let currency_field = code.map_or(String::new(), |c| format!(r#", "currency": "{c}""#));
-            let amount = Price { minor, currency }
-                .decimal()
-                .expect("the world sends only currencies it knows");
+            // Every 11th order writes its amount with an exponent (`1050E-2`, `12.5e0`), as some
+            // JSON writers do: the same number.
+            let amount = match (i % 22, currency.minor_digits()) {
+                (3, Some(digits)) => format!("{minor}E-{digits}"),
+                (14, Some(_)) => format!(
+                    "{}e0",
+                    Price { minor, currency }
+                        .decimal()
+                        .expect("the world sends only currencies it knows")
+                ),
+                _ => Price { minor, currency }
+                    .decimal()
+                    .expect("the world sends only currencies it knows"),
+            };
             let order = match &note {
                 None => {
                     format!(r#"{{"order_id": "{order_id}", "amount": {amount}{currency_field}}}"#)
