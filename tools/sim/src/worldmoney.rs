@@ -199,26 +199,25 @@ pub fn minor_units(number: &str, digits: u32) -> Option<u64> {
 /// names no currency. `None` for a body that is not an order (not a JSON object, no string
 /// `order_id`, no amount the world can read exactly, a currency it does not know).
 pub fn read(body: &str, default: Code) -> Option<(String, Price)> {
-    let fields: std::collections::HashMap<String, &RawValue> = serde_json::from_str(body).ok()?;
-    // An SNS notification (a topic's subscription without raw delivery) carries the order as
-    // a JSON string in `Message`: read once, as SNS wraps once.
-    let notification = fields
-        .get("Type")
-        .and_then(|kind| serde_json::from_str::<String>(kind.get()).ok())
-        .is_some_and(|kind| kind == "Notification");
-    if notification && let Some(message) = fields.get("Message") {
-        let inner: String = serde_json::from_str(message.get()).ok()?;
-        let fields: std::collections::HashMap<String, &RawValue> =
-            serde_json::from_str(&inner).ok()?;
-        return read_fields(&fields, default);
-    }
-    read_fields(&fields, default)
+    with_order_fields(body, |fields| read_fields(fields, default))
 }
 
 /// The order id a body names, even when the body is not an order: a string `order_id` at the
 /// top, or in an SNS notification's `Message` when that is a string. What a person looking at a
 /// DLQ copy needs to find the order.
 pub fn named_id(body: &str) -> Option<String> {
+    with_order_fields(body, |fields| {
+        serde_json::from_str(fields.get("order_id")?.get()).ok()
+    })
+}
+
+/// `read` applied to the fields of the order a body carries: the body's own, or, for an SNS
+/// notification (a topic's subscription without raw delivery), those of the JSON string in its
+/// `Message`, unwrapped once as SNS wraps once. `None` when either is not a JSON object.
+fn with_order_fields<T>(
+    body: &str,
+    read: impl FnOnce(&std::collections::HashMap<String, &RawValue>) -> Option<T>,
+) -> Option<T> {
     let fields: std::collections::HashMap<String, &RawValue> = serde_json::from_str(body).ok()?;
     let notification = fields
         .get("Type")
@@ -228,9 +227,9 @@ pub fn named_id(body: &str) -> Option<String> {
         let inner: String = serde_json::from_str(message.get()).ok()?;
         let fields: std::collections::HashMap<String, &RawValue> =
             serde_json::from_str(&inner).ok()?;
-        return serde_json::from_str(fields.get("order_id")?.get()).ok();
+        return read(&fields);
     }
-    serde_json::from_str(fields.get("order_id")?.get()).ok()
+    read(&fields)
 }
 
 /// The longest order id an order may have: the store's key, a header's value and a path segment
