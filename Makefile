@@ -118,8 +118,8 @@ lint:
 	RUSTDOCFLAGS="-D warnings" $(CARGO) doc --workspace --no-deps --all-features --quiet
 
 # The deterministic simulation at scale (tools/sim): ORDERS orders over SEEDS seeds from
-# FIRST_SEED, PROFILE standard, fifo, brownout, skewed, lowered, archived, worker or mixed (the
-# first six in turn),
+# FIRST_SEED, PROFILE standard, fifo, brownout, skewed, lowered, archived, worker, money or mixed
+# (the first six in turn),
 # MUTATION a planted bug
 # to watch being caught (the run is built with the planted bugs: $(SIM_MUTATIONS)); a summary
 # table at the end; a broken invariant prints the command that replays it and the story of its
@@ -185,7 +185,7 @@ MUTANTS_SIM_SEEDS ?= 3
 MUTANTS_SIM_TIMEOUT ?= 240
 # The fixed-seed tests of tools/sim/tests/it (libtest filters: a test runs if any matches).
 MUTANTS_SIM_TESTS = seeds_charge brownout_seeds a_lowered_receive copies_sent_again worker_seeds \
-	seeds_with_a --skip dynamodb_store
+	seeds_with_a money_at --skip dynamodb_store
 # The DynamoDB store's mutants meet the fixed seeds that run it (through the SDK, on dynoxide's
 # engine), and only those.
 MUTANTS_SIM_DYNAMODB_TESTS = seeds_on_the_dynamodb_store

@@ -359,6 +359,39 @@ fn order_id_of(i: usize) -> String {
     }
 }
 
+/// The amounts [`settings::Edges::money`] sends, one after another: a currency code, the
+/// amount's JSON text and the minor units it names, as the world's own table and reader see them
+/// (`None`: not an order, POISON `invalid_body`). Every exponent ISO 4217 has (0, 2, 3 and 4),
+/// the largest amount a JSON reader holds exactly (2^53 - 1 minor units) and one unit past it,
+/// exponents of either sign, spellings of one number, fractions of the minor unit, an amount as
+/// a string.
+pub const MONEY_EDGES: [(&str, &str, Option<u64>); 24] = [
+    ("CLF", "1.2345", Some(12_345)),
+    ("UYW", "0.0001", Some(1)),
+    ("CLF", "12.5", Some(125_000)),
+    ("UYW", "3e0", Some(30_000)),
+    ("KWD", "0.001", Some(1)),
+    ("BHD", "1.5e1", Some(15_000)),
+    ("OMR", "2.500", Some(2_500)),
+    ("JPY", "9007199254740991", Some((1 << 53) - 1)),
+    ("JPY", "9007199254740992", None),
+    ("EUR", "90071992547409.91", Some((1 << 53) - 1)),
+    ("EUR", "90071992547409.92", None),
+    ("CLF", "900719925474.0991", Some((1 << 53) - 1)),
+    ("KRW", "1.5E+3", Some(1_500)),
+    ("ISK", "0.5e1", Some(5)),
+    ("USD", "100.000", Some(10_000)),
+    ("EUR", "1E-2", Some(1)),
+    ("EUR", "0.001", None),
+    ("JPY", "1.5", None),
+    ("CLF", "0.00001", None),
+    ("TND", "1.0005", None),
+    ("EUR", "\"12\"", None),
+    ("EUR", "0", None),
+    ("JPY", "12345678901234567", None),
+    ("GBP", "0.10e1", Some(100)),
+];
+
 /// `order` as SNS delivers a notification to a queue without raw message delivery.
 fn sns_notification(order: &str) -> String {
     serde_json::json!({
@@ -530,6 +563,31 @@ fn payloads(settings: &SimSettings, world: &Shared, default: Code) -> Vec<Payloa
                     ..Payload::new(order_id, body, true, default)
                 });
             }
+        }
+        // At money's edges: the order as it was drawn, with another amount and currency.
+        if settings.edges.money && i % 4 == 1 {
+            let (code, amount, minor) = MONEY_EDGES[(i / 4) % MONEY_EDGES.len()];
+            let order = format!(
+                r#"{{"order_id": "{order_id}", "amount": {amount}, "currency": "{code}"}}"#
+            );
+            let body = if wrapped {
+                sns_notification(&order)
+            } else {
+                order
+            };
+            let payload = Payload {
+                group,
+                attributes,
+                sent_ms,
+                ..Payload::new(order_id, body, minor.is_none(), default)
+            };
+            assert_eq!(
+                payload.price.map(|p| p.minor),
+                minor,
+                "the world reads {amount} {code} otherwise than its list says"
+            );
+            out.push(payload);
+            continue;
         }
         let edge = world.roll();
         let (poison_rate, pointer_rate) = (settings.edges.poison_rate, settings.edges.pointer_rate);

@@ -18,7 +18,7 @@ pub struct Code([u8; 3]);
 /// ISO 4217's exponents (the digits of the minor unit) for the codes the world's producers use
 /// and a few of their neighbours, from the ISO 4217 list (SIX, amendment 178). Written here
 /// rather than taken from the function, so that the function's table is judged, not trusted.
-const EXPONENTS: [(&[u8; 3], u32); 12] = [
+const EXPONENTS: [(&[u8; 3], u32); 13] = [
     (b"EUR", 2),
     (b"USD", 2),
     (b"GBP", 2),
@@ -31,6 +31,7 @@ const EXPONENTS: [(&[u8; 3], u32); 12] = [
     (b"OMR", 3),
     (b"TND", 3),
     (b"CLF", 4),
+    (b"UYW", 4),
 ];
 
 impl Code {

@@ -147,6 +147,15 @@ fn fixed_seeds_on(
             "no order was sent again in another currency alone"
         );
     }
+    // Every exponent ISO 4217 has was charged at money's edges, the largest amount among them.
+    if profile == "money" {
+        for currency in ["CLF", "UYW", "BHD", "OMR", "KRW", "ISK", "GBP"] {
+            assert!(
+                currencies.get(currency).is_some_and(|n| *n > 0),
+                "nothing charged in {currency} at money's edges: {currencies:?}"
+            );
+        }
+    }
     // The faults the profile is about did happen.
     assert!(faults.crashes > 0 && faults.store_answers_lost > 0 && faults.charge_answers_lost > 0);
     assert!(faults.slow_charges > 0 && faults.pending_charges > 0 && faults.lookup_errors > 0);
@@ -223,6 +232,14 @@ fn copies_sent_again_after_their_items_expired_charge_nothing_twice() {
         OPERATOR_SEEDS,
         ORDERS,
     );
+}
+
+/// Every fourth order at money's edges (`sim::MONEY_EDGES`: ISO 4217's exponents 0 to 4, 2^53 - 1
+/// minor units and one past, exponents, fractions of the minor unit), judged by the world's own
+/// reading of each body: charged exactly what it names, or moved as `invalid_body`.
+#[test]
+fn money_at_its_edges_is_charged_as_the_world_reads_it() {
+    fixed_seeds("money");
 }
 
 /// The function as a fleet of long-polling workers on a FIFO queue, stopped every few minutes
