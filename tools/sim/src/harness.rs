@@ -231,6 +231,7 @@ impl<F> Run<F> {
             error_rate: self.settings.store_error_rate,
             lost_rate: self.settings.store_lost_rate,
             slow_rate: 0.0,
+            hang_at_give_up_rate: 0.0,
             operation_timeout_ms: 3_000,
             // The generic harness's handlers need not follow the function's lease rule.
             holder: crate::store::Holder::new(0, clock.clone(), 300_000, 5_000),

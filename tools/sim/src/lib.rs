@@ -775,6 +775,7 @@ impl Deployment {
             error_rate: self.settings.store_error_rate,
             lost_rate: self.settings.store_lost_rate,
             slow_rate: self.settings.store_slow_rate,
+            hang_at_give_up_rate: self.settings.store_hang_at_give_up_rate,
             operation_timeout_ms: self.setting_ms("DYNAMODB_OPERATION_TIMEOUT_MS", 3_000),
             holder: holder.clone(),
         };
@@ -1117,17 +1118,27 @@ async fn poll(index: usize, d: Rc<Deployment>) {
         let limit = crash_after.unwrap_or(timeout_ms).min(timeout_ms);
         *d.invocations.borrow_mut() += 1;
         invocation_seq += 1;
-        holder.set(Some(world::Invocation {
-            seq: invocation_seq,
-            started_ms: clock.now_ms(),
-            deadline_ms,
-        }));
+        // The world's own give-up receive (one before the queue's `maxReceiveCount`).
+        let give_up = d.queue.lock().max_receive.saturating_sub(1).max(1);
+        let at_give_up = received
+            .iter()
+            .filter(|m| m.receive_count >= give_up)
+            .map(|m| m.order_id.clone())
+            .collect();
+        holder.set(
+            Some(world::Invocation {
+                seq: invocation_seq,
+                started_ms: clock.now_ms(),
+                deadline_ms,
+            }),
+            at_give_up,
+        );
         let answered = tokio::time::timeout(
             Duration::from_millis(limit),
             app.handle_batch(&batch, deadline_ms),
         )
         .await;
-        holder.set(None);
+        holder.set(None, std::collections::HashSet::new());
         let (response, report) = match answered {
             Err(_) => {
                 if crash_after.is_some_and(|ms| ms < timeout_ms) {

@@ -141,6 +141,9 @@ pub struct SimSettings {
     pub store_lost_rate: f64,
     /// Share of store calls throttled, slowed up to the SDK's operation timeout.
     pub store_slow_rate: f64,
+    /// Share of store calls for a record at the give-up's receive (Lambda containers only)
+    /// that outlast the invocation: the processor abandons the record at its last receive.
+    pub store_hang_at_give_up_rate: f64,
     /// Share of charges made whose answer is lost (a reset, a timeout after sending).
     pub charge_lost_rate: f64,
     /// Share of charges the provider answers "pending" and settles minutes later (a bank's
@@ -317,6 +320,7 @@ impl SimSettings {
             store_error_rate: 0.02,
             store_lost_rate: 0.02,
             store_slow_rate: 0.01,
+            store_hang_at_give_up_rate: 0.0,
             charge_lost_rate: 0.03,
             pending_rate: 0.02,
             slow_rate: 0.01,
@@ -382,6 +386,7 @@ impl SimSettings {
     pub fn lowered(seed: u64, orders: usize) -> Self {
         Self {
             lowered_receive_count: Some(5),
+            store_hang_at_give_up_rate: 0.01,
             ..Self::faulty(seed, orders)
         }
     }

@@ -32,6 +32,8 @@ pub struct SimStore {
     pub lost_rate: f64,
     /// Share of calls throttled: the SDK's retries take up to the operation timeout.
     pub slow_rate: f64,
+    /// Share of calls for a record at the give-up's receive that outlast the invocation.
+    pub hang_at_give_up_rate: f64,
     /// The SDK's operation timeout (`DYNAMODB_OPERATION_TIMEOUT_MS`), ms.
     pub operation_timeout_ms: u64,
     /// The invocation this container runs, when it is a Lambda container (set by its loop around
@@ -52,6 +54,9 @@ pub struct Holder {
     pub lease_ms: u64,
     /// The configured margin past the deadline, ms.
     pub margin_ms: u64,
+    /// The orders of the current invocation's records at the give-up's receive, by the world's
+    /// reading of their bodies (set with the invocation).
+    pub at_give_up: Arc<std::sync::Mutex<std::collections::HashSet<String>>>,
 }
 
 impl Holder {
@@ -68,6 +73,7 @@ impl Holder {
             clock,
             lease_ms,
             margin_ms,
+            at_give_up: Arc::default(),
         }
     }
 
@@ -82,12 +88,40 @@ impl Holder {
             })
     }
 
-    /// The container runs `invocation` now (`None`: between invocations).
-    pub fn set(&self, invocation: Option<crate::world::Invocation>) {
+    /// The container runs `invocation` now (`None`: between invocations), with these orders'
+    /// records at the give-up's receive.
+    pub fn set(
+        &self,
+        invocation: Option<crate::world::Invocation>,
+        at_give_up: std::collections::HashSet<String>,
+    ) {
         *self
             .invocation
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner) = invocation;
+        *self
+            .at_give_up
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = at_give_up;
+    }
+
+    /// How long until just past the current invocation's deadline, by this container's clock,
+    /// when `key`'s record is at the give-up's receive (`None` otherwise).
+    fn past_deadline_at_give_up(&self, key: &str) -> Option<u64> {
+        let invocation = (*self
+            .invocation
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner))?;
+        self.at_give_up
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .contains(key)
+            .then(|| {
+                invocation
+                    .deadline_ms
+                    .saturating_sub(lambda_kit::Clock::now_ms(&self.clock))
+                    + 1_000
+            })
     }
 }
 
@@ -95,6 +129,18 @@ impl SimStore {
     /// Before the call: `Err` when it fails unapplied; after: whether to lose the answer. The
     /// DynamoDB table's faults happen below the SDK instead.
     async fn before(&self, key: &str, call: &str) -> Result<bool, StoreError> {
+        // A call that outlasts the invocation while its record is at the last receive the
+        // function sees (an operation timeout edited longer than the function's own, a
+        // connection that black-holes): the processor must abandon the record and still move it
+        // with its order's key.
+        if let Some(ms) = self.holder.past_deadline_at_give_up(key)
+            && self.world.chance(self.hang_at_give_up_rate)
+        {
+            self.world.count(|f| f.store_hangs_at_give_up += 1);
+            self.world
+                .tell(key, || format!("store {call}: hangs past the deadline"));
+            tokio::time::sleep(std::time::Duration::from_millis(ms)).await;
+        }
         if matches!(self.inner, Table::DynamoDb(_)) {
             return Ok(false);
         }

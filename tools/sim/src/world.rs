@@ -77,6 +77,8 @@ pub struct Faults {
     /// Records at their last receive whose container crashed after their charge and before
     /// its completion: SQS's redrive moves them without the function's reason.
     pub crashes_between_charge_and_completion_at_last_receive: usize,
+    /// Store calls for a record at the give-up's receive that outlasted the invocation.
+    pub store_hangs_at_give_up: usize,
 }
 
 impl Faults {
@@ -103,10 +105,11 @@ impl Faults {
         self.answers_lost_at_takeover += other.answers_lost_at_takeover;
         self.crashes_between_charge_and_completion_at_last_receive +=
             other.crashes_between_charge_and_completion_at_last_receive;
+        self.store_hangs_at_give_up += other.store_hangs_at_give_up;
     }
 
     /// Each kind with its count, for tables.
-    pub fn rows(&self) -> [(&'static str, usize); 20] {
+    pub fn rows(&self) -> [(&'static str, usize); 21] {
         [
             ("crashes", self.crashes),
             ("store errors", self.store_errors),
@@ -148,6 +151,10 @@ impl Faults {
             (
                 "crashes between a charge and its completion at the last receive",
                 self.crashes_between_charge_and_completion_at_last_receive,
+            ),
+            (
+                "store calls outlasting the invocation at the last receive",
+                self.store_hangs_at_give_up,
             ),
         ]
     }

@@ -166,10 +166,18 @@ fn fixed_seeds_on(
         ),
         "fifo" => assert!(reasons.get("after_failure").is_some_and(|n| *n > 0)),
         "skewed" => assert!(faults.fenced_writes > 0, "no stale holder ever wrote"),
-        "lowered" => assert!(
-            reasons.get("retries_exhausted").is_some_and(|n| *n > 0),
-            "the function never gave up at the lowered count"
-        ),
+        "lowered" => {
+            assert!(
+                reasons.get("retries_exhausted").is_some_and(|n| *n > 0),
+                "the function never gave up at the lowered count"
+            );
+            // Records abandoned at their last receive, whose copies must still name their order.
+            assert!(
+                faults.store_hangs_at_give_up > 0
+                    && reasons.get("abandoned").is_some_and(|n| *n > 0),
+                "no store call outlasted an invocation at the last receive: {faults:?}"
+            );
+        }
         // The copies came back after their items expired, and their look-ups settled them.
         "archived" => assert!(
             redriven > 0 && reasons.get("reconciled").is_some_and(|n| *n > 0),
