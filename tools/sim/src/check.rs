@@ -23,6 +23,36 @@ pub const PERSON_REASONS: [&str; 6] = [
     "payload_invalid",
 ];
 
+/// The reason codes docs/operations.md gives a record's decision ("The reason codes"), written
+/// here again as the world's own list (a test holds it to the document's table, not to the
+/// function's code): dashboards and alarms are built on them, so a decision under any other
+/// name is a violation.
+pub const DESIGN_REASONS: [&str; 23] = [
+    "charged",
+    "reconciled",
+    "duplicate",
+    "busy",
+    "conflict",
+    "payment_conflict",
+    "payment_rejected",
+    "payment_not_sent",
+    "payment_ambiguous",
+    "payment_in_flight",
+    "payment_pending",
+    "payment_failed",
+    "payment_config",
+    "payment_refused",
+    "payment_circuit_open",
+    "needs_reconciliation",
+    "store_error",
+    "lease_lost",
+    "invalid_body",
+    "payload_invalid",
+    "retries_exhausted",
+    "abandoned",
+    "panic",
+];
+
 /// Why a message in the DLQ should not be there, judged by what happened in the world rather
 /// than by the label the function gave it: a person-settled reason must be true of the world
 /// (the provider declined, another payload exists, the look-up left the question open, the body
@@ -530,4 +560,25 @@ fn failure_key(attributes: &crate::queue::Attrs) -> Option<String> {
     serde_json::from_str::<sqs_batch::dead_letter::Failure>(text)
         .ok()?
         .key
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The world's list is the document's table, code for code: a code the function gains goes
+    /// into docs/operations.md first, and then here.
+    #[test]
+    fn the_worlds_reason_codes_are_the_documents() {
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../../docs/operations.md");
+        let text = std::fs::read_to_string(path).expect("docs/operations.md");
+        let table: Vec<&str> = text
+            .lines()
+            .skip_while(|line| !line.starts_with("| reason | outcome |"))
+            .skip(2)
+            .take_while(|line| line.starts_with('|'))
+            .filter_map(|line| line.split('`').nth(1))
+            .collect();
+        assert_eq!(table, DESIGN_REASONS, "docs/operations.md's reason codes");
+    }
 }

@@ -1195,6 +1195,15 @@ async fn poll(index: usize, d: Rc<Deployment>) {
                 _ => "unknown_status",
             };
             *d.decisions.borrow_mut().entry(reason).or_default() += 1;
+            if let RecordStatus::Handled(v) | RecordStatus::Moved(v) = status
+                && !check::DESIGN_REASONS.contains(&v.reason)
+            {
+                d.violations.borrow_mut().push(Violation {
+                    rule: "a decision under a name the design does not give",
+                    order_id: m.order_id.clone(),
+                    detail: format!("{} was decided {:?} {:?}", m.id, v.outcome, v.reason),
+                });
+            }
             d.world.tell(&m.order_id, || {
                 format!("{}: c{index} decides {reason}", m.id)
             });
