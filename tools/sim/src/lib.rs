@@ -1133,11 +1133,19 @@ async fn poll(index: usize, d: Rc<Deployment>) {
             }),
             at_give_up,
         );
-        let answered = tokio::time::timeout(
-            Duration::from_millis(limit),
-            app.handle_batch(&batch, deadline_ms),
-        )
-        .await;
+        let caller = world::HolderId {
+            container: holder.container,
+            invocation: invocation_seq,
+        };
+        let answered = world::CALLER
+            .scope(
+                caller,
+                tokio::time::timeout(
+                    Duration::from_millis(limit),
+                    app.handle_batch(&batch, deadline_ms),
+                ),
+            )
+            .await;
         holder.set(None, std::collections::HashSet::new());
         let (response, report) = match answered {
             Err(_) => {
@@ -1236,10 +1244,59 @@ async fn poll(index: usize, d: Rc<Deployment>) {
                         detail: format!("{}: {short}", m.id),
                     });
                 }
+                // The provider refused this container's key for the record's charge in this
+                // invocation (the world's own record of who called; the batch's only record of
+                // the order): our configuration, which a person fixes,
+                // so the record stays away 15 minutes from the refusal (docs/design.md), not the
+                // schedule's pace, as far as SQS's 12 hours from the receive allow.
+                let refused_ms = d
+                    .provider
+                    .ledger()
+                    .key_refused
+                    .get(&m.order_id)
+                    .and_then(|refusals| {
+                        refusals
+                            .iter()
+                            .filter(|(_, by)| *by == Some(caller))
+                            .map(|(ms, _)| *ms)
+                            .max()
+                    })
+                    // Two records of one order in the batch (a duplicate delivery): the
+                    // refusal may be the other's.
+                    .filter(|_| received.iter().filter(|r| r.order_id == m.order_id).count() == 1);
+                let visible_at_ms = queue
+                    .current(&m.receipt)
+                    .filter(|s| s.visibility_set_s.is_some())
+                    .map(|s| s.visible_at_ms);
+                if let (RecordStatus::Handled(verdict), Some(visible_at_ms), Some(refused_ms)) =
+                    (status, visible_at_ms, refused_ms)
+                    && verdict.outcome == sqs_batch::processor::Outcome::Retry
+                {
+                    // Less a second: SQS takes whole seconds.
+                    let required_ms = (refused_ms + CONFIGURATION_RETRY_MS - 1_000)
+                        .min(m.received_ms + queue::MAX_VISIBILITY_MS);
+                    if visible_at_ms < required_ms {
+                        d.violations.borrow_mut().push(Violation {
+                            rule: "a record refused for our configuration back before 15 minutes",
+                            order_id: m.order_id.clone(),
+                            detail: format!(
+                                "{}: RETRY {} after a 401 for the rotated key, visible again {} s \
+                                 after it",
+                                m.id,
+                                verdict.reason,
+                                visible_at_ms.saturating_sub(refused_ms) / 1_000
+                            ),
+                        });
+                    }
+                }
             }
         }
     }
 }
+
+/// How long docs/design.md keeps away a record refused for our configuration (a 401, a key
+/// rotated): 15 minutes, the world's reading of the design, not the function's constant.
+const CONFIGURATION_RETRY_MS: u64 = 15 * 60 * 1_000;
 
 /// Why the visibility `set_s` the function gave a RETRY is too short, if it is: every retry
 /// stays away at least its receive's floor in the schedule, and at least until the verdict's own

@@ -60,6 +60,9 @@ pub struct Ledger {
     /// Look-ups that answered and left the question open (no charge found, or an answer the
     /// function's reader does not understand), by key: provider ms. What a person must settle.
     pub unsettled_lookups: HashMap<String, Vec<u64>>,
+    /// Charges refused for the container's rotated key (401), by key: simulated ms, and the
+    /// container's invocation that sent it (`crate::world::CALLER`).
+    pub key_refused: HashMap<String, Vec<(u64, Option<crate::world::HolderId>)>>,
 }
 
 /// Faults and limits of the simulated provider.
@@ -317,6 +320,12 @@ impl PaymentGateway for Provider {
         let at = self.sim_ms();
         if (self.settings.rotation.0..self.settings.rotation.1).contains(&at) {
             self.world.count(|f| f.rotation_refusals += 1);
+            let caller = crate::world::CALLER.try_with(|caller| *caller).ok();
+            self.ledger()
+                .key_refused
+                .entry(key.to_owned())
+                .or_default()
+                .push((at, caller));
             self.world.tell(key, || {
                 "provider charge: 401, the cached key was rotated".into()
             });

@@ -180,6 +180,12 @@ pub struct FenceAudit {
     completed: HashSet<String>,
 }
 
+tokio::task_local! {
+    /// The Lambda container and invocation whose work runs on this task, as the world started
+    /// it: what the provider names as the caller of each request it answers.
+    pub static CALLER: HolderId;
+}
+
 /// Who holds a claim, by the world's record: a container and the invocation it runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct HolderId {
