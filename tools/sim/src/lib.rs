@@ -1244,47 +1244,50 @@ async fn poll(index: usize, d: Rc<Deployment>) {
                         detail: format!("{}: {short}", m.id),
                     });
                 }
-                // The provider refused this container's key for the record's charge in this
-                // invocation (the world's own record of who called; the batch's only record of
-                // the order): our configuration, which a person fixes,
-                // so the record stays away 15 minutes from the refusal (docs/design.md), not the
-                // schedule's pace, as far as SQS's 12 hours from the receive allow.
-                let refused_ms = d
+                // The provider told this container's invocation when the record's charge may
+                // come again (the world's own record of who called; the batch's only record of
+                // the order): a refusal of our configuration, which a person fixes (15 minutes,
+                // docs/design.md), or a 409's `Retry-After`. The record stays away that long, as
+                // far as SQS's 12 hours from the receive allow.
+                let come_back = d
                     .provider
                     .ledger()
-                    .key_refused
+                    .come_back
                     .get(&m.order_id)
-                    .and_then(|refusals| {
-                        refusals
+                    .and_then(|answers| {
+                        answers
                             .iter()
-                            .filter(|(_, by)| *by == Some(caller))
-                            .map(|(ms, _)| *ms)
-                            .max()
+                            .filter(|answer| answer.caller == Some(caller))
+                            .max_by_key(|answer| answer.not_before_ms)
+                            .copied()
                     })
-                    // Two records of one order in the batch (a duplicate delivery): the
-                    // refusal may be the other's.
+                    // Two records of one order in the batch (a duplicate delivery): the answer
+                    // may be the other's.
                     .filter(|_| received.iter().filter(|r| r.order_id == m.order_id).count() == 1);
                 let visible_at_ms = queue
                     .current(&m.receipt)
                     .filter(|s| s.visibility_set_s.is_some())
                     .map(|s| s.visible_at_ms);
-                if let (RecordStatus::Handled(verdict), Some(visible_at_ms), Some(refused_ms)) =
-                    (status, visible_at_ms, refused_ms)
+                if let (RecordStatus::Handled(verdict), Some(visible_at_ms), Some(come_back)) =
+                    (status, visible_at_ms, come_back)
                     && verdict.outcome == sqs_batch::processor::Outcome::Retry
                 {
                     // Less a second: SQS takes whole seconds.
-                    let required_ms = (refused_ms + CONFIGURATION_RETRY_MS - 1_000)
+                    let required_ms = come_back
+                        .not_before_ms
+                        .saturating_sub(1_000)
                         .min(m.received_ms + queue::MAX_VISIBILITY_MS);
                     if visible_at_ms < required_ms {
                         d.violations.borrow_mut().push(Violation {
-                            rule: "a record refused for our configuration back before 15 minutes",
+                            rule: "back before the provider said it may",
                             order_id: m.order_id.clone(),
                             detail: format!(
-                                "{}: RETRY {} after a 401 for the rotated key, visible again {} s \
-                                 after it",
+                                "{}: RETRY {} after a {}, visible again {} s before the time it \
+                                 named",
                                 m.id,
                                 verdict.reason,
-                                visible_at_ms.saturating_sub(refused_ms) / 1_000
+                                come_back.status,
+                                (required_ms - visible_at_ms).div_ceil(1_000)
                             ),
                         });
                     }
@@ -1293,10 +1296,6 @@ async fn poll(index: usize, d: Rc<Deployment>) {
         }
     }
 }
-
-/// How long docs/design.md keeps away a record refused for our configuration (a 401, a key
-/// rotated): 15 minutes, the world's reading of the design, not the function's constant.
-const CONFIGURATION_RETRY_MS: u64 = 15 * 60 * 1_000;
 
 /// Why the visibility `set_s` the function gave a RETRY is too short, if it is: every retry
 /// stays away at least its receive's floor in the schedule, and at least until the verdict's own

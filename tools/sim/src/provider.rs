@@ -60,9 +60,24 @@ pub struct Ledger {
     /// Look-ups that answered and left the question open (no charge found, or an answer the
     /// function's reader does not understand), by key: provider ms. What a person must settle.
     pub unsettled_lookups: HashMap<String, Vec<u64>>,
-    /// Charges refused for the container's rotated key (401), by key: simulated ms, and the
-    /// container's invocation that sent it (`crate::world::CALLER`).
-    pub key_refused: HashMap<String, Vec<(u64, Option<crate::world::HolderId>)>>,
+    /// Charge answers that say when the record may come back, by key: a refusal of our
+    /// configuration (401: 15 minutes, as docs/design.md has it) and a 409 with `Retry-After`.
+    pub come_back: HashMap<String, Vec<ComeBack>>,
+}
+
+/// How long docs/design.md keeps away a record refused for our configuration (a 401, a key
+/// rotated): 15 minutes, the world's reading of the design, not the function's constant.
+pub const CONFIGURATION_RETRY_MS: u64 = 15 * 60 * 1_000;
+
+/// A charge answer that says when its record may come back.
+#[derive(Debug, Clone, Copy)]
+pub struct ComeBack {
+    /// The container's invocation that sent the charge (`crate::world::CALLER`).
+    pub caller: Option<crate::world::HolderId>,
+    /// The answer's HTTP status.
+    pub status: u16,
+    /// Not before this, simulated ms.
+    pub not_before_ms: u64,
 }
 
 /// Faults and limits of the simulated provider.
@@ -132,6 +147,25 @@ impl Provider {
     /// A charge's answer, worded in the run's dialect and read by the function's reader.
     fn say(&self, answer: ChargeAnswer, key: &str, money: Money) -> Result<(), PaymentError> {
         let mut wire = self.settings.dialect.charge(answer, key, money);
+        let at_ms = self.sim_ms();
+        let not_before_ms = match (wire.status, wire.retry_after) {
+            (401, _) => Some(at_ms + CONFIGURATION_RETRY_MS),
+            (409, Some(after)) => {
+                Some(at_ms + u64::try_from(after.as_millis()).unwrap_or(u64::MAX))
+            }
+            _ => None,
+        };
+        if let Some(not_before_ms) = not_before_ms {
+            self.ledger()
+                .come_back
+                .entry(key.to_owned())
+                .or_default()
+                .push(ComeBack {
+                    caller: crate::world::CALLER.try_with(|caller| *caller).ok(),
+                    status: wire.status,
+                    not_before_ms,
+                });
+        }
         if matches!(answer, ChargeAnswer::Declined) {
             self.echo_secret(&mut wire, key);
         }
@@ -320,12 +354,6 @@ impl PaymentGateway for Provider {
         let at = self.sim_ms();
         if (self.settings.rotation.0..self.settings.rotation.1).contains(&at) {
             self.world.count(|f| f.rotation_refusals += 1);
-            let caller = crate::world::CALLER.try_with(|caller| *caller).ok();
-            self.ledger()
-                .key_refused
-                .entry(key.to_owned())
-                .or_default()
-                .push((at, caller));
             self.world.tell(key, || {
                 "provider charge: 401, the cached key was rotated".into()
             });
