@@ -1271,6 +1271,11 @@ async fn poll(index: usize, d: Rc<Deployment>) {
                 if let (RecordStatus::Handled(verdict), Some(visible_at_ms), Some(come_back)) =
                     (status, visible_at_ms, come_back)
                     && verdict.outcome == sqs_batch::processor::Outcome::Retry
+                    // A record the processor abandoned at the deadline: its handler never
+                    // finished with the answer, and the abandoned record's own rule (back once
+                    // its claim can have ended) is the one that holds (seen in the million-order
+                    // run: a 409, then the deadline).
+                    && verdict.reason != sqs_batch::processor::ABANDONED
                 {
                     // Less a second: SQS takes whole seconds.
                     let required_ms = come_back
