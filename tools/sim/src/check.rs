@@ -364,7 +364,7 @@ pub(crate) fn report(run: &Run<'_>, sim_ms: u64) -> Report {
     // The function gives up at the receive before the queue's redrive (docs/design.md: one
     // before `maxReceiveCount`), never earlier. Judged against the lowest count the queue had
     // (an operator only lowers it), so before a lowering the rule is looser than the design's.
-    let give_up_receive = queue.max_receive.saturating_sub(1).max(1);
+    let give_up_receive = queue.give_up_receive();
     for dead in queue.redriven.iter().flatten().chain(&queue.dlq) {
         if let (Some((id, receive)), "retries_exhausted") = (&dead.source, dead.reason.as_str())
             && *receive < give_up_receive

@@ -1119,7 +1119,7 @@ async fn poll(index: usize, d: Rc<Deployment>) {
         *d.invocations.borrow_mut() += 1;
         invocation_seq += 1;
         // The world's own give-up receive (one before the queue's `maxReceiveCount`).
-        let give_up = d.queue.lock().max_receive.saturating_sub(1).max(1);
+        let give_up = d.queue.lock().give_up_receive();
         let at_give_up = received
             .iter()
             .filter(|m| m.receive_count >= give_up)

@@ -206,6 +206,12 @@ impl SharedQueue {
 }
 
 impl Queue {
+    /// The receive at which the design has the function give up: one before the queue's
+    /// `maxReceiveCount` (as the queue stands now: an operator only lowers it), at least 1.
+    pub fn give_up_receive(&self) -> u32 {
+        self.max_receive.saturating_sub(1).max(1)
+    }
+
     /// The producer sends a payload, visible at once, with its attributes and the one that
     /// traces it ([`PAYLOAD_ATTRIBUTE`]).
     pub fn send(&mut self, payload: usize, sent: &crate::Payload, at_ms: u64) {

@@ -500,7 +500,7 @@ impl SimSqs {
                 () = tokio::time::sleep(std::time::Duration::from_millis(wait_ms.max(1))) => {}
             }
         };
-        let give_up = self.queue.lock().max_receive.saturating_sub(1).max(1);
+        let give_up = self.queue.lock().give_up_receive();
         for m in &received {
             self.world.tell(&m.order_id, || {
                 format!(
