@@ -562,6 +562,36 @@ fn failure_key(attributes: &crate::queue::Attrs) -> Option<String> {
         .key
 }
 
+/// The retry schedule as docs/operations.md states it, read from the deployment's settings by
+/// the world (not the function's `BackoffPolicy`): with b(n) = min(cap, base x 2^(n-1)) seconds
+/// at receive n, a RETRY stays away between b(n)/2 and b(n), or until a later time it was given
+/// plus up to `base` of jitter, never under b(n)/2; always under SQS's 12 hours.
+#[derive(Debug, Clone, Copy)]
+pub struct Schedule {
+    /// `BACKOFF_BASE_SECONDS`.
+    pub base_s: u64,
+    /// `BACKOFF_CAP_SECONDS`.
+    pub cap_s: u64,
+    /// `DEADLINE_MARGIN_MS`: a record still running this close to the deadline may be abandoned.
+    pub deadline_margin_ms: u64,
+}
+
+impl Schedule {
+    /// b(n) at receive `receive`, seconds.
+    pub fn bound_s(&self, receive: u32) -> u64 {
+        let mut bound = self.base_s;
+        for _ in 1..receive {
+            if bound >= self.cap_s {
+                break;
+            }
+            bound = bound.saturating_mul(2);
+        }
+        bound
+            .min(self.cap_s)
+            .min(crate::queue::MAX_VISIBILITY_MS / 1_000 - 1)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -580,5 +610,29 @@ mod tests {
             .filter_map(|line| line.split('`').nth(1))
             .collect();
         assert_eq!(table, DESIGN_REASONS, "docs/operations.md's reason codes");
+    }
+
+    /// The schedule as docs/operations.md and backoff's own example state it: doubling from the
+    /// base to the cap, the floors of five failing receives summing to 77 s, and never SQS's 12
+    /// hours however many receives.
+    #[test]
+    fn the_schedule_doubles_to_its_cap_and_stays_under_twelve_hours() {
+        let template = Schedule {
+            base_s: 5,
+            cap_s: 900,
+            deadline_margin_ms: 5_000,
+        };
+        let bounds: Vec<u64> = (1..=10).map(|n| template.bound_s(n)).collect();
+        assert_eq!(bounds, [5, 10, 20, 40, 80, 160, 320, 640, 900, 900]);
+        let floors: u64 = (1..=5).map(|n| template.bound_s(n) / 2).sum();
+        assert_eq!(floors, 77);
+        let long = Schedule {
+            base_s: 40_000,
+            cap_s: 50_000,
+            ..template
+        };
+        assert_eq!(long.bound_s(1), 40_000);
+        assert_eq!(long.bound_s(2), 43_199);
+        assert_eq!(long.bound_s(1_000), 43_199);
     }
 }

@@ -1042,6 +1042,7 @@ async fn poll(index: usize, d: Rc<Deployment>) {
         _ => d.shipped.batch_size,
     };
     let timeout_ms = d.shipped.timeout_ms;
+    let schedule = schedule(&d);
     loop {
         let mut received = {
             let mut queue = d.queue.lock();
@@ -1125,10 +1126,12 @@ async fn poll(index: usize, d: Rc<Deployment>) {
             .filter(|m| m.receive_count >= give_up)
             .map(|m| m.order_id.clone())
             .collect();
+        let started_ms = clock.now_ms();
+        let started_truth_ms = truth.sim_ms();
         holder.set(
             Some(world::Invocation {
                 seq: invocation_seq,
-                started_ms: clock.now_ms(),
+                started_ms,
                 deadline_ms,
             }),
             at_give_up,
@@ -1147,6 +1150,7 @@ async fn poll(index: usize, d: Rc<Deployment>) {
             )
             .await;
         holder.set(None, std::collections::HashSet::new());
+        let answered_ms = clock.now_ms();
         let (response, report) = match answered {
             Err(_) => {
                 if crash_after.is_some_and(|ms| ms < timeout_ms) {
@@ -1232,16 +1236,60 @@ async fn poll(index: usize, d: Rc<Deployment>) {
                 d.world.tell(&m.order_id, || format!("{}: deleted", m.id));
             }
         }
-        if let Some(policy) = &d.config.backoff {
+        if d.config.backoff.is_some() {
+            // What the world knows of later times the function may honour, for this invocation:
+            // the provider refused our configuration (any record may stay away 15 minutes), and
+            // the invocation answered in its last margin (a record may have been abandoned, and
+            // its own claim held until the lease margin after the deadline).
+            let refused = d.provider.ledger().refused_callers.contains(&caller);
+            let may_have_abandoned =
+                answered_ms.saturating_add(schedule.deadline_margin_ms) >= deadline_ms;
             for (m, status) in received.iter().zip(&report.statuses) {
                 let set = queue.current(&m.receipt).and_then(|s| s.visibility_set_s);
-                if let (RecordStatus::Handled(verdict), Some(set_s)) = (status, set)
-                    && let Some(short) = short_visibility(policy, verdict, m, set_s, &clock, &truth)
+                let (RecordStatus::Handled(verdict), Some(set_s)) = (status, set) else {
+                    continue;
+                };
+                if let Some(short) = short_visibility(&schedule, verdict, m, set_s, &clock, &truth)
                 {
                     d.violations.borrow_mut().push(Violation {
                         rule: "a visibility shorter than its schedule",
                         order_id: m.order_id.clone(),
                         detail: format!("{}: {short}", m.id),
+                    });
+                }
+                // The latest time, in ms after the invocation began, that the world knows the
+                // function may have been told to wait for: the provider's `Retry-After` to this
+                // invocation, another holder's lease (as it may last by the design's rule, in
+                // the holder's clock, which is how the function reads it), its own claim's
+                // margin when it may have abandoned the record or met itself, the 15 minutes of
+                // a refusal.
+                let mut later_ms = 0;
+                if refused {
+                    later_ms = provider::CONFIGURATION_RETRY_MS;
+                }
+                if let Some(answers) = d.provider.ledger().come_back.get(&m.order_id) {
+                    for answer in answers.iter().filter(|a| a.caller == Some(caller)) {
+                        later_ms =
+                            later_ms.max(answer.not_before_ms.saturating_sub(started_truth_ms));
+                    }
+                }
+                let own_may_matter = may_have_abandoned
+                    || received.iter().filter(|r| r.order_id == m.order_id).count() > 1;
+                for &(granted_to, may_end_ms) in d.world.lock().fence.grants(&m.order_id) {
+                    let end_ms = if granted_to != Some(caller) {
+                        may_end_ms
+                    } else if own_may_matter {
+                        deadline_ms.saturating_add(holder.margin_ms)
+                    } else {
+                        continue;
+                    };
+                    later_ms = later_ms.max(end_ms.saturating_sub(started_ms));
+                }
+                if let Some(long) = long_visibility(&schedule, verdict, m, set_s, later_ms) {
+                    d.violations.borrow_mut().push(Violation {
+                        rule: "a visibility longer than its schedule",
+                        order_id: m.order_id.clone(),
+                        detail: format!("{}: {long}", m.id),
                     });
                 }
                 // The provider told this container's invocation when the record's charge may
@@ -1302,11 +1350,44 @@ async fn poll(index: usize, d: Rc<Deployment>) {
     }
 }
 
+/// The retry schedule as the world reads the deployment's settings, with the design's defaults.
+fn schedule(d: &Deployment) -> check::Schedule {
+    check::Schedule {
+        base_s: d.setting_ms("BACKOFF_BASE_SECONDS", 5),
+        cap_s: d.setting_ms("BACKOFF_CAP_SECONDS", 900),
+        deadline_margin_ms: d.setting_ms("DEADLINE_MARGIN_MS", 5_000),
+    }
+}
+
+/// Why the visibility `set_s` the function gave a RETRY is too long, if it is: at most its
+/// receive's bound in the schedule, or the latest later time the world knows it may honour
+/// (`later_ms` after its invocation began) plus the jitter.
+fn long_visibility(
+    schedule: &check::Schedule,
+    verdict: &sqs_batch::Verdict,
+    m: &queue::Stored,
+    set_s: u64,
+    later_ms: u64,
+) -> Option<String> {
+    if verdict.outcome != sqs_batch::processor::Outcome::Retry {
+        return None;
+    }
+    let bound_s = schedule.bound_s(m.receive_count);
+    let later_s = later_ms.div_ceil(1_000).saturating_add(schedule.base_s);
+    (set_s > bound_s.max(later_s)).then(|| {
+        format!(
+            "RETRY {} at receive {} visible again in {set_s} s; the schedule's bound is {bound_s} \
+             s and the latest time the world knows it was given, with its jitter, {later_s} s",
+            verdict.reason, m.receive_count
+        )
+    })
+}
+
 /// Why the visibility `set_s` the function gave a RETRY is too short, if it is: every retry
 /// stays away at least its receive's floor in the schedule, and at least until the verdict's own
 /// retry time (a lease that ends later), as far as SQS's 12 hours from the receive allow.
 fn short_visibility(
-    policy: &sqs_batch::backoff::BackoffPolicy,
+    schedule: &check::Schedule,
     verdict: &sqs_batch::Verdict,
     m: &queue::Stored,
     set_s: u64,
@@ -1316,7 +1397,7 @@ fn short_visibility(
     if verdict.outcome != sqs_batch::processor::Outcome::Retry {
         return None;
     }
-    let floor_s = policy.least_delay(m.receive_count);
+    let floor_s = schedule.bound_s(m.receive_count) / 2;
     // In the container's own clock, as the function reckoned it (floored: the call came
     // earlier than this check).
     let retry_s = verdict

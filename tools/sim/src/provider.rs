@@ -6,7 +6,7 @@
 //! key rotation refuses the cached key for a while. Its ledger is the truth the invariants are
 //! checked against.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
@@ -61,8 +61,13 @@ pub struct Ledger {
     /// function's reader does not understand), by key: provider ms. What a person must settle.
     pub unsettled_lookups: HashMap<String, Vec<u64>>,
     /// Charge answers that say when the record may come back, by key: a refusal of our
-    /// configuration (401: 15 minutes, as docs/design.md has it) and a 409 with `Retry-After`.
+    /// configuration (401: 15 minutes, as docs/design.md has it) and a `Retry-After` (a 409 in
+    /// flight, a 202 still processing).
     pub come_back: HashMap<String, Vec<ComeBack>>,
+    /// The invocations whose charges it refused for our configuration (a 401): any record of
+    /// theirs may stay away the design's 15 minutes, since the function stops calling for the
+    /// rest of an invocation so refused.
+    pub refused_callers: HashSet<crate::world::HolderId>,
 }
 
 /// How long docs/design.md keeps away a record refused for our configuration (a 401, a key
@@ -150,18 +155,24 @@ impl Provider {
         let at_ms = self.sim_ms();
         let not_before_ms = match (wire.status, wire.retry_after) {
             (401, _) => Some(at_ms + CONFIGURATION_RETRY_MS),
-            (409, Some(after)) => {
-                Some(at_ms + u64::try_from(after.as_millis()).unwrap_or(u64::MAX))
-            }
+            // A 409 in flight, or an accepted charge still processing, with `Retry-After`.
+            (_, Some(after)) => Some(at_ms + u64::try_from(after.as_millis()).unwrap_or(u64::MAX)),
             _ => None,
         };
         if let Some(not_before_ms) = not_before_ms {
-            self.ledger()
+            let caller = crate::world::CALLER.try_with(|caller| *caller).ok();
+            let mut ledger = self.ledger();
+            if wire.status == 401
+                && let Some(caller) = caller
+            {
+                ledger.refused_callers.insert(caller);
+            }
+            ledger
                 .come_back
                 .entry(key.to_owned())
                 .or_default()
                 .push(ComeBack {
-                    caller: crate::world::CALLER.try_with(|caller| *caller).ok(),
+                    caller,
                     status: wire.status,
                     not_before_ms,
                 });

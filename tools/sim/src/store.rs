@@ -208,17 +208,28 @@ impl IdempotencyStore for SimStore {
             Table::Memory(store) => store.begin(request).await,
             Table::DynamoDb(store) => store.begin(request).await,
         };
+        let invocation = *self
+            .holder
+            .invocation
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let granted_to = invocation.map(|invocation| crate::world::HolderId {
+            container: self.holder.container,
+            invocation: invocation.seq,
+        });
+        let granted_at_ms = lambda_kit::Clock::now_ms(&self.holder.clock);
+        let mut world = self.world.lock();
+        // A claim the table may have granted: one it answered, or one whose answer never came
+        // (on the DynamoDB store a call can be applied and its answer lost on the way back), as
+        // long as the design's rule lets it last: what a BUSY answer to anyone else may name.
+        if matches!(result, Ok(Begin::Started { .. }) | Err(_)) {
+            world.fence.leased(
+                request.key,
+                granted_to,
+                granted_at_ms.saturating_add(self.holder.lease_ms),
+            );
+        }
         if let Ok(Begin::Started { lease, .. }) = &result {
-            let invocation = *self
-                .holder
-                .invocation
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner);
-            let mut world = self.world.lock();
-            let granted_to = invocation.map(|invocation| crate::world::HolderId {
-                container: self.holder.container,
-                invocation: invocation.seq,
-            });
             if world.fence.claimed(request.key, lease.token, granted_to) && lost {
                 world.faults.answers_lost_at_takeover += 1;
             }
@@ -227,7 +238,6 @@ impl IdempotencyStore for SimStore {
             // computed.
             if let Some(invocation) = invocation {
                 world.faults.leases_checked += 1;
-                let granted_at_ms = lambda_kit::Clock::now_ms(&self.holder.clock);
                 if let Some(what) = crate::world::lease_rule_broken(
                     invocation,
                     granted_at_ms,
@@ -242,6 +252,7 @@ impl IdempotencyStore for SimStore {
                 }
             }
         }
+        drop(world);
         self.answer(request.key, "begin", lost, result)
     }
 

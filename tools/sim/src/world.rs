@@ -178,6 +178,11 @@ pub struct FenceAudit {
     pub uncovering_leases: Vec<(String, String)>,
     /// Keys whose latest claim's holder recorded its completion.
     completed: HashSet<String>,
+    /// Every claim granted on each key, kept after fenced writes: who it went to, and the latest
+    /// its lease may end by the design's rule (granted at + the configured lease), in the
+    /// granting container's clock, which is the clock a BUSY answer's time is read in (with
+    /// skewed clocks a later grant may name an earlier time, so none is dropped).
+    granted: HashMap<String, Vec<(Option<HolderId>, u64)>>,
 }
 
 tokio::task_local! {
@@ -187,7 +192,7 @@ tokio::task_local! {
 }
 
 /// Who holds a claim, by the world's record: a container and the invocation it runs.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct HolderId {
     /// The container, numbered by the world as it starts them.
     pub container: usize,
@@ -218,6 +223,20 @@ impl FenceAudit {
         self.holders
             .insert(key.to_owned(), (token, holder))
             .is_some()
+    }
+
+    /// The table granted `key` to `holder` with a lease that may last until `may_end_ms` (the
+    /// granting container's clock).
+    pub fn leased(&mut self, key: &str, holder: Option<HolderId>, may_end_ms: u64) {
+        self.granted
+            .entry(key.to_owned())
+            .or_default()
+            .push((holder, may_end_ms));
+    }
+
+    /// `key`'s grants: each one's holder, and the latest its lease may end.
+    pub fn grants(&self, key: &str) -> &[(Option<HolderId>, u64)] {
+        self.granted.get(key).map_or(&[], Vec::as_slice)
     }
 
     /// Whether `key`'s latest claim was completed by its holder.
