@@ -204,10 +204,6 @@ impl SimStore {
 impl IdempotencyStore for SimStore {
     async fn begin(&self, request: &ClaimRequest<'_>) -> Result<Begin, StoreError> {
         let lost = self.before(request.key, "begin").await?;
-        let result = match &self.inner {
-            Table::Memory(store) => store.begin(request).await,
-            Table::DynamoDb(store) => store.begin(request).await,
-        };
         let invocation = *self
             .holder
             .invocation
@@ -217,17 +213,25 @@ impl IdempotencyStore for SimStore {
             container: self.holder.container,
             invocation: invocation.seq,
         });
+        // A claim the table may grant from here on, as long as the design's rule lets it last:
+        // what a BUSY answer to anyone else may name. Recorded before the call, since a call
+        // can be applied whatever becomes of its caller (a crash drops it mid-call; on the
+        // DynamoDB store an answer can be lost on the way back); withdrawn only when the table
+        // answers that it granted nothing.
+        let may_end_ms =
+            lambda_kit::Clock::now_ms(&self.holder.clock).saturating_add(self.holder.lease_ms);
+        self.world
+            .lock()
+            .fence
+            .leased(request.key, granted_to, may_end_ms);
+        let result = match &self.inner {
+            Table::Memory(store) => store.begin(request).await,
+            Table::DynamoDb(store) => store.begin(request).await,
+        };
         let granted_at_ms = lambda_kit::Clock::now_ms(&self.holder.clock);
         let mut world = self.world.lock();
-        // A claim the table may have granted: one it answered, or one whose answer never came
-        // (on the DynamoDB store a call can be applied and its answer lost on the way back), as
-        // long as the design's rule lets it last: what a BUSY answer to anyone else may name.
-        if matches!(result, Ok(Begin::Started { .. }) | Err(_)) {
-            world.fence.leased(
-                request.key,
-                granted_to,
-                granted_at_ms.saturating_add(self.holder.lease_ms),
-            );
+        if matches!(result, Ok(ref begin) if !matches!(begin, Begin::Started { .. })) {
+            world.fence.not_leased(request.key, granted_to, may_end_ms);
         }
         if let Ok(Begin::Started { lease, .. }) = &result {
             if world.fence.claimed(request.key, lease.token, granted_to) && lost {

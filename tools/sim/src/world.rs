@@ -225,13 +225,23 @@ impl FenceAudit {
             .is_some()
     }
 
-    /// The table granted `key` to `holder` with a lease that may last until `may_end_ms` (the
+    /// The table may grant `key` to `holder` with a lease that may last until `may_end_ms` (the
     /// granting container's clock).
     pub fn leased(&mut self, key: &str, holder: Option<HolderId>, may_end_ms: u64) {
         self.granted
             .entry(key.to_owned())
             .or_default()
             .push((holder, may_end_ms));
+    }
+
+    /// The claim recorded by [`Self::leased`] was not granted after all (the table answered
+    /// with what already holds the key).
+    pub fn not_leased(&mut self, key: &str, holder: Option<HolderId>, may_end_ms: u64) {
+        if let Some(grants) = self.granted.get_mut(key)
+            && let Some(at) = grants.iter().rposition(|g| *g == (holder, may_end_ms))
+        {
+            grants.remove(at);
+        }
     }
 
     /// `key`'s grants: each one's holder, and the latest its lease may end.
