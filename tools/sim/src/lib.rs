@@ -1273,13 +1273,19 @@ async fn poll(index: usize, d: Rc<Deployment>) {
                             later_ms.max(answer.not_before_ms.saturating_sub(started_truth_ms));
                     }
                 }
-                let own_may_matter = may_have_abandoned
-                    || received.iter().filter(|r| r.order_id == m.order_id).count() > 1;
+                // A record abandoned at the deadline is kept until its own claim can have ended,
+                // claimed or not; a record that met its own batch's claim on the order, until
+                // that claim ends.
+                let own_end_ms = deadline_ms.saturating_add(holder.margin_ms);
+                if may_have_abandoned {
+                    later_ms = later_ms.max(own_end_ms.saturating_sub(started_ms));
+                }
+                let met_itself = received.iter().filter(|r| r.order_id == m.order_id).count() > 1;
                 for &(granted_to, may_end_ms) in d.world.lock().fence.grants(&m.order_id) {
                     let end_ms = if granted_to != Some(caller) {
                         may_end_ms
-                    } else if own_may_matter {
-                        deadline_ms.saturating_add(holder.margin_ms)
+                    } else if met_itself {
+                        own_end_ms
                     } else {
                         continue;
                     };

@@ -154,7 +154,8 @@ impl Provider {
         let mut wire = self.settings.dialect.charge(answer, key, money);
         let at_ms = self.sim_ms();
         let not_before_ms = match (wire.status, wire.retry_after) {
-            (401, _) => Some(at_ms + CONFIGURATION_RETRY_MS),
+            // The refusals of our configuration docs/design.md names (the dialects send 401).
+            (401 | 403 | 404, _) => Some(at_ms + CONFIGURATION_RETRY_MS),
             // A 409 in flight, or an accepted charge still processing, with `Retry-After`.
             (_, Some(after)) => Some(at_ms + u64::try_from(after.as_millis()).unwrap_or(u64::MAX)),
             _ => None,
@@ -162,7 +163,7 @@ impl Provider {
         if let Some(not_before_ms) = not_before_ms {
             let caller = crate::world::CALLER.try_with(|caller| *caller).ok();
             let mut ledger = self.ledger();
-            if wire.status == 401
+            if matches!(wire.status, 401 | 403 | 404)
                 && let Some(caller) = caller
             {
                 ledger.refused_callers.insert(caller);

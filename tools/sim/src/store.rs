@@ -218,8 +218,13 @@ impl IdempotencyStore for SimStore {
         // can be applied whatever becomes of its caller (a crash drops it mid-call; on the
         // DynamoDB store an answer can be lost on the way back); withdrawn only when the table
         // answers that it granted nothing.
-        let may_end_ms =
-            lambda_kit::Clock::now_ms(&self.holder.clock).saturating_add(self.holder.lease_ms);
+        let now_ms = lambda_kit::Clock::now_ms(&self.holder.clock);
+        let may_end_ms = crate::world::lease_may_end(
+            invocation,
+            now_ms,
+            self.holder.lease_ms,
+            self.holder.margin_ms,
+        );
         self.world
             .lock()
             .fence

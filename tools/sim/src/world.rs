@@ -298,9 +298,25 @@ pub struct Invocation {
     pub deadline_ms: u64,
 }
 
+/// The latest a claim made at `now_ms` may be leased until by the design's rule: min(now +
+/// lease, deadline + margin) for a Lambda invocation, now + lease for a worker's (no deadline
+/// the world records).
+pub fn lease_may_end(
+    invocation: Option<Invocation>,
+    now_ms: u64,
+    lease_ms: u64,
+    margin_ms: u64,
+) -> u64 {
+    let leased = now_ms.saturating_add(lease_ms);
+    invocation.map_or(leased, |invocation| {
+        leased.min(invocation.deadline_ms.saturating_add(margin_ms))
+    })
+}
+
 /// The lease rule docs/design.md states, as the world reads the deployment's settings: a claim
 /// made during `invocation` is leased until min(claimed at + lease, deadline + margin). So a
-/// grant must end no later than the configured lease after the claim, and no earlier than the
+/// grant must end no later than that (the configured lease after the claim, and the margin
+/// after the deadline: a lease never outlives its invocation by much), and no earlier than the
 /// least the rule allows a claim made at any point of the invocation. `None` when it holds.
 pub fn lease_rule_broken(
     invocation: Invocation,
@@ -313,7 +329,7 @@ pub fn lease_rule_broken(
         .started_ms
         .saturating_add(lease_ms)
         .min(invocation.deadline_ms.saturating_add(margin_ms));
-    let at_most = granted_at_ms.saturating_add(lease_ms);
+    let at_most = lease_may_end(Some(invocation), granted_at_ms, lease_ms, margin_ms);
     if until_ms < covers {
         Some(format!(
             "a lease until {until_ms} for an invocation with its deadline at {} ends {} ms before \
@@ -323,7 +339,9 @@ pub fn lease_rule_broken(
         ))
     } else if until_ms > at_most {
         Some(format!(
-            "a lease until {until_ms} granted at {granted_at_ms} outlives the configured {lease_ms} ms by {} ms",
+            "a lease until {until_ms} granted at {granted_at_ms} outlives min(the configured \
+             {lease_ms} ms, its deadline {} + {margin_ms}) by {} ms",
+            invocation.deadline_ms,
             until_ms - at_most
         ))
     } else {
