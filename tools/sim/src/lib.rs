@@ -1263,15 +1263,23 @@ async fn poll(index: usize, d: Rc<Deployment>) {
                 // the holder's clock, which is how the function reads it), its own claim's
                 // margin when it may have abandoned the record or met itself, the 15 minutes of
                 // a refusal.
-                let mut later_ms = 0;
+                let latest_answer =
+                    d.provider
+                        .ledger()
+                        .come_back
+                        .get(&m.order_id)
+                        .and_then(|answers| {
+                            answers
+                                .iter()
+                                .filter(|answer| answer.caller == Some(caller))
+                                .max_by_key(|answer| answer.not_before_ms)
+                                .copied()
+                        });
+                let mut later_ms = latest_answer.map_or(0, |answer| {
+                    answer.not_before_ms.saturating_sub(started_truth_ms)
+                });
                 if refused {
-                    later_ms = provider::CONFIGURATION_RETRY_MS;
-                }
-                if let Some(answers) = d.provider.ledger().come_back.get(&m.order_id) {
-                    for answer in answers.iter().filter(|a| a.caller == Some(caller)) {
-                        later_ms =
-                            later_ms.max(answer.not_before_ms.saturating_sub(started_truth_ms));
-                    }
+                    later_ms = later_ms.max(provider::CONFIGURATION_RETRY_MS);
                 }
                 // A record abandoned at the deadline is kept until its own claim can have ended,
                 // claimed or not; a record that met its own batch's claim on the order, until
@@ -1303,21 +1311,9 @@ async fn poll(index: usize, d: Rc<Deployment>) {
                 // the order): a refusal of our configuration, which a person fixes (15 minutes,
                 // docs/design.md), or a 409's `Retry-After`. The record stays away that long, as
                 // far as SQS's 12 hours from the receive allow.
-                let come_back = d
-                    .provider
-                    .ledger()
-                    .come_back
-                    .get(&m.order_id)
-                    .and_then(|answers| {
-                        answers
-                            .iter()
-                            .filter(|answer| answer.caller == Some(caller))
-                            .max_by_key(|answer| answer.not_before_ms)
-                            .copied()
-                    })
-                    // Two records of one order in the batch (a duplicate delivery): the answer
-                    // may be the other's.
-                    .filter(|_| received.iter().filter(|r| r.order_id == m.order_id).count() == 1);
+                // Two records of one order in the batch (a duplicate delivery): the answer may be
+                // the other's.
+                let come_back = latest_answer.filter(|_| !met_itself);
                 let visible_at_ms = queue
                     .current(&m.receipt)
                     .filter(|s| s.visibility_set_s.is_some())
