@@ -38,6 +38,9 @@ pub enum StartupError {
     /// The worker's queue cannot be read.
     #[error("the worker's queue cannot be used")]
     Queue(#[from] QueueError),
+    /// The idempotency store's DynamoDB client could not be built.
+    #[error("the DynamoDB client cannot be built")]
+    DynamoDb(#[from] idempotency::dynamodb::DirectClientError),
 }
 
 /// The record handler: the order handler, behind the claim check.
@@ -202,8 +205,8 @@ impl App {
         };
         let store = match (&config.store.table, &sdk) {
             (Some(table), Some(sdk)) => AnyStore::dynamodb(
-                DynamoDbStore::new(
-                    aws::dynamodb(sdk, &config.dynamodb),
+                DynamoDbStore::direct(
+                    aws::dynamodb_direct(sdk, &config.dynamodb)?,
                     table,
                     config.store.retention,
                 )

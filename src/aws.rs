@@ -205,6 +205,23 @@ pub fn dynamodb(sdk: &SdkConfig, settings: &SdkSettings) -> aws_sdk_dynamodb::Cl
     aws_sdk_dynamodb::Client::from_conf(config)
 }
 
+/// The idempotency store's DynamoDB client on the shared configuration, with the same bounds
+/// as [`dynamodb`]'s: the store's own client on the JSON API
+/// ([`idempotency::dynamodb::DirectClient`]), over reqwest like every client here, without the
+/// SDK's per-request machinery (docs/performance.md, "CPU per order on the shipped path").
+pub fn dynamodb_direct(
+    sdk: &SdkConfig,
+    settings: &SdkSettings,
+) -> Result<idempotency::dynamodb::DirectClient, idempotency::dynamodb::DirectClientError> {
+    let sdk = sdk
+        .to_builder()
+        .retry_config(settings.retry_config())
+        .timeout_config(settings.timeout_config())
+        .build();
+    let connector = ReqwestConnector::new(Some(settings.attempt_timeout), None);
+    idempotency::dynamodb::DirectClient::new(&sdk, SharedHttpConnector::new(connector))
+}
+
 /// An SQS client on the shared configuration, with its own retry and timeout bounds; without
 /// stalled-stream protection, for [`dynamodb`]'s reason (every SQS body is small, and every
 /// attempt has a timeout of its own).

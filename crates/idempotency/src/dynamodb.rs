@@ -40,6 +40,10 @@ use aws_sdk_dynamodb::operation::delete_item::DeleteItemError;
 use aws_sdk_dynamodb::operation::update_item::UpdateItemError;
 use aws_sdk_dynamodb::types::{AttributeValue, ReturnValue, ReturnValuesOnConditionCheckFailure};
 
+mod direct;
+pub use direct::{DirectClient, DirectClientError, DirectError};
+use direct::{Write, Written};
+
 use super::{
     Fingerprint, IdempotencyStore, StoreError, store::Begin, store::ClaimRequest, store::Lease,
     store::LeaseToken, store::PriorAttempt,
@@ -256,7 +260,7 @@ const HOLDER_CONDITION: &str = "#t = :t AND #s = :p";
 /// ```
 #[derive(Debug, Clone)]
 pub struct DynamoDbStore {
-    client: Client,
+    api: Api,
     table: String,
     retention_s: u64,
     key_prefix: String,
@@ -282,9 +286,20 @@ pub enum KeyAttributeError {
 impl DynamoDbStore {
     /// A store on `table`; the client is built once per container and shared.
     pub fn new(client: Client, table: impl Into<String>, retention: Duration) -> Self {
+        Self::on(Api::Sdk(client), table.into(), retention)
+    }
+
+    /// A store on `table` whose writes go through [`DirectClient`]: the same requests and
+    /// answers as [`new`](Self::new)'s, without the SDK's per-request machinery (about a
+    /// quarter of an order's CPU in the order function).
+    pub fn direct(client: DirectClient, table: impl Into<String>, retention: Duration) -> Self {
+        Self::on(Api::Direct(client), table.into(), retention)
+    }
+
+    fn on(api: Api, table: String, retention: Duration) -> Self {
         Self {
-            client,
-            table: table.into(),
+            api,
+            table,
             retention_s: retention.as_secs(),
             key_prefix: String::new(),
             partition_attribute: attr::KEY.to_owned(),
@@ -357,32 +372,27 @@ impl DynamoDbStore {
     /// again: for a person who knows the refusal no longer holds (a card that was updated).
     /// Returns the recorded reason, or `None` when the key is not rejected (nothing changed).
     pub async fn clear_rejected(&self, key: &str) -> Result<Option<String>, StoreError> {
-        let result = self
-            .client
-            .delete_item()
-            .table_name(&self.table)
-            .set_key(Some(self.item_key(key)))
-            .condition_expression("#s = :r")
-            .expression_attribute_names("#s", attr::STATUS)
-            .expression_attribute_values(":r", s(Status::Rejected.as_str()))
-            .return_values(ReturnValue::AllOld)
-            .send()
-            .await;
-        match result {
-            Ok(output) => Ok(Some(
-                match output
-                    .attributes()
-                    .and_then(|a| a.get(attr::REJECTED_REASON))
-                {
+        let written = self
+            .send(Write {
+                table: &self.table,
+                key: self.item_key(key),
+                update: None,
+                condition: "#s = :r",
+                names: vec![("#s", attr::STATUS)],
+                values: vec![(":r", s(Status::Rejected.as_str()))],
+                old_on_success: true,
+                old_on_failure: false,
+            })
+            .await?;
+        Ok(match written {
+            Written::Applied(old) => Some(
+                match old.as_ref().and_then(|a| a.get(attr::REJECTED_REASON)) {
                     Some(AttributeValue::S(reason)) => reason.clone(),
                     _ => String::new(),
                 },
-            )),
-            Err(SdkError::ServiceError(e)) if e.err().is_conditional_check_failed_exception() => {
-                Ok(None)
-            }
-            Err(e) => Err(unavailable(e)),
-        }
+            ),
+            Written::Refused(_) => None,
+        })
     }
 }
 
@@ -397,39 +407,122 @@ impl DynamoDbStore {
         values: [(&str, AttributeValue); V],
     ) -> Result<(), StoreError> {
         let token = lease.token.to_string();
-        let mut request = self
-            .client
-            .update_item()
-            .table_name(&self.table)
-            .set_key(Some(self.item_key(key)))
-            .update_expression(update)
-            .condition_expression(HOLDER_CONDITION)
-            .expression_attribute_names("#t", attr::LEASE_TOKEN)
-            .expression_attribute_names("#s", attr::STATUS)
-            .expression_attribute_values(":t", s(token.as_str()))
-            .expression_attribute_values(":p", s(Status::InProgress.as_str()))
-            .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld);
-        for (placeholder, name) in names {
-            request = request.expression_attribute_names(*placeholder, *name);
-        }
-        for (placeholder, value) in values {
-            request = request.expression_attribute_values(placeholder, value);
-        }
-        match request.send().await {
-            Ok(_) => Ok(()),
-            Err(SdkError::ServiceError(e)) if e.err().is_conditional_check_failed_exception() => {
-                let UpdateItemError::ConditionalCheckFailedException(failed) = e.into_err() else {
-                    unreachable!("checked just above")
-                };
-                if written_by(failed.item(), &token, writes) {
-                    // The SDK retried a write DynamoDB had applied but whose answer was lost:
-                    // the item holds the state this very write sets, under our token.
-                    Ok(())
-                } else {
-                    Err(StoreError::LeaseLost)
-                }
+        let mut write = Write {
+            table: &self.table,
+            key: self.item_key(key),
+            update: Some(update),
+            condition: HOLDER_CONDITION,
+            names: vec![("#t", attr::LEASE_TOKEN), ("#s", attr::STATUS)],
+            values: vec![
+                (":t", s(token.as_str())),
+                (":p", s(Status::InProgress.as_str())),
+            ],
+            old_on_success: false,
+            old_on_failure: true,
+        };
+        write.names.extend_from_slice(names);
+        write.values.extend(values);
+        match self.send(write).await? {
+            Written::Applied(_) => Ok(()),
+            Written::Refused(old) if written_by(old.as_ref(), &token, writes) => {
+                // The client retried a write DynamoDB had applied but whose answer was lost:
+                // the item holds the state this very write sets, under our token.
+                Ok(())
             }
-            Err(e) => Err(unavailable(e)),
+            Written::Refused(_) => Err(StoreError::LeaseLost),
+        }
+    }
+
+    /// Sends one conditional write through the store's client.
+    async fn send(&self, write: Write<'_>) -> Result<Written, StoreError> {
+        match &self.api {
+            Api::Sdk(client) => sdk_write(client, write).await,
+            Api::Direct(client) => client
+                .write(&write)
+                .await
+                .map_err(|e| StoreError::Unavailable(Box::new(e))),
+        }
+    }
+}
+
+/// The client a store writes through.
+#[derive(Debug, Clone)]
+enum Api {
+    /// The SDK's client (any configuration a caller gives it).
+    Sdk(Client),
+    /// The store's own client on the JSON API ([`DirectClient`]).
+    Direct(DirectClient),
+}
+
+/// One conditional write through the SDK's client.
+async fn sdk_write(client: &Client, write: Write<'_>) -> Result<Written, StoreError> {
+    let names = Some(
+        write
+            .names
+            .iter()
+            .map(|(placeholder, name)| ((*placeholder).to_owned(), (*name).to_owned()))
+            .collect(),
+    );
+    let values = Some(
+        write
+            .values
+            .into_iter()
+            .map(|(placeholder, value)| (placeholder.to_owned(), value))
+            .collect(),
+    );
+    let on_failure = write
+        .old_on_failure
+        .then_some(ReturnValuesOnConditionCheckFailure::AllOld);
+    let on_success = write.old_on_success.then_some(ReturnValue::AllOld);
+    match write.update {
+        Some(update) => {
+            let result = client
+                .update_item()
+                .table_name(write.table)
+                .set_key(Some(write.key))
+                .update_expression(update)
+                .condition_expression(write.condition)
+                .set_expression_attribute_names(names)
+                .set_expression_attribute_values(values)
+                .set_return_values(on_success)
+                .set_return_values_on_condition_check_failure(on_failure)
+                .send()
+                .await;
+            match result {
+                Ok(output) => Ok(Written::Applied(output.attributes)),
+                Err(SdkError::ServiceError(e)) if e.err().is_conditional_check_failed_exception() => {
+                    let UpdateItemError::ConditionalCheckFailedException(failed) = e.into_err()
+                    else {
+                        unreachable!("checked just above")
+                    };
+                    Ok(Written::Refused(failed.item))
+                }
+                Err(e) => Err(unavailable(e)),
+            }
+        }
+        None => {
+            let result = client
+                .delete_item()
+                .table_name(write.table)
+                .set_key(Some(write.key))
+                .condition_expression(write.condition)
+                .set_expression_attribute_names(names)
+                .set_expression_attribute_values(values)
+                .set_return_values(on_success)
+                .set_return_values_on_condition_check_failure(on_failure)
+                .send()
+                .await;
+            match result {
+                Ok(output) => Ok(Written::Applied(output.attributes)),
+                Err(SdkError::ServiceError(e)) if e.err().is_conditional_check_failed_exception() => {
+                    let DeleteItemError::ConditionalCheckFailedException(failed) = e.into_err()
+                    else {
+                        unreachable!("checked just above")
+                    };
+                    Ok(Written::Refused(failed.item))
+                }
+                Err(e) => Err(unavailable(e)),
+            }
         }
     }
 }
@@ -457,23 +550,6 @@ where
     R: std::fmt::Debug + Send + Sync + 'static,
 {
     StoreError::Unavailable(Box::new(error))
-}
-
-/// The outcome of a write fenced by the holder's lease token: a failed condition means the
-/// lease was taken over (or the item is gone), which is `LeaseLost`, never a store outage.
-fn fenced<T, E, R>(
-    result: Result<T, SdkError<E, R>>,
-    condition_failed: fn(&E) -> bool,
-) -> Result<(), StoreError>
-where
-    E: std::error::Error + Send + Sync + 'static,
-    R: std::fmt::Debug + Send + Sync + 'static,
-{
-    match result {
-        Ok(_) => Ok(()),
-        Err(SdkError::ServiceError(e)) if condition_failed(e.err()) => Err(StoreError::LeaseLost),
-        Err(e) => Err(unavailable(e)),
-    }
 }
 
 /// Reads the decision-relevant part of an item this store wrote.
@@ -559,52 +635,55 @@ impl IdempotencyStore for DynamoDbStore {
             token: LeaseToken::new(),
             until_ms: request.lease_until_ms,
         };
-        let result = self
-            .client
-            .update_item()
-            .table_name(&self.table)
-            .set_key(Some(self.item_key(request.key)))
-            .update_expression(CLAIM_UPDATE)
-            .condition_expression(CLAIM_CONDITION)
-            .expression_attribute_names("#k", &self.partition_attribute)
-            .expression_attribute_names("#s", attr::STATUS)
-            .expression_attribute_names("#t", attr::LEASE_TOKEN)
-            .expression_attribute_names("#u", attr::LEASE_UNTIL)
-            .expression_attribute_names("#f", attr::FINGERPRINT)
-            .expression_attribute_names("#e", attr::EXPIRES_AT)
-            .expression_attribute_names("#m", attr::MESSAGE_ID)
-            .expression_attribute_names("#c", attr::CLAIMED_AT)
-            .expression_attribute_names("#fa", attr::FIRST_ATTEMPT_AT)
-            .expression_attribute_names("#ca", attr::COMPLETED_AT)
-            .expression_attribute_names("#ra", attr::REJECTED_AT)
-            .expression_attribute_names("#rr", attr::REJECTED_REASON)
-            .expression_attribute_names("#o", attr::OUTPUT)
-            .expression_attribute_names("#oa", attr::OUTPUT_AT)
-            .expression_attribute_names("#n", attr::ATTEMPTS)
-            .expression_attribute_names("#v", attr::SCHEMA)
-            .expression_attribute_values(":p", s(Status::InProgress.as_str()))
-            .expression_attribute_values(":a", s(Status::Attempted.as_str()))
-            .expression_attribute_values(":c", s(Status::Completed.as_str()))
-            .expression_attribute_values(":r", s(Status::Rejected.as_str()))
-            .expression_attribute_values(":t", s(lease.token.to_string()))
-            .expression_attribute_values(":u", n(lease.until_ms))
-            .expression_attribute_values(":f", s(request.fingerprint.to_string()))
-            .expression_attribute_values(":e", n(self.expires_at(request.now_ms)))
-            .expression_attribute_values(":m", s(request.message_id))
-            .expression_attribute_values(":ms", n(request.now_ms))
-            .expression_attribute_values(":sec", n(request.now_ms / 1_000))
-            .expression_attribute_values(":one", n(1))
-            .expression_attribute_values(":v", n(SCHEMA_VERSION))
-            .expression_attribute_values(":fa", n(first_attempt_of_fresh(request)))
-            .return_values(ReturnValue::AllOld)
-            .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
-            .send()
-            .await;
-        match result {
-            Ok(output) => {
+        let written = self
+            .send(Write {
+                table: &self.table,
+                key: self.item_key(request.key),
+                update: Some(CLAIM_UPDATE),
+                condition: CLAIM_CONDITION,
+                names: vec![
+                    ("#k", &self.partition_attribute),
+                    ("#s", attr::STATUS),
+                    ("#t", attr::LEASE_TOKEN),
+                    ("#u", attr::LEASE_UNTIL),
+                    ("#f", attr::FINGERPRINT),
+                    ("#e", attr::EXPIRES_AT),
+                    ("#m", attr::MESSAGE_ID),
+                    ("#c", attr::CLAIMED_AT),
+                    ("#fa", attr::FIRST_ATTEMPT_AT),
+                    ("#ca", attr::COMPLETED_AT),
+                    ("#ra", attr::REJECTED_AT),
+                    ("#rr", attr::REJECTED_REASON),
+                    ("#o", attr::OUTPUT),
+                    ("#oa", attr::OUTPUT_AT),
+                    ("#n", attr::ATTEMPTS),
+                    ("#v", attr::SCHEMA),
+                ],
+                values: vec![
+                    (":p", s(Status::InProgress.as_str())),
+                    (":a", s(Status::Attempted.as_str())),
+                    (":c", s(Status::Completed.as_str())),
+                    (":r", s(Status::Rejected.as_str())),
+                    (":t", s(lease.token.to_string())),
+                    (":u", n(lease.until_ms)),
+                    (":f", s(request.fingerprint.to_string())),
+                    (":e", n(self.expires_at(request.now_ms))),
+                    (":m", s(request.message_id)),
+                    (":ms", n(request.now_ms)),
+                    (":sec", n(request.now_ms / 1_000)),
+                    (":one", n(1)),
+                    (":v", n(SCHEMA_VERSION)),
+                    (":fa", n(first_attempt_of_fresh(request))),
+                ],
+                old_on_success: true,
+                old_on_failure: true,
+            })
+            .await?;
+        match written {
+            Written::Applied(old) => {
                 // DynamoDB returns no attributes for a new item; dynoxide returns its key alone.
                 // Either way, an item without a status held no claim.
-                let replaced = match output.attributes() {
+                let replaced = match old.as_ref() {
                     Some(old) if old.contains_key(attr::STATUS) => Some(claim_state(old).unwrap_or_else(|e| {
                         // Ours now, but we cannot tell what it held: assume the worst, that an
                         // attempt of unknown age may have taken effect.
@@ -643,11 +722,8 @@ impl IdempotencyStore for DynamoDbStore {
                     prior: prior_attempt(replaced.as_ref(), request),
                 })
             }
-            Err(SdkError::ServiceError(e)) if e.err().is_conditional_check_failed_exception() => {
-                let UpdateItemError::ConditionalCheckFailedException(failed) = e.into_err() else {
-                    unreachable!("checked just above")
-                };
-                let old = failed.item().ok_or_else(|| {
+            Written::Refused(old) => {
+                let old = old.as_ref().ok_or_else(|| {
                     StoreError::Malformed("the claim was refused without the old item".into())
                 })?;
                 if !old.contains_key(attr::STATUS) {
@@ -672,7 +748,6 @@ impl IdempotencyStore for DynamoDbStore {
                 Ok(decide(&state, request.fingerprint, request.now_ms)
                     .with_output(kept_output(old)))
             }
-            Err(e) => Err(unavailable(e)),
         }
     }
 
@@ -723,22 +798,26 @@ impl IdempotencyStore for DynamoDbStore {
     }
 
     async fn release(&self, key: &str, lease: &Lease) -> Result<(), StoreError> {
-        let result = self
-            .client
-            .delete_item()
-            .table_name(&self.table)
-            .set_key(Some(self.item_key(key)))
-            .condition_expression(HOLDER_CONDITION)
-            .expression_attribute_names("#t", attr::LEASE_TOKEN)
-            .expression_attribute_names("#s", attr::STATUS)
-            .expression_attribute_values(":t", s(lease.token.to_string()))
-            .expression_attribute_values(":p", s(Status::InProgress.as_str()))
-            .send()
-            .await;
-        fenced(
-            result,
-            DeleteItemError::is_conditional_check_failed_exception,
-        )
+        let written = self
+            .send(Write {
+                table: &self.table,
+                key: self.item_key(key),
+                update: None,
+                condition: HOLDER_CONDITION,
+                names: vec![("#t", attr::LEASE_TOKEN), ("#s", attr::STATUS)],
+                values: vec![
+                    (":t", s(lease.token.to_string())),
+                    (":p", s(Status::InProgress.as_str())),
+                ],
+                old_on_success: false,
+                old_on_failure: false,
+            })
+            .await?;
+        match written {
+            Written::Applied(_) => Ok(()),
+            // The lease was taken over (or the item is gone): never a store outage.
+            Written::Refused(_) => Err(StoreError::LeaseLost),
+        }
     }
 }
 

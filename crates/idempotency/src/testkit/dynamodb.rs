@@ -212,8 +212,13 @@ pub async fn an_earlier_attempt_from_outside_counts_at_any_age(client: &Client, 
 /// charged order as RETRY `lease_lost` and redeliver it).
 ///
 /// `endpoint` is the server's (`http://host:port`), `table` a table on it: the case puts a proxy
-/// that loses answers in front of it.
-pub async fn a_finishing_write_whose_answer_was_lost_is_its_own(endpoint: &str, table: &str) {
+/// that loses answers in front of it; `via` is the client the lossy store writes through (both
+/// retry a lost answer).
+pub async fn a_finishing_write_whose_answer_was_lost_is_its_own(
+    endpoint: &str,
+    table: &str,
+    via: super::dynoxide::Via,
+) {
     use crate::store::Status::{Attempted, Completed, Rejected};
     let upstream: std::net::SocketAddr = endpoint
         .trim_start_matches("http://")
@@ -229,11 +234,7 @@ pub async fn a_finishing_write_whose_answer_was_lost_is_its_own(endpoint: &str, 
     {
         let lease = super::started(&direct, &claim(key, t0())).await;
         // A client of its own: the next connection it opens is the one whose answer is lost.
-        let lossy = DynamoDbStore::new(
-            super::dynoxide::client_for(&proxy.endpoint()),
-            table,
-            RETENTION,
-        );
+        let lossy = via.store(&proxy.endpoint(), table);
         proxy.lose_next_answers(1);
         super::finish(&lossy, key, &lease, status, t0() + 1)
             .await

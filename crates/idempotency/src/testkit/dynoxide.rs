@@ -99,6 +99,53 @@ pub fn client_for(endpoint: &str) -> Client {
     Client::from_conf(config)
 }
 
+/// The store's own client ([`DirectClient`](crate::dynamodb::DirectClient)) for `endpoint`:
+/// the same region, test credentials and standard retries as [`client_for`]'s, over the SDK's
+/// plain-HTTP connector.
+///
+/// # Panics
+///
+/// Never for this configuration (a region and credentials are set).
+pub fn direct_client_for(endpoint: &str) -> crate::dynamodb::DirectClient {
+    use aws_sdk_dynamodb::config::SharedCredentialsProvider;
+    let sdk = aws_config::SdkConfig::builder()
+        .behavior_version(BehaviorVersion::latest())
+        .region(Region::new("us-east-1"))
+        .credentials_provider(SharedCredentialsProvider::new(Credentials::new(
+            "test", "test", None, None, "testkit",
+        )))
+        .endpoint_url(endpoint)
+        .retry_config(aws_sdk_dynamodb::config::retry::RetryConfig::standard())
+        .build();
+    let connector = aws_smithy_http_client::Connector::builder().build_http();
+    crate::dynamodb::DirectClient::new(
+        &sdk,
+        aws_smithy_runtime_api::client::http::SharedHttpConnector::new(connector),
+    )
+    .expect("a region and credentials are set")
+}
+
+/// Which client a test's store writes through.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Via {
+    /// The SDK's client ([`client_for`]).
+    Sdk,
+    /// The store's own ([`direct_client_for`]).
+    Direct,
+}
+
+impl Via {
+    /// A store on `table` at `endpoint` through this client.
+    pub fn store(self, endpoint: &str, table: &str) -> crate::DynamoDbStore {
+        match self {
+            Self::Sdk => crate::DynamoDbStore::new(client_for(endpoint), table, super::RETENTION),
+            Self::Direct => {
+                crate::DynamoDbStore::direct(direct_client_for(endpoint), table, super::RETENTION)
+            }
+        }
+    }
+}
+
 /// A TCP proxy in front of a server that can lose answers: for each of the next `n`
 /// connections ([`LossyProxy::lose_next_answers`]) it forwards the request, waits until the
 /// server has begun to answer (so the server has applied it), then resets the connection

@@ -8,7 +8,7 @@ use idempotency::dynamodb::create_table;
 use idempotency::guard::EffectStore as _;
 use idempotency::store_contract_tests;
 use idempotency::testkit::RETENTION;
-use idempotency::testkit::dynoxide::{Dynoxide, LossyProxy, client_for, unique_table};
+use idempotency::testkit::dynoxide::{Dynoxide, LossyProxy, Via, client_for, unique_table};
 use idempotency::testkit::{claim, t0};
 use idempotency::{IdempotencyStore, store::Begin};
 
@@ -226,7 +226,129 @@ async fn a_finishing_write_whose_answer_was_lost_is_its_own() {
     idempotency::testkit::dynamodb::a_finishing_write_whose_answer_was_lost_is_its_own(
         &server.endpoint(),
         &table,
+        Via::Sdk,
     )
     .await;
     std::mem::forget(server);
+}
+
+/// The store through its own client on the JSON API ([`idempotency::dynamodb::DirectClient`],
+/// the order function's): the same contract, and the same answers to a lost write.
+mod direct {
+    use super::*;
+
+    async fn store() -> DynamoDbStore {
+        let server = Dynoxide::start().await;
+        let table = unique_table();
+        create_table(&server.client(), &table).await.expect("table");
+        let store = Via::Direct.store(&server.endpoint(), &table);
+        std::mem::forget(server);
+        store
+    }
+
+    idempotency::store_contract_tests!(store());
+
+    /// The same contract behind a cache of completed keys.
+    mod cached {
+        idempotency::store_contract_tests!(async {
+            idempotency::CachedStore::new(super::store().await, 64)
+        });
+    }
+
+    /// A claim DynamoDB applied whose answer was lost is ours on the direct client's retry, as
+    /// on the SDK's.
+    #[tokio::test]
+    async fn a_claim_applied_whose_answer_was_lost_is_ours_on_the_retry() {
+        let server = Dynoxide::start().await;
+        let table = unique_table();
+        create_table(&server.client(), &table).await.expect("table");
+        let proxy = LossyProxy::start(server.addr).await;
+        let store = Via::Direct.store(&proxy.endpoint(), &table);
+        proxy.lose_next_answers(1);
+        let begun = store.begin(&claim("k-1", t0())).await.expect("claimed");
+        assert_eq!(proxy.lost(), 1, "the first answer was lost");
+        let Begin::Started { lease, prior } = begun else {
+            panic!("our own applied claim read as {begun:?}");
+        };
+        assert_eq!(prior, None, "a fresh key");
+        store
+            .complete("k-1", &lease, t0(), None)
+            .await
+            .expect("the lease is ours");
+        assert_eq!(
+            store.begin(&claim("k-1", t0())).await.expect("claim"),
+            Begin::Done { output: None }
+        );
+    }
+
+    #[tokio::test]
+    async fn a_finishing_write_whose_answer_was_lost_is_its_own() {
+        let server = Dynoxide::start().await;
+        let table = unique_table();
+        create_table(&server.client(), &table).await.expect("table");
+        idempotency::testkit::dynamodb::a_finishing_write_whose_answer_was_lost_is_its_own(
+            &server.endpoint(),
+            &table,
+            Via::Direct,
+        )
+        .await;
+        std::mem::forget(server);
+    }
+
+    /// A table that does not exist is an outage on every call through the direct client too:
+    /// DynamoDB's `ResourceNotFoundException`, never a refused condition.
+    #[tokio::test]
+    async fn a_missing_table_is_an_outage() {
+        let server = Dynoxide::start().await;
+        let store = Via::Direct.store(&server.endpoint(), "no-such-table");
+        let error = store
+            .begin(&claim("k-1", t0()))
+            .await
+            .expect_err("no table");
+        assert!(
+            matches!(error, idempotency::StoreError::Unavailable(_)),
+            "{error:?}"
+        );
+        assert!(
+            format!("{:?}", error).contains("ResourceNotFoundException"),
+            "{error:?}"
+        );
+        std::mem::forget(server);
+    }
+
+    /// What the direct client writes, the SDK's store reads, and the other way round: one item
+    /// format, whichever client a deployment (or a rollback) uses.
+    #[tokio::test]
+    async fn either_client_reads_what_the_other_wrote() {
+        let server = Dynoxide::start().await;
+        let table = unique_table();
+        create_table(&server.client(), &table).await.expect("table");
+        let sdk = Via::Sdk.store(&server.endpoint(), &table);
+        let direct = Via::Direct.store(&server.endpoint(), &table);
+        for (writer, reader, key) in [(&direct, &sdk, "k-1"), (&sdk, &direct, "k-2")] {
+            let Begin::Started { lease, .. } = writer.begin(&claim(key, t0())).await.expect("claim")
+            else {
+                panic!("a fresh key");
+            };
+            assert!(
+                matches!(
+                    reader.begin(&claim(key, t0() + 1)).await.expect("claim"),
+                    Begin::Busy { .. }
+                ),
+                "{key}: the other client's lease holds"
+            );
+            writer
+                .complete(key, &lease, t0() + 2, Some("{\"ok\":true}"))
+                .await
+                .expect("complete");
+            assert_eq!(
+                reader.begin(&claim(key, t0() + 3)).await.expect("claim"),
+                Begin::Done {
+                    output: Some("{\"ok\":true}".into())
+                },
+                "{key}"
+            );
+        }
+        std::mem::forget(server);
+    }
 }

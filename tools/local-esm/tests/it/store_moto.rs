@@ -10,6 +10,7 @@
 use aws_sdk_dynamodb::Client;
 use idempotency::DynamoDbStore;
 use idempotency::testkit::RETENTION;
+use idempotency::testkit::dynoxide::Via;
 use process_orders::testkit::dynamo::{create_table, moto_client, moto_endpoint, unique_table};
 
 async fn table() -> (Client, String) {
@@ -59,6 +60,32 @@ async fn a_finishing_write_whose_answer_was_lost_is_its_own() {
     idempotency::testkit::dynamodb::a_finishing_write_whose_answer_was_lost_is_its_own(
         &moto_endpoint(),
         &table,
+        Via::Sdk,
     )
     .await;
+}
+
+/// The store through its own client on the JSON API (the order function's), on moto: the same
+/// contract, and a lost answer to a finishing write read as its own.
+mod direct {
+    use idempotency::testkit::dynoxide::Via;
+    use process_orders::testkit::dynamo::moto_endpoint;
+
+    async fn store() -> idempotency::DynamoDbStore {
+        let (_, table) = super::table().await;
+        Via::Direct.store(&moto_endpoint(), &table)
+    }
+
+    idempotency::store_contract_tests!(sequential: store());
+
+    #[tokio::test]
+    async fn a_finishing_write_whose_answer_was_lost_is_its_own() {
+        let (_, table) = super::table().await;
+        idempotency::testkit::dynamodb::a_finishing_write_whose_answer_was_lost_is_its_own(
+            &moto_endpoint(),
+            &table,
+            Via::Direct,
+        )
+        .await;
+    }
 }

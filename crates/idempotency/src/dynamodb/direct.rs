@@ -1,0 +1,727 @@
+//! The store's two DynamoDB operations (`UpdateItem`, `DeleteItem`) on the JSON API directly:
+//! one JSON body, SigV4 from `aws-sigv4`, one HTTP request through the connector the SDK
+//! client would use, without the SDK's per-request orchestrator (interceptors, config bag,
+//! endpoint rules, the HTTP type conversions between its layers). That machinery was about a
+//! quarter of an order's CPU on the shipped path (docs/performance.md, "CPU per order on the
+//! shipped path").
+//!
+//! It keeps what the store relies on from the SDK, taken from the same `SdkConfig` the SDK's
+//! client would be built from: the region, the endpoint override (`AWS_ENDPOINT_URL_DYNAMODB`,
+//! `AWS_ENDPOINT_URL`), the credentials provider (credentials cached until five minutes before they
+//! expire), the retry settings (standard mode: attempts, exponential backoff with full jitter
+//! unless the static base is asked for, throttling, 5xx, timeouts and I/O errors retried), the
+//! attempt and operation timeouts, the sleep and the time source (the simulator's clock). It
+//! leaves out the retry quota (the token bucket that stops retries during a long outage: each
+//! call here is bounded by its operation timeout) and clock-skew correction.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::Duration;
+
+use aws_credential_types::Credentials;
+use aws_credential_types::provider::{ProvideCredentials, SharedCredentialsProvider};
+use aws_sdk_dynamodb::config::endpoint::{Params, ResolveEndpoint};
+use aws_sdk_dynamodb::types::AttributeValue;
+use aws_sigv4::http_request::{SignableBody, SignableRequest, SigningSettings, sign};
+use aws_sigv4::sign::v4;
+use aws_smithy_async::future::timeout::Timeout;
+use aws_smithy_async::rt::sleep::{AsyncSleep, SharedAsyncSleep};
+use aws_smithy_async::time::SharedTimeSource;
+use aws_smithy_runtime_api::client::http::{HttpConnector, SharedHttpConnector};
+use aws_smithy_runtime_api::client::orchestrator::HttpRequest;
+use aws_smithy_runtime_api::client::result::ConnectorError;
+use aws_smithy_types::body::SdkBody;
+use aws_smithy_types::byte_stream::ByteStream;
+use aws_smithy_types::retry::RetryConfig;
+use aws_types::SdkConfig;
+use aws_types::service_config::ServiceConfigKey;
+use serde::ser::{Serialize, SerializeMap, SerializeSeq, Serializer};
+use serde_json::Value;
+
+/// An item as the store reads it.
+pub(crate) type Item = HashMap<String, AttributeValue>;
+
+/// Why a direct client could not be built.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum DirectClientError {
+    /// The SDK configuration names no region.
+    #[error("the DynamoDB configuration has no region")]
+    NoRegion,
+    /// The SDK configuration has no credentials provider.
+    #[error("the DynamoDB configuration has no credentials provider")]
+    NoCredentials,
+    /// The SDK configuration has no sleep and no runtime gives one (timeouts and backoff need
+    /// it).
+    #[error("the DynamoDB configuration has no async sleep")]
+    NoSleep,
+}
+
+/// Why a request failed for good (after its retries): the store reads each as unavailable.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum DirectError {
+    /// The endpoint could not be resolved from the region and the override.
+    #[error("no DynamoDB endpoint: {0}")]
+    Endpoint(String),
+    /// Credentials could not be loaded.
+    #[error("no credentials for DynamoDB")]
+    Credentials(#[source] aws_credential_types::provider::error::CredentialsError),
+    /// The request could not be signed.
+    #[error("signing the DynamoDB request failed")]
+    Signing(#[source] Box<dyn std::error::Error + Send + Sync>),
+    /// The connector failed (I/O, a timeout, a reset), on the last attempt.
+    #[error("DynamoDB request failed")]
+    Connector(#[source] ConnectorError),
+    /// An attempt outlasted the attempt timeout, on the last attempt.
+    #[error("DynamoDB attempt timed out after {0:?}")]
+    AttemptTimeout(Duration),
+    /// The whole call outlasted the operation timeout.
+    #[error("DynamoDB call timed out after {0:?}")]
+    OperationTimeout(Duration),
+    /// DynamoDB answered with an error other than a failed condition.
+    #[error("DynamoDB answered {status}: {kind}: {message}")]
+    Service {
+        /// The HTTP status.
+        status: u16,
+        /// The error's type, without its namespace (`ThrottlingException`).
+        kind: String,
+        /// Its message.
+        message: String,
+    },
+    /// An answer that is not the JSON DynamoDB sends.
+    #[error("unreadable DynamoDB answer ({status})")]
+    Unreadable {
+        /// The HTTP status.
+        status: u16,
+        /// Why it could not be read.
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
+}
+
+/// What DynamoDB did with a conditional write.
+#[derive(Debug)]
+pub(crate) enum Written {
+    /// Applied; the old item when one was asked for and existed.
+    Applied(Option<Item>),
+    /// The condition failed; the old item when one was asked for.
+    Refused(Option<Item>),
+}
+
+/// One conditional write: an `UpdateItem` (with `update`) or a `DeleteItem` (without).
+#[derive(Debug)]
+pub(crate) struct Write<'a> {
+    pub table: &'a str,
+    pub key: Item,
+    pub update: Option<&'a str>,
+    pub condition: &'a str,
+    pub names: Vec<(&'a str, &'a str)>,
+    pub values: Vec<(&'a str, AttributeValue)>,
+    /// `ReturnValues = ALL_OLD`.
+    pub old_on_success: bool,
+    /// `ReturnValuesOnConditionCheckFailure = ALL_OLD`.
+    pub old_on_failure: bool,
+}
+
+/// A DynamoDB client for the store's conditional writes, without the SDK's orchestrator.
+/// Built once per container from the SDK client's own configuration; clones share it.
+#[derive(Debug, Clone)]
+pub struct DirectClient {
+    inner: Arc<Inner>,
+}
+
+#[derive(Debug)]
+struct Inner {
+    connector: SharedHttpConnector,
+    region: String,
+    endpoint_override: Option<String>,
+    /// The endpoint, resolved at the first request (no network: the SDK's rules on the region).
+    endpoint: OnceLock<(String, String)>,
+    credentials: SharedCredentialsProvider,
+    cached: Mutex<Option<Credentials>>,
+    sleep: SharedAsyncSleep,
+    time: SharedTimeSource,
+    retry: RetryConfig,
+    attempt_timeout: Option<Duration>,
+    operation_timeout: Option<Duration>,
+}
+
+/// Credentials are used until this long before they expire.
+const CREDENTIALS_MARGIN: Duration = Duration::from_secs(300);
+
+impl DirectClient {
+    /// A client on `sdk`'s region, endpoint override, credentials, retry, timeouts, sleep and
+    /// clock, sending through `connector`. No network until the first request. Settings of its
+    /// own go into the configuration first (`sdk.to_builder().retry_config(...)`), as they
+    /// would into the SDK client's.
+    pub fn new(sdk: &SdkConfig, connector: SharedHttpConnector) -> Result<Self, DirectClientError> {
+        let endpoint_override = sdk
+            .service_config()
+            .and_then(|config| {
+                let key = ServiceConfigKey::builder()
+                    .service_id("DynamoDB")
+                    .env("AWS_ENDPOINT_URL")
+                    .profile("endpoint_url")
+                    .build()
+                    .ok()?;
+                config.load_config(key)
+            })
+            .or_else(|| sdk.endpoint_url().map(str::to_owned));
+        Ok(Self {
+            inner: Arc::new(Inner {
+                connector,
+                region: sdk
+                    .region()
+                    .ok_or(DirectClientError::NoRegion)?
+                    .to_string(),
+                endpoint_override,
+                endpoint: OnceLock::new(),
+                credentials: sdk
+                    .credentials_provider()
+                    .ok_or(DirectClientError::NoCredentials)?,
+                cached: Mutex::new(None),
+                sleep: sdk
+                    .sleep_impl()
+                    .or_else(aws_smithy_async::rt::sleep::default_async_sleep)
+                    .ok_or(DirectClientError::NoSleep)?,
+                time: sdk.time_source().unwrap_or_default(),
+                retry: sdk.retry_config().cloned().unwrap_or_else(RetryConfig::standard),
+                attempt_timeout: sdk
+                    .timeout_config()
+                    .and_then(|t| t.operation_attempt_timeout()),
+                operation_timeout: sdk.timeout_config().and_then(|t| t.operation_timeout()),
+            }),
+        })
+    }
+
+    /// Sends `write`, retrying what the SDK's standard mode retries, within the operation
+    /// timeout.
+    pub(crate) async fn write(&self, write: &Write<'_>) -> Result<Written, DirectError> {
+        let body = request_body(write);
+        let target = if write.update.is_some() {
+            "DynamoDB_20120810.UpdateItem"
+        } else {
+            "DynamoDB_20120810.DeleteItem"
+        };
+        let call = self.with_retries(target, body);
+        match self.inner.operation_timeout {
+            Some(limit) => Timeout::new(call, self.inner.sleep.sleep(limit))
+                .await
+                .unwrap_or(Err(DirectError::OperationTimeout(limit))),
+            None => call.await,
+        }
+    }
+
+    async fn with_retries(&self, target: &str, body: Vec<u8>) -> Result<Written, DirectError> {
+        let attempts = self.inner.retry.max_attempts().max(1);
+        let mut attempt = 1;
+        loop {
+            let result = self.attempt(target, &body).await;
+            let retry = match &result {
+                Ok(_) => false,
+                Err(e) => retryable(e),
+            };
+            if !retry || attempt >= attempts {
+                return result;
+            }
+            self.inner.sleep.sleep(self.backoff(attempt)).await;
+            attempt += 1;
+        }
+    }
+
+    /// Standard mode's delay before attempt `attempt + 1`: the initial backoff doubled per
+    /// attempt, capped, times a random factor unless the static base was asked for.
+    fn backoff(&self, attempt: u32) -> Duration {
+        let retry = &self.inner.retry;
+        let doubled = retry
+            .initial_backoff()
+            .saturating_mul(1 << (attempt - 1).min(16))
+            .min(retry.max_backoff());
+        if retry.use_static_exponential_base() {
+            doubled
+        } else {
+            doubled.mul_f64(fastrand::f64())
+        }
+    }
+
+    async fn attempt(&self, target: &str, body: &[u8]) -> Result<Written, DirectError> {
+        let request = self.signed(target, body).await?;
+        let call = self.inner.connector.call(request);
+        let response = match self.inner.attempt_timeout {
+            Some(limit) => Timeout::new(call, self.inner.sleep.sleep(limit))
+                .await
+                .map_err(|_| DirectError::AttemptTimeout(limit))?,
+            None => call.await,
+        }
+        .map_err(DirectError::Connector)?;
+        let status = response.status().as_u16();
+        let bytes = ByteStream::new(response.into_body())
+            .collect()
+            .await
+            .map_err(|e| DirectError::Unreadable {
+                status,
+                source: Box::new(e),
+            })?
+            .into_bytes();
+        read_answer(status, &bytes)
+    }
+
+    async fn signed(&self, target: &str, body: &[u8]) -> Result<HttpRequest, DirectError> {
+        let (url, host) = self.endpoint()?;
+        let credentials = self.credentials().await?;
+        let identity = credentials.into();
+        let now = self.inner.time.now();
+        let params = v4::SigningParams::builder()
+            .identity(&identity)
+            .region(&self.inner.region)
+            .name("dynamodb")
+            .time(now)
+            .settings(SigningSettings::default())
+            .build()
+            .map_err(|e| DirectError::Signing(Box::new(e)))?
+            .into();
+        let headers = [
+            ("content-type", "application/x-amz-json-1.0"),
+            ("x-amz-target", target),
+            ("host", host.as_str()),
+        ];
+        let signable = SignableRequest::new(
+            "POST",
+            url.as_str(),
+            headers.iter().copied(),
+            SignableBody::Bytes(body),
+        )
+        .map_err(|e| DirectError::Signing(Box::new(e)))?;
+        let (instructions, _) = sign(signable, &params)
+            .map_err(|e| DirectError::Signing(Box::new(e)))?
+            .into_parts();
+        let mut request = http::Request::builder()
+            .method("POST")
+            .uri(url.as_str())
+            .header("content-type", headers[0].1)
+            .header("x-amz-target", target)
+            .header("content-length", body.len())
+            .body(SdkBody::from(body.to_vec()))
+            .map_err(|e| DirectError::Signing(Box::new(e)))?;
+        instructions.apply_to_request_http1x(&mut request);
+        HttpRequest::try_from(request).map_err(|e| DirectError::Signing(Box::new(e)))
+    }
+
+    /// The endpoint URL and its host, resolved once.
+    fn endpoint(&self) -> Result<&(String, String), DirectError> {
+        if let Some(endpoint) = self.inner.endpoint.get() {
+            return Ok(endpoint);
+        }
+        let url = match &self.inner.endpoint_override {
+            Some(url) => url.clone(),
+            None => {
+                let params = Params::builder()
+                    .region(self.inner.region.clone())
+                    .build()
+                    .map_err(|e| DirectError::Endpoint(e.to_string()))?;
+                let resolver = aws_sdk_dynamodb::config::endpoint::DefaultResolver::new();
+                let endpoint = resolve_now(&resolver, &params)?;
+                endpoint.url().to_owned()
+            }
+        };
+        let uri: http::Uri = url
+            .parse()
+            .map_err(|e: http::uri::InvalidUri| DirectError::Endpoint(e.to_string()))?;
+        let host = match (uri.host(), uri.port_u16()) {
+            (Some(host), Some(port)) => format!("{host}:{port}"),
+            (Some(host), None) => host.to_owned(),
+            (None, _) => return Err(DirectError::Endpoint(format!("{url} has no host"))),
+        };
+        let path = if uri.path().is_empty() { "/" } else { uri.path() };
+        let url = format!(
+            "{}://{host}{path}",
+            uri.scheme_str().unwrap_or("https")
+        );
+        Ok(self.inner.endpoint.get_or_init(|| (url, host)))
+    }
+
+    async fn credentials(&self) -> Result<Credentials, DirectError> {
+        let now = self.inner.time.now();
+        let fresh = |c: &Credentials| {
+            c.expiry()
+                .is_none_or(|expiry| expiry > now + CREDENTIALS_MARGIN)
+        };
+        if let Some(cached) = self
+            .inner
+            .cached
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .as_ref()
+            .filter(|c| fresh(c))
+        {
+            return Ok(cached.clone());
+        }
+        let loaded = self
+            .inner
+            .credentials
+            .provide_credentials()
+            .await
+            .map_err(DirectError::Credentials)?;
+        *self
+            .inner
+            .cached
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(loaded.clone());
+        Ok(loaded)
+    }
+}
+
+/// The SDK's default resolver answers at once (rules over the region, no I/O).
+fn resolve_now(
+    resolver: &aws_sdk_dynamodb::config::endpoint::DefaultResolver,
+    params: &Params,
+) -> Result<aws_smithy_types::endpoint::Endpoint, DirectError> {
+    let future = resolver.resolve_endpoint(params);
+    let mut future = std::pin::pin!(future);
+    let waker = std::task::Waker::noop();
+    match future
+        .as_mut()
+        .poll(&mut std::task::Context::from_waker(waker))
+    {
+        std::task::Poll::Ready(result) => result.map_err(|e| DirectError::Endpoint(e.to_string())),
+        std::task::Poll::Pending => Err(DirectError::Endpoint(
+            "the endpoint resolver did not answer at once".into(),
+        )),
+    }
+}
+
+use std::future::Future as _;
+
+/// What the SDK's standard mode retries: I/O errors and timeouts, 5xx, throttling.
+fn retryable(error: &DirectError) -> bool {
+    match error {
+        DirectError::Connector(e) => e.is_io() || e.is_timeout(),
+        DirectError::AttemptTimeout(_) => true,
+        DirectError::Service { status, kind, .. } => {
+            *status >= 500
+                || *status == 429
+                || matches!(
+                    kind.as_str(),
+                    "ThrottlingException"
+                        | "Throttling"
+                        | "ProvisionedThroughputExceededException"
+                        | "RequestLimitExceeded"
+                        | "RequestThrottledException"
+                        | "TooManyRequestsException"
+                        | "LimitExceededException"
+                        | "TransactionInProgressException"
+                        | "RequestTimeout"
+                        | "RequestTimeoutException"
+                        | "InternalServerError"
+                        | "ServiceUnavailable"
+                )
+        }
+        DirectError::Unreadable { status, .. } => *status >= 500,
+        _ => false,
+    }
+}
+
+/// Reads DynamoDB's answer: 200 with `Attributes`, or an error whose `__type` names it (a
+/// failed condition brings the old `Item` when it was asked for).
+fn read_answer(status: u16, bytes: &[u8]) -> Result<Written, DirectError> {
+    let unreadable = |source: Box<dyn std::error::Error + Send + Sync>| DirectError::Unreadable {
+        status,
+        source,
+    };
+    let json: Value = if bytes.is_empty() {
+        Value::Object(serde_json::Map::new())
+    } else {
+        serde_json::from_slice(bytes).map_err(|e| unreadable(Box::new(e)))?
+    };
+    if status == 200 {
+        let old = match json.get("Attributes") {
+            Some(attributes) => Some(item(attributes).map_err(|e| unreadable(e.into()))?),
+            None => None,
+        };
+        return Ok(Written::Applied(old));
+    }
+    let kind = json
+        .get("__type")
+        .and_then(Value::as_str)
+        .map(|t| t.rsplit('#').next().unwrap_or(t))
+        .unwrap_or("")
+        .to_owned();
+    if kind == "ConditionalCheckFailedException" {
+        let old = match json.get("Item") {
+            Some(old) => Some(item(old).map_err(|e| unreadable(e.into()))?),
+            None => None,
+        };
+        return Ok(Written::Refused(old));
+    }
+    let message = json
+        .get("message")
+        .or_else(|| json.get("Message"))
+        .and_then(Value::as_str)
+        .unwrap_or("")
+        .to_owned();
+    Err(DirectError::Service {
+        status,
+        kind,
+        message,
+    })
+}
+
+/// An item in DynamoDB's JSON (`{"name": {"S": "..."}}`).
+fn item(json: &Value) -> Result<Item, String> {
+    let object = json.as_object().ok_or("an item that is not an object")?;
+    object
+        .iter()
+        .map(|(name, value)| Ok((name.clone(), attribute(value)?)))
+        .collect()
+}
+
+fn attribute(json: &Value) -> Result<AttributeValue, String> {
+    let object = json.as_object().filter(|o| o.len() == 1).ok_or_else(|| {
+        "an attribute value that is not an object of one type".to_owned()
+    })?;
+    let (kind, value) = object.iter().next().ok_or("an empty attribute value")?;
+    let text = || value.as_str().map(str::to_owned).ok_or(format!("{kind} is not a string"));
+    let texts = || {
+        value
+            .as_array()
+            .ok_or(format!("{kind} is not a list"))?
+            .iter()
+            .map(|v| v.as_str().map(str::to_owned).ok_or(format!("{kind} holds a non-string")))
+            .collect::<Result<Vec<_>, _>>()
+    };
+    let blob = |b: &str| {
+        aws_smithy_types::base64::decode(b)
+            .map(aws_smithy_types::Blob::new)
+            .map_err(|e| e.to_string())
+    };
+    Ok(match kind.as_str() {
+        "S" => AttributeValue::S(text()?),
+        "N" => AttributeValue::N(text()?),
+        "BOOL" => AttributeValue::Bool(value.as_bool().ok_or("BOOL is not a boolean")?),
+        "NULL" => AttributeValue::Null(true),
+        "B" => AttributeValue::B(blob(&text()?)?),
+        "SS" => AttributeValue::Ss(texts()?),
+        "NS" => AttributeValue::Ns(texts()?),
+        "BS" => AttributeValue::Bs(texts()?.iter().map(|b| blob(b)).collect::<Result<_, _>>()?),
+        "M" => AttributeValue::M(item(value)?),
+        "L" => AttributeValue::L(
+            value
+                .as_array()
+                .ok_or("L is not a list")?
+                .iter()
+                .map(attribute)
+                .collect::<Result<_, _>>()?,
+        ),
+        other => return Err(format!("unknown attribute type {other}")),
+    })
+}
+
+/// The request's JSON body.
+fn request_body(write: &Write<'_>) -> Vec<u8> {
+    struct Body<'r, 'a>(&'r Write<'a>);
+    impl Serialize for Body<'_, '_> {
+        fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+            let w = self.0;
+            let mut map = serializer.serialize_map(None)?;
+            map.serialize_entry("TableName", w.table)?;
+            map.serialize_entry("Key", &Attributes(w.key.iter().map(|(k, v)| (k.as_str(), v))))?;
+            if let Some(update) = w.update {
+                map.serialize_entry("UpdateExpression", update)?;
+            }
+            map.serialize_entry("ConditionExpression", w.condition)?;
+            map.serialize_entry("ExpressionAttributeNames", &Names(&w.names))?;
+            map.serialize_entry(
+                "ExpressionAttributeValues",
+                &Attributes(w.values.iter().map(|(k, v)| (*k, v))),
+            )?;
+            if w.old_on_success {
+                map.serialize_entry("ReturnValues", "ALL_OLD")?;
+            }
+            if w.old_on_failure {
+                map.serialize_entry("ReturnValuesOnConditionCheckFailure", "ALL_OLD")?;
+            }
+            map.end()
+        }
+    }
+    struct Names<'r>(&'r [(&'r str, &'r str)]);
+    impl Serialize for Names<'_> {
+        fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+            let mut map = serializer.serialize_map(Some(self.0.len()))?;
+            for (placeholder, name) in self.0 {
+                map.serialize_entry(placeholder, name)?;
+            }
+            map.end()
+        }
+    }
+    // serde_json writes into a Vec and never fails on these types: maps of strings.
+    serde_json::to_vec(&Body(write)).unwrap_or_default()
+}
+
+/// Attribute values by name, in DynamoDB's JSON.
+struct Attributes<'r, I>(I)
+where
+    I: Iterator<Item = (&'r str, &'r AttributeValue)> + Clone;
+
+impl<'r, I> Serialize for Attributes<'r, I>
+where
+    I: Iterator<Item = (&'r str, &'r AttributeValue)> + Clone,
+{
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let mut map = serializer.serialize_map(None)?;
+        for (name, value) in self.0.clone() {
+            map.serialize_entry(name, &Typed(value))?;
+        }
+        map.end()
+    }
+}
+
+/// One attribute value: `{"S": "..."}`, `{"N": "..."}`, ...
+struct Typed<'r>(&'r AttributeValue);
+
+impl Serialize for Typed<'_> {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        struct List<'r>(&'r [AttributeValue]);
+        impl Serialize for List<'_> {
+            fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+                let mut seq = serializer.serialize_seq(Some(self.0.len()))?;
+                for value in self.0 {
+                    seq.serialize_element(&Typed(value))?;
+                }
+                seq.end()
+            }
+        }
+        let mut map = serializer.serialize_map(Some(1))?;
+        match self.0 {
+            AttributeValue::S(s) => map.serialize_entry("S", s)?,
+            AttributeValue::N(n) => map.serialize_entry("N", n)?,
+            AttributeValue::Bool(b) => map.serialize_entry("BOOL", b)?,
+            AttributeValue::Null(_) => map.serialize_entry("NULL", &true)?,
+            AttributeValue::B(b) => {
+                map.serialize_entry("B", &aws_smithy_types::base64::encode(b.as_ref()))?
+            }
+            AttributeValue::Ss(v) => map.serialize_entry("SS", v)?,
+            AttributeValue::Ns(v) => map.serialize_entry("NS", v)?,
+            AttributeValue::Bs(v) => map.serialize_entry(
+                "BS",
+                &v.iter()
+                    .map(|b| aws_smithy_types::base64::encode(b.as_ref()))
+                    .collect::<Vec<_>>(),
+            )?,
+            AttributeValue::M(m) => {
+                map.serialize_entry("M", &Attributes(m.iter().map(|(k, v)| (k.as_str(), v))))?
+            }
+            AttributeValue::L(l) => map.serialize_entry("L", &List(l))?,
+            other => {
+                return Err(serde::ser::Error::custom(format!(
+                    "an attribute value of unknown type: {other:?}"
+                )));
+            }
+        }
+        map.end()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_item_reads_back_as_written() {
+        let original: Item = HashMap::from([
+            ("s".to_owned(), AttributeValue::S("a \"quoted\" é".into())),
+            ("n".to_owned(), AttributeValue::N("12.50".into())),
+            ("b".to_owned(), AttributeValue::Bool(true)),
+            ("z".to_owned(), AttributeValue::Null(true)),
+            (
+                "bin".to_owned(),
+                AttributeValue::B(aws_smithy_types::Blob::new(vec![0, 255, 7])),
+            ),
+            ("ss".to_owned(), AttributeValue::Ss(vec!["x".into(), "y".into()])),
+            (
+                "m".to_owned(),
+                AttributeValue::M(HashMap::from([(
+                    "l".to_owned(),
+                    AttributeValue::L(vec![AttributeValue::N("1".into())]),
+                )])),
+            ),
+        ]);
+        let json = serde_json::to_value(Attributes(original.iter().map(|(k, v)| (k.as_str(), v))))
+            .expect("serialisable");
+        assert_eq!(item(&json).expect("readable"), original);
+    }
+
+    #[test]
+    fn the_body_names_every_part_of_the_write() {
+        let write = Write {
+            table: "t",
+            key: HashMap::from([("pk".to_owned(), AttributeValue::S("o-1".into()))]),
+            update: Some("SET #s = :p"),
+            condition: "attribute_not_exists(#s)",
+            names: vec![("#s", "status")],
+            values: vec![(":p", AttributeValue::S("IN_PROGRESS".into()))],
+            old_on_success: true,
+            old_on_failure: true,
+        };
+        let body: Value = serde_json::from_slice(&request_body(&write)).expect("JSON");
+        assert_eq!(
+            body,
+            serde_json::json!({
+                "TableName": "t",
+                "Key": {"pk": {"S": "o-1"}},
+                "UpdateExpression": "SET #s = :p",
+                "ConditionExpression": "attribute_not_exists(#s)",
+                "ExpressionAttributeNames": {"#s": "status"},
+                "ExpressionAttributeValues": {":p": {"S": "IN_PROGRESS"}},
+                "ReturnValues": "ALL_OLD",
+                "ReturnValuesOnConditionCheckFailure": "ALL_OLD",
+            })
+        );
+        let delete = Write {
+            update: None,
+            old_on_success: false,
+            old_on_failure: false,
+            ..write
+        };
+        let body: Value = serde_json::from_slice(&request_body(&delete)).expect("JSON");
+        assert!(body.get("UpdateExpression").is_none());
+        assert!(body.get("ReturnValues").is_none());
+        assert!(body.get("ReturnValuesOnConditionCheckFailure").is_none());
+    }
+
+    #[test]
+    fn answers_read_as_applied_refused_or_an_error() {
+        let applied = read_answer(200, br#"{"Attributes":{"status":{"S":"COMPLETED"}}}"#);
+        assert!(
+            matches!(applied, Ok(Written::Applied(Some(old))) if old["status"] == AttributeValue::S("COMPLETED".into()))
+        );
+        assert!(matches!(read_answer(200, b"{}"), Ok(Written::Applied(None))));
+        let refused = read_answer(
+            400,
+            br#"{"__type":"com.amazonaws.dynamodb.v20120810#ConditionalCheckFailedException","message":"The conditional request failed","Item":{"lease_token":{"S":"t-1"}}}"#,
+        );
+        assert!(
+            matches!(refused, Ok(Written::Refused(Some(old))) if old["lease_token"] == AttributeValue::S("t-1".into()))
+        );
+        let throttled = read_answer(
+            400,
+            br#"{"__type":"com.amazonaws.dynamodb.v20120810#ProvisionedThroughputExceededException","message":"slow down"}"#,
+        );
+        let Err(throttled) = throttled else {
+            panic!("a throttle is an error: {throttled:?}")
+        };
+        assert!(retryable(&throttled), "{throttled}");
+        let missing = read_answer(
+            400,
+            br#"{"__type":"com.amazonaws.dynamodb.v20120810#ResourceNotFoundException","message":"no table"}"#,
+        );
+        let Err(missing) = missing else {
+            panic!("a missing table is an error: {missing:?}")
+        };
+        assert!(!retryable(&missing), "{missing}");
+        assert!(matches!(
+            read_answer(502, b"<html>bad gateway</html>"),
+            Err(e @ DirectError::Unreadable { .. }) if retryable(&e)
+        ));
+    }
+}
