@@ -490,7 +490,9 @@ async fn sdk_write(client: &Client, write: Write<'_>) -> Result<Written, StoreEr
                 .await;
             match result {
                 Ok(output) => Ok(Written::Applied(output.attributes)),
-                Err(SdkError::ServiceError(e)) if e.err().is_conditional_check_failed_exception() => {
+                Err(SdkError::ServiceError(e))
+                    if e.err().is_conditional_check_failed_exception() =>
+                {
                     let UpdateItemError::ConditionalCheckFailedException(failed) = e.into_err()
                     else {
                         unreachable!("checked just above")
@@ -514,7 +516,9 @@ async fn sdk_write(client: &Client, write: Write<'_>) -> Result<Written, StoreEr
                 .await;
             match result {
                 Ok(output) => Ok(Written::Applied(output.attributes)),
-                Err(SdkError::ServiceError(e)) if e.err().is_conditional_check_failed_exception() => {
+                Err(SdkError::ServiceError(e))
+                    if e.err().is_conditional_check_failed_exception() =>
+                {
                     let DeleteItemError::ConditionalCheckFailedException(failed) = e.into_err()
                     else {
                         unreachable!("checked just above")

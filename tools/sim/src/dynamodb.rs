@@ -17,7 +17,7 @@
 
 use std::sync::Arc;
 
-use aws_sdk_dynamodb::config::{BehaviorVersion, Credentials, Region};
+use aws_sdk_dynamodb::config::{BehaviorVersion, Credentials, Region, SharedCredentialsProvider};
 use aws_smithy_runtime_api::client::http::HttpConnectorFuture;
 use aws_smithy_runtime_api::client::orchestrator::HttpRequest;
 use aws_smithy_runtime_api::client::result::ConnectorError;
@@ -193,26 +193,28 @@ fn run(engine: &Database, operation: &str, body: &str) -> (u16, String) {
     }
 }
 
-/// A container's DynamoDB client as the function builds it (`DYNAMODB_*` bounds), over the
-/// engine through the fault-injecting connector.
+/// A container's DynamoDB client as the function builds it (`DYNAMODB_*` bounds, the store's
+/// own client on the JSON API: `process_orders::aws::dynamodb_direct`), over the engine through
+/// the fault-injecting connector.
 pub fn client(
     engine: &Database,
     world: &Shared,
     faults: HttpFaults,
     settings: &process_orders::aws::SdkSettings,
-) -> aws_sdk_dynamodb::Client {
+) -> idempotency::dynamodb::DirectClient {
     let connector = SimConnector {
         engine: engine.clone(),
         world: world.clone(),
         faults,
     };
-    let config = aws_sdk_dynamodb::Config::builder()
+    let sdk = aws_config::SdkConfig::builder()
         .behavior_version(BehaviorVersion::latest())
         .region(Region::new("us-east-1"))
-        .credentials_provider(Credentials::new("sim", "sim", None, None, "sim"))
+        .credentials_provider(SharedCredentialsProvider::new(Credentials::new(
+            "sim", "sim", None, None, "sim",
+        )))
         .endpoint_url("http://dynamodb.sim")
-        .http_client(crate::http::client(connector))
-        // The SDK's jitter draws from an unseeded generator; without it the backoff is the
+        // The client's jitter draws from an unseeded generator; without it the backoff is the
         // same exponential schedule at its upper bound, and a seed replays exactly.
         .retry_config(
             settings
@@ -221,5 +223,6 @@ pub fn client(
         )
         .timeout_config(settings.timeout_config())
         .build();
-    aws_sdk_dynamodb::Client::from_conf(config)
+    idempotency::dynamodb::DirectClient::new(&sdk, crate::http::connector(connector))
+        .expect("a region and credentials are set")
 }

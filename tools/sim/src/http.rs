@@ -35,6 +35,11 @@ impl<S: Serve> HttpConnector for InProcess<S> {
     }
 }
 
+/// A connector over `service`, for a client that sends its own requests (the store's).
+pub fn connector(service: impl Serve) -> SharedHttpConnector {
+    SharedHttpConnector::new(InProcess(service))
+}
+
 /// An SDK HTTP client over `service`.
 pub fn client(service: impl Serve) -> SharedHttpClient {
     SharedHttpClient::new(InProcess(service))

@@ -747,7 +747,7 @@ impl Deployment {
                 };
                 let client = dynamodb::client(engine, &self.world, faults, &self.config.dynamodb);
                 Table::DynamoDb(
-                    idempotency::DynamoDbStore::new(
+                    idempotency::DynamoDbStore::direct(
                         client,
                         dynamodb::TABLE,
                         self.config.store.retention,

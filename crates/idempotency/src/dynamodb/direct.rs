@@ -171,10 +171,7 @@ impl DirectClient {
         Ok(Self {
             inner: Arc::new(Inner {
                 connector,
-                region: sdk
-                    .region()
-                    .ok_or(DirectClientError::NoRegion)?
-                    .to_string(),
+                region: sdk.region().ok_or(DirectClientError::NoRegion)?.to_string(),
                 endpoint_override,
                 endpoint: OnceLock::new(),
                 credentials: sdk
@@ -186,7 +183,10 @@ impl DirectClient {
                     .or_else(aws_smithy_async::rt::sleep::default_async_sleep)
                     .ok_or(DirectClientError::NoSleep)?,
                 time: sdk.time_source().unwrap_or_default(),
-                retry: sdk.retry_config().cloned().unwrap_or_else(RetryConfig::standard),
+                retry: sdk
+                    .retry_config()
+                    .cloned()
+                    .unwrap_or_else(RetryConfig::standard),
                 attempt_timeout: sdk
                     .timeout_config()
                     .and_then(|t| t.operation_attempt_timeout()),
@@ -333,11 +333,12 @@ impl DirectClient {
             (Some(host), None) => host.to_owned(),
             (None, _) => return Err(DirectError::Endpoint(format!("{url} has no host"))),
         };
-        let path = if uri.path().is_empty() { "/" } else { uri.path() };
-        let url = format!(
-            "{}://{host}{path}",
-            uri.scheme_str().unwrap_or("https")
-        );
+        let path = if uri.path().is_empty() {
+            "/"
+        } else {
+            uri.path()
+        };
+        let url = format!("{}://{host}{path}", uri.scheme_str().unwrap_or("https"));
         Ok(self.inner.endpoint.get_or_init(|| (url, host)))
     }
 
@@ -477,17 +478,27 @@ fn item(json: &Value) -> Result<Item, String> {
 }
 
 fn attribute(json: &Value) -> Result<AttributeValue, String> {
-    let object = json.as_object().filter(|o| o.len() == 1).ok_or_else(|| {
-        "an attribute value that is not an object of one type".to_owned()
-    })?;
+    let object = json
+        .as_object()
+        .filter(|o| o.len() == 1)
+        .ok_or_else(|| "an attribute value that is not an object of one type".to_owned())?;
     let (kind, value) = object.iter().next().ok_or("an empty attribute value")?;
-    let text = || value.as_str().map(str::to_owned).ok_or(format!("{kind} is not a string"));
+    let text = || {
+        value
+            .as_str()
+            .map(str::to_owned)
+            .ok_or(format!("{kind} is not a string"))
+    };
     let texts = || {
         value
             .as_array()
             .ok_or(format!("{kind} is not a list"))?
             .iter()
-            .map(|v| v.as_str().map(str::to_owned).ok_or(format!("{kind} holds a non-string")))
+            .map(|v| {
+                v.as_str()
+                    .map(str::to_owned)
+                    .ok_or(format!("{kind} holds a non-string"))
+            })
             .collect::<Result<Vec<_>, _>>()
     };
     let blob = |b: &str| {
@@ -525,7 +536,10 @@ fn request_body(write: &Write<'_>) -> Vec<u8> {
             let w = self.0;
             let mut map = serializer.serialize_map(None)?;
             map.serialize_entry("TableName", w.table)?;
-            map.serialize_entry("Key", &Attributes(w.key.iter().map(|(k, v)| (k.as_str(), v))))?;
+            map.serialize_entry(
+                "Key",
+                &Attributes(w.key.iter().map(|(k, v)| (k.as_str(), v))),
+            )?;
             if let Some(update) = w.update {
                 map.serialize_entry("UpdateExpression", update)?;
             }
@@ -637,7 +651,10 @@ mod tests {
                 "bin".to_owned(),
                 AttributeValue::B(aws_smithy_types::Blob::new(vec![0, 255, 7])),
             ),
-            ("ss".to_owned(), AttributeValue::Ss(vec!["x".into(), "y".into()])),
+            (
+                "ss".to_owned(),
+                AttributeValue::Ss(vec!["x".into(), "y".into()]),
+            ),
             (
                 "m".to_owned(),
                 AttributeValue::M(HashMap::from([(
@@ -695,7 +712,10 @@ mod tests {
         assert!(
             matches!(applied, Ok(Written::Applied(Some(old))) if old["status"] == AttributeValue::S("COMPLETED".into()))
         );
-        assert!(matches!(read_answer(200, b"{}"), Ok(Written::Applied(None))));
+        assert!(matches!(
+            read_answer(200, b"{}"),
+            Ok(Written::Applied(None))
+        ));
         let refused = read_answer(
             400,
             br#"{"__type":"com.amazonaws.dynamodb.v20120810#ConditionalCheckFailedException","message":"The conditional request failed","Item":{"lease_token":{"S":"t-1"}}}"#,

@@ -326,7 +326,8 @@ mod direct {
         let sdk = Via::Sdk.store(&server.endpoint(), &table);
         let direct = Via::Direct.store(&server.endpoint(), &table);
         for (writer, reader, key) in [(&direct, &sdk, "k-1"), (&sdk, &direct, "k-2")] {
-            let Begin::Started { lease, .. } = writer.begin(&claim(key, t0())).await.expect("claim")
+            let Begin::Started { lease, .. } =
+                writer.begin(&claim(key, t0())).await.expect("claim")
             else {
                 panic!("a fresh key");
             };
