@@ -204,7 +204,9 @@ impl DirectClient {
         } else {
             "DynamoDB_20120810.DeleteItem"
         };
-        let call = self.with_retries(target, body);
+        // Boxed: one allocation a write keeps the nesting of the callers' futures (the store's,
+        // the guard's, the handler's, the runtime's) under the compiler's default depth limit.
+        let call = Box::pin(self.with_retries(target, body));
         match self.inner.operation_timeout {
             Some(limit) => Timeout::new(call, self.inner.sleep.sleep(limit))
                 .await
