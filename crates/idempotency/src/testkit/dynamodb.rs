@@ -212,9 +212,19 @@ pub async fn an_earlier_attempt_from_outside_counts_at_any_age(client: &Client, 
 /// charged order as RETRY `lease_lost` and redeliver it).
 ///
 /// `endpoint` is the server's (`http://host:port`), `table` a table on it: the case puts a proxy
-/// that loses answers in front of it; `via` is the client the lossy store writes through (both
-/// retry a lost answer).
-pub async fn a_finishing_write_whose_answer_was_lost_is_its_own(
+/// that loses answers in front of it.
+pub async fn a_finishing_write_whose_answer_was_lost_is_its_own(endpoint: &str, table: &str) {
+    a_finishing_write_whose_answer_was_lost_is_its_own_via(
+        endpoint,
+        table,
+        super::dynoxide::Via::Sdk,
+    )
+    .await;
+}
+
+/// [`a_finishing_write_whose_answer_was_lost_is_its_own`] with the lossy store writing through
+/// `via`'s client (both retry a lost answer).
+pub async fn a_finishing_write_whose_answer_was_lost_is_its_own_via(
     endpoint: &str,
     table: &str,
     via: super::dynoxide::Via,

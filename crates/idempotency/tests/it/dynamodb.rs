@@ -226,7 +226,6 @@ async fn a_finishing_write_whose_answer_was_lost_is_its_own() {
     idempotency::testkit::dynamodb::a_finishing_write_whose_answer_was_lost_is_its_own(
         &server.endpoint(),
         &table,
-        Via::Sdk,
     )
     .await;
     std::mem::forget(server);
@@ -286,7 +285,7 @@ mod direct {
         let server = Dynoxide::start().await;
         let table = unique_table();
         create_table(&server.client(), &table).await.expect("table");
-        idempotency::testkit::dynamodb::a_finishing_write_whose_answer_was_lost_is_its_own(
+        idempotency::testkit::dynamodb::a_finishing_write_whose_answer_was_lost_is_its_own_via(
             &server.endpoint(),
             &table,
             Via::Direct,

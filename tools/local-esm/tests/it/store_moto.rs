@@ -10,7 +10,6 @@
 use aws_sdk_dynamodb::Client;
 use idempotency::DynamoDbStore;
 use idempotency::testkit::RETENTION;
-use idempotency::testkit::dynoxide::Via;
 use process_orders::testkit::dynamo::{create_table, moto_client, moto_endpoint, unique_table};
 
 async fn table() -> (Client, String) {
@@ -60,7 +59,6 @@ async fn a_finishing_write_whose_answer_was_lost_is_its_own() {
     idempotency::testkit::dynamodb::a_finishing_write_whose_answer_was_lost_is_its_own(
         &moto_endpoint(),
         &table,
-        Via::Sdk,
     )
     .await;
 }
@@ -81,7 +79,7 @@ mod direct {
     #[tokio::test]
     async fn a_finishing_write_whose_answer_was_lost_is_its_own() {
         let (_, table) = super::table().await;
-        idempotency::testkit::dynamodb::a_finishing_write_whose_answer_was_lost_is_its_own(
+        idempotency::testkit::dynamodb::a_finishing_write_whose_answer_was_lost_is_its_own_via(
             &moto_endpoint(),
             &table,
             Via::Direct,
