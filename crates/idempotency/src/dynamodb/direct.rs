@@ -6,13 +6,14 @@
 //! shipped path").
 //!
 //! It keeps what the store relies on from the SDK, taken from the same `SdkConfig` the SDK's
-//! client would be built from: the region, the endpoint override (`AWS_ENDPOINT_URL_DYNAMODB`,
-//! `AWS_ENDPOINT_URL`), the credentials provider (credentials cached until five minutes before they
+//! client would be built from: the region, FIPS and dual-stack endpoints, the endpoint override
+//! (in code, `AWS_ENDPOINT_URL_DYNAMODB`, `AWS_ENDPOINT_URL`, in the SDK's order), the credentials provider (credentials cached until ten seconds before they
 //! expire), the retry settings (standard mode: attempts, exponential backoff with full jitter
 //! unless the static base is asked for, throttling, 5xx, timeouts and I/O errors retried), the
 //! attempt and operation timeouts, the sleep and the time source (the simulator's clock). It
 //! leaves out the retry quota (the token bucket that stops retries during a long outage: each
-//! call here is bounded by its operation timeout) and clock-skew correction.
+//! call here is bounded by its operation timeout), adaptive retry mode's rate limiter (read as
+//! standard), `x-amz-retry-after`, and clock-skew correction.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock};
@@ -89,6 +90,10 @@ pub enum DirectError {
         /// Its message.
         message: String,
     },
+    /// The answer's body broke off (a reset while it was read): retried, since the write
+    /// may or may not have been applied, as an I/O error is.
+    #[error("DynamoDB's answer broke off")]
+    Body(#[source] Box<dyn std::error::Error + Send + Sync>),
     /// An answer that is not the JSON DynamoDB sends.
     #[error("unreadable DynamoDB answer ({status})")]
     Unreadable {
@@ -136,6 +141,8 @@ struct Inner {
     connector: SharedHttpConnector,
     region: String,
     endpoint_override: Option<String>,
+    use_fips: bool,
+    use_dual_stack: bool,
     /// The endpoint, resolved at the first request (no network: the SDK's rules on the region).
     endpoint: OnceLock<(String, String)>,
     credentials: SharedCredentialsProvider,
@@ -147,8 +154,8 @@ struct Inner {
     operation_timeout: Option<Duration>,
 }
 
-/// Credentials are used until this long before they expire.
-const CREDENTIALS_MARGIN: Duration = Duration::from_secs(300);
+/// Credentials are used until this long before they expire (the SDK's identity cache's buffer).
+const CREDENTIALS_MARGIN: Duration = Duration::from_secs(10);
 
 impl DirectClient {
     /// A client on `sdk`'s region, endpoint override, credentials, retry, timeouts, sleep and
@@ -156,23 +163,30 @@ impl DirectClient {
     /// own go into the configuration first (`sdk.to_builder().retry_config(...)`), as they
     /// would into the SDK client's.
     pub fn new(sdk: &SdkConfig, connector: SharedHttpConnector) -> Result<Self, DirectClientError> {
-        let endpoint_override = sdk
-            .service_config()
-            .and_then(|config| {
-                let key = ServiceConfigKey::builder()
-                    .service_id("DynamoDB")
-                    .env("AWS_ENDPOINT_URL")
-                    .profile("endpoint_url")
-                    .build()
-                    .ok()?;
-                config.load_config(key)
-            })
-            .or_else(|| sdk.endpoint_url().map(str::to_owned));
+        // The SDK's precedence: an endpoint set in code, then DynamoDB's own variable
+        // (`AWS_ENDPOINT_URL_DYNAMODB`), then the shared one.
+        let endpoint_override = if sdk.get_origin("endpoint_url").is_client_config() {
+            sdk.endpoint_url().map(str::to_owned)
+        } else {
+            sdk.service_config()
+                .and_then(|config| {
+                    let key = ServiceConfigKey::builder()
+                        .service_id("DynamoDB")
+                        .env("AWS_ENDPOINT_URL")
+                        .profile("endpoint_url")
+                        .build()
+                        .ok()?;
+                    config.load_config(key)
+                })
+                .or_else(|| sdk.endpoint_url().map(str::to_owned))
+        };
         Ok(Self {
             inner: Arc::new(Inner {
                 connector,
                 region: sdk.region().ok_or(DirectClientError::NoRegion)?.to_string(),
                 endpoint_override,
+                use_fips: sdk.use_fips().unwrap_or(false),
+                use_dual_stack: sdk.use_dual_stack().unwrap_or(false),
                 endpoint: OnceLock::new(),
                 credentials: sdk
                     .credentials_provider()
@@ -198,7 +212,7 @@ impl DirectClient {
     /// Sends `write`, retrying what the SDK's standard mode retries, within the operation
     /// timeout.
     pub(crate) async fn write(&self, write: &Write<'_>) -> Result<Written, DirectError> {
-        let body = request_body(write);
+        let body = request_body(write).map_err(|e| DirectError::Signing(Box::new(e)))?;
         let target = if write.update.is_some() {
             "DynamoDB_20120810.UpdateItem"
         } else {
@@ -247,26 +261,34 @@ impl DirectClient {
         }
     }
 
+    /// One attempt: the request and the whole answer, within the attempt timeout.
     async fn attempt(&self, target: &str, body: &[u8]) -> Result<Written, DirectError> {
         let request = self.signed(target, body).await?;
-        let call = self.inner.connector.call(request);
-        let response = match self.inner.attempt_timeout {
-            Some(limit) => Timeout::new(call, self.inner.sleep.sleep(limit))
+        let exchange = async {
+            let response = self
+                .inner
+                .connector
+                .call(request)
+                .await
+                .map_err(DirectError::Connector)?;
+            let status = response.status().as_u16();
+            let error_type = response
+                .headers()
+                .get("x-amzn-errortype")
+                .map(str::to_owned);
+            let bytes = ByteStream::new(response.into_body())
+                .collect()
+                .await
+                .map_err(|e| DirectError::Body(Box::new(e)))?
+                .into_bytes();
+            read_answer(status, error_type.as_deref(), &bytes)
+        };
+        match self.inner.attempt_timeout {
+            Some(limit) => Timeout::new(exchange, self.inner.sleep.sleep(limit))
                 .await
                 .map_err(|_| DirectError::AttemptTimeout(limit))?,
-            None => call.await,
+            None => exchange.await,
         }
-        .map_err(DirectError::Connector)?;
-        let status = response.status().as_u16();
-        let bytes = ByteStream::new(response.into_body())
-            .collect()
-            .await
-            .map_err(|e| DirectError::Unreadable {
-                status,
-                source: Box::new(e),
-            })?
-            .into_bytes();
-        read_answer(status, &bytes)
     }
 
     async fn signed(&self, target: &str, body: &[u8]) -> Result<HttpRequest, DirectError> {
@@ -301,6 +323,7 @@ impl DirectClient {
         let mut request = http::Request::builder()
             .method("POST")
             .uri(url.as_str())
+            .header("host", host.as_str())
             .header("content-type", headers[0].1)
             .header("x-amz-target", target)
             .header("content-length", body.len())
@@ -320,6 +343,8 @@ impl DirectClient {
             None => {
                 let params = Params::builder()
                     .region(self.inner.region.clone())
+                    .use_fips(self.inner.use_fips)
+                    .use_dual_stack(self.inner.use_dual_stack)
                     .build()
                     .map_err(|e| DirectError::Endpoint(e.to_string()))?;
                 let resolver = aws_sdk_dynamodb::config::endpoint::DefaultResolver::new();
@@ -330,7 +355,12 @@ impl DirectClient {
         let uri: http::Uri = url
             .parse()
             .map_err(|e: http::uri::InvalidUri| DirectError::Endpoint(e.to_string()))?;
+        let scheme = uri.scheme_str().unwrap_or("https");
+        // The Host signed is the Host sent: a scheme's default port is left out of both, as
+        // HTTP clients leave it out of the header they write.
         let host = match (uri.host(), uri.port_u16()) {
+            (Some(host), Some(443)) if scheme == "https" => host.to_owned(),
+            (Some(host), Some(80)) if scheme == "http" => host.to_owned(),
             (Some(host), Some(port)) => format!("{host}:{port}"),
             (Some(host), None) => host.to_owned(),
             (None, _) => return Err(DirectError::Endpoint(format!("{url} has no host"))),
@@ -340,7 +370,7 @@ impl DirectClient {
         } else {
             uri.path()
         };
-        let url = format!("{}://{host}{path}", uri.scheme_str().unwrap_or("https"));
+        let url = format!("{scheme}://{host}{path}");
         Ok(self.inner.endpoint.get_or_init(|| (url, host)))
     }
 
@@ -396,38 +426,50 @@ fn resolve_now(
 
 use std::future::Future as _;
 
-/// What the SDK's standard mode retries: I/O errors and timeouts, 5xx, throttling.
+/// What the SDK's standard mode retries: I/O errors and timeouts, a broken-off answer, 500,
+/// 502, 503 and 504, and its throttling and transient error codes (and 429, throttling by
+/// another name: every write here is conditional, so a retry is always safe).
 fn retryable(error: &DirectError) -> bool {
     match error {
         DirectError::Connector(e) => e.is_io() || e.is_timeout(),
-        DirectError::AttemptTimeout(_) => true,
+        DirectError::AttemptTimeout(_) | DirectError::Body(_) => true,
         DirectError::Service { status, kind, .. } => {
-            *status >= 500
-                || *status == 429
+            matches!(status, 429 | 500 | 502 | 503 | 504)
                 || matches!(
                     kind.as_str(),
-                    "ThrottlingException"
-                        | "Throttling"
-                        | "ProvisionedThroughputExceededException"
-                        | "RequestLimitExceeded"
+                    // Throttling, as the SDK lists it.
+                    "Throttling"
+                        | "ThrottlingException"
+                        | "ThrottledException"
                         | "RequestThrottledException"
                         | "TooManyRequestsException"
-                        | "LimitExceededException"
+                        | "ProvisionedThroughputExceededException"
                         | "TransactionInProgressException"
+                        | "RequestLimitExceeded"
+                        | "BandwidthLimitExceeded"
+                        | "LimitExceededException"
+                        | "RequestThrottled"
+                        | "SlowDown"
+                        | "PriorRequestNotComplete"
+                        | "EC2ThrottledException"
+                        // Transient.
                         | "RequestTimeout"
                         | "RequestTimeoutException"
-                        | "InternalServerError"
-                        | "ServiceUnavailable"
                 )
         }
-        DirectError::Unreadable { status, .. } => *status >= 500,
+        DirectError::Unreadable { status, .. } => matches!(status, 429 | 500 | 502 | 503 | 504),
         _ => false,
     }
 }
 
-/// Reads DynamoDB's answer: 200 with `Attributes`, or an error whose `__type` names it (a
-/// failed condition brings the old `Item` when it was asked for).
-fn read_answer(status: u16, bytes: &[u8]) -> Result<Written, DirectError> {
+/// Reads DynamoDB's answer: 2xx with `Attributes`, or an error named by the `x-amzn-errortype`
+/// header or the body's `code` or `__type` (a failed condition brings the old `Item` when it
+/// was asked for).
+fn read_answer(
+    status: u16,
+    error_type: Option<&str>,
+    bytes: &[u8],
+) -> Result<Written, DirectError> {
     let unreadable = |source: Box<dyn std::error::Error + Send + Sync>| DirectError::Unreadable {
         status,
         source,
@@ -437,25 +479,24 @@ fn read_answer(status: u16, bytes: &[u8]) -> Result<Written, DirectError> {
     } else {
         serde_json::from_slice(bytes).map_err(|e| unreadable(Box::new(e)))?
     };
-    if status == 200 {
-        let old = match json.get("Attributes") {
-            Some(attributes) => Some(item(attributes).map_err(|e| unreadable(e.into()))?),
-            None => None,
-        };
-        return Ok(Written::Applied(old));
+    let Some(json) = json.as_object() else {
+        return Err(unreadable("an answer that is not a JSON object".into()));
+    };
+    let items = |name: &str| match json.get(name) {
+        None | Some(Value::Null) => Ok(None),
+        Some(found) => item(found).map(Some).map_err(|e| unreadable(e.into())),
+    };
+    if (200..300).contains(&status) {
+        return Ok(Written::Applied(items("Attributes")?));
     }
-    let kind = json
-        .get("__type")
-        .and_then(Value::as_str)
-        .map(|t| t.rsplit('#').next().unwrap_or(t))
+    let kind = error_type
+        .or_else(|| json.get("code").and_then(Value::as_str))
+        .or_else(|| json.get("__type").and_then(Value::as_str))
+        .map(error_code)
         .unwrap_or("")
         .to_owned();
     if kind == "ConditionalCheckFailedException" {
-        let old = match json.get("Item") {
-            Some(old) => Some(item(old).map_err(|e| unreadable(e.into()))?),
-            None => None,
-        };
-        return Ok(Written::Refused(old));
+        return Ok(Written::Refused(items("Item")?));
     }
     let message = json
         .get("message")
@@ -468,6 +509,13 @@ fn read_answer(status: u16, bytes: &[u8]) -> Result<Written, DirectError> {
         kind,
         message,
     })
+}
+
+/// An error code without its namespace (`com.amazonaws.dynamodb.v20120810#`) and without a
+/// trailing `:` and URL, as AWS's JSON protocols send it.
+fn error_code(raw: &str) -> &str {
+    let raw = raw.split(':').next().unwrap_or(raw);
+    raw.rsplit('#').next().unwrap_or(raw)
 }
 
 /// An item in DynamoDB's JSON (`{"name": {"S": "..."}}`).
@@ -512,7 +560,8 @@ fn attribute(json: &Value) -> Result<AttributeValue, String> {
         "S" => AttributeValue::S(text()?),
         "N" => AttributeValue::N(text()?),
         "BOOL" => AttributeValue::Bool(value.as_bool().ok_or("BOOL is not a boolean")?),
-        "NULL" => AttributeValue::Null(true),
+        "NULL" if value == &Value::Bool(true) => AttributeValue::Null(true),
+        "NULL" => return Err("NULL is not true".into()),
         "B" => AttributeValue::B(blob(&text()?)?),
         "SS" => AttributeValue::Ss(texts()?),
         "NS" => AttributeValue::Ns(texts()?),
@@ -531,7 +580,7 @@ fn attribute(json: &Value) -> Result<AttributeValue, String> {
 }
 
 /// The request's JSON body.
-fn request_body(write: &Write<'_>) -> Vec<u8> {
+fn request_body(write: &Write<'_>) -> Result<Vec<u8>, serde_json::Error> {
     struct Body<'r, 'a>(&'r Write<'a>);
     impl Serialize for Body<'_, '_> {
         fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
@@ -570,8 +619,7 @@ fn request_body(write: &Write<'_>) -> Vec<u8> {
             map.end()
         }
     }
-    // serde_json writes into a Vec and never fails on these types: maps of strings.
-    serde_json::to_vec(&Body(write)).unwrap_or_default()
+    serde_json::to_vec(&Body(write))
 }
 
 /// Attribute values by name, in DynamoDB's JSON.
@@ -682,7 +730,8 @@ mod tests {
             old_on_success: true,
             old_on_failure: true,
         };
-        let body: Value = serde_json::from_slice(&request_body(&write)).expect("JSON");
+        let body: Value =
+            serde_json::from_slice(&request_body(&write).expect("a body")).expect("JSON");
         assert_eq!(
             body,
             serde_json::json!({
@@ -702,7 +751,8 @@ mod tests {
             old_on_failure: false,
             ..write
         };
-        let body: Value = serde_json::from_slice(&request_body(&delete)).expect("JSON");
+        let body: Value =
+            serde_json::from_slice(&request_body(&delete).expect("a body")).expect("JSON");
         assert!(body.get("UpdateExpression").is_none());
         assert!(body.get("ReturnValues").is_none());
         assert!(body.get("ReturnValuesOnConditionCheckFailure").is_none());
@@ -710,16 +760,17 @@ mod tests {
 
     #[test]
     fn answers_read_as_applied_refused_or_an_error() {
-        let applied = read_answer(200, br#"{"Attributes":{"status":{"S":"COMPLETED"}}}"#);
+        let applied = read_answer(200, None, br#"{"Attributes":{"status":{"S":"COMPLETED"}}}"#);
         assert!(
             matches!(applied, Ok(Written::Applied(Some(old))) if old["status"] == AttributeValue::S("COMPLETED".into()))
         );
         assert!(matches!(
-            read_answer(200, b"{}"),
+            read_answer(200, None, b"{}"),
             Ok(Written::Applied(None))
         ));
         let refused = read_answer(
             400,
+            None,
             br#"{"__type":"com.amazonaws.dynamodb.v20120810#ConditionalCheckFailedException","message":"The conditional request failed","Item":{"lease_token":{"S":"t-1"}}}"#,
         );
         assert!(
@@ -727,6 +778,7 @@ mod tests {
         );
         let throttled = read_answer(
             400,
+            None,
             br#"{"__type":"com.amazonaws.dynamodb.v20120810#ProvisionedThroughputExceededException","message":"slow down"}"#,
         );
         let Err(throttled) = throttled else {
@@ -735,6 +787,7 @@ mod tests {
         assert!(retryable(&throttled), "{throttled}");
         let missing = read_answer(
             400,
+            None,
             br#"{"__type":"com.amazonaws.dynamodb.v20120810#ResourceNotFoundException","message":"no table"}"#,
         );
         let Err(missing) = missing else {
@@ -742,8 +795,172 @@ mod tests {
         };
         assert!(!retryable(&missing), "{missing}");
         assert!(matches!(
-            read_answer(502, b"<html>bad gateway</html>"),
+            read_answer(502, None, b"<html>bad gateway</html>"),
             Err(e @ DirectError::Unreadable { .. }) if retryable(&e)
         ));
+    }
+
+    #[test]
+    fn the_error_is_named_as_the_sdk_reads_it() {
+        let refused = |header: Option<&str>, body: &[u8]| {
+            matches!(read_answer(400, header, body), Ok(Written::Refused(_)))
+        };
+        // DynamoDB's own form, the header (which wins), `code`, and a trailing URL.
+        assert!(refused(
+            None,
+            br#"{"__type":"com.amazonaws.dynamodb.v20120810#ConditionalCheckFailedException"}"#
+        ));
+        assert!(refused(
+            Some("ConditionalCheckFailedException:http://internal.amazon.com/"),
+            br#"{"__type":"Other"}"#
+        ));
+        assert!(refused(
+            None,
+            br#"{"code":"ConditionalCheckFailedException","__type":"Other"}"#
+        ));
+        assert!(!refused(
+            Some("ThrottlingException"),
+            br#"{"__type":"ConditionalCheckFailedException"}"#
+        ));
+        // Any 2xx is applied; an answer that is not an object, or a NULL that is not true, is
+        // not read as anything.
+        assert!(matches!(
+            read_answer(204, None, b""),
+            Ok(Written::Applied(None))
+        ));
+        assert!(matches!(
+            read_answer(200, None, br#"{"Attributes":null}"#),
+            Ok(Written::Applied(None))
+        ));
+        assert!(matches!(
+            read_answer(200, None, b"[]"),
+            Err(DirectError::Unreadable { .. })
+        ));
+        assert!(matches!(
+            read_answer(200, None, b"null"),
+            Err(DirectError::Unreadable { .. })
+        ));
+        assert!(matches!(
+            read_answer(200, None, br#"{"Attributes":{"x":{"NULL":false}}}"#),
+            Err(DirectError::Unreadable { .. })
+        ));
+    }
+
+    /// Requests as a connector receives them.
+    #[derive(Debug, Clone, Default)]
+    struct Capture(Arc<Mutex<Vec<HttpRequest>>>);
+
+    impl HttpConnector for Capture {
+        fn call(
+            &self,
+            request: HttpRequest,
+        ) -> aws_smithy_runtime_api::client::http::HttpConnectorFuture {
+            self.0.lock().expect("not poisoned").push(request);
+            aws_smithy_runtime_api::client::http::HttpConnectorFuture::ready(Ok(
+                aws_smithy_runtime_api::client::orchestrator::HttpResponse::new(
+                    200.try_into().expect("a status"),
+                    SdkBody::from("{}"),
+                ),
+            ))
+        }
+    }
+
+    fn sent(sdk: aws_types::sdk_config::Builder) -> HttpRequest {
+        use aws_credential_types::Credentials;
+        let capture = Capture::default();
+        let sdk = sdk
+            .credentials_provider(SharedCredentialsProvider::new(Credentials::new(
+                "AKID",
+                "secret",
+                Some("session-token".into()),
+                None,
+                "test",
+            )))
+            .behavior_version(aws_sdk_dynamodb::config::BehaviorVersion::latest())
+            .build();
+        let client =
+            DirectClient::new(&sdk, SharedHttpConnector::new(capture.clone())).expect("a client");
+        let write = Write {
+            table: "t",
+            key: HashMap::from([("pk".to_owned(), AttributeValue::S("o-1".into()))]),
+            update: None,
+            condition: "#s = :r",
+            names: vec![("#s", "status")],
+            values: vec![(":r", AttributeValue::S("REJECTED".into()))],
+            old_on_success: false,
+            old_on_failure: false,
+        };
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_time()
+            .build()
+            .expect("a runtime");
+        runtime.block_on(client.write(&write)).expect("applied");
+        let mut requests = capture.0.lock().expect("not poisoned");
+        assert_eq!(requests.len(), 1);
+        requests.remove(0)
+    }
+
+    /// What is signed is what is sent: the Host (a scheme's default port left out of both, as
+    /// HTTP clients write it), the target, the session token, the region's endpoint and the
+    /// FIPS one, and an override's path.
+    #[test]
+    fn the_signed_request_is_the_request_sent() {
+        let region = aws_types::region::Region::new("eu-west-1");
+        for (sdk, url, host) in [
+            (
+                aws_types::SdkConfig::builder().region(region.clone()),
+                "https://dynamodb.eu-west-1.amazonaws.com/",
+                "dynamodb.eu-west-1.amazonaws.com",
+            ),
+            (
+                aws_types::SdkConfig::builder()
+                    .region(region.clone())
+                    .use_fips(true),
+                "https://dynamodb-fips.eu-west-1.amazonaws.com/",
+                "dynamodb-fips.eu-west-1.amazonaws.com",
+            ),
+            (
+                aws_types::SdkConfig::builder()
+                    .region(region.clone())
+                    .endpoint_url("https://ddb.example:443"),
+                "https://ddb.example/",
+                "ddb.example",
+            ),
+            (
+                aws_types::SdkConfig::builder()
+                    .region(region.clone())
+                    .endpoint_url("http://127.0.0.1:8000/prefix"),
+                "http://127.0.0.1:8000/prefix",
+                "127.0.0.1:8000",
+            ),
+        ] {
+            let request = sent(sdk);
+            assert_eq!(request.uri(), url);
+            let headers = request.headers();
+            assert_eq!(headers.get("host"), Some(host), "{url}");
+            assert_eq!(
+                headers.get("x-amz-target"),
+                Some("DynamoDB_20120810.DeleteItem")
+            );
+            assert_eq!(
+                headers.get("content-type"),
+                Some("application/x-amz-json-1.0")
+            );
+            assert_eq!(headers.get("x-amz-security-token"), Some("session-token"));
+            let authorization = headers.get("authorization").expect("signed");
+            assert!(
+                authorization.starts_with("AWS4-HMAC-SHA256 Credential=AKID/")
+                    && authorization.contains("/eu-west-1/dynamodb/aws4_request")
+                    && authorization.contains(
+                        "SignedHeaders=content-type;host;x-amz-date;x-amz-security-token;x-amz-target"
+                    ),
+                "{authorization}"
+            );
+            let body = request.body().bytes().expect("an in-memory body");
+            assert_eq!(
+                headers.get("content-length"),
+                Some(body.len().to_string().as_str())
+            );
+        }
     }
 }

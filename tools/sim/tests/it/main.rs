@@ -160,10 +160,11 @@ fn fixed_seeds_on(
     assert!(faults.crashes > 0 && faults.store_answers_lost > 0 && faults.charge_answers_lost > 0);
     assert!(faults.slow_charges > 0 && faults.pending_charges > 0 && faults.lookup_errors > 0);
     match profile {
-        // On the DynamoDB store the brownout's few short seeds stopped reaching a deadline when
-        // the store's client became the direct one (the SDK's runs reached 5 in 6 seeds, the
-        // direct client's none in 12, with the same per-call retry timeline): the memory
-        // store's brownout seeds keep that edge.
+        // The deadline edge is the function's, not the store's: asserted on the memory store's
+        // brownout seeds. On the DynamoDB store skips at the deadline are rare and come in
+        // clusters, so a few short seeds reach them or not by the luck of the random stream:
+        // with the store's direct client the first 12 seeds reached none, 20 seeds 19 (the
+        // SDK's client, which draws from the stream when it is built: 27 in the same 20).
         "brownout" => assert!(
             store != StoreKind::Memory || reasons.get("deadline").is_some_and(|n| *n > 0),
             "no batch ran into its deadline"
