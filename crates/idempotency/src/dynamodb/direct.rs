@@ -963,4 +963,117 @@ mod tests {
             );
         }
     }
+
+    /// A sleep that records what it is asked for: the backoff's delays pass at once, the
+    /// timeouts (an hour here) never do.
+    #[derive(Debug, Clone, Default)]
+    struct Delays(Arc<Mutex<Vec<Duration>>>);
+
+    impl AsyncSleep for Delays {
+        fn sleep(&self, duration: Duration) -> aws_smithy_async::rt::sleep::Sleep {
+            if duration >= Duration::from_secs(3_600) {
+                return aws_smithy_async::rt::sleep::Sleep::new(std::future::pending());
+            }
+            self.0.lock().expect("not poisoned").push(duration);
+            aws_smithy_async::rt::sleep::Sleep::new(std::future::ready(()))
+        }
+    }
+
+    /// A connector that answers every request with `status` and `body`, counting them.
+    #[derive(Debug, Clone)]
+    struct Always(u16, &'static str, Arc<std::sync::atomic::AtomicUsize>);
+
+    impl HttpConnector for Always {
+        fn call(
+            &self,
+            _request: HttpRequest,
+        ) -> aws_smithy_runtime_api::client::http::HttpConnectorFuture {
+            self.2.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            aws_smithy_runtime_api::client::http::HttpConnectorFuture::ready(Ok(
+                aws_smithy_runtime_api::client::orchestrator::HttpResponse::new(
+                    self.0.try_into().expect("a status"),
+                    SdkBody::from(self.1),
+                ),
+            ))
+        }
+    }
+
+    /// Requests sent and delays slept for one write answered `status` and `body` every time.
+    fn attempts(status: u16, body: &'static str, jitter: bool) -> (usize, Vec<Duration>) {
+        use aws_credential_types::Credentials;
+        let delays = Delays::default();
+        let sent = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let hour = Duration::from_secs(3_600);
+        let sdk = aws_types::SdkConfig::builder()
+            .region(aws_types::region::Region::new("eu-west-1"))
+            .credentials_provider(SharedCredentialsProvider::new(Credentials::new(
+                "AKID", "secret", None, None, "test",
+            )))
+            .sleep_impl(SharedAsyncSleep::new(delays.clone()))
+            .retry_config(
+                RetryConfig::standard()
+                    .with_max_attempts(4)
+                    .with_initial_backoff(Duration::from_millis(100))
+                    .with_max_backoff(Duration::from_millis(300))
+                    .with_use_static_exponential_base(!jitter),
+            )
+            .timeout_config(
+                aws_smithy_types::timeout::TimeoutConfig::builder()
+                    .operation_attempt_timeout(hour)
+                    .operation_timeout(hour)
+                    .build(),
+            )
+            .behavior_version(aws_sdk_dynamodb::config::BehaviorVersion::latest())
+            .build();
+        let connector = SharedHttpConnector::new(Always(status, body, sent.clone()));
+        let client = DirectClient::new(&sdk, connector).expect("a client");
+        let write = Write {
+            table: "t",
+            key: HashMap::from([("pk".to_owned(), AttributeValue::S("o-1".into()))]),
+            update: None,
+            condition: "#s = :r",
+            names: vec![("#s", "status")],
+            values: vec![(":r", AttributeValue::S("REJECTED".into()))],
+            old_on_success: false,
+            old_on_failure: false,
+        };
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .expect("a runtime");
+        let _ = runtime.block_on(client.write(&write));
+        let slept = delays.0.lock().expect("not poisoned").clone();
+        (sent.load(std::sync::atomic::Ordering::SeqCst), slept)
+    }
+
+    /// Standard mode: every attempt the configuration allows, the delay doubling from the
+    /// initial backoff to its cap (each at most that with jitter); nothing retried that is not
+    /// retryable, and nothing after a success or a refusal.
+    #[test]
+    fn retries_follow_the_standard_schedule() {
+        let ms = Duration::from_millis;
+        let throttled = r#"{"__type":"com.amazonaws.dynamodb.v20120810#ProvisionedThroughputExceededException"}"#;
+        assert_eq!(
+            attempts(400, throttled, false),
+            (4, vec![ms(100), ms(200), ms(300)])
+        );
+        assert_eq!(
+            attempts(500, "{}", false),
+            (4, vec![ms(100), ms(200), ms(300)])
+        );
+        let (sent, jittered) = attempts(503, "{}", true);
+        assert_eq!(sent, 4);
+        assert!(
+            jittered
+                .iter()
+                .zip([ms(100), ms(200), ms(300)])
+                .all(|(d, bound)| *d <= bound),
+            "{jittered:?}"
+        );
+        let missing = r#"{"__type":"com.amazonaws.dynamodb.v20120810#ResourceNotFoundException"}"#;
+        assert_eq!(attempts(400, missing, false), (1, vec![]));
+        let refused =
+            r#"{"__type":"com.amazonaws.dynamodb.v20120810#ConditionalCheckFailedException"}"#;
+        assert_eq!(attempts(400, refused, false), (1, vec![]));
+        assert_eq!(attempts(200, "{}", false), (1, vec![]));
+    }
 }
