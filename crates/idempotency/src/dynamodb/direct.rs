@@ -929,6 +929,27 @@ mod tests {
             (
                 aws_types::SdkConfig::builder()
                     .region(region.clone())
+                    .endpoint_url("http://localhost:80"),
+                "http://localhost/",
+                "localhost",
+            ),
+            (
+                aws_types::SdkConfig::builder()
+                    .region(region.clone())
+                    .endpoint_url("http://127.0.0.1:443"),
+                "http://127.0.0.1:443/",
+                "127.0.0.1:443",
+            ),
+            (
+                aws_types::SdkConfig::builder()
+                    .region(region.clone())
+                    .endpoint_url("https://ddb.example:80"),
+                "https://ddb.example:80/",
+                "ddb.example:80",
+            ),
+            (
+                aws_types::SdkConfig::builder()
+                    .region(region.clone())
                     .endpoint_url("http://127.0.0.1:8000/prefix"),
                 "http://127.0.0.1:8000/prefix",
                 "127.0.0.1:8000",
@@ -998,36 +1019,36 @@ mod tests {
         }
     }
 
-    /// Requests sent and delays slept for one write answered `status` and `body` every time.
-    fn attempts(status: u16, body: &'static str, jitter: bool) -> (usize, Vec<Duration>) {
-        use aws_credential_types::Credentials;
-        let delays = Delays::default();
-        let sent = Arc::new(std::sync::atomic::AtomicUsize::new(0));
-        let hour = Duration::from_secs(3_600);
-        let sdk = aws_types::SdkConfig::builder()
+    /// A configuration with `sleep`, 4 attempts from 100 ms doubling to 300 ms, and `attempt`
+    /// for the attempt timeout (the operation's an hour).
+    fn config(
+        sleep: Delays,
+        attempt: Duration,
+        credentials: SharedCredentialsProvider,
+    ) -> aws_types::SdkConfig {
+        aws_types::SdkConfig::builder()
             .region(aws_types::region::Region::new("eu-west-1"))
-            .credentials_provider(SharedCredentialsProvider::new(Credentials::new(
-                "AKID", "secret", None, None, "test",
-            )))
-            .sleep_impl(SharedAsyncSleep::new(delays.clone()))
+            .credentials_provider(credentials)
+            .sleep_impl(SharedAsyncSleep::new(sleep))
             .retry_config(
                 RetryConfig::standard()
                     .with_max_attempts(4)
                     .with_initial_backoff(Duration::from_millis(100))
                     .with_max_backoff(Duration::from_millis(300))
-                    .with_use_static_exponential_base(!jitter),
+                    .with_use_static_exponential_base(true),
             )
             .timeout_config(
                 aws_smithy_types::timeout::TimeoutConfig::builder()
-                    .operation_attempt_timeout(hour)
-                    .operation_timeout(hour)
+                    .operation_attempt_timeout(attempt)
+                    .operation_timeout(Duration::from_secs(3_600))
                     .build(),
             )
             .behavior_version(aws_sdk_dynamodb::config::BehaviorVersion::latest())
-            .build();
-        let connector = SharedHttpConnector::new(Always(status, body, sent.clone()));
-        let client = DirectClient::new(&sdk, connector).expect("a client");
-        let write = Write {
+            .build()
+    }
+
+    fn delete() -> Write<'static> {
+        Write {
             table: "t",
             key: HashMap::from([("pk".to_owned(), AttributeValue::S("o-1".into()))]),
             update: None,
@@ -1036,11 +1057,37 @@ mod tests {
             values: vec![(":r", AttributeValue::S("REJECTED".into()))],
             old_on_success: false,
             old_on_failure: false,
-        };
-        let runtime = tokio::runtime::Builder::new_current_thread()
+        }
+    }
+
+    fn block_on<T>(future: impl std::future::Future<Output = T>) -> T {
+        tokio::runtime::Builder::new_current_thread()
             .build()
-            .expect("a runtime");
-        let _ = runtime.block_on(client.write(&write));
+            .expect("a runtime")
+            .block_on(future)
+    }
+
+    /// Requests sent and delays slept for one write answered `status` and `body` every time.
+    fn attempts(status: u16, body: &'static str, jitter: bool) -> (usize, Vec<Duration>) {
+        let delays = Delays::default();
+        let sent = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let sdk = config(
+            delays.clone(),
+            Duration::from_secs(3_600),
+            SharedCredentialsProvider::new(aws_credential_types::Credentials::new(
+                "AKID", "secret", None, None, "test",
+            )),
+        );
+        let sdk = match sdk.retry_config().cloned() {
+            Some(retry) if jitter => sdk
+                .to_builder()
+                .retry_config(retry.with_use_static_exponential_base(false))
+                .build(),
+            _ => sdk,
+        };
+        let connector = SharedHttpConnector::new(Always(status, body, sent.clone()));
+        let client = DirectClient::new(&sdk, connector).expect("a client");
+        let _ = block_on(client.write(&delete()));
         let slept = delays.0.lock().expect("not poisoned").clone();
         (sent.load(std::sync::atomic::Ordering::SeqCst), slept)
     }
@@ -1075,5 +1122,87 @@ mod tests {
             r#"{"__type":"com.amazonaws.dynamodb.v20120810#ConditionalCheckFailedException"}"#;
         assert_eq!(attempts(400, refused, false), (1, vec![]));
         assert_eq!(attempts(200, "{}", false), (1, vec![]));
+    }
+
+    /// An attempt that never answers ends at the attempt timeout and is retried, every attempt
+    /// the configuration allows; the call fails as a timeout.
+    #[test]
+    fn an_attempt_that_never_answers_is_retried() {
+        #[derive(Debug, Clone)]
+        struct Silent(Arc<std::sync::atomic::AtomicUsize>);
+        impl HttpConnector for Silent {
+            fn call(
+                &self,
+                _request: HttpRequest,
+            ) -> aws_smithy_runtime_api::client::http::HttpConnectorFuture {
+                self.0.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                aws_smithy_runtime_api::client::http::HttpConnectorFuture::new(
+                    std::future::pending(),
+                )
+            }
+        }
+        let sent = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let sdk = config(
+            Delays::default(),
+            Duration::from_millis(50),
+            SharedCredentialsProvider::new(aws_credential_types::Credentials::new(
+                "AKID", "secret", None, None, "test",
+            )),
+        );
+        let client = DirectClient::new(&sdk, SharedHttpConnector::new(Silent(sent.clone())))
+            .expect("a client");
+        let result = block_on(client.write(&delete()));
+        assert!(
+            matches!(result, Err(DirectError::AttemptTimeout(_))),
+            "{result:?}"
+        );
+        assert_eq!(sent.load(std::sync::atomic::Ordering::SeqCst), 4);
+    }
+
+    /// Credentials are loaded once and kept while they have more than 10 s left; closer to their
+    /// expiry (or past it) each write loads them again.
+    #[test]
+    fn credentials_are_kept_until_shortly_before_they_expire() {
+        #[derive(Debug)]
+        struct Counting(
+            Arc<std::sync::atomic::AtomicUsize>,
+            Option<std::time::SystemTime>,
+        );
+        impl ProvideCredentials for Counting {
+            fn provide_credentials<'a>(
+                &'a self,
+            ) -> aws_credential_types::provider::future::ProvideCredentials<'a>
+            where
+                Self: 'a,
+            {
+                self.0.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                aws_credential_types::provider::future::ProvideCredentials::ready(Ok(
+                    aws_credential_types::Credentials::new("AKID", "secret", None, self.1, "test"),
+                ))
+            }
+        }
+        let now = std::time::UNIX_EPOCH + Duration::from_secs(1_800_000_000);
+        let loads = |expiry: Option<std::time::SystemTime>| {
+            let count = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+            let sdk = config(
+                Delays::default(),
+                Duration::from_secs(3_600),
+                SharedCredentialsProvider::new(Counting(count.clone(), expiry)),
+            )
+            .to_builder()
+            .time_source(aws_smithy_async::time::StaticTimeSource::new(now))
+            .build();
+            let sent = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+            let client = DirectClient::new(&sdk, SharedHttpConnector::new(Always(200, "{}", sent)))
+                .expect("a client");
+            for _ in 0..3 {
+                block_on(client.write(&delete())).expect("applied");
+            }
+            count.load(std::sync::atomic::Ordering::SeqCst)
+        };
+        assert_eq!(loads(None), 1, "no expiry");
+        assert_eq!(loads(Some(now + Duration::from_secs(11))), 1, "11 s left");
+        assert_eq!(loads(Some(now + Duration::from_secs(10))), 3, "10 s left");
+        assert_eq!(loads(Some(now - Duration::from_secs(1))), 3, "expired");
     }
 }
