@@ -84,12 +84,59 @@ pub struct HttpFaults {
     pub throttle_rate: f64,
 }
 
+/// The items whose write one container's client sent and whose answer this layer lost, by their
+/// partition key: how the container's [`crate::store::SimStore`] learns that a call it made
+/// had an answer lost below it (the client sends the write again and meets its own, so the
+/// call itself may still succeed).
+#[derive(Clone, Default)]
+pub struct LostAnswers {
+    keys: Arc<std::sync::Mutex<std::collections::HashSet<String>>>,
+    /// The store's key prefix: an item's partition key is the prefix and the record's key.
+    prefix: String,
+}
+
+impl LostAnswers {
+    /// For a store whose keys carry `prefix`.
+    pub fn new(prefix: &str) -> Self {
+        Self {
+            keys: Arc::default(),
+            prefix: prefix.to_owned(),
+        }
+    }
+
+    fn keys(&self) -> std::sync::MutexGuard<'_, std::collections::HashSet<String>> {
+        self.keys
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Whether an answer about `key`'s item was lost since the last time this was asked.
+    pub fn take(&self, key: &str) -> bool {
+        self.keys().remove(&format!("{}{key}", self.prefix))
+    }
+
+    /// The answer to the write in `body` (DynamoDB's JSON) was lost.
+    fn lost(&self, body: &str) {
+        let item = serde_json::from_str::<serde_json::Value>(body)
+            .ok()
+            .and_then(|request| {
+                request["Key"][idempotency::dynamodb::KEY_ATTRIBUTE]["S"]
+                    .as_str()
+                    .map(str::to_owned)
+            });
+        if let Some(item) = item {
+            self.keys().insert(item);
+        }
+    }
+}
+
 /// The connector: one per client (per container), all on the shared engine.
 #[derive(Clone)]
 struct SimConnector {
     engine: Database,
     world: Shared,
     faults: HttpFaults,
+    lost: LostAnswers,
 }
 
 impl std::fmt::Debug for SimConnector {
@@ -130,6 +177,7 @@ impl Serve for SimConnector {
             let (status, json) = run(&this.engine, &operation, &body);
             if roll < f.throttle_rate + f.error_rate + f.lost_rate {
                 this.world.count(|c| c.store_answers_lost += 1);
+                this.lost.lost(&body);
                 return Err(ConnectorError::io(
                     "simulated: applied, the answer lost on the way back".into(),
                 ));
@@ -195,17 +243,19 @@ fn run(engine: &Database, operation: &str, body: &str) -> (u16, String) {
 
 /// A container's DynamoDB client as the function builds it (`DYNAMODB_*` bounds, the store's
 /// own client on the JSON API: `process_orders::aws::dynamodb_direct`), over the engine through
-/// the fault-injecting connector.
+/// the fault-injecting connector, which tells `lost` which items' answers it lost.
 pub fn client(
     engine: &Database,
     world: &Shared,
     faults: HttpFaults,
     settings: &process_orders::aws::SdkSettings,
+    lost: LostAnswers,
 ) -> idempotency::dynamodb::DirectClient {
     let connector = SimConnector {
         engine: engine.clone(),
         world: world.clone(),
         faults,
+        lost,
     };
     let sdk = aws_config::SdkConfig::builder()
         .behavior_version(BehaviorVersion::latest())

@@ -235,6 +235,7 @@ impl<F> Run<F> {
             operation_timeout_ms: 3_000,
             // The generic harness's handlers need not follow the function's lease rule.
             holder: crate::store::Holder::new(0, clock.clone(), 300_000, 5_000),
+            lost_below: crate::dynamodb::LostAnswers::default(),
         };
         let handler = (self.handler)(Ports {
             store,

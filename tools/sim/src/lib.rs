@@ -728,6 +728,7 @@ impl Deployment {
             start: self.start,
             offset_ms,
         };
+        let lost_below = dynamodb::LostAnswers::new(&self.config.store.key_prefix);
         let inner = match (&self.engine, self.settings.shared_store) {
             (None, true) => Table::Memory(self.table.clone()),
             (None, false) => Table::Memory(Arc::new(MemoryStore::new(self.config.store.retention))),
@@ -745,7 +746,13 @@ impl Deployment {
                     lost_rate: self.settings.store_lost_rate,
                     throttle_rate: self.settings.store_slow_rate,
                 };
-                let client = dynamodb::client(engine, &self.world, faults, &self.config.dynamodb);
+                let client = dynamodb::client(
+                    engine,
+                    &self.world,
+                    faults,
+                    &self.config.dynamodb,
+                    lost_below.clone(),
+                );
                 Table::DynamoDb(
                     idempotency::DynamoDbStore::direct(
                         client,
@@ -778,6 +785,7 @@ impl Deployment {
             hang_at_give_up_rate: self.settings.store_hang_at_give_up_rate,
             operation_timeout_ms: self.setting_ms("DYNAMODB_OPERATION_TIMEOUT_MS", 3_000),
             holder: holder.clone(),
+            lost_below,
         };
         // The function's own SQS adapters, wired as it wires them, over the simulated queue.
         let sqs = sqs::sdk_config(

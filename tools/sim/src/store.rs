@@ -39,6 +39,9 @@ pub struct SimStore {
     /// The invocation this container runs, when it is a Lambda container (set by its loop around
     /// each invocation), with the container's clock: each lease granted is judged against it.
     pub holder: Holder,
+    /// The answers the DynamoDB table's HTTP layer lost below the store's client (its retry
+    /// then meets its own write): a claim may succeed with its first answer lost.
+    pub lost_below: crate::dynamodb::LostAnswers,
 }
 
 /// A container's current invocation and clock, for the world to judge the leases it is granted.
@@ -229,6 +232,8 @@ impl IdempotencyStore for SimStore {
             .lock()
             .fence
             .leased(request.key, granted_to, may_end_ms);
+        // Only this call's lost answers count (an earlier call's about the same item do not).
+        self.lost_below.take(request.key);
         let result = match &self.inner {
             Table::Memory(store) => store.begin(request).await,
             Table::DynamoDb(store) => store.begin(request).await,
@@ -239,6 +244,7 @@ impl IdempotencyStore for SimStore {
             world.fence.not_leased(request.key, granted_to, may_end_ms);
         }
         if let Ok(Begin::Started { lease, .. }) = &result {
+            let lost = lost || self.lost_below.take(request.key);
             if world.fence.claimed(request.key, lease.token, granted_to) && lost {
                 world.faults.answers_lost_at_takeover += 1;
             }
