@@ -817,7 +817,16 @@ async fn simulate(settings: SimSettings) -> Report {
         offset_ms: 0,
     };
     let world = Shared::new(settings.seed, truth.clone());
-    let shipped = Shipped::read().expect("template.yaml");
+    let mut shipped = Shipped::read().expect("template.yaml");
+    // An operator's lease, as the deployment (and so the world's reading of it) has it.
+    if let Some((lease_s, margin_ms)) = settings.lease {
+        shipped
+            .env
+            .insert("IDEMPOTENCY_LEASE_SECONDS".into(), lease_s.to_string());
+        shipped
+            .env
+            .insert("IDEMPOTENCY_LEASE_MARGIN_MS".into(), margin_ms.to_string());
+    }
     let config = environment(&shipped, &settings);
     // The deployment's default currency, as the world reads the template's setting.
     let default_currency = shipped

@@ -191,6 +191,9 @@ pub struct SimSettings {
     /// An operator lowers the queue's `maxReceiveCount` to this at a random time in the first
     /// half of the traffic (`None`: never), below what the outage needs.
     pub lowered_receive_count: Option<u32>,
+    /// The lease an operator set (`IDEMPOTENCY_LEASE_SECONDS`, `IDEMPOTENCY_LEASE_MARGIN_MS`)
+    /// in place of the template's (`None`: the template's).
+    pub lease: Option<(u64, u64)>,
     /// Producers that send orders again days later (`None`: none do).
     pub late: Option<LateResends>,
     /// The function runs as a fleet of long-polling workers (`process-orders worker`) instead
@@ -342,6 +345,7 @@ impl SimSettings {
             lookup_amounts: Amounts::Integers,
             edges: Edges::BAD_DAY,
             lowered_receive_count: None,
+            lease: None,
             late: None,
             workers: None,
         }
@@ -386,6 +390,10 @@ impl SimSettings {
     pub fn lowered(seed: u64, orders: usize) -> Self {
         Self {
             lowered_receive_count: Some(5),
+            // The same operator shortened the lease below the function's timeout (30 s): a
+            // claim made in an invocation's first 10 s has a lease that ends before the
+            // invocation does, by the configured lease, not the deadline.
+            lease: Some((20, 2_000)),
             store_hang_at_give_up_rate: 0.01,
             ..Self::faulty(seed, orders)
         }

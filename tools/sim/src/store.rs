@@ -253,6 +253,9 @@ impl IdempotencyStore for SimStore {
             // computed.
             if let Some(invocation) = invocation {
                 world.faults.leases_checked += 1;
+                if lease.until_ms <= invocation.deadline_ms {
+                    world.faults.leases_ending_by_the_deadline += 1;
+                }
                 if let Some(what) = crate::world::lease_rule_broken(
                     invocation,
                     granted_at_ms,

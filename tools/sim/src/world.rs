@@ -79,6 +79,9 @@ pub struct Faults {
     pub crashes_between_charge_and_completion_at_last_receive: usize,
     /// Store calls for a record at the give-up's receive that outlasted the invocation.
     pub store_hangs_at_give_up: usize,
+    /// Leases granted that end at or before their holder's deadline (a lease shorter than the
+    /// invocation: the holder may still be at work when another takes the claim over).
+    pub leases_ending_by_the_deadline: usize,
 }
 
 impl Faults {
@@ -106,10 +109,11 @@ impl Faults {
         self.crashes_between_charge_and_completion_at_last_receive +=
             other.crashes_between_charge_and_completion_at_last_receive;
         self.store_hangs_at_give_up += other.store_hangs_at_give_up;
+        self.leases_ending_by_the_deadline += other.leases_ending_by_the_deadline;
     }
 
     /// Each kind with its count, for tables.
-    pub fn rows(&self) -> [(&'static str, usize); 21] {
+    pub fn rows(&self) -> [(&'static str, usize); 22] {
         [
             ("crashes", self.crashes),
             ("store errors", self.store_errors),
@@ -155,6 +159,10 @@ impl Faults {
             (
                 "store calls outlasting the invocation at the last receive",
                 self.store_hangs_at_give_up,
+            ),
+            (
+                "leases ending by their holder's deadline",
+                self.leases_ending_by_the_deadline,
             ),
         ]
     }

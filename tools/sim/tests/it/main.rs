@@ -185,6 +185,12 @@ fn fixed_seeds_on(
                 reasons.get("retries_exhausted").is_some_and(|n| *n > 0),
                 "the function never gave up at the lowered count"
             );
+            // The operator's lease of 20 s is shorter than the invocation's 30 s: leases that end
+            // by their holder's deadline, taken over while it may still be at work.
+            assert!(
+                faults.leases_ending_by_the_deadline > 0,
+                "no lease ended by its holder's deadline: {faults:?}"
+            );
             // Records abandoned at their last receive, whose copies must still name their order.
             assert!(
                 faults.store_hangs_at_give_up > 0
