@@ -11,7 +11,7 @@
 //! each cold start.
 
 use std::collections::HashMap;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use aws_config::environment::credentials::EnvironmentVariableCredentialsProvider;
@@ -128,6 +128,10 @@ struct ReqwestConnector {
     /// `Err` when the client could not be built: every call then fails with the reason, as a
     /// connector error the SDK reports (the store error makes the record RETRY).
     client: Result<reqwest::Client, String>,
+    /// The last request's URI and its URL as reqwest takes it: a client's requests all go to
+    /// one endpoint, and parsing its text again (the host through IDNA's mapping) was about 2%
+    /// of an order's CPU (docs/performance.md, "CPU per order on the shipped path").
+    last_url: Arc<Mutex<Option<(http::Uri, reqwest::Url)>>>,
 }
 
 impl ReqwestConnector {
@@ -147,27 +151,63 @@ impl ReqwestConnector {
                 }
                 builder.build().map_err(|e| e.to_string())
             });
-        Self { client }
+        Self {
+            client,
+            last_url: Arc::default(),
+        }
+    }
+
+    /// `uri` as reqwest's URL, parsed once while the endpoint stays the same.
+    fn url_of(&self, uri: &http::Uri) -> Result<reqwest::Url, url::ParseError> {
+        let mut last = self
+            .last_url
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some((seen, url)) = last.as_ref()
+            && seen == uri
+        {
+            return Ok(url.clone());
+        }
+        let url = reqwest::Url::parse(&uri.to_string())?;
+        *last = Some((uri.clone(), url.clone()));
+        Ok(url)
+    }
+
+    /// The SDK's request as reqwest's, its URL from [`Self::url_of`].
+    fn outgoing(&self, request: HttpRequest) -> Result<reqwest::Request, ConnectorError> {
+        let request = request
+            .try_into_http1x()
+            .map_err(|e| ConnectorError::user(e.into()))?;
+        let (parts, body) = request.into_parts();
+        // In-memory bodies (every DynamoDB and SQS request) go as bytes, so their length is
+        // known up front; a streaming body is wrapped.
+        let body = match body.bytes() {
+            Some(bytes) => reqwest::Body::from(bytes.to_vec()),
+            None => reqwest::Body::wrap(body),
+        };
+        if !parts.extensions.is_empty() {
+            // reqwest's own conversion keeps extensions; its builder cannot take them.
+            return reqwest::Request::try_from(http::Request::from_parts(parts, body))
+                .map_err(|e| ConnectorError::user(e.into()));
+        }
+        let url = self
+            .url_of(&parts.uri)
+            .map_err(|e| ConnectorError::user(e.into()))?;
+        let mut outgoing = reqwest::Request::new(parts.method, url);
+        *outgoing.headers_mut() = parts.headers;
+        *outgoing.version_mut() = parts.version;
+        *outgoing.body_mut() = Some(body);
+        Ok(outgoing)
     }
 }
 
 impl HttpConnector for ReqwestConnector {
     fn call(&self, request: HttpRequest) -> HttpConnectorFuture {
         let client = self.client.clone();
+        let request = self.outgoing(request);
         HttpConnectorFuture::new(async move {
             let client = client.map_err(|e| ConnectorError::other(e.into(), None))?;
-            let request = request
-                .try_into_http1x()
-                .map_err(|e| ConnectorError::user(e.into()))?;
-            let (parts, body) = request.into_parts();
-            // In-memory bodies (every DynamoDB and SQS request) go as bytes, so their length is
-            // known up front; a streaming body is wrapped.
-            let body = match body.bytes() {
-                Some(bytes) => reqwest::Body::from(bytes.to_vec()),
-                None => reqwest::Body::wrap(body),
-            };
-            let request = reqwest::Request::try_from(http::Request::from_parts(parts, body))
-                .map_err(|e| ConnectorError::user(e.into()))?;
+            let request = request?;
             let response = client.execute(request).await.map_err(connector_error)?;
             let response: http::Response<reqwest::Body> = response.into();
             HttpResponse::try_from(response.map(SdkBody::from_body_1_x))
@@ -246,4 +286,43 @@ pub fn local_config(endpoint: &str) -> SdkConfig {
         .endpoint_url(endpoint)
         .http_client(http_client())
         .build()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn request(uri: &str) -> HttpRequest {
+        let request = http::Request::builder()
+            .method("POST")
+            .uri(uri)
+            .header("x-amz-target", "DynamoDB_20120810.UpdateItem")
+            .body(SdkBody::from("{}"))
+            .expect("a request");
+        HttpRequest::try_from(request).expect("an SDK request")
+    }
+
+    /// The URL parsed once is reused only for the same URI: a connector shared by two clients
+    /// (DynamoDB and SQS with the same timeouts) sends each request to its own endpoint.
+    #[test]
+    fn each_request_goes_to_its_own_uri_with_its_method_headers_and_body() {
+        let connector = ReqwestConnector::new(None, None);
+        for uri in [
+            "https://dynamodb.eu-west-1.amazonaws.com/",
+            "https://dynamodb.eu-west-1.amazonaws.com/",
+            "https://sqs.eu-west-1.amazonaws.com/",
+            "http://127.0.0.1:8000/",
+            "https://dynamodb.eu-west-1.amazonaws.com/",
+        ] {
+            let outgoing = connector.outgoing(request(uri)).expect("a reqwest request");
+            assert_eq!(outgoing.url().as_str(), uri);
+            assert_eq!(outgoing.method(), http::Method::POST);
+            assert_eq!(
+                outgoing.headers()["x-amz-target"],
+                "DynamoDB_20120810.UpdateItem"
+            );
+            let body = outgoing.body().and_then(reqwest::Body::as_bytes);
+            assert_eq!(body, Some(&b"{}"[..]));
+        }
+    }
 }
