@@ -89,14 +89,26 @@ fn unjustified(
         .then(|| format!("{reason}: no other payload was ever sent under {order}")),
         "needs_reconciliation" => {
             let moved_ms = crate::world::EPOCH_MS + dead.at_ms;
-            (!ledger
+            let open = ledger
                 .unsettled_lookups
                 .get(order)
-                .is_some_and(|at| at.iter().any(|ms| *ms <= moved_ms)))
-            .then(|| {
-                format!(
+                .map_or(&[][..], Vec::as_slice);
+            let before: Vec<_> = open.iter().filter(|l| l.at_ms <= moved_ms).collect();
+            if before.is_empty() {
+                return Some(format!(
                     "{reason}: no look-up of {order} had left the question open (it was failing, \
                      or it answered)"
+                ));
+            }
+            // "Not found" leaves the question open only once the provider may have forgotten
+            // the key; inside its window the same key is safe to send again (docs/design.md).
+            (!before
+                .iter()
+                .any(|l| l.unclear || !surely_inside_key_window(run, order, l.at_ms)))
+            .then(|| {
+                format!(
+                    "{reason}: every look-up of {order} that found nothing was well inside the \
+                     provider's key window, where the same key is safe to send again"
                 )
             })
         }
@@ -108,6 +120,31 @@ fn unjustified(
             "{transient}: every outage was shorter than the retry schedule's guarantee"
         )),
     }
+}
+
+/// Whether a look-up of `order` at `at_ms` (provider ms) came so soon after the order was
+/// first sent that the function was inside the provider's key window by any clock: its first
+/// attempt cannot precede the first send, and the function's own margin (the charge's reach and
+/// the allowed skew, docs/design.md) and the containers' clocks (up to `skew_ms` off either
+/// way, on both readings) are given in full. A look-up the world cannot place is never sure.
+fn surely_inside_key_window(run: &Run<'_>, order: &str, at_ms: u64) -> bool {
+    let provider = run.provider.settings();
+    let copies = || run.payloads.iter().filter(|p| p.order_id == order);
+    // A producer's copy that carries a moved copy's failure note says it was tried before the
+    // run, at any time: the world cannot place that first attempt.
+    if copies().any(|p| {
+        p.attributes
+            .contains_key(sqs_batch::dead_letter::FAILURE_ATTRIBUTE)
+    }) {
+        return false;
+    }
+    let Some(first_sent_ms) = copies().map(|p| crate::world::EPOCH_MS + p.sent_ms).min() else {
+        return false;
+    };
+    // Two payment calls (a key read and the charge) and a second for the answer to travel.
+    let reach_ms = 2 * provider.client_timeout_ms + 1_000;
+    let margin_ms = provider.skew_allowance_ms + reach_ms + 2 * run.settings.skew_ms;
+    at_ms.saturating_add(margin_ms) < first_sent_ms.saturating_add(provider.key_window_ms)
 }
 
 /// The shortest run of the payment key that must not leave the function: eight characters in a

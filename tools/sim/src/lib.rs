@@ -857,6 +857,11 @@ async fn simulate(settings: SimSettings) -> Report {
             })
             .unwrap_or_default(),
         key_window_ms: settings.key_window_s * 1_000,
+        skew_allowance_ms: shipped
+            .env
+            .get("PAYMENT_CLOCK_SKEW_MS")
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(60_000),
         lookup_retention_ms: settings.lookup_retention_s * 1_000,
         client_timeout_ms: shipped
             .env

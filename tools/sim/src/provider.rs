@@ -58,8 +58,9 @@ pub struct Ledger {
     /// card sent again, which card networks penalise and the design forbids.
     pub sent_after_decline: HashMap<String, Vec<u64>>,
     /// Look-ups that answered and left the question open (no charge found, or an answer the
-    /// function's reader does not understand), by key: provider ms. What a person must settle.
-    pub unsettled_lookups: HashMap<String, Vec<u64>>,
+    /// function's reader does not understand), by key. What a person must settle, unless the
+    /// key was still inside its window (`crate::check`).
+    pub unsettled_lookups: HashMap<String, Vec<OpenLookUp>>,
     /// Charge answers that say when the record may come back, by key: a refusal of our
     /// configuration (401: 15 minutes, as docs/design.md has it) and a `Retry-After` (a 409 in
     /// flight, a 202 still processing).
@@ -68,6 +69,17 @@ pub struct Ledger {
     /// theirs may stay away the design's 15 minutes, since the function stops calling for the
     /// rest of an invocation so refused.
     pub refused_callers: HashSet<crate::world::HolderId>,
+}
+
+/// A look-up that answered and left the question open.
+#[derive(Debug, Clone, Copy)]
+pub struct OpenLookUp {
+    /// When it answered, provider ms.
+    pub at_ms: u64,
+    /// The function's reader did not understand the answer (`true`), or it said that the
+    /// provider knows no charge under the key (`false`): the latter settles nothing only once
+    /// the provider may have forgotten the key.
+    pub unclear: bool,
 }
 
 /// How long docs/design.md keeps away a record refused for our configuration (a 401, a key
@@ -96,6 +108,8 @@ pub struct ProviderSettings {
     pub retryable: RetryableFailures,
     /// How long a key is remembered, ms.
     pub key_window_ms: u64,
+    /// The clocks' disagreement the deployment allows for (`PAYMENT_CLOCK_SKEW_MS`), ms.
+    pub skew_allowance_ms: u64,
     /// How long the look-up remembers a charge, ms.
     pub lookup_retention_ms: u64,
     /// The function's payment timeout, ms: a slower answer is a timeout after sending.
@@ -223,6 +237,11 @@ impl Provider {
             retryable: &self.settings.retryable,
             secret: Some(&self.settings.secret),
         }
+    }
+
+    /// Its faults and limits.
+    pub fn settings(&self) -> &ProviderSettings {
+        &self.settings
     }
 
     fn sim_ms(&self) -> u64 {
@@ -482,12 +501,15 @@ impl PaymentGateway for Provider {
                 .dialect
                 .lookup(said, key, request.amount, self.settings.lookup_amounts);
         let answer = dialect::read_lookup(&wire, request.amount, self.reading());
-        if matches!(answer, Ok(ChargeStatus::Unknown | ChargeStatus::Unclear)) {
+        if let Ok(status @ (ChargeStatus::Unknown | ChargeStatus::Unclear)) = answer {
             self.ledger()
                 .unsettled_lookups
                 .entry(key.to_owned())
                 .or_default()
-                .push(now_ms);
+                .push(OpenLookUp {
+                    at_ms: now_ms,
+                    unclear: status == ChargeStatus::Unclear,
+                });
         }
         self.world.tell(key, || {
             format!("provider look-up: {said:?}, read as {answer:?}")
