@@ -101,14 +101,17 @@ fn unjustified(
                 ));
             }
             // "Not found" leaves the question open only once the provider may have forgotten
-            // the key; inside its window the same key is safe to send again (docs/design.md).
-            (!before
-                .iter()
-                .any(|l| l.unclear || !surely_inside_key_window(run, order, l.at_ms)))
+            // the key; inside its window the same key is safe to send again, and from a look-up
+            // declared durable (one that outlasts the run) it is the truth (docs/design.md).
+            (!before.iter().any(|l| {
+                l.unclear
+                    || !(run.settings.lookup_durable
+                        || surely_inside_key_window(run, order, l.at_ms))
+            }))
             .then(|| {
                 format!(
-                    "{reason}: every look-up of {order} that found nothing was well inside the \
-                     provider's key window, where the same key is safe to send again"
+                    "{reason}: every look-up of {order} that found nothing could be trusted (well \
+                     inside the provider's key window, or declared durable): charge again, same key"
                 )
             })
         }

@@ -827,6 +827,11 @@ async fn simulate(settings: SimSettings) -> Report {
             .env
             .insert("IDEMPOTENCY_LEASE_MARGIN_MS".into(), margin_ms.to_string());
     }
+    if settings.lookup_durable {
+        shipped
+            .env
+            .insert("PAYMENT_LOOKUP_DURABLE".into(), "true".into());
+    }
     let config = environment(&shipped, &settings);
     // The deployment's default currency, as the world reads the template's setting.
     let default_currency = shipped

@@ -172,6 +172,10 @@ pub struct SimSettings {
     pub key_window_s: u64,
     /// How long the provider's status look-up remembers a charge.
     pub lookup_retention_s: u64,
+    /// The deployment declares the look-up durable (`PAYMENT_LOOKUP_DURABLE=true`): only where
+    /// it remembers every charge for longer than the run, so that its "not found" at any age
+    /// is the world's truth too.
+    pub lookup_durable: bool,
     /// An operator redrives the DLQ back to its queue this long after the queue drained
     /// (`None`: never).
     pub redrive_after_ms: Option<u64>,
@@ -337,6 +341,7 @@ impl SimSettings {
             // guard's look-up stands between them and a second charge.
             key_window_s: 600,
             lookup_retention_s: 3_600,
+            lookup_durable: false,
             redrive_after_ms: Some(7 * 86_400_000),
             shared_store: true,
             mutation: None,
@@ -402,7 +407,7 @@ impl SimSettings {
     /// As [`SimSettings::faulty`], with the DLQ's copies sent again 20 days after the traffic
     /// drained by a tool that archived them (SQS keeps a DLQ message at most 14 days; the table
     /// keeps an item 18), and a provider whose look-up remembers a charge for 90 days (as
-    /// Stripe's does). Every first-day item has expired by then, so only the failure history a
+    /// Stripe's does), declared durable. Every first-day item has expired by then, so only the failure history a
     /// copy carries tells the function to ask before it charges, and the look-up then finds what
     /// the provider did, another payload's charge under the same id included.
     ///
@@ -417,6 +422,9 @@ impl SimSettings {
         Self {
             redrive_after_ms: Some(20 * 86_400_000),
             lookup_retention_s: 90 * 86_400,
+            // 90 days outlast the run, so the operator declares it: a "not found" past the key
+            // window then charges under the same key instead of waiting for a person.
+            lookup_durable: true,
             late: Some(LateResends {
                 at_ms: 10 * 86_400_000,
                 declined_rate: 0.5,
