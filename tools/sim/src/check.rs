@@ -60,6 +60,7 @@ pub const DESIGN_REASONS: [&str; 23] = [
 fn unjustified(
     run: &Run<'_>,
     ledger: &crate::provider::Ledger,
+    rejected_ms: &HashMap<&str, u64>,
     dead: &crate::queue::Dead,
 ) -> Option<String> {
     let payload = &run.payloads[dead.payload];
@@ -87,6 +88,20 @@ fn unjustified(
             .iter()
             .any(|p| p.order_id == order && p.price != payload.price && !p.poison))
         .then(|| format!("{reason}: no other payload was ever sent under {order}")),
+        // A decline the function moved is final, and its item remembers it for the table's
+        // retention (docs/design.md's `REJECTED`): a later copy is refused again, never sent
+        // to a person as an open question. (Unless the table failed the decline's record: the
+        // copy was still moved as declined, and a later one may find the question open.)
+        "needs_reconciliation"
+            if rejected_ms
+                .get(order)
+                .is_some_and(|at| *at <= dead.at_ms && dead.at_ms - *at < run.retention_ms) =>
+        {
+            Some(format!(
+                "{reason}: the function had moved {order} as payment_rejected (its table \
+                 refused none of its decline's writes), and the item still remembered it"
+            ))
+        }
         "needs_reconciliation" => {
             let moved_ms = crate::world::EPOCH_MS + dead.at_ms;
             let open = ledger
@@ -228,6 +243,8 @@ pub(crate) struct Run<'a> {
     pub invocations: usize,
     pub violations: Vec<Violation>,
     pub windows: [(u64, u64); 3],
+    /// How long the table keeps an item (`IDEMPOTENCY_RETENTION_DAYS`), ms.
+    pub retention_ms: u64,
     pub decisions: BTreeMap<&'static str, usize>,
 }
 
@@ -331,10 +348,21 @@ pub(crate) fn report(run: &Run<'_>, sim_ms: u64) -> Report {
     for dead in &queue.dlq {
         *report.dlq_reasons.entry(dead.reason.clone()).or_default() += 1;
     }
+    // When each order was first moved as declined by the function, unless the table failed to
+    // record one of its declines.
+    let unwritten = run.world.lock().unwritten_rejects.clone();
+    let mut rejected_ms: HashMap<&str, u64> = HashMap::new();
+    for dead in queue.redriven.iter().flatten().chain(&queue.dlq) {
+        let order = run.payloads[dead.payload].order_id.as_str();
+        if dead.reason == "payment_rejected" && !unwritten.contains(order) {
+            let at = rejected_ms.entry(order).or_insert(dead.at_ms);
+            *at = (*at).min(dead.at_ms);
+        }
+    }
     // Every message that ever reached the DLQ, the ones redriven since included.
     for dead in queue.redriven.iter().flatten().chain(&queue.dlq) {
         *report.moved_reasons.entry(dead.reason.clone()).or_default() += 1;
-        if let Some(detail) = unjustified(run, &ledger, dead) {
+        if let Some(detail) = unjustified(run, &ledger, &rejected_ms, dead) {
             violations.push(Violation {
                 rule: if PERSON_REASONS.contains(&dead.reason.as_str()) {
                     "in the DLQ for a reason the world does not bear out"

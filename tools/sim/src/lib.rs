@@ -985,6 +985,8 @@ fn deployment_view(d: &Deployment, lowered: Option<(u64, u32)>) -> check::Run<'_
         world: &d.world,
         invocations: *d.invocations.borrow(),
         windows: d.windows,
+        // The template's retention, as the world reads the deployment's setting.
+        retention_ms: d.setting_ms("IDEMPOTENCY_RETENTION_DAYS", 18) * 86_400_000,
         decisions: d.decisions.borrow().clone(),
         violations: d.violations.borrow().clone(),
     }

@@ -319,11 +319,21 @@ impl idempotency::guard::EffectStore for SimStore {
         now_ms: u64,
         reason: &str,
     ) -> Result<(), StoreError> {
-        let lost = self.before(key, "reject").await?;
+        // The world notes a decline its table did not record (`crate::check`).
+        let unwritten = || {
+            self.world.lock().unwritten_rejects.insert(key.to_owned());
+        };
+        let lost = self
+            .before(key, "reject")
+            .await
+            .inspect_err(|_| unwritten())?;
         let result = match &self.inner {
             Table::Memory(store) => store.reject(key, lease, now_ms, reason).await,
             Table::DynamoDb(store) => store.reject(key, lease, now_ms, reason).await,
         };
+        if result.is_err() {
+            unwritten();
+        }
         self.audit(key, "reject", lease, &result);
         self.answer(key, "reject", lost, result)
     }

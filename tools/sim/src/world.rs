@@ -370,6 +370,9 @@ pub struct World {
     /// ([`crate::worker::Observed`]), so that the world, not the processor, says which records
     /// were tried.
     pub tried: HashMap<(String, u32), Option<sqs_batch::processor::Outcome>>,
+    /// Keys whose decline's record (`reject`) the table did not apply at least once (a store
+    /// error, a fenced writer): the world's own record of what its table answered.
+    pub unwritten_rejects: HashSet<String>,
     /// What happened to each order, in order: (simulated ms, what).
     stories: HashMap<String, Vec<(u64, String)>>,
     /// Containers started so far (each one's number in [`HolderId`]).
@@ -391,6 +394,7 @@ impl Shared {
             faults: Faults::default(),
             fence: FenceAudit::default(),
             tried: HashMap::new(),
+            unwritten_rejects: HashSet::new(),
             stories: HashMap::new(),
             containers: 0,
             clock,
