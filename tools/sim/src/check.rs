@@ -95,7 +95,7 @@ fn unjustified(
         "needs_reconciliation"
             if rejected_ms
                 .get(order)
-                .is_some_and(|at| *at <= dead.at_ms && dead.at_ms - *at < run.retention_ms) =>
+                .is_some_and(|at| *at <= dead.at_ms && dead.at_ms - *at < remembered_ms(run)) =>
         {
             Some(format!(
                 "{reason}: the function had moved {order} as payment_rejected (its table \
@@ -138,6 +138,13 @@ fn unjustified(
             "{transient}: every outage was shorter than the retry schedule's guarantee"
         )),
     }
+}
+
+/// How long after the function moved a decline its item surely still remembers it: the
+/// retention, less an hour for the item's own clock (its retention starts at the decline's
+/// write, in a container's clock, a little before the move).
+fn remembered_ms(run: &Run<'_>) -> u64 {
+    run.retention_ms.saturating_sub(3_600_000)
 }
 
 /// Whether a look-up of `order` at `at_ms` (provider ms) came so soon after the order was

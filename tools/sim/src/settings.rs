@@ -407,9 +407,10 @@ impl SimSettings {
     /// As [`SimSettings::faulty`], with the DLQ's copies sent again 20 days after the traffic
     /// drained by a tool that archived them (SQS keeps a DLQ message at most 14 days; the table
     /// keeps an item 18), and a provider whose look-up remembers a charge for 90 days (as
-    /// Stripe's does), declared durable. Every first-day item has expired by then, so only the failure history a
-    /// copy carries tells the function to ask before it charges, and the look-up then finds what
-    /// the provider did, another payload's charge under the same id included.
+    /// Stripe's does), declared durable. Every first-day item has expired by then, so only the
+    /// failure history a copy carries tells the function to ask before it charges, and the
+    /// look-up then finds what the provider did, another payload's charge under the same id
+    /// included.
     ///
     /// Ten days in, producers send some orders again ([`LateResends`]): half the declined
     /// ones, 2% of the others, and 2% of the ids with another amount. Refused (a decline is
