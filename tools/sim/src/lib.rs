@@ -363,9 +363,9 @@ fn order_id_of(i: usize) -> String {
 /// amount's JSON text and the minor units it names, as the world's own table and reader see them
 /// (`None`: not an order, POISON `invalid_body`). Every exponent ISO 4217 has (0, 2, 3 and 4),
 /// the largest amount a JSON reader holds exactly (2^53 - 1 minor units) and one unit past it,
-/// exponents of either sign, spellings of one number, fractions of the minor unit, an amount as
-/// a string.
-pub const MONEY_EDGES: [(&str, &str, Option<u64>); 24] = [
+/// exponents of either sign (past 3, where no currency's places reach, and past what an `i64`
+/// holds), spellings of one number, fractions of the minor unit, an amount as a string.
+pub const MONEY_EDGES: [(&str, &str, Option<u64>); 27] = [
     ("CLF", "1.2345", Some(12_345)),
     ("UYW", "0.0001", Some(1)),
     ("CLF", "12.5", Some(125_000)),
@@ -390,6 +390,9 @@ pub const MONEY_EDGES: [(&str, &str, Option<u64>); 24] = [
     ("EUR", "0", None),
     ("JPY", "12345678901234567", None),
     ("GBP", "0.10e1", Some(100)),
+    ("JPY", "1e4", Some(10_000)),
+    ("EUR", "25E+6", Some(2_500_000_000)),
+    ("JPY", "1e99999999999999999999", None),
 ];
 
 /// `order` as SNS delivers a notification to a queue without raw message delivery.
