@@ -27,6 +27,7 @@ use aws_smithy_runtime_api::client::orchestrator::{HttpRequest, HttpResponse};
 use aws_smithy_runtime_api::client::result::ConnectorError;
 use aws_smithy_runtime_api::client::runtime_components::RuntimeComponents;
 use aws_smithy_types::body::SdkBody;
+use idempotency::dynamodb::{Answer, DirectError, Outgoing, Sending, Transport};
 
 /// Retry and timeout bounds for AWS calls.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -201,6 +202,74 @@ impl ReqwestConnector {
     }
 }
 
+/// The store's own client sends through reqwest directly: its request is built from the signed
+/// parts, without the SDK's request type between them (two conversions and a copy of every
+/// header and of the body each way; docs/performance.md, "CPU per order on the shipped path").
+impl Transport for ReqwestConnector {
+    fn send(&self, request: Outgoing<'_>) -> Sending {
+        let client = self.client.clone();
+        let request = self.direct(request);
+        Box::pin(async move {
+            let client = client
+                .map_err(|e| DirectError::Connector(ConnectorError::other(e.into(), None)))?;
+            let response = client
+                .execute(request?)
+                .await
+                .map_err(|e| DirectError::Connector(connector_error(e)))?;
+            let status = response.status().as_u16();
+            let error_type = response
+                .headers()
+                .get("x-amzn-errortype")
+                .and_then(|v| v.to_str().ok())
+                .map(str::to_owned);
+            let body = response
+                .bytes()
+                .await
+                .map_err(|e| DirectError::Body(Box::new(e)))?;
+            Ok(Answer {
+                status,
+                error_type,
+                body: body.into(),
+            })
+        })
+    }
+}
+
+impl ReqwestConnector {
+    /// The store's signed request as reqwest's, its URL from [`Self::url_of`].
+    fn direct(&self, request: Outgoing<'_>) -> Result<reqwest::Request, DirectError> {
+        let signing = |e: Box<dyn std::error::Error + Send + Sync>| DirectError::Signing(e);
+        let url = {
+            let mut last = self
+                .last_url
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            match last.as_ref() {
+                Some((seen, url)) if seen == request.url => url.clone(),
+                _ => {
+                    let uri: http::Uri = request.url.parse().map_err(|e| signing(Box::new(e)))?;
+                    let url = reqwest::Url::parse(request.url).map_err(|e| signing(Box::new(e)))?;
+                    *last = Some((uri, url.clone()));
+                    url
+                }
+            }
+        };
+        let mut headers = http::HeaderMap::with_capacity(request.headers.len());
+        for header in request.headers {
+            let mut value =
+                http::HeaderValue::from_str(header.value).map_err(|e| signing(Box::new(e)))?;
+            value.set_sensitive(header.sensitive);
+            let name = http::HeaderName::from_bytes(header.name.as_bytes())
+                .map_err(|e| signing(Box::new(e)))?;
+            headers.insert(name, value);
+        }
+        let mut outgoing = reqwest::Request::new(http::Method::POST, url);
+        *outgoing.headers_mut() = headers;
+        *outgoing.body_mut() = Some(reqwest::Body::from(request.body.to_vec()));
+        Ok(outgoing)
+    }
+}
+
 impl HttpConnector for ReqwestConnector {
     fn call(&self, request: HttpRequest) -> HttpConnectorFuture {
         let client = self.client.clone();
@@ -259,7 +328,7 @@ pub fn dynamodb_direct(
         .timeout_config(settings.timeout_config())
         .build();
     let connector = ReqwestConnector::new(Some(settings.attempt_timeout), None);
-    idempotency::dynamodb::DirectClient::new(&sdk, SharedHttpConnector::new(connector))
+    idempotency::dynamodb::DirectClient::with_transport(&sdk, connector)
 }
 
 /// An SQS client on the shared configuration, with its own retry and timeout bounds; without
@@ -300,6 +369,50 @@ mod tests {
             .body(SdkBody::from("{}"))
             .expect("a request");
         HttpRequest::try_from(request).expect("an SDK request")
+    }
+
+    /// The store's signed request goes as it was signed: to its own URL (the one parsed last
+    /// reused only for the same text), every header with its secrets marked, the body whole.
+    #[test]
+    fn a_direct_request_is_sent_as_signed() {
+        use idempotency::dynamodb::Header;
+        let connector = ReqwestConnector::new(None, None);
+        for url in [
+            "https://dynamodb.eu-west-1.amazonaws.com/",
+            "https://dynamodb.eu-west-1.amazonaws.com/",
+            "http://127.0.0.1:8000/",
+            "https://dynamodb-fips.us-east-1.amazonaws.com/",
+        ] {
+            let secret = Header::secret("authorization", "AWS4-HMAC-SHA256 Credential=AKID");
+            let headers = [
+                Header::new("host", "dynamodb.eu-west-1.amazonaws.com"),
+                Header::new("x-amz-target", "DynamoDB_20120810.UpdateItem"),
+                secret,
+            ];
+            let request = idempotency::dynamodb::Outgoing::new(url, &headers, b"{\"a\":1}");
+            let outgoing = connector.direct(request).expect("a reqwest request");
+            assert_eq!(outgoing.url().as_str(), url);
+            assert_eq!(outgoing.method(), http::Method::POST);
+            assert_eq!(outgoing.headers().len(), 3);
+            assert_eq!(
+                outgoing.headers()["x-amz-target"],
+                "DynamoDB_20120810.UpdateItem"
+            );
+            assert_eq!(
+                outgoing.headers()["host"],
+                "dynamodb.eu-west-1.amazonaws.com"
+            );
+            assert!(outgoing.headers()["authorization"].is_sensitive());
+            assert!(!outgoing.headers()["host"].is_sensitive());
+            let body = outgoing.body().and_then(reqwest::Body::as_bytes);
+            assert_eq!(body, Some(&b"{\"a\":1}"[..]));
+        }
+        let bad = [Header::new("host", "bad\nvalue")];
+        let request = idempotency::dynamodb::Outgoing::new("https://h/", &bad, b"");
+        assert!(matches!(
+            connector.direct(request),
+            Err(DirectError::Signing(_))
+        ));
     }
 
     /// The URL parsed once is reused only for the same URI: a connector shared by two clients

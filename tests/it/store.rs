@@ -26,6 +26,48 @@ async fn store() -> DynamoDbStore {
     DynamoDbStore::new(client, table, RETENTION)
 }
 
+/// The store contract on the function's own store client (`aws::dynamodb_direct`, its requests
+/// built for reqwest directly), on a fresh embedded server.
+mod shipped_client {
+    use super::*;
+    use process_orders::aws;
+    use process_orders::testkit::dynamo::TEST_SDK;
+
+    /// The function's store on `table` at `endpoint`.
+    fn shipped(endpoint: &str, table: &str) -> DynamoDbStore {
+        let direct = aws::dynamodb_direct(&aws::local_config(endpoint), &TEST_SDK)
+            .expect("a region and credentials");
+        DynamoDbStore::direct(direct, table, RETENTION)
+    }
+
+    async fn store() -> DynamoDbStore {
+        let server = Dynoxide::start().await;
+        let (client, _) = client(&server.endpoint());
+        let table = unique_table();
+        create_table(&client, &table).await;
+        let store = shipped(&server.endpoint(), &table);
+        std::mem::forget(server);
+        store
+    }
+
+    idempotency::store_contract_tests!(store());
+
+    /// A finishing write whose answer a resetting proxy lost is retried and met as its own.
+    #[tokio::test]
+    async fn a_finishing_write_whose_answer_was_lost_is_its_own() {
+        let server = Dynoxide::start().await;
+        let (client, _) = client(&server.endpoint());
+        let table = unique_table();
+        create_table(&client, &table).await;
+        idempotency::testkit::dynamodb::a_finishing_write_whose_answer_was_lost_is_its_own_via(
+            &server.endpoint(),
+            &table,
+            idempotency::testkit::dynoxide::Via::Store(shipped),
+        )
+        .await;
+    }
+}
+
 fn event(orders: &[(&str, &str, f64)]) -> String {
     let records: Vec<_> = orders
         .iter()

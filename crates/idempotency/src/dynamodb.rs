@@ -41,7 +41,9 @@ use aws_sdk_dynamodb::operation::update_item::UpdateItemError;
 use aws_sdk_dynamodb::types::{AttributeValue, ReturnValue, ReturnValuesOnConditionCheckFailure};
 
 mod direct;
-pub use direct::{DirectClient, DirectClientError, DirectError};
+pub use direct::{
+    Answer, DirectClient, DirectClientError, DirectError, Header, Outgoing, Sending, Transport,
+};
 use direct::{Write, Written};
 
 use super::{

@@ -1,9 +1,9 @@
 //! The store's two DynamoDB operations (`UpdateItem`, `DeleteItem`) on the JSON API directly:
-//! one JSON body, SigV4 from `aws-sigv4`, one HTTP request through the connector the SDK
-//! client would use, without the SDK's per-request orchestrator (interceptors, config bag,
-//! endpoint rules, the HTTP type conversions between its layers). That machinery was about a
-//! quarter of an order's CPU on the shipped path (docs/performance.md, "CPU per order on the
-//! shipped path").
+//! one JSON body, SigV4 from `aws-sigv4`, one HTTP request through a [`Transport`] (the
+//! connector the SDK client would use, or an HTTP client's own request type), without the SDK's
+//! per-request orchestrator (interceptors, config bag, endpoint rules, the HTTP type conversions
+//! between its layers). That machinery was about a quarter of an order's CPU on the shipped path
+//! (docs/performance.md, "CPU per order on the shipped path").
 //!
 //! It keeps what the store relies on from the SDK, taken from the same `SdkConfig` the SDK's
 //! client would be built from: the region, FIPS and dual-stack endpoints, the endpoint override
@@ -16,10 +16,12 @@
 //! standard), `x-amz-retry-after`, and clock-skew correction.
 
 use std::collections::HashMap;
+use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
-use aws_credential_types::Credentials;
 use aws_credential_types::provider::{ProvideCredentials, SharedCredentialsProvider};
 use aws_sdk_dynamodb::config::endpoint::{Params, ResolveEndpoint};
 use aws_sdk_dynamodb::types::AttributeValue;
@@ -29,6 +31,7 @@ use aws_smithy_async::future::timeout::Timeout;
 use aws_smithy_async::rt::sleep::{AsyncSleep, SharedAsyncSleep};
 use aws_smithy_async::time::SharedTimeSource;
 use aws_smithy_runtime_api::client::http::{HttpConnector, SharedHttpConnector};
+use aws_smithy_runtime_api::client::identity::Identity;
 use aws_smithy_runtime_api::client::orchestrator::HttpRequest;
 use aws_smithy_runtime_api::client::result::ConnectorError;
 use aws_smithy_types::body::SdkBody;
@@ -105,6 +108,113 @@ pub enum DirectError {
     },
 }
 
+/// One signed request of the store's client: a POST of a JSON body to the endpoint.
+#[derive(Debug, Clone, Copy)]
+#[non_exhaustive]
+pub struct Outgoing<'a> {
+    /// The endpoint's URL (`https://dynamodb.eu-west-1.amazonaws.com/`), the same for every
+    /// request of a client.
+    pub url: &'a str,
+    /// Every header to send, in the order given: the Host, content type and length, the
+    /// target, then the signature's. Names are in lower case.
+    pub headers: &'a [Header<'a>],
+    /// The JSON body.
+    pub body: &'a [u8],
+}
+
+/// A header of an [`Outgoing`] request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Header<'a> {
+    /// In lower case.
+    pub name: &'static str,
+    /// Its value (ASCII).
+    pub value: &'a str,
+    /// A secret (the signature, the session token): to be kept out of debug output.
+    pub sensitive: bool,
+}
+
+/// DynamoDB's whole answer to an [`Outgoing`] request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Answer {
+    /// The HTTP status.
+    pub status: u16,
+    /// The `x-amzn-errortype` header, when it was sent.
+    pub error_type: Option<String>,
+    /// The whole body.
+    pub body: Vec<u8>,
+}
+
+impl Answer {
+    /// An answer of `status` with `body` and no error type.
+    pub fn new(status: u16, body: impl Into<Vec<u8>>) -> Self {
+        Self {
+            status,
+            error_type: None,
+            body: body.into(),
+        }
+    }
+
+    /// The answer with its `x-amzn-errortype` header.
+    #[must_use]
+    pub fn with_error_type(mut self, error_type: impl Into<String>) -> Self {
+        self.error_type = Some(error_type.into());
+        self
+    }
+}
+
+/// A request in flight: its whole answer, or why there is none ([`DirectError::Connector`] for
+/// I/O errors and timeouts, read as the SDK reads a connector's, [`DirectError::Body`] for an
+/// answer that broke off).
+pub type Sending = Pin<Box<dyn Future<Output = Result<Answer, DirectError>> + Send>>;
+
+/// How the client's requests reach DynamoDB. The SDK's connectors are transports
+/// ([`SharedHttpConnector`]); an HTTP client of the caller's own can be one too, without the
+/// conversions between its request type and the SDK's (the order function's reqwest client).
+pub trait Transport: fmt::Debug + Send + Sync {
+    /// Starts sending `request`: what it needs of the request is taken before this returns.
+    fn send(&self, request: Outgoing<'_>) -> Sending;
+}
+
+impl Transport for SharedHttpConnector {
+    fn send(&self, request: Outgoing<'_>) -> Sending {
+        let mut builder = http::Request::builder().method("POST").uri(request.url);
+        for header in request.headers {
+            let mut value = match http::HeaderValue::from_str(header.value) {
+                Ok(value) => value,
+                Err(e) => {
+                    return Box::pin(std::future::ready(Err(DirectError::Signing(Box::new(e)))));
+                }
+            };
+            value.set_sensitive(header.sensitive);
+            builder = builder.header(header.name, value);
+        }
+        let request = builder
+            .body(SdkBody::from(request.body.to_vec()))
+            .map_err(|e| DirectError::Signing(Box::new(e)))
+            .and_then(|r| HttpRequest::try_from(r).map_err(|e| DirectError::Signing(Box::new(e))));
+        let call = request.map(|request| self.call(request));
+        Box::pin(async move {
+            let response = call?.await.map_err(DirectError::Connector)?;
+            let status = response.status().as_u16();
+            let error_type = response
+                .headers()
+                .get("x-amzn-errortype")
+                .map(str::to_owned);
+            let body = ByteStream::new(response.into_body())
+                .collect()
+                .await
+                .map_err(|e| DirectError::Body(Box::new(e)))?
+                .into_bytes();
+            Ok(Answer {
+                status,
+                error_type,
+                body: body.into(),
+            })
+        })
+    }
+}
+
 /// What DynamoDB did with a conditional write.
 #[derive(Debug)]
 pub(crate) enum Written {
@@ -138,7 +248,7 @@ pub struct DirectClient {
 
 #[derive(Debug)]
 struct Inner {
-    connector: SharedHttpConnector,
+    transport: Box<dyn Transport>,
     region: String,
     endpoint_override: Option<String>,
     use_fips: bool,
@@ -146,7 +256,8 @@ struct Inner {
     /// The endpoint, resolved at the first request (no network: the SDK's rules on the region).
     endpoint: OnceLock<(String, String)>,
     credentials: SharedCredentialsProvider,
-    cached: Mutex<Option<Credentials>>,
+    /// The last credentials loaded, as the signer's identity.
+    cached: Mutex<Option<Identity>>,
     sleep: SharedAsyncSleep,
     time: SharedTimeSource,
     retry: RetryConfig,
@@ -163,6 +274,14 @@ impl DirectClient {
     /// own go into the configuration first (`sdk.to_builder().retry_config(...)`), as they
     /// would into the SDK client's.
     pub fn new(sdk: &SdkConfig, connector: SharedHttpConnector) -> Result<Self, DirectClientError> {
+        Self::with_transport(sdk, connector)
+    }
+
+    /// [`Self::new`], sending through `transport`.
+    pub fn with_transport(
+        sdk: &SdkConfig,
+        transport: impl Transport + 'static,
+    ) -> Result<Self, DirectClientError> {
         // The SDK's precedence: an endpoint set in code, then DynamoDB's own variable
         // (`AWS_ENDPOINT_URL_DYNAMODB`), then the shared one.
         let endpoint_override = if sdk.get_origin("endpoint_url").is_client_config() {
@@ -182,7 +301,7 @@ impl DirectClient {
         };
         Ok(Self {
             inner: Arc::new(Inner {
-                connector,
+                transport: Box::new(transport),
                 region: sdk.region().ok_or(DirectClientError::NoRegion)?.to_string(),
                 endpoint_override,
                 use_fips: sdk.use_fips().unwrap_or(false),
@@ -263,25 +382,32 @@ impl DirectClient {
 
     /// One attempt: the request and the whole answer, within the attempt timeout.
     async fn attempt(&self, target: &str, body: &[u8]) -> Result<Written, DirectError> {
-        let request = self.signed(target, body).await?;
+        let (url, host) = self.endpoint()?;
+        let identity = self.identity().await?;
+        let (signature, _) = self
+            .signature(&identity, url, host, target, body)?
+            .into_parts();
+        let length = body.len().to_string();
+        let mut headers = Vec::with_capacity(8);
+        headers.extend([
+            Header::new("host", host),
+            Header::new("content-type", CONTENT_TYPE),
+            Header::new("x-amz-target", target),
+            Header::new("content-length", &length),
+        ]);
+        headers.extend(signature.iter().map(|h| Header {
+            name: h.name(),
+            value: h.value(),
+            sensitive: h.sensitive(),
+        }));
+        let sending = self.inner.transport.send(Outgoing {
+            url,
+            headers: &headers,
+            body,
+        });
         let exchange = async {
-            let response = self
-                .inner
-                .connector
-                .call(request)
-                .await
-                .map_err(DirectError::Connector)?;
-            let status = response.status().as_u16();
-            let error_type = response
-                .headers()
-                .get("x-amzn-errortype")
-                .map(str::to_owned);
-            let bytes = ByteStream::new(response.into_body())
-                .collect()
-                .await
-                .map_err(|e| DirectError::Body(Box::new(e)))?
-                .into_bytes();
-            read_answer(status, error_type.as_deref(), &bytes)
+            let answer = sending.await?;
+            read_answer(answer.status, answer.error_type.as_deref(), &answer.body)
         };
         match self.inner.attempt_timeout {
             Some(limit) => Timeout::new(exchange, self.inner.sleep.sleep(limit))
@@ -291,46 +417,40 @@ impl DirectClient {
         }
     }
 
-    async fn signed(&self, target: &str, body: &[u8]) -> Result<HttpRequest, DirectError> {
-        let (url, host) = self.endpoint()?;
-        let credentials = self.credentials().await?;
-        let identity = credentials.into();
-        let now = self.inner.time.now();
+    /// The SigV4 headers for a POST of `body` to `url` with these headers.
+    fn signature(
+        &self,
+        identity: &Identity,
+        url: &str,
+        host: &str,
+        target: &str,
+        body: &[u8],
+    ) -> Result<aws_sigv4::http_request::SigningInstructions, DirectError> {
         let params = v4::SigningParams::builder()
-            .identity(&identity)
+            .identity(identity)
             .region(&self.inner.region)
             .name("dynamodb")
-            .time(now)
+            .time(self.inner.time.now())
             .settings(SigningSettings::default())
             .build()
             .map_err(|e| DirectError::Signing(Box::new(e)))?
             .into();
-        let headers = [
-            ("content-type", "application/x-amz-json-1.0"),
+        let signed = [
+            ("content-type", CONTENT_TYPE),
             ("x-amz-target", target),
-            ("host", host.as_str()),
+            ("host", host),
         ];
         let signable = SignableRequest::new(
             "POST",
-            url.as_str(),
-            headers.iter().copied(),
+            url,
+            signed.iter().copied(),
             SignableBody::Bytes(body),
         )
         .map_err(|e| DirectError::Signing(Box::new(e)))?;
         let (instructions, _) = sign(signable, &params)
             .map_err(|e| DirectError::Signing(Box::new(e)))?
             .into_parts();
-        let mut request = http::Request::builder()
-            .method("POST")
-            .uri(url.as_str())
-            .header("host", host.as_str())
-            .header("content-type", headers[0].1)
-            .header("x-amz-target", target)
-            .header("content-length", body.len())
-            .body(SdkBody::from(body.to_vec()))
-            .map_err(|e| DirectError::Signing(Box::new(e)))?;
-        instructions.apply_to_request_http1x(&mut request);
-        HttpRequest::try_from(request).map_err(|e| DirectError::Signing(Box::new(e)))
+        Ok(instructions)
     }
 
     /// The endpoint URL and its host, resolved once.
@@ -374,10 +494,11 @@ impl DirectClient {
         Ok(self.inner.endpoint.get_or_init(|| (url, host)))
     }
 
-    async fn credentials(&self) -> Result<Credentials, DirectError> {
+    /// The credentials as the signer's identity, loaded again shortly before they expire.
+    async fn identity(&self) -> Result<Identity, DirectError> {
         let now = self.inner.time.now();
-        let fresh = |c: &Credentials| {
-            c.expiry()
+        let fresh = |i: &Identity| {
+            i.expiration()
                 .is_none_or(|expiry| expiry > now + CREDENTIALS_MARGIN)
         };
         if let Some(cached) = self
@@ -386,22 +507,53 @@ impl DirectClient {
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
             .as_ref()
-            .filter(|c| fresh(c))
+            .filter(|i| fresh(i))
         {
             return Ok(cached.clone());
         }
-        let loaded = self
+        let loaded: Identity = self
             .inner
             .credentials
             .provide_credentials()
             .await
-            .map_err(DirectError::Credentials)?;
+            .map_err(DirectError::Credentials)?
+            .into();
         *self
             .inner
             .cached
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(loaded.clone());
         Ok(loaded)
+    }
+}
+
+/// The JSON API's content type.
+const CONTENT_TYPE: &str = "application/x-amz-json-1.0";
+
+impl<'a> Outgoing<'a> {
+    /// A POST of `body` to `url` with `headers`.
+    pub fn new(url: &'a str, headers: &'a [Header<'a>], body: &'a [u8]) -> Self {
+        Self { url, headers, body }
+    }
+}
+
+impl<'a> Header<'a> {
+    /// A header that is not a secret.
+    pub fn new(name: &'static str, value: &'a str) -> Self {
+        Self {
+            name,
+            value,
+            sensitive: false,
+        }
+    }
+
+    /// A header whose value is a secret.
+    pub fn secret(name: &'static str, value: &'a str) -> Self {
+        Self {
+            name,
+            value,
+            sensitive: true,
+        }
     }
 }
 
@@ -423,8 +575,6 @@ fn resolve_now(
         )),
     }
 }
-
-use std::future::Future as _;
 
 /// What the SDK's standard mode retries: I/O errors and timeouts, a broken-off answer, 500,
 /// 502, 503 and 504, and its throttling and transient error codes (and 429, throttling by

@@ -126,12 +126,15 @@ pub fn direct_client_for(endpoint: &str) -> crate::dynamodb::DirectClient {
 }
 
 /// Which client a test's store writes through.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy)]
 pub enum Via {
     /// The SDK's client ([`client_for`]).
     Sdk,
     /// The store's own ([`direct_client_for`]).
     Direct,
+    /// A store the caller makes from the endpoint and the table (its own client on a
+    /// transport of its own, say).
+    Store(fn(&str, &str) -> crate::DynamoDbStore),
 }
 
 impl Via {
@@ -142,6 +145,7 @@ impl Via {
             Self::Direct => {
                 crate::DynamoDbStore::direct(direct_client_for(endpoint), table, super::RETENTION)
             }
+            Self::Store(make) => make(endpoint, table),
         }
     }
 }
