@@ -22,6 +22,7 @@ use std::pin::Pin;
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
+use aws_credential_types::Credentials;
 use aws_credential_types::provider::{ProvideCredentials, SharedCredentialsProvider};
 use aws_sdk_dynamodb::config::endpoint::{Params, ResolveEndpoint};
 use aws_sdk_dynamodb::types::AttributeValue;
@@ -41,6 +42,8 @@ use aws_types::SdkConfig;
 use aws_types::service_config::ServiceConfigKey;
 use serde::ser::{Serialize, SerializeMap, SerializeSeq, Serializer};
 use serde_json::Value;
+
+mod sigv4;
 
 /// An item as the store reads it.
 pub(crate) type Item = HashMap<String, AttributeValue>;
@@ -258,6 +261,7 @@ struct Inner {
     credentials: SharedCredentialsProvider,
     /// The last credentials loaded, as the signer's identity.
     cached: Mutex<Option<Identity>>,
+    signer: sigv4::Signer,
     sleep: SharedAsyncSleep,
     time: SharedTimeSource,
     retry: RetryConfig,
@@ -311,6 +315,7 @@ impl DirectClient {
                     .credentials_provider()
                     .ok_or(DirectClientError::NoCredentials)?,
                 cached: Mutex::new(None),
+                signer: sigv4::Signer::default(),
                 sleep: sdk
                     .sleep_impl()
                     .or_else(aws_smithy_async::rt::sleep::default_async_sleep)
@@ -384,9 +389,37 @@ impl DirectClient {
     async fn attempt(&self, target: &str, body: &[u8]) -> Result<Written, DirectError> {
         let (url, host) = self.endpoint()?;
         let identity = self.identity().await?;
-        let (signature, _) = self
-            .signature(&identity, url, host, target, body)?
-            .into_parts();
+        let now = self.inner.time.now();
+        // The shape every request here has, signed by the client's own signer; anything else
+        // (an endpoint override with a path) by aws-sigv4's general one.
+        let signature: Vec<(&'static str, String, bool)> =
+            match (at_root(url, host), identity.data::<Credentials>()) {
+                (true, Some(credentials)) => {
+                    let signed = self.inner.signer.sign(
+                        credentials,
+                        &self.inner.region,
+                        host,
+                        CONTENT_TYPE,
+                        target,
+                        body,
+                        now,
+                    );
+                    let mut headers = Vec::with_capacity(3);
+                    headers.push(("x-amz-date", signed.date, false));
+                    if let Some(token) = signed.security_token {
+                        headers.push(("x-amz-security-token", token, true));
+                    }
+                    headers.push(("authorization", signed.authorization, true));
+                    headers
+                }
+                _ => self
+                    .signature(&identity, url, host, target, body, now)?
+                    .into_parts()
+                    .0
+                    .iter()
+                    .map(|h| (h.name(), h.value().to_owned(), h.sensitive()))
+                    .collect(),
+            };
         let length = body.len().to_string();
         let mut headers = Vec::with_capacity(8);
         headers.extend([
@@ -395,10 +428,10 @@ impl DirectClient {
             Header::new("x-amz-target", target),
             Header::new("content-length", &length),
         ]);
-        headers.extend(signature.iter().map(|h| Header {
-            name: h.name(),
-            value: h.value(),
-            sensitive: h.sensitive(),
+        headers.extend(signature.iter().map(|(name, value, sensitive)| Header {
+            name,
+            value,
+            sensitive: *sensitive,
         }));
         let sending = self.inner.transport.send(Outgoing {
             url,
@@ -425,12 +458,13 @@ impl DirectClient {
         host: &str,
         target: &str,
         body: &[u8],
+        now: std::time::SystemTime,
     ) -> Result<aws_sigv4::http_request::SigningInstructions, DirectError> {
         let params = v4::SigningParams::builder()
             .identity(identity)
             .region(&self.inner.region)
             .name("dynamodb")
-            .time(self.inner.time.now())
+            .time(now)
             .settings(SigningSettings::default())
             .build()
             .map_err(|e| DirectError::Signing(Box::new(e)))?
@@ -529,6 +563,13 @@ impl DirectClient {
 
 /// The JSON API's content type.
 const CONTENT_TYPE: &str = "application/x-amz-json-1.0";
+
+/// Whether `url` is `host`'s root (`https://host/`): the shape [`sigv4::Signer`] signs.
+fn at_root(url: &str, host: &str) -> bool {
+    url.strip_suffix('/')
+        .and_then(|rest| rest.strip_suffix(host))
+        .is_some_and(|scheme| scheme.ends_with("://") && !scheme[..scheme.len() - 3].contains('/'))
+}
 
 impl<'a> Outgoing<'a> {
     /// A POST of `body` to `url` with `headers`.
@@ -1048,6 +1089,29 @@ mod tests {
         let mut requests = capture.0.lock().expect("not poisoned");
         assert_eq!(requests.len(), 1);
         requests.remove(0)
+    }
+
+    /// The client's own signer takes an endpoint's root only; a path goes to aws-sigv4's.
+    #[test]
+    fn only_an_endpoints_root_is_signed_by_the_clients_own_signer() {
+        for (url, host, root) in [
+            (
+                "https://dynamodb.eu-west-1.amazonaws.com/",
+                "dynamodb.eu-west-1.amazonaws.com",
+                true,
+            ),
+            ("http://127.0.0.1:8000/", "127.0.0.1:8000", true),
+            ("http://127.0.0.1:8000/dynamodb/", "127.0.0.1:8000", false),
+            (
+                "http://127.0.0.1:8000/x/127.0.0.1:8000/",
+                "127.0.0.1:8000",
+                false,
+            ),
+            ("http://127.0.0.1:8000", "127.0.0.1:8000", false),
+            ("http://other:8000/", "127.0.0.1:8000", false),
+        ] {
+            assert_eq!(at_root(url, host), root, "{url}");
+        }
     }
 
     /// What is signed is what is sent: the Host (a scheme's default port left out of both, as
