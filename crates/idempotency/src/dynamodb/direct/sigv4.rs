@@ -306,6 +306,44 @@ mod tests {
         assert_eq!(checked, times.len() * 2 * 4 * 3 * 2);
     }
 
+    /// The kept signing key is renewed when the day changes for the same secret and region,
+    /// and when the secret changes within a day (rotated credentials).
+    #[test]
+    fn the_kept_signing_key_follows_the_day_and_the_secret() {
+        let first = Credentials::new("AKID1", "secret-one", None, None, "t");
+        let rotated = Credentials::new("AKID2", "secret-two", Some("token".into()), None, "t");
+        let (region, url, host) = (
+            "eu-west-1",
+            "https://dynamodb.eu-west-1.amazonaws.com/",
+            "dynamodb.eu-west-1.amazonaws.com",
+        );
+        let signer = Signer::default();
+        let day = 1_796_515_200;
+        for (credentials, seconds) in [
+            (&first, day),
+            (&first, day + 60),
+            (&first, day + 86_400),
+            (&first, day + 86_400 + 1),
+            (&rotated, day + 86_400 + 2),
+            (&first, day + 86_400 + 3),
+            (&first, day + 3 * 86_400),
+        ] {
+            let now = UNIX_EPOCH + Duration::from_secs(seconds);
+            let target = "DynamoDB_20120810.UpdateItem";
+            let ours = signer.sign(
+                credentials,
+                region,
+                host,
+                "application/x-amz-json-1.0",
+                target,
+                b"{}",
+                now,
+            );
+            let theirs = reference(credentials, region, url, host, target, b"{}", now);
+            assert_eq!(ours, theirs, "{seconds} {}", credentials.access_key_id());
+        }
+    }
+
     #[test]
     fn dates_are_written_as_amz_dates() {
         assert_eq!(amz_date(0), ("19700101T000000Z".to_owned(), 0));
