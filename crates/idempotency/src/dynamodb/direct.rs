@@ -399,7 +399,6 @@ impl DirectClient {
                         credentials,
                         &self.inner.region,
                         host,
-                        CONTENT_TYPE,
                         target,
                         body,
                         now,

@@ -42,14 +42,13 @@ pub(super) struct Signer {
 }
 
 impl Signer {
-    /// The signature of a POST of `body` to `host`'s root with `content_type` and `target`, at
-    /// `now`, with `credentials`, in `region`.
+    /// The signature of a POST of `body` to `host`'s root with the JSON API's content type and
+    /// `target`, at `now`, with `credentials`, in `region`.
     pub fn sign(
         &self,
         credentials: &Credentials,
         region: &str,
         host: &str,
-        content_type: &str,
         target: &str,
         body: &[u8],
         now: SystemTime,
@@ -68,7 +67,7 @@ impl Signer {
         // a blank line, the signed header names, the body's hash.
         let mut canonical = String::with_capacity(320 + host.len() + token.map_or(0, str::len));
         canonical.push_str("POST\n/\n\ncontent-type:");
-        canonical.push_str(content_type.trim());
+        canonical.push_str(super::CONTENT_TYPE);
         canonical.push_str("\nhost:");
         canonical.push_str(host.trim());
         canonical.push_str("\nx-amz-date:");
@@ -285,15 +284,7 @@ mod tests {
                 for (region, url, host) in places {
                     for body in bodies {
                         for target in targets {
-                            let ours = signer.sign(
-                                credentials,
-                                region,
-                                host,
-                                "application/x-amz-json-1.0",
-                                target,
-                                body,
-                                now,
-                            );
+                            let ours = signer.sign(credentials, region, host, target, body, now);
                             let theirs =
                                 reference(credentials, region, url, host, target, body, now);
                             assert_eq!(ours, theirs, "{seconds} {region} {host} {target}");
@@ -330,15 +321,7 @@ mod tests {
         ] {
             let now = UNIX_EPOCH + Duration::from_secs(seconds);
             let target = "DynamoDB_20120810.UpdateItem";
-            let ours = signer.sign(
-                credentials,
-                region,
-                host,
-                "application/x-amz-json-1.0",
-                target,
-                b"{}",
-                now,
-            );
+            let ours = signer.sign(credentials, region, host, target, b"{}", now);
             let theirs = reference(credentials, region, url, host, target, b"{}", now);
             assert_eq!(ours, theirs, "{seconds} {}", credentials.access_key_id());
         }
