@@ -71,6 +71,22 @@ impl<C: Clock + ?Sized> Clock for &C {
 /// Any epoch-ms deadline before this (2001-09-09) cannot be real.
 const EPOCH_MS_FLOOR: u64 = 1_000_000_000_000;
 
+/// The proleptic Gregorian date `(year, month, day)` of `days` since 1970-01-01 (Howard
+/// Hinnant's algorithm): for writing timestamps (log lines, SigV4's `x-amz-date`) without a
+/// date crate.
+pub fn civil_from_days(days: u64) -> (u64, u64, u64) {
+    let z = days + 719_468;
+    let era = z / 146_097;
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1_460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + u64::from(month <= 2);
+    (year, month, day)
+}
+
 /// The invocation deadline in epoch ms, from the Runtime API's `Lambda-Runtime-Deadline-Ms`.
 ///
 /// Lambda sends an epoch timestamp. Some local emulators (cargo-lambda 1.9's `watch`) send the
@@ -87,6 +103,16 @@ pub fn invocation_deadline(header_ms: u64, now_ms: u64) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn day_counts_are_gregorian_dates() {
+        assert_eq!(civil_from_days(0), (1970, 1, 1));
+        assert_eq!(civil_from_days(11_016), (2000, 2, 29));
+        assert_eq!(civil_from_days(19_782), (2024, 2, 29));
+        assert_eq!(civil_from_days(20_793), (2026, 12, 6));
+        assert_eq!(civil_from_days(47_540), (2100, 2, 28));
+        assert_eq!(civil_from_days(47_541), (2100, 3, 1));
+    }
 
     #[test]
     fn manual_clock_clones_share_time() {

@@ -136,7 +136,7 @@ fn push_hex(out: &mut String, bytes: &[u8]) {
 fn amz_date(seconds: u64) -> (String, u64) {
     let day = seconds / 86_400;
     let in_day = seconds % 86_400;
-    let (year, month, date) = civil_from_days(day);
+    let (year, month, date) = lambda_kit::clock::civil_from_days(day);
     (
         format!(
             "{year:04}{month:02}{date:02}T{:02}{:02}{:02}Z",
@@ -146,20 +146,6 @@ fn amz_date(seconds: u64) -> (String, u64) {
         ),
         day,
     )
-}
-
-/// The proleptic Gregorian date of `days` since 1970-01-01 (Howard Hinnant's algorithm).
-fn civil_from_days(days: u64) -> (u64, u64, u64) {
-    let z = days + 719_468;
-    let era = z / 146_097;
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1_460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let date = doy - (153 * mp + 2) / 5 + 1;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    let year = yoe + era * 400 + u64::from(month <= 2);
-    (year, month, date)
 }
 
 #[cfg(test)]
