@@ -455,6 +455,46 @@ pub(crate) fn report(run: &Run<'_>, sim_ms: u64) -> Report {
             });
         }
     }
+    // A record that gave up says why it kept failing: its copy's note names the reason its
+    // handler last answered RETRY with, at the receive it gave up (docs/operations.md: the
+    // `detail` says what to fix before a redrive). Judged where the world saw the handler's
+    // answer (workers), unless the copy had to leave the detail out to fit SQS's limits.
+    {
+        let world = run.world.lock();
+        for dead in queue.redriven.iter().flatten().chain(&queue.dlq) {
+            let (Some(source), "retries_exhausted") = (&dead.source, dead.reason.as_str()) else {
+                continue;
+            };
+            let Some((_, retried)) = world.retried_at_give_up.get(source) else {
+                continue;
+            };
+            let Some(failure) = failure_note(&dead.attributes) else {
+                continue;
+            };
+            if failure.trimmed.iter().any(|t| t == "detail") {
+                continue;
+            }
+            let detail = failure.detail.unwrap_or_default();
+            if !detail.starts_with(&format!("{retried} at receive {}", source.1)) {
+                violations.push(Violation {
+                    rule: "gave up without saying why",
+                    order_id: run.payloads[dead.payload].order_id.clone(),
+                    detail: format!(
+                        "{} gave up at receive {} after its handler answered RETRY {retried}; \
+                         the copy's detail is {detail:?}",
+                        source.0, source.1
+                    ),
+                });
+            }
+        }
+    }
+    for (payload, detail) in &queue.kept_past_give_up {
+        violations.push(Violation {
+            rule: "kept past its give-up",
+            order_id: run.payloads[*payload].order_id.clone(),
+            detail: detail.clone(),
+        });
+    }
     for (payload, detail) in &queue.deleted_undecided {
         violations.push(Violation {
             rule: "deleted without its decision",
@@ -626,15 +666,18 @@ fn fifo_order(
     }
 }
 
-/// The key a DLQ copy's failure attribute names, if it names one.
-fn failure_key(attributes: &crate::queue::Attrs) -> Option<String> {
+/// A DLQ copy's failure note, if it carries one that reads.
+fn failure_note(attributes: &crate::queue::Attrs) -> Option<sqs_batch::dead_letter::Failure> {
     let text = attributes
         .get(sqs_batch::dead_letter::FAILURE_ATTRIBUTE)?
         .string_value
         .as_deref()?;
-    serde_json::from_str::<sqs_batch::dead_letter::Failure>(text)
-        .ok()?
-        .key
+    serde_json::from_str(text).ok()
+}
+
+/// The key a DLQ copy's failure attribute names, if it names one.
+fn failure_key(attributes: &crate::queue::Attrs) -> Option<String> {
+    failure_note(attributes)?.key
 }
 
 /// The retry schedule as docs/operations.md states it, read from the deployment's settings by

@@ -707,6 +707,15 @@ struct Deployment {
 }
 
 impl Deployment {
+    /// Whether a FIFO queue's batch is one group for the function (`FIFO_SCOPE`, `batch` by
+    /// default): Lambda's own FIFO contract, which the world then holds each response to.
+    fn batch_scope(&self) -> bool {
+        self.shipped
+            .env
+            .get("FIFO_SCOPE")
+            .is_none_or(|scope| scope.eq_ignore_ascii_case("batch"))
+    }
+
     /// A millisecond setting of the function's environment.
     fn setting_ms(&self, name: &str, default: u64) -> u64 {
         self.shipped
@@ -798,6 +807,7 @@ impl Deployment {
                 start: self.start,
                 offset_ms: 0,
             },
+            holder.learned.clone(),
         );
         let backoff = self.config.backoff.map(|policy| Backoff {
             port: process_orders::app::sqs_visibility(sqs.clone()),
@@ -829,6 +839,9 @@ async fn simulate(settings: SimSettings) -> Report {
         shipped
             .env
             .insert("IDEMPOTENCY_LEASE_MARGIN_MS".into(), margin_ms.to_string());
+    }
+    if settings.fifo_batch_scope {
+        shipped.env.insert("FIFO_SCOPE".into(), "batch".into());
     }
     if settings.lookup_durable {
         shipped
@@ -1023,6 +1036,70 @@ async fn produce(d: Rc<Deployment>, range: std::ops::Range<usize>) {
     d.queue.sent().notify_waiters();
 }
 
+/// Where a FIFO batch's response breaks the order the function promises, by the world's own
+/// record: which messages the response reports, which the function moved to the DLQ in this
+/// invocation or failed to (and with what reason), and which it started (`begun`: the table was
+/// asked to claim their order; a body that is not an order is decided without it).
+///
+/// In batch scope (Lambda's FIFO contract) the batch is one group and any failure holds the
+/// rest; in group scope (`FIFO_SCOPE=group`, shipped) a failure holds only its message group,
+/// and only a RETRY or a give-up holds it (a POISON does not, docs/design.md: a failed move of
+/// one is reported and its group goes on). Behind a record that holds, nothing may be
+/// acknowledged (it would run before it); a record reported without being started, with
+/// nothing holding before it, was held for nothing. The second is not judged when the
+/// invocation answered inside its deadline margin (the rest may have been skipped for time).
+fn fifo_breaches<'m>(
+    d: &Deployment,
+    received: &'m [queue::Stored],
+    failed: &HashSet<&str>,
+    begun: &HashSet<String>,
+    answered_in_margin: bool,
+) -> Vec<(&'m queue::Stored, &'static str)> {
+    let batch_scope = d.batch_scope();
+    let queue = d.queue.lock();
+    let moved_as = |m: &queue::Stored| {
+        queue
+            .dlq
+            .iter()
+            .find(|dead| dead.source.as_ref() == Some(&(m.id.clone(), m.receive_count)))
+            .map(|dead| dead.reason.as_str())
+    };
+    let mut breaches = Vec::new();
+    // The groups with a record that holds the rest, so far in the batch.
+    let mut held: HashSet<Option<&str>> = HashSet::new();
+    for m in received {
+        let group = if batch_scope {
+            None
+        } else {
+            m.group.as_deref()
+        };
+        let reported = failed.contains(m.id.as_str());
+        let holding = held.contains(&group);
+        if holding && !reported {
+            breaches.push((m, "acknowledged behind a held FIFO record"));
+        }
+        let started = begun.contains(&m.order_id) || d.payloads[m.payload].poison;
+        if reported && !started && !holding && !answered_in_margin {
+            breaches.push((m, "held behind FIFO records that did not hold it"));
+        }
+        let holds = if batch_scope {
+            reported || moved_as(m).is_some()
+        } else {
+            let failed_move = queue.failed_moves.get(&(m.payload, m.receive_count));
+            moved_as(m) == Some(GIVEN_UP)
+                || (reported && failed_move.is_none_or(|reason| reason == GIVEN_UP))
+        };
+        if holds {
+            held.insert(group);
+        }
+    }
+    breaches
+}
+
+/// The reason of a record that gave up at the receive before the queue's redrive (the
+/// design's word, docs/operations.md).
+const GIVEN_UP: &str = "retries_exhausted";
+
 /// How many of a crashed invocation's records were at their last receive, charged, and not
 /// completed: the edge where SQS's redrive, not the function, moves a charged order to the DLQ,
 /// and a redrive of it must look the charge up.
@@ -1182,6 +1259,8 @@ async fn poll(index: usize, d: Rc<Deployment>) {
             )
             .await;
         holder.set(None, std::collections::HashSet::new());
+        // Which records the invocation started, by the world's record (taken whatever its end).
+        let begun = d.world.lock().begun.remove(&caller).unwrap_or_default();
         let answered_ms = clock.now_ms();
         let (response, report) = match answered {
             Err(_) => {
@@ -1229,6 +1308,17 @@ async fn poll(index: usize, d: Rc<Deployment>) {
             .iter()
             .map(|f| f.item_identifier.as_str())
             .collect();
+        if kind == QueueKind::Fifo {
+            let answered_in_margin =
+                answered_ms.saturating_add(schedule.deadline_margin_ms) >= deadline_ms;
+            for (m, rule) in fifo_breaches(&d, &received, &failed, &begun, answered_in_margin) {
+                d.violations.borrow_mut().push(Violation {
+                    rule,
+                    order_id: m.order_id.clone(),
+                    detail: format!("{} in c{index}'s batch of {}", m.id, received.len()),
+                });
+            }
+        }
         let mut queue = d.queue.lock();
         for (m, status) in received.iter().zip(&report.statuses) {
             let reason = match status {

@@ -155,6 +155,12 @@ pub struct Queue {
     /// Messages a worker deleted though the handler had not acknowledged them at that receive
     /// and no copy of them had reached the DLQ: (payload, what was seen).
     pub deleted_undecided: Vec<(usize, String)>,
+    /// The function's moves to the DLQ that failed, by (payload, the receive its failure note
+    /// names): the reason the note gave.
+    pub failed_moves: HashMap<(usize, u32), String>,
+    /// Records received again though their handler had answered RETRY at the give-up's receive
+    /// (as the container knew it) and no move of theirs had failed: (payload, what was seen).
+    pub kept_past_give_up: Vec<(usize, String)>,
 }
 
 /// The queue shared by the pollers and the function's SQS ports, and the signal that wakes a
@@ -189,6 +195,8 @@ impl SharedQueue {
                 refused: BTreeMap::new(),
                 untraceable: Vec::new(),
                 deleted_undecided: Vec::new(),
+                failed_moves: HashMap::new(),
+                kept_past_give_up: Vec::new(),
             })),
             Arc::default(),
         )
@@ -312,6 +320,29 @@ impl Queue {
             };
             message.receive_count += 1;
             self.max_receives = self.max_receives.max(message.receive_count);
+            // Its handler answered RETRY at its give-up's receive, where the design moves it
+            // as `retries_exhausted`: it may come back only if that move failed, or its
+            // container crashed before settling it.
+            let last = message.receive_count - 1;
+            let retried = world
+                .lock()
+                .retried_at_give_up
+                .get(&(message.id.clone(), last))
+                .copied();
+            if let Some((container, reason)) = retried
+                && !world.lock().crashed.contains(&container)
+                && !self.failed_moves.contains_key(&(message.payload, last))
+            {
+                self.kept_past_give_up.push((
+                    message.payload,
+                    format!(
+                        "{} is received again (receive {}) though its handler answered RETRY \
+                         {reason} at receive {last}, the give-up's receive as its container \
+                         knew it, and no move of it failed",
+                        message.id, message.receive_count
+                    ),
+                ));
+            }
             if message.receive_count > self.max_receive {
                 let payload = message.payload;
                 let id = message.id.clone();

@@ -198,6 +198,9 @@ pub struct SimSettings {
     /// The lease an operator set (`IDEMPOTENCY_LEASE_SECONDS`, `IDEMPOTENCY_LEASE_MARGIN_MS`)
     /// in place of the template's (`None`: the template's).
     pub lease: Option<(u64, u64)>,
+    /// The deployment runs its FIFO batches as one group (`FIFO_SCOPE=batch`, Lambda's own FIFO
+    /// contract) instead of the template's group scope.
+    pub fifo_batch_scope: bool,
     /// Producers that send orders again days later (`None`: none do).
     pub late: Option<LateResends>,
     /// The function runs as a fleet of long-polling workers (`process-orders worker`) instead
@@ -351,6 +354,7 @@ impl SimSettings {
             edges: Edges::BAD_DAY,
             lowered_receive_count: None,
             lease: None,
+            fifo_batch_scope: false,
             late: None,
             workers: None,
         }
@@ -363,6 +367,15 @@ impl SimSettings {
             producer_duplicate_rate: 0.0,
             duplicate_rate: 0.0,
             ..Self::faulty(seed, orders)
+        }
+    }
+
+    /// As [`SimSettings::fifo`] (8 groups), deployed with `FifoScope=batch`: a failure stops
+    /// the rest of its batch, whatever their groups.
+    pub fn fifo_batch(seed: u64, orders: usize) -> Self {
+        Self {
+            fifo_batch_scope: true,
+            ..Self::fifo(seed, orders, 8)
         }
     }
 
@@ -474,7 +487,7 @@ impl SimSettings {
     }
 
     /// The settings a profile gives a seed (`make sim PROFILE=...`): `standard`, `fifo` (8
-    /// groups), `brownout`, `skewed`, `lowered` (`maxReceiveCount` edited to 5 mid-run),
+    /// groups), `fifo-batch` (the same in batch scope), `brownout`, `skewed`, `lowered` (`maxReceiveCount` edited to 5 mid-run),
     /// `archived` (the DLQ sent again after its items expired, refused copies among them, and
     /// look-ups that word amounts otherwise), `worker` (a fleet of long-polling workers stopped
     /// at the worst moments), `money` (amounts at money's edges), or `mixed` (the first six in
@@ -484,6 +497,7 @@ impl SimSettings {
             "lowered" => Some(Self::lowered(seed, orders)),
             "standard" => Some(Self::faulty(seed, orders)),
             "fifo" => Some(Self::fifo(seed, orders, 8)),
+            "fifo-batch" => Some(Self::fifo_batch(seed, orders)),
             "brownout" => Some(Self::brownout(seed, orders)),
             "skewed" => Some(Self::skewed(seed, orders)),
             "archived" => Some(Self::archived(seed, orders)),

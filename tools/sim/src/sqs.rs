@@ -31,6 +31,7 @@ use serde_json::{Value, json};
 
 use crate::http::{Serve, answer};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, Ordering};
 
 use crate::queue::{Attr, Attrs, Dead, MAX_VISIBILITY_MS, SharedQueue, Stored};
 use crate::worker::WorkerStop;
@@ -69,12 +70,19 @@ pub fn url_of(arn: &str) -> String {
 
 /// The SDK configuration a container's SQS clients are built on: the function's own wiring
 /// then builds them (its bounds, at the first call) over this connector.
-pub fn sdk_config(queue: &SharedQueue, world: &Shared, clock: &SimClock) -> SdkConfig {
+/// `learned` records each `maxReceiveCount` the redrive policy tells the container.
+pub fn sdk_config(
+    queue: &SharedQueue,
+    world: &Shared,
+    clock: &SimClock,
+    learned: Arc<AtomicU32>,
+) -> SdkConfig {
     config_over(SimSqs {
         queue: queue.clone(),
         world: world.clone(),
         clock: clock.clone(),
         stop: None,
+        learned: Some(learned),
     })
 }
 
@@ -91,6 +99,7 @@ pub fn worker_sdk_config(
         world: world.clone(),
         clock: clock.clone(),
         stop: Some(stop),
+        learned: None,
     })
 }
 
@@ -115,6 +124,9 @@ struct SimSqs {
     clock: SimClock,
     /// The stop of the worker whose client this is, if it is a worker's.
     stop: Option<Arc<WorkerStop>>,
+    /// Where the redrive policy's answers to this container are recorded (its function's
+    /// clients, not a worker's queue client).
+    learned: Option<Arc<AtomicU32>>,
 }
 
 impl std::fmt::Debug for SimSqs {
@@ -283,6 +295,9 @@ impl SimSqs {
                     "deadLetterTargetArn": dlq,
                     "maxReceiveCount": queue.max_receive,
                 });
+                if let Some(learned) = &self.learned {
+                    learned.store(queue.max_receive, Ordering::SeqCst);
+                }
                 attributes.insert("RedrivePolicy".into(), policy.to_string().into());
             }
         } else if url == url_of(dlq) {
@@ -412,6 +427,18 @@ impl SimSqs {
             if self.world.chance(self.queue.lock().sqs_error_rate) {
                 let at_give_up =
                     failure_reason(&attributes).is_some_and(|r| r == "retries_exhausted");
+                // The world's record of a move that failed, at the receive it names: that
+                // record may come back past its give-up.
+                {
+                    let mut queue = self.queue.lock();
+                    if let (Some(payload), Some(receive), Some(reason)) = (
+                        queue.payload_of(&attributes),
+                        failure_receive_count(&attributes),
+                        failure_reason(&attributes),
+                    ) {
+                        queue.failed_moves.insert((payload, receive), reason);
+                    }
+                }
                 self.world.count(|f| {
                     f.sqs_errors += 1;
                     f.dlq_failures_at_give_up += usize::from(at_give_up);

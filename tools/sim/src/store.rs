@@ -60,6 +60,10 @@ pub struct Holder {
     /// The orders of the current invocation's records at the give-up's receive, by the world's
     /// reading of their bodies (set with the invocation).
     pub at_give_up: Arc<std::sync::Mutex<std::collections::HashSet<String>>>,
+    /// The `maxReceiveCount` the queue's redrive policy last told this container's function
+    /// (0: never told, or its last asking failed): the world's record of what the function
+    /// knows of the give-up's receive, written by the simulated SQS as it answers.
+    pub learned: Arc<std::sync::atomic::AtomicU32>,
 }
 
 impl Holder {
@@ -77,6 +81,7 @@ impl Holder {
             lease_ms,
             margin_ms,
             at_give_up: Arc::default(),
+            learned: Arc::default(),
         }
     }
 
@@ -206,6 +211,15 @@ impl SimStore {
 
 impl IdempotencyStore for SimStore {
     async fn begin(&self, request: &ClaimRequest<'_>) -> Result<Begin, StoreError> {
+        // The world's record that this invocation started the order's record, before any fault.
+        if let Some(caller) = self.holder.id() {
+            self.world
+                .lock()
+                .begun
+                .entry(caller)
+                .or_default()
+                .insert(request.key.to_owned());
+        }
         let lost = self.before(request.key, "begin").await?;
         let invocation = *self
             .holder

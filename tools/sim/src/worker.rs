@@ -28,6 +28,10 @@ use crate::{Deployment, LONG_POLL_MS};
 pub struct Observed<H> {
     inner: H,
     world: Shared,
+    /// The container the worker runs in.
+    container: usize,
+    /// The `maxReceiveCount` the queue last told the container's function (0: not known).
+    learned: Arc<std::sync::atomic::AtomicU32>,
 }
 
 impl<H: RecordHandler> RecordHandler for Observed<H> {
@@ -38,7 +42,21 @@ impl<H: RecordHandler> RecordHandler for Observed<H> {
         );
         self.world.lock().tried.insert(tried.clone(), None);
         let verdict = self.inner.handle(message, context).await;
-        self.world.lock().tried.insert(tried, Some(verdict.outcome));
+        let mut world = self.world.lock();
+        // A RETRY at the receive the function knows as the give-up's (one before the count its
+        // container learned; the batch learned it before its records ran) must leave as
+        // `retries_exhausted`: the queue model holds the record to that at its next receive.
+        let count = self.learned.load(std::sync::atomic::Ordering::SeqCst);
+        if verdict.outcome == sqs_batch::processor::Outcome::Retry
+            && count >= 2
+            && tried.1 >= count - 1
+        {
+            world
+                .retried_at_give_up
+                .insert(tried.clone(), (self.container, verdict.reason));
+        }
+        world.tried.insert(tried, Some(verdict.outcome));
+        drop(world);
         verdict
     }
 
@@ -124,7 +142,7 @@ pub(crate) async fn work(index: usize, d: Rc<Deployment>) {
         }
         // A worker runs batches side by side, each with its own deadline: its leases are not
         // judged against one invocation (its holder stays empty).
-        let (app, clock, _holder) = d.cold_start().await;
+        let (app, clock, holder) = d.cold_start().await;
         let stop = Arc::new(WorkerStop::new(fleet.stop_at_give_up_rate));
         let sdk = crate::sqs::worker_sdk_config(&d.queue, &d.world, &truth, stop.clone());
         let client = process_orders::aws::sqs(&sdk, &process_orders::app::WORKER_SQS_SDK);
@@ -139,8 +157,14 @@ pub(crate) async fn work(index: usize, d: Rc<Deployment>) {
         ));
         let options = WorkerOptions::default().with_metrics_interval_ms(0);
         let world = d.world.clone();
+        let (container, learned) = (holder.container, holder.learned.clone());
         let worker = app.into_worker(queue, visibility, options).map_handler(
-            |inner| Observed { inner, world },
+            |inner| Observed {
+                inner,
+                world,
+                container,
+                learned,
+            },
             |observed| &observed.inner,
         );
         // A deploy or a scale-in at a random time; a crash instead, now and then.
@@ -168,6 +192,7 @@ pub(crate) async fn work(index: usize, d: Rc<Deployment>) {
                 biased;
                 _ = worker.run(std::future::pending::<()>()) => {}
                 () = tokio::time::sleep(Duration::from_millis(life_ms)) => {
+                    d.world.lock().crashed.insert(holder.container);
                     d.world.count(|f| f.crashes += 1);
                     d.world.log(&format!("w{index} crashes"));
                 }

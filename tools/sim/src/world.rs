@@ -370,6 +370,17 @@ pub struct World {
     /// ([`crate::worker::Observed`]), so that the world, not the processor, says which records
     /// were tried.
     pub tried: HashMap<(String, u32), Option<sqs_batch::processor::Outcome>>,
+    /// Records a worker's handler answered RETRY at or past the give-up's receive as the
+    /// container had learned it (its last `maxReceiveCount` from the queue's redrive policy),
+    /// by (message id, receive count): the container, and the handler's reason. The design has
+    /// each of them moved as `retries_exhausted` at that receive, its reason kept.
+    pub retried_at_give_up: HashMap<(String, u32), (usize, &'static str)>,
+    /// Containers that crashed: what they had decided and not yet settled was lost with them.
+    pub crashed: HashSet<usize>,
+    /// The keys each invocation's calls asked the table to claim (`begin`), by the world's
+    /// record of the caller: which of its records the function started. Taken by the poller
+    /// once the invocation is over.
+    pub begun: HashMap<HolderId, HashSet<String>>,
     /// Keys whose decline's record (`reject`) the table did not apply at least once (a store
     /// error, a fenced writer): the world's own record of what its table answered.
     pub unwritten_rejects: HashSet<String>,
@@ -394,6 +405,9 @@ impl Shared {
             faults: Faults::default(),
             fence: FenceAudit::default(),
             tried: HashMap::new(),
+            retried_at_give_up: HashMap::new(),
+            crashed: HashSet::new(),
+            begun: HashMap::new(),
             unwritten_rejects: HashSet::new(),
             stories: HashMap::new(),
             containers: 0,

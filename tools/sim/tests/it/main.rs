@@ -178,7 +178,7 @@ fn fixed_seeds_on(
             store != StoreKind::Memory || reasons.get("deadline").is_some_and(|n| *n > 0),
             "no batch ran into its deadline"
         ),
-        "fifo" => assert!(reasons.get("after_failure").is_some_and(|n| *n > 0)),
+        "fifo" | "fifo-batch" => assert!(reasons.get("after_failure").is_some_and(|n| *n > 0)),
         "skewed" => assert!(faults.fenced_writes > 0, "no stale holder ever wrote"),
         "lowered" => {
             assert!(
@@ -221,6 +221,19 @@ fn standard_queue_seeds_charge_every_order_once() {
 #[test]
 fn fifo_seeds_charge_every_order_once_in_group_order() {
     fixed_seeds("fifo");
+}
+
+/// The same FIFO traffic deployed with `FifoScope=batch` (Lambda's own FIFO contract): a
+/// failure holds the rest of the batch, every group's order kept. Fewer seeds: the processor's
+/// batch scope is the one thing it adds.
+#[test]
+fn fifo_batch_scope_seeds_charge_every_order_once_in_order() {
+    fixed_seeds_on(
+        "fifo-batch",
+        (StoreKind::Memory, Dialect::Draft),
+        OPERATOR_SEEDS,
+        ORDERS,
+    );
 }
 
 #[test]
@@ -301,7 +314,12 @@ async fn the_simulated_sqs_refuses_what_sqs_refuses() {
     };
     let world = Shared::new(1, clock.clone());
     let queue = SharedQueue::new(false, 5, 60_000, 0.0, 0.0);
-    let client = aws_sdk_sqs::Client::new(&sim::sqs::sdk_config(&queue, &world, &clock));
+    let client = aws_sdk_sqs::Client::new(&sim::sqs::sdk_config(
+        &queue,
+        &world,
+        &clock,
+        std::sync::Arc::default(),
+    ));
     let dlq = "https://sqs.us-east-1.amazonaws.com/123456789012/orders-dlq";
     let entry = |id: usize, body: &str| {
         SendMessageBatchRequestEntry::builder()
