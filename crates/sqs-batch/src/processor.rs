@@ -930,8 +930,15 @@ fn give_up_if_exhausted(
                     .map(|d| format!(": {d}"))
                     .unwrap_or_default()
             );
+            // The planted bug: the give-up renames the RETRY but keeps it one, so nothing moves
+            // it and SQS's redrive takes it without the function's reason.
+            let outcome = if lambda_kit::mutation::active("processor.give_up_keeps_retry") {
+                verdict.outcome
+            } else {
+                Outcome::Poison
+            };
             Verdict {
-                outcome: Outcome::Poison,
+                outcome,
                 reason: GAVE_UP,
                 detail: Some(detail.into()),
                 retry_after_ms: None,
@@ -1063,6 +1070,10 @@ enum Hold {
 
 impl Hold {
     fn holds(self, status: &RecordStatus) -> bool {
+        if lambda_kit::mutation::active("processor.holds_after_success") {
+            // The planted bug: every record holds its group, an ACK too.
+            return true;
+        }
         match self {
             Self::AnyFailure => !status.is_ack(),
             Self::RetryOnly => {

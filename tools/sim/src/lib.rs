@@ -98,7 +98,7 @@ pub const NO_PLANTED_BUGS: &str = "this build has no planted bugs: build with \
 
 /// The planted bugs, by the name their check site asks for, with what each does wrong. They are
 /// compiled in only with `PROCESS_ORDERS_SIM_MUTATIONS=1` (`lambda_kit::mutation::ENABLED`).
-pub const MUTATIONS: [(&str, &str); 26] = [
+pub const MUTATIONS: [(&str, &str); 28] = [
     (
         "guard.releases_after_ambiguous",
         "releases the claim after a charge whose outcome is unknown, instead of marking it attempted",
@@ -198,6 +198,14 @@ pub const MUTATIONS: [(&str, &str); 26] = [
     (
         "store.lease_ends_at_deadline",
         "a lease arithmetic that forgets the margin: a claim's lease ends with its invocation, not the margin after it (docs/design.md's rule: min(lease, deadline + margin))",
+    ),
+    (
+        "processor.give_up_keeps_retry",
+        "the give-up renames a RETRY at the receive before the queue's redrive retries_exhausted but keeps it a RETRY: nothing moves it, and SQS's redrive takes it without the function's reason",
+    ),
+    (
+        "processor.holds_after_success",
+        "FIFO: every record holds the rest of its group, an acknowledged one too: one record a group a receive, the others reported without being started",
     ),
     (
         "order.amount_through_float",

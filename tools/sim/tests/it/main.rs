@@ -716,6 +716,46 @@ fn a_stop_that_gives_up_records_never_started_is_caught() {
     );
 }
 
+/// Issue 52: a give-up that keeps the record a RETRY leaves it to SQS's redrive. The world,
+/// which saw the handler answer RETRY at the receive its container knew as the give-up's,
+/// sees it received again with no failed move to explain it.
+#[test]
+#[cfg_attr(
+    not(sim_mutations),
+    ignore = "a planted bug: needs PROCESS_ORDERS_SIM_MUTATIONS=1"
+)]
+fn a_give_up_that_moves_nothing_is_caught() {
+    let report = caught("processor.give_up_keeps_retry", "worker");
+    assert!(
+        report
+            .violations
+            .iter()
+            .any(|v| v.rule == "kept past its give-up"),
+        "{:?}",
+        report.violations.first()
+    );
+}
+
+/// Issue 52: a FIFO hold after a success. Nothing is charged out of order, so only the world's
+/// record of which records the invocation started (the claims it asked the table for) sees
+/// records reported with nothing holding them.
+#[test]
+#[cfg_attr(
+    not(sim_mutations),
+    ignore = "a planted bug: needs PROCESS_ORDERS_SIM_MUTATIONS=1"
+)]
+fn a_fifo_hold_after_a_success_is_caught() {
+    let report = caught("processor.holds_after_success", "fifo");
+    assert!(
+        report
+            .violations
+            .iter()
+            .any(|v| v.rule == "held behind FIFO records that did not hold it"),
+        "{:?}",
+        report.violations.first()
+    );
+}
+
 /// Issue 49, finding 1: a look-up that finds another payload's charge under the id, its amount
 /// worded as text (`archived`'s seed 1 words every look-up's amounts so). Read as the order's
 /// (the reading before the fix), the order is completed as paid without being charged; read as
