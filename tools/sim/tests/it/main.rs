@@ -525,6 +525,17 @@ fn caught(mutation: &'static str, profile: &str) -> Report {
     )
 }
 
+/// As [`caught`], and the invariant the bug must break is among those its seed broke.
+fn caught_breaking(mutation: &'static str, profile: &str, rule: &str) -> Report {
+    let report = caught(mutation, profile);
+    assert!(
+        report.violations.iter().any(|v| v.rule == rule),
+        "{mutation}: {rule} not among {:?}",
+        report.violations.first()
+    );
+    report
+}
+
 /// Orders per seed of the planted bugs' runs: each stops at its first seed that breaks an
 /// invariant, and a smaller world is faster to break.
 const CAUGHT_ORDERS: usize = 500;
@@ -705,14 +716,10 @@ fn a_conflict_found_by_the_look_up_read_as_a_failure_is_caught() {
     ignore = "a planted bug: needs PROCESS_ORDERS_SIM_MUTATIONS=1"
 )]
 fn a_stop_that_gives_up_records_never_started_is_caught() {
-    let report = caught("processor.stopping_gives_up", "worker");
-    assert!(
-        report
-            .violations
-            .iter()
-            .any(|v| v.rule == "moved as retries_exhausted without being tried"),
-        "{:?}",
-        report.violations.first()
+    caught_breaking(
+        "processor.stopping_gives_up",
+        "worker",
+        "moved as retries_exhausted without being tried",
     );
 }
 
@@ -725,14 +732,10 @@ fn a_stop_that_gives_up_records_never_started_is_caught() {
     ignore = "a planted bug: needs PROCESS_ORDERS_SIM_MUTATIONS=1"
 )]
 fn a_give_up_that_moves_nothing_is_caught() {
-    let report = caught("processor.give_up_keeps_retry", "worker");
-    assert!(
-        report
-            .violations
-            .iter()
-            .any(|v| v.rule == "kept past its give-up"),
-        "{:?}",
-        report.violations.first()
+    caught_breaking(
+        "processor.give_up_keeps_retry",
+        "worker",
+        "kept past its give-up",
     );
 }
 
@@ -745,14 +748,10 @@ fn a_give_up_that_moves_nothing_is_caught() {
     ignore = "a planted bug: needs PROCESS_ORDERS_SIM_MUTATIONS=1"
 )]
 fn a_fifo_hold_after_a_success_is_caught() {
-    let report = caught("processor.holds_after_success", "fifo");
-    assert!(
-        report
-            .violations
-            .iter()
-            .any(|v| v.rule == "held behind FIFO records that did not hold it"),
-        "{:?}",
-        report.violations.first()
+    caught_breaking(
+        "processor.holds_after_success",
+        "fifo",
+        "held behind FIFO records that did not hold it",
     );
 }
 
