@@ -1104,6 +1104,39 @@ fn fifo_breaches<'m>(
     breaches
 }
 
+/// The records of a Lambda batch that the function started at the give-up's receive, as its
+/// container knew it (`learned`: the `maxReceiveCount` the queue last told it), and reported
+/// for another receive without trying to move them. Whatever its handler answered, such a
+/// record should have left: an ACK is deleted, a POISON moved, and a RETRY (a panic, an
+/// abandoned record) given up and moved as `retries_exhausted`; only a move the world's SQS
+/// failed brings it back (invariant 10, which workers judge at the handler's door). Not judged:
+/// a body that is not an order (its move is the only evidence, and a failed one is allowed), an
+/// order twice in the batch (the claim asked for may be the other message's), a deployment
+/// that does not move POISON itself.
+fn kept_at_give_up<'m>(
+    d: &Deployment,
+    received: &'m [queue::Stored],
+    failed: &HashSet<&str>,
+    begun: &HashSet<String>,
+    learned: u32,
+) -> Vec<&'m queue::Stored> {
+    if learned < 2 || !d.config.move_poison {
+        return Vec::new();
+    }
+    let queue = d.queue.lock();
+    received
+        .iter()
+        .filter(|m| {
+            m.receive_count >= learned - 1
+                && failed.contains(m.id.as_str())
+                && begun.contains(&m.order_id)
+                && !d.payloads[m.payload].poison
+                && received.iter().filter(|r| r.order_id == m.order_id).count() == 1
+                && !queue.moves_tried.contains(&(m.payload, m.receive_count))
+        })
+        .collect()
+}
+
 /// The reason of a record that gave up at the receive before the queue's redrive (the
 /// design's word, docs/operations.md).
 const GIVEN_UP: &str = "retries_exhausted";
@@ -1316,9 +1349,26 @@ async fn poll(index: usize, d: Rc<Deployment>) {
             .iter()
             .map(|f| f.item_identifier.as_str())
             .collect();
+        let answered_in_margin =
+            answered_ms.saturating_add(schedule.deadline_margin_ms) >= deadline_ms;
+        if !answered_in_margin {
+            let learned = holder.learned.load(std::sync::atomic::Ordering::SeqCst);
+            for m in kept_at_give_up(&d, &received, &failed, &begun, learned) {
+                d.violations.borrow_mut().push(Violation {
+                    rule: "kept past its give-up",
+                    order_id: m.order_id.clone(),
+                    detail: format!(
+                        "{} was started at receive {}, at or past the give-up's ({}) as \
+                         c{index} knew it (maxReceiveCount {learned}), and reported for another \
+                         receive with no move of it tried",
+                        m.id,
+                        m.receive_count,
+                        learned - 1
+                    ),
+                });
+            }
+        }
         if kind == QueueKind::Fifo {
-            let answered_in_margin =
-                answered_ms.saturating_add(schedule.deadline_margin_ms) >= deadline_ms;
             for (m, rule) in fifo_breaches(&d, &received, &failed, &begun, answered_in_margin) {
                 d.violations.borrow_mut().push(Violation {
                     rule,

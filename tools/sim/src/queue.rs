@@ -158,6 +158,9 @@ pub struct Queue {
     /// The function's moves to the DLQ that failed, by (payload, the receive its failure note
     /// names): the reason the note gave.
     pub failed_moves: HashMap<(usize, u32), String>,
+    /// Every move to the DLQ the function tried, by (payload, the receive its failure note
+    /// names), whether SQS took it, dropped it as a FIFO duplicate, or failed it.
+    pub moves_tried: HashSet<(usize, u32)>,
     /// Records received again though their handler had answered RETRY at the give-up's receive
     /// (as the container knew it) and no move of theirs had failed: (payload, what was seen).
     pub kept_past_give_up: Vec<(usize, String)>,
@@ -196,6 +199,7 @@ impl SharedQueue {
                 untraceable: Vec::new(),
                 deleted_undecided: Vec::new(),
                 failed_moves: HashMap::new(),
+                moves_tried: HashSet::new(),
                 kept_past_give_up: Vec::new(),
             })),
             Arc::default(),

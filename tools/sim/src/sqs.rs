@@ -424,6 +424,15 @@ impl SimSqs {
                     continue;
                 }
             };
+            {
+                let mut queue = self.queue.lock();
+                if let (Some(payload), Some(receive)) = (
+                    queue.payload_of(&attributes),
+                    failure_receive_count(&attributes),
+                ) {
+                    queue.moves_tried.insert((payload, receive));
+                }
+            }
             if self.world.chance(self.queue.lock().sqs_error_rate) {
                 let at_give_up =
                     failure_reason(&attributes).is_some_and(|r| r == "retries_exhausted");
