@@ -1044,6 +1044,15 @@ async fn produce(d: Rc<Deployment>, range: std::ops::Range<usize>) {
     d.queue.sent().notify_waiters();
 }
 
+/// What the world saw of an invocation that answered: its batch, the records its response
+/// reported, and the orders it asked the table to claim.
+#[derive(Clone, Copy)]
+struct Answered<'m, 'a> {
+    received: &'m [queue::Stored],
+    failed: &'a HashSet<&'a str>,
+    begun: &'a HashSet<String>,
+}
+
 /// Where a FIFO batch's response breaks the order the function promises, by the world's own
 /// record: which messages the response reports, which the function moved to the DLQ in this
 /// invocation or failed to (and with what reason), and which it started (`begun`: the table was
@@ -1058,11 +1067,14 @@ async fn produce(d: Rc<Deployment>, range: std::ops::Range<usize>) {
 /// invocation answered inside its deadline margin (the rest may have been skipped for time).
 fn fifo_breaches<'m>(
     d: &Deployment,
-    received: &'m [queue::Stored],
-    failed: &HashSet<&str>,
-    begun: &HashSet<String>,
+    answered: &Answered<'m, '_>,
     answered_in_margin: bool,
 ) -> Vec<(&'m queue::Stored, &'static str)> {
+    let Answered {
+        received,
+        failed,
+        begun,
+    } = *answered;
     let batch_scope = d.batch_scope();
     let queue = d.queue.lock();
     let moved_as = |m: &queue::Stored| {
@@ -1115,11 +1127,14 @@ fn fifo_breaches<'m>(
 /// that does not move POISON itself.
 fn kept_at_give_up<'m>(
     d: &Deployment,
-    received: &'m [queue::Stored],
-    failed: &HashSet<&str>,
-    begun: &HashSet<String>,
+    answered: &Answered<'m, '_>,
     learned: u32,
 ) -> Vec<&'m queue::Stored> {
+    let Answered {
+        received,
+        failed,
+        begun,
+    } = *answered;
     if learned < 2 || !d.config.move_poison {
         return Vec::new();
     }
@@ -1351,9 +1366,14 @@ async fn poll(index: usize, d: Rc<Deployment>) {
             .collect();
         let answered_in_margin =
             answered_ms.saturating_add(schedule.deadline_margin_ms) >= deadline_ms;
+        let answered = Answered {
+            received: &received,
+            failed: &failed,
+            begun: &begun,
+        };
         if !answered_in_margin {
             let learned = holder.learned.load(std::sync::atomic::Ordering::SeqCst);
-            for m in kept_at_give_up(&d, &received, &failed, &begun, learned) {
+            for m in kept_at_give_up(&d, &answered, learned) {
                 d.violations.borrow_mut().push(Violation {
                     rule: "kept past its give-up",
                     order_id: m.order_id.clone(),
@@ -1369,7 +1389,7 @@ async fn poll(index: usize, d: Rc<Deployment>) {
             }
         }
         if kind == QueueKind::Fifo {
-            for (m, rule) in fifo_breaches(&d, &received, &failed, &begun, answered_in_margin) {
+            for (m, rule) in fifo_breaches(&d, &answered, answered_in_margin) {
                 d.violations.borrow_mut().push(Violation {
                     rule,
                     order_id: m.order_id.clone(),
