@@ -191,6 +191,16 @@ fn fixed_seeds_on(
                 faults.leases_ending_by_the_deadline > 0,
                 "no lease ended by its holder's deadline: {faults:?}"
             );
+            // The edges of the schedule the profile exists for (issue 52): a DLQ move failed
+            // at the give-up's receive, a crash between a charge and its completion at the
+            // last receive, a store answer lost on the takeover of an expired lease (6, 1 and 2
+            // in its two fixed seeds).
+            assert!(
+                faults.dlq_failures_at_give_up > 0
+                    && faults.crashes_between_charge_and_completion_at_last_receive > 0
+                    && faults.answers_lost_at_takeover > 0,
+                "an edge of the schedule was not reached: {faults:?}"
+            );
             // Records abandoned at their last receive, whose copies must still name their order.
             assert!(
                 faults.store_hangs_at_give_up > 0
