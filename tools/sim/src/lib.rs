@@ -1051,6 +1051,9 @@ struct Answered<'m, 'a> {
     received: &'m [queue::Stored],
     failed: &'a HashSet<&'a str>,
     begun: &'a HashSet<String>,
+    /// The provider refused this invocation's configuration (a 401): after three, the
+    /// function's breaker answers the rest RETRY without claiming them.
+    refused: bool,
 }
 
 /// Where a FIFO batch's response breaks the order the function promises, by the world's own
@@ -1064,7 +1067,9 @@ struct Answered<'m, 'a> {
 /// one is reported and its group goes on). Behind a record that holds, nothing may be
 /// acknowledged (it would run before it); a record reported without being started, with
 /// nothing holding before it, was held for nothing. The second is not judged when the
-/// invocation answered inside its deadline margin (the rest may have been skipped for time).
+/// invocation answered inside its deadline margin (the rest may have been skipped for time),
+/// nor when the provider refused its configuration (the breaker then answers records RETRY
+/// without claiming them).
 fn fifo_breaches<'m>(
     d: &Deployment,
     answered: &Answered<'m, '_>,
@@ -1074,6 +1079,7 @@ fn fifo_breaches<'m>(
         received,
         failed,
         begun,
+        refused,
     } = *answered;
     let batch_scope = d.batch_scope();
     let queue = d.queue.lock();
@@ -1099,7 +1105,7 @@ fn fifo_breaches<'m>(
             breaches.push((m, "acknowledged behind a held FIFO record"));
         }
         let started = begun.contains(&m.order_id) || d.payloads[m.payload].poison;
-        if reported && !started && !holding && !answered_in_margin {
+        if reported && !started && !holding && !answered_in_margin && !refused {
             breaches.push((m, "held behind FIFO records that did not hold it"));
         }
         let holds = if batch_scope {
@@ -1134,6 +1140,7 @@ fn kept_at_give_up<'m>(
         received,
         failed,
         begun,
+        ..
     } = *answered;
     if learned < 2 || !d.config.move_poison {
         return Vec::new();
@@ -1370,6 +1377,7 @@ async fn poll(index: usize, d: Rc<Deployment>) {
             received: &received,
             failed: &failed,
             begun: &begun,
+            refused: d.provider.ledger().refused_callers.contains(&caller),
         };
         if !answered_in_margin {
             let learned = holder.learned.load(std::sync::atomic::Ordering::SeqCst);
