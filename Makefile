@@ -118,7 +118,7 @@ lint:
 	RUSTDOCFLAGS="-D warnings" $(CARGO) doc --workspace --no-deps --all-features --quiet
 
 # The deterministic simulation at scale (tools/sim): ORDERS orders over SEEDS seeds from
-# FIRST_SEED, PROFILE standard, fifo, brownout, skewed, lowered, archived, worker, money or mixed
+# FIRST_SEED, PROFILE standard, fifo, fifo-batch, brownout, skewed, lowered, archived, worker, money or mixed
 # (the first six in turn),
 # MUTATION a planted bug
 # to watch being caught (the run is built with the planted bugs: $(SIM_MUTATIONS)); a summary
