@@ -1123,7 +1123,8 @@ fn fifo_breaches<'m>(
 }
 
 /// The records of a Lambda batch that the function started at the give-up's receive, as its
-/// container knew it (`learned`: the `maxReceiveCount` the queue last told it), and reported
+/// container may have known it (`learned`: the highest `maxReceiveCount` the queue told it
+/// recently enough to still go by, [`world::Told::known`]), and reported
 /// for another receive without trying to move them. Whatever its handler answered, such a
 /// record should have left: an ACK is deleted, a POISON moved, and a RETRY (a panic, an
 /// abandoned record) given up and moved as `retries_exhausted`; only a move the world's SQS
@@ -1380,7 +1381,7 @@ async fn poll(index: usize, d: Rc<Deployment>) {
             refused: d.provider.ledger().refused_callers.contains(&caller),
         };
         if !answered_in_margin {
-            let learned = holder.learned.load(std::sync::atomic::Ordering::SeqCst);
+            let learned = holder.learned.known(truth.sim_ms());
             for m in kept_at_give_up(&d, &answered, learned) {
                 d.violations.borrow_mut().push(Violation {
                     rule: "kept past its give-up",

@@ -31,11 +31,10 @@ use serde_json::{Value, json};
 
 use crate::http::{Serve, answer};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU32, Ordering};
 
 use crate::queue::{Attr, Attrs, Dead, MAX_VISIBILITY_MS, SharedQueue, Stored};
 use crate::worker::WorkerStop;
-use crate::world::{EPOCH_MS, Shared, SimClock};
+use crate::world::{EPOCH_MS, Shared, SimClock, Told};
 
 /// SQS's limit on one batch call, all its entries together.
 pub const BATCH_BYTES: usize = 1_048_576;
@@ -75,7 +74,7 @@ pub fn sdk_config(
     queue: &SharedQueue,
     world: &Shared,
     clock: &SimClock,
-    learned: Arc<AtomicU32>,
+    learned: Told,
 ) -> SdkConfig {
     config_over(SimSqs {
         queue: queue.clone(),
@@ -126,7 +125,7 @@ struct SimSqs {
     stop: Option<Arc<WorkerStop>>,
     /// Where the redrive policy's answers to this container are recorded (its function's
     /// clients, not a worker's queue client).
-    learned: Option<Arc<AtomicU32>>,
+    learned: Option<Told>,
 }
 
 impl std::fmt::Debug for SimSqs {
@@ -296,7 +295,7 @@ impl SimSqs {
                     "maxReceiveCount": queue.max_receive,
                 });
                 if let Some(learned) = &self.learned {
-                    learned.store(queue.max_receive, Ordering::SeqCst);
+                    learned.record(self.now_ms(), queue.max_receive);
                 }
                 attributes.insert("RedrivePolicy".into(), policy.to_string().into());
             }

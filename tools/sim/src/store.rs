@@ -60,10 +60,9 @@ pub struct Holder {
     /// The orders of the current invocation's records at the give-up's receive, by the world's
     /// reading of their bodies (set with the invocation).
     pub at_give_up: Arc<std::sync::Mutex<std::collections::HashSet<String>>>,
-    /// The `maxReceiveCount` the queue's redrive policy last told this container's function
-    /// (0: never told, or its last asking failed): the world's record of what the function
-    /// knows of the give-up's receive, written by the simulated SQS as it answers.
-    pub learned: Arc<std::sync::atomic::AtomicU32>,
+    /// The `maxReceiveCount`s the queue's redrive policy told this container's function, and
+    /// when: written by the simulated SQS as it answers.
+    pub learned: crate::world::Told,
 }
 
 impl Holder {
@@ -81,7 +80,7 @@ impl Holder {
             lease_ms,
             margin_ms,
             at_give_up: Arc::default(),
-            learned: Arc::default(),
+            learned: crate::world::Told::default(),
         }
     }
 

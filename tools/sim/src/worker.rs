@@ -30,8 +30,8 @@ pub struct Observed<H> {
     world: Shared,
     /// The container the worker runs in.
     container: usize,
-    /// The `maxReceiveCount` the queue last told the container's function (0: not known).
-    learned: Arc<std::sync::atomic::AtomicU32>,
+    /// The `maxReceiveCount`s the queue told the container's function.
+    learned: crate::world::Told,
 }
 
 impl<H: RecordHandler> RecordHandler for Observed<H> {
@@ -46,7 +46,7 @@ impl<H: RecordHandler> RecordHandler for Observed<H> {
         // A RETRY at the receive the function knows as the give-up's (one before the count its
         // container learned; the batch learned it before its records ran) must leave as
         // `retries_exhausted`: the queue model holds the record to that at its next receive.
-        let count = self.learned.load(std::sync::atomic::Ordering::SeqCst);
+        let count = self.learned.known(world.sim_ms());
         if verdict.outcome == sqs_batch::processor::Outcome::Retry
             && count >= 2
             && tried.1 >= count - 1

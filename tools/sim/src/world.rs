@@ -357,6 +357,41 @@ pub fn lease_rule_broken(
     }
 }
 
+/// The `maxReceiveCount`s the queue's redrive policy told one container's function, and when
+/// (simulated ms): the world's record of what the function may know of the give-up's receive.
+#[derive(Clone, Default)]
+pub struct Told(Arc<Mutex<Vec<(u64, u32)>>>);
+
+/// How long a count the function was told may still be the one a batch goes by: the function
+/// keeps the queue's redrive policy five minutes (docs/design.md), and a batch learns it once,
+/// before its records run, which may be up to Lambda's longest timeout (15 minutes) before it
+/// settles them.
+const TOLD_FOR_MS: u64 = (5 + 15) * 60_000;
+
+impl Told {
+    /// The policy told the function `count` at `at_ms`.
+    pub fn record(&self, at_ms: u64, count: u32) {
+        let mut told = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        told.retain(|(at, _)| at.saturating_add(TOLD_FOR_MS) >= at_ms);
+        told.push((at_ms, count));
+    }
+
+    /// The highest count the function may be going by at `now_ms`: the highest it was told
+    /// recently enough to still keep (an operator only lowers the count, so judging by the
+    /// highest never holds a batch to a count it had not yet learned); 0 when nothing was told
+    /// that recently (the function then asks again, or goes by its own setting).
+    pub fn known(&self, now_ms: u64) -> u32 {
+        self.0
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .iter()
+            .filter(|(at, _)| at.saturating_add(TOLD_FOR_MS) >= now_ms)
+            .map(|(_, count)| *count)
+            .max()
+            .unwrap_or(0)
+    }
+}
+
 /// The run's shared state.
 pub struct World {
     rng: fastrand::Rng,
@@ -482,6 +517,11 @@ impl Shared {
 }
 
 impl World {
+    /// Simulated ms since the run started, by the true clock.
+    pub fn sim_ms(&self) -> u64 {
+        self.clock.sim_ms()
+    }
+
     fn log(&mut self, order: &str, event: &str, at_ms: u64) {
         // FNV-1a over the order, the event and its time.
         for byte in order

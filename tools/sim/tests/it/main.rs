@@ -328,7 +328,7 @@ async fn the_simulated_sqs_refuses_what_sqs_refuses() {
         &queue,
         &world,
         &clock,
-        std::sync::Arc::default(),
+        sim::world::Told::default(),
     ));
     let dlq = "https://sqs.us-east-1.amazonaws.com/123456789012/orders-dlq";
     let entry = |id: usize, body: &str| {
