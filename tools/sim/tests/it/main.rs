@@ -1010,6 +1010,7 @@ fn every_mutation_has_its_test() {
     for (mutation, _) in MUTATIONS {
         assert!(
             source.contains(&format!("caught(\"{mutation}\""))
+                || source.contains(&format!("caught_breaking(\n        \"{mutation}\""))
                 || source.contains(&format!("caught_on(\n        \"{mutation}\"")),
             "{mutation} has no test"
         );
@@ -1025,7 +1026,10 @@ fn every_planted_bug_test_is_ignored_without_the_bugs() {
     let mut planted = 0;
     for test in source.split("#[test]\n").skip(1) {
         let body = test.split("\n}\n").next().expect("a test's body");
-        if body.contains("caught(\"") || body.contains("caught_on(\n") {
+        if body.contains("caught(\"")
+            || body.contains("caught_breaking(\n")
+            || body.contains("caught_on(\n")
+        {
             planted += 1;
             assert!(
                 test.starts_with(
