@@ -43,9 +43,10 @@ impl<H: RecordHandler> RecordHandler for Observed<H> {
         self.world.lock().tried.insert(tried.clone(), None);
         let verdict = self.inner.handle(message, context).await;
         let mut world = self.world.lock();
-        // A RETRY at the receive the function knows as the give-up's (one before the count its
-        // container learned; the batch learned it before its records ran) must leave as
-        // `retries_exhausted`: the queue model holds the record to that at its next receive.
+        // A RETRY at the receive the function may know as the give-up's (one before the highest
+        // count its container was told recently enough to still go by, `Told::known`) must
+        // leave as `retries_exhausted`: the queue model holds the record to that at its next
+        // receive.
         let count = self.learned.known(world.sim_ms());
         if verdict.outcome == sqs_batch::processor::Outcome::Retry
             && count >= 2
