@@ -44,7 +44,7 @@ mod direct;
 pub use direct::{
     Answer, DirectClient, DirectClientError, DirectError, Header, Outgoing, Sending, Transport,
 };
-use direct::{Write, Written};
+use direct::{Key, Val, Write, Written};
 
 use super::{
     Fingerprint, IdempotencyStore, StoreError, store::Begin, store::ClaimRequest, store::Lease,
@@ -352,17 +352,19 @@ impl DynamoDbStore {
 
     /// The item's key for `key`: the prefixed key in the partition key, or in a single-table
     /// design in the sort key under the store's partition.
-    fn item_key(&self, key: &str) -> HashMap<String, AttributeValue> {
-        let prefixed = AttributeValue::S(format!("{}{key}", self.key_prefix));
-        match &self.sort {
-            None => HashMap::from([(self.partition_attribute.clone(), prefixed)]),
-            Some((sort, partition)) => HashMap::from([
-                (
-                    self.partition_attribute.clone(),
-                    AttributeValue::S(partition.clone()),
-                ),
-                (sort.clone(), prefixed),
-            ]),
+    fn item_key<'a>(&'a self, key: &'a str) -> Key<'a> {
+        let (attribute, partition) = match &self.sort {
+            None => (self.partition_attribute.as_str(), None),
+            Some((sort, partition)) => (
+                sort.as_str(),
+                Some((self.partition_attribute.as_str(), partition.as_str())),
+            ),
+        };
+        Key {
+            attribute,
+            prefix: &self.key_prefix,
+            key,
+            partition,
         }
     }
 
@@ -381,7 +383,7 @@ impl DynamoDbStore {
                 update: None,
                 condition: "#s = :r",
                 names: vec![("#s", attr::STATUS)],
-                values: vec![(":r", s(Status::Rejected.as_str()))],
+                values: vec![(":r", Val::S(Status::Rejected.as_str()))],
                 old_on_success: true,
                 old_on_failure: false,
             })
@@ -406,27 +408,30 @@ impl DynamoDbStore {
         lease: &Lease,
         (update, writes): (&str, Status),
         names: &[(&str, &str)],
-        values: [(&str, AttributeValue); V],
+        values: [(&str, Val<'_>); V],
     ) -> Result<(), StoreError> {
-        let token = lease.token.to_string();
         let mut write = Write {
             table: &self.table,
             key: self.item_key(key),
             update: Some(update),
             condition: HOLDER_CONDITION,
-            names: vec![("#t", attr::LEASE_TOKEN), ("#s", attr::STATUS)],
-            values: vec![
-                (":t", s(token.as_str())),
-                (":p", s(Status::InProgress.as_str())),
-            ],
+            names: Vec::with_capacity(2 + names.len()),
+            values: Vec::with_capacity(2 + V),
             old_on_success: false,
             old_on_failure: true,
         };
+        write
+            .names
+            .extend([("#t", attr::LEASE_TOKEN), ("#s", attr::STATUS)]);
         write.names.extend_from_slice(names);
+        write.values.extend([
+            (":t", Val::Shown(&lease.token)),
+            (":p", Val::S(Status::InProgress.as_str())),
+        ]);
         write.values.extend(values);
         match self.send(write).await? {
             Written::Applied(_) => Ok(()),
-            Written::Refused(old) if written_by(old.as_ref(), &token, writes) => {
+            Written::Refused(old) if written_by(old.as_ref(), &lease.token, writes) => {
                 // The client retried a write DynamoDB had applied but whose answer was lost:
                 // the item holds the state this very write sets, under our token.
                 Ok(())
@@ -468,8 +473,8 @@ async fn sdk_write(client: &Client, write: Write<'_>) -> Result<Written, StoreEr
     let values = Some(
         write
             .values
-            .into_iter()
-            .map(|(placeholder, value)| (placeholder.to_owned(), value))
+            .iter()
+            .map(|(placeholder, value)| ((*placeholder).to_owned(), value.to_attribute()))
             .collect(),
     );
     let on_failure = write
@@ -481,7 +486,7 @@ async fn sdk_write(client: &Client, write: Write<'_>) -> Result<Written, StoreEr
             let result = client
                 .update_item()
                 .table_name(write.table)
-                .set_key(Some(write.key))
+                .set_key(Some(write.key.to_item()))
                 .update_expression(update)
                 .condition_expression(write.condition)
                 .set_expression_attribute_names(names)
@@ -508,7 +513,7 @@ async fn sdk_write(client: &Client, write: Write<'_>) -> Result<Written, StoreEr
             let result = client
                 .delete_item()
                 .table_name(write.table)
-                .set_key(Some(write.key))
+                .set_key(Some(write.key.to_item()))
                 .condition_expression(write.condition)
                 .set_expression_attribute_names(names)
                 .set_expression_attribute_values(values)
@@ -535,19 +540,15 @@ async fn sdk_write(client: &Client, write: Write<'_>) -> Result<Written, StoreEr
 
 /// Whether `item` (the old item a refused holder write got back) is the work of the holder of
 /// `token` that wrote `status`: its own earlier, applied attempt at the same write.
-fn written_by(item: Option<&HashMap<String, AttributeValue>>, token: &str, status: Status) -> bool {
+fn written_by(
+    item: Option<&HashMap<String, AttributeValue>>,
+    token: &LeaseToken,
+    status: Status,
+) -> bool {
     item.is_some_and(|item| {
-        matches!(item.get(attr::LEASE_TOKEN), Some(AttributeValue::S(t)) if t == token)
+        matches!(item.get(attr::LEASE_TOKEN), Some(AttributeValue::S(t)) if *t == token.to_string())
             && matches!(item.get(attr::STATUS), Some(AttributeValue::S(s)) if s == status.as_str())
     })
-}
-
-fn n(value: u64) -> AttributeValue {
-    AttributeValue::N(value.to_string())
-}
-
-fn s(value: impl Into<String>) -> AttributeValue {
-    AttributeValue::S(value.into())
 }
 
 fn unavailable<E, R>(error: SdkError<E, R>) -> StoreError
@@ -666,20 +667,20 @@ impl IdempotencyStore for DynamoDbStore {
                     ("#v", attr::SCHEMA),
                 ],
                 values: vec![
-                    (":p", s(Status::InProgress.as_str())),
-                    (":a", s(Status::Attempted.as_str())),
-                    (":c", s(Status::Completed.as_str())),
-                    (":r", s(Status::Rejected.as_str())),
-                    (":t", s(lease.token.to_string())),
-                    (":u", n(lease.until_ms)),
-                    (":f", s(request.fingerprint.to_string())),
-                    (":e", n(self.expires_at(request.now_ms))),
-                    (":m", s(request.message_id)),
-                    (":ms", n(request.now_ms)),
-                    (":sec", n(request.now_ms / 1_000)),
-                    (":one", n(1)),
-                    (":v", n(SCHEMA_VERSION)),
-                    (":fa", n(first_attempt_of_fresh(request))),
+                    (":p", Val::S(Status::InProgress.as_str())),
+                    (":a", Val::S(Status::Attempted.as_str())),
+                    (":c", Val::S(Status::Completed.as_str())),
+                    (":r", Val::S(Status::Rejected.as_str())),
+                    (":t", Val::Shown(&lease.token)),
+                    (":u", Val::N(lease.until_ms)),
+                    (":f", Val::Shown(&request.fingerprint)),
+                    (":e", Val::N(self.expires_at(request.now_ms))),
+                    (":m", Val::S(request.message_id)),
+                    (":ms", Val::N(request.now_ms)),
+                    (":sec", Val::N(request.now_ms / 1_000)),
+                    (":one", Val::N(1)),
+                    (":v", Val::N(SCHEMA_VERSION)),
+                    (":fa", Val::N(first_attempt_of_fresh(request))),
                 ],
                 old_on_success: true,
                 old_on_failure: true,
@@ -719,7 +720,7 @@ impl IdempotencyStore for DynamoDbStore {
                         &lease,
                         (UNKNOWN_FIRST_ATTEMPT_UPDATE, Status::InProgress),
                         &[("#fa", attr::FIRST_ATTEMPT_AT)],
-                        [(":x", n(0))],
+                        [(":x", Val::N(0))],
                     )
                     .await?;
                 }
@@ -774,9 +775,9 @@ impl IdempotencyStore for DynamoDbStore {
             ("#oa", attr::OUTPUT_AT),
         ];
         let values = [
-            (":c", s(Status::Completed.as_str())),
-            (":e", n(self.expires_at(now_ms))),
-            (":ms", n(now_ms)),
+            (":c", Val::S(Status::Completed.as_str())),
+            (":e", Val::N(self.expires_at(now_ms))),
+            (":ms", Val::N(now_ms)),
         ];
         match crate::store::bounded_output(key, output) {
             None => {
@@ -796,7 +797,7 @@ impl IdempotencyStore for DynamoDbStore {
                     lease,
                     (COMPLETE_WITH_OUTPUT_UPDATE, Status::Completed),
                     NAMES,
-                    [completed, exp, now, (":o", s(output))],
+                    [completed, exp, now, (":o", Val::S(output))],
                 )
                 .await
             }
@@ -812,8 +813,8 @@ impl IdempotencyStore for DynamoDbStore {
                 condition: HOLDER_CONDITION,
                 names: vec![("#t", attr::LEASE_TOKEN), ("#s", attr::STATUS)],
                 values: vec![
-                    (":t", s(lease.token.to_string())),
-                    (":p", s(Status::InProgress.as_str())),
+                    (":t", Val::Shown(&lease.token)),
+                    (":p", Val::S(Status::InProgress.as_str())),
                 ],
                 old_on_success: false,
                 old_on_failure: false,
@@ -839,9 +840,9 @@ impl crate::guard::EffectStore for DynamoDbStore {
                 ("#u", attr::LEASE_UNTIL),
             ],
             [
-                (":a", s(Status::Attempted.as_str())),
-                (":ms", n(at_ms)),
-                (":e", n(self.expires_at(at_ms))),
+                (":a", Val::S(Status::Attempted.as_str())),
+                (":ms", Val::N(at_ms)),
+                (":e", Val::N(self.expires_at(at_ms))),
             ],
         )
         .await
@@ -867,10 +868,10 @@ impl crate::guard::EffectStore for DynamoDbStore {
                 ("#n", attr::ATTEMPTS),
             ],
             [
-                (":r", s(Status::Rejected.as_str())),
-                (":e", n(self.expires_at(now_ms))),
-                (":ms", n(now_ms)),
-                (":rr", s(reason)),
+                (":r", Val::S(Status::Rejected.as_str())),
+                (":e", Val::N(self.expires_at(now_ms))),
+                (":ms", Val::N(now_ms)),
+                (":rr", Val::S(reason)),
             ],
         )
         .await
@@ -880,6 +881,14 @@ impl crate::guard::EffectStore for DynamoDbStore {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn n(value: u64) -> AttributeValue {
+        AttributeValue::N(value.to_string())
+    }
+
+    fn s(value: impl Into<String>) -> AttributeValue {
+        AttributeValue::S(value.into())
+    }
 
     fn item(pairs: &[(&str, AttributeValue)]) -> HashMap<String, AttributeValue> {
         pairs
