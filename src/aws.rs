@@ -202,55 +202,91 @@ impl ReqwestConnector {
     }
 }
 
-/// The store's own client sends through reqwest directly: its request is built from the signed
-/// parts, without the SDK's request type between them (two conversions and a copy of every
-/// header and of the body each way; docs/performance.md, "CPU per order on the shipped path").
-impl Transport for ReqwestConnector {
-    fn send(&self, request: Outgoing<'_>) -> Sending {
-        let client = self.client.clone();
-        let request = self.direct(request);
-        Box::pin(async move {
-            let client = client
-                .map_err(|e| DirectError::Connector(ConnectorError::other(e.into(), None)))?;
-            let response = client
-                .execute(request?)
-                .await
-                .map_err(|e| DirectError::Connector(connector_error(e)))?;
-            let status = response.status().as_u16();
-            let error_type = response
-                .headers()
-                .get("x-amzn-errortype")
-                .and_then(|v| v.to_str().ok())
-                .map(str::to_owned);
-            let body = response
-                .bytes()
-                .await
-                .map_err(|e| DirectError::Body(Box::new(e)))?;
-            Ok(Answer {
-                status,
-                error_type,
-                body: body.into(),
-            })
-        })
+/// The store client's transport: hyper's pooled HTTP/1.1 client, on the same rustls
+/// configuration as every other client here, without reqwest's layers around it.
+///
+/// reqwest parses every request's URL three times (into its `Url`, back into a `Uri`, and again
+/// in its redirect layer, which runs even when no redirect is followed) and wraps the answer in
+/// its own types: about a third of what reqwest and `url` cost an order, for requests whose URL
+/// never changes (docs/performance.md, "CPU per order on the shipped path"). Here the endpoint's
+/// `Uri` is parsed once and cloned (reference counts), and the answer is read as it comes.
+#[derive(Clone)]
+pub struct HyperTransport {
+    /// `Err` when the TLS configuration could not be built: every call then fails with the
+    /// reason, as a connector error (the store error makes the record RETRY).
+    client: Result<HyperClient, String>,
+    /// The last request's URL and its `Uri`: a client's requests all go to one endpoint.
+    last_uri: Arc<Mutex<Option<(String, http::Uri)>>>,
+}
+
+type HyperClient = hyper_util::client::legacy::Client<
+    hyper_rustls::HttpsConnector<hyper_util::client::legacy::connect::HttpConnector>,
+    http_body_util::Full<bytes::Bytes>,
+>;
+
+impl std::fmt::Debug for HyperTransport {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("HyperTransport")
+            .field("built", &self.client.is_ok())
+            .finish_non_exhaustive()
     }
 }
 
-impl ReqwestConnector {
-    /// The store's signed request as reqwest's, its URL from [`Self::url_of`].
-    fn direct(&self, request: Outgoing<'_>) -> Result<reqwest::Request, DirectError> {
+impl HyperTransport {
+    /// A transport on the container's TLS configuration ([`crate::tls::client_config`]), whose
+    /// connections are made within `connect_timeout`.
+    pub fn new(connect_timeout: Option<Duration>) -> Self {
+        let client = crate::tls::client_config().map_err(|e| e.to_string());
+        Self::with_tls(client, connect_timeout)
+    }
+
+    /// A transport on `tls` (a test's own trusted root).
+    fn with_tls(
+        tls: Result<rustls::ClientConfig, String>,
+        connect_timeout: Option<Duration>,
+    ) -> Self {
+        let client = tls.map(|tls| {
+            let mut http = hyper_util::client::legacy::connect::HttpConnector::new();
+            // hyper's connector refuses https:// unless told the TLS layer above it takes it.
+            http.enforce_http(false);
+            http.set_connect_timeout(connect_timeout);
+            // As reqwest sets it: a request's small writes are not held back for an ACK.
+            http.set_nodelay(true);
+            let https = hyper_rustls::HttpsConnectorBuilder::new()
+                .with_tls_config(tls)
+                .https_or_http()
+                .enable_http1()
+                .wrap_connector(http);
+            hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
+                // Idle connections are closed after 90 s, as reqwest's are; the timer is how.
+                .pool_timer(hyper_util::rt::TokioTimer::new())
+                .pool_idle_timeout(Duration::from_secs(90))
+                .build(https)
+        });
+        Self {
+            client,
+            last_uri: Arc::default(),
+        }
+    }
+
+    /// The store's signed request as hyper's: to its own URL (the `Uri` parsed last reused only
+    /// for the same text), every header with its secrets marked, the body whole.
+    fn request(
+        &self,
+        request: Outgoing<'_>,
+    ) -> Result<http::Request<http_body_util::Full<bytes::Bytes>>, DirectError> {
         let signing = |e: Box<dyn std::error::Error + Send + Sync>| DirectError::Signing(e);
-        let url = {
+        let uri = {
             let mut last = self
-                .last_url
+                .last_uri
                 .lock()
                 .unwrap_or_else(std::sync::PoisonError::into_inner);
             match last.as_ref() {
-                Some((seen, url)) if seen == request.url => url.clone(),
+                Some((seen, uri)) if seen == request.url => uri.clone(),
                 _ => {
                     let uri: http::Uri = request.url.parse().map_err(|e| signing(Box::new(e)))?;
-                    let url = reqwest::Url::parse(request.url).map_err(|e| signing(Box::new(e)))?;
-                    *last = Some((uri, url.clone()));
-                    url
+                    *last = Some((request.url.to_owned(), uri.clone()));
+                    uri
                 }
             }
         };
@@ -263,10 +299,49 @@ impl ReqwestConnector {
                 .map_err(|e| signing(Box::new(e)))?;
             headers.insert(name, value);
         }
-        let mut outgoing = reqwest::Request::new(http::Method::POST, url);
+        let mut outgoing = http::Request::new(http_body_util::Full::new(
+            bytes::Bytes::copy_from_slice(request.body),
+        ));
+        *outgoing.method_mut() = http::Method::POST;
+        *outgoing.uri_mut() = uri;
         *outgoing.headers_mut() = headers;
-        *outgoing.body_mut() = Some(reqwest::Body::from(request.body.to_vec()));
         Ok(outgoing)
+    }
+}
+
+impl Transport for HyperTransport {
+    fn send(&self, request: Outgoing<'_>) -> Sending {
+        let client = self.client.clone();
+        let request = self.request(request);
+        Box::pin(async move {
+            use http_body_util::BodyExt;
+            let client = client
+                .map_err(|e| DirectError::Connector(ConnectorError::other(e.into(), None)))?;
+            // Every failure to exchange (refused, reset, closed before the answer) is one the
+            // SDK's standard mode retries: a write applied whose answer was lost is recognised
+            // as ours by the store when its retry meets it.
+            let response = client
+                .request(request?)
+                .await
+                .map_err(|e| DirectError::Connector(ConnectorError::io(e.into())))?;
+            let status = response.status().as_u16();
+            let error_type = response
+                .headers()
+                .get("x-amzn-errortype")
+                .and_then(|v| v.to_str().ok())
+                .map(str::to_owned);
+            let body = response
+                .into_body()
+                .collect()
+                .await
+                .map_err(|e| DirectError::Body(Box::new(e)))?
+                .to_bytes();
+            Ok(Answer {
+                status,
+                error_type,
+                body: body.into(),
+            })
+        })
     }
 }
 
@@ -316,8 +391,8 @@ pub fn dynamodb(sdk: &SdkConfig, settings: &SdkSettings) -> aws_sdk_dynamodb::Cl
 
 /// The idempotency store's DynamoDB client on the shared configuration, with the same bounds
 /// as [`dynamodb`]'s: the store's own client on the JSON API
-/// ([`idempotency::dynamodb::DirectClient`]), over reqwest like every client here, without the
-/// SDK's per-request machinery (docs/performance.md, "CPU per order on the shipped path").
+/// ([`idempotency::dynamodb::DirectClient`]), over hyper on the same TLS configuration as every
+/// client here ([`HyperTransport`]), without the SDK's per-request machinery (docs/performance.md, "CPU per order on the shipped path").
 pub fn dynamodb_direct(
     sdk: &SdkConfig,
     settings: &SdkSettings,
@@ -327,8 +402,8 @@ pub fn dynamodb_direct(
         .retry_config(settings.retry_config())
         .timeout_config(settings.timeout_config())
         .build();
-    let connector = ReqwestConnector::new(Some(settings.attempt_timeout), None);
-    idempotency::dynamodb::DirectClient::with_transport(&sdk, connector)
+    let transport = HyperTransport::new(Some(settings.attempt_timeout));
+    idempotency::dynamodb::DirectClient::with_transport(&sdk, transport)
 }
 
 /// An SQS client on the shared configuration, with its own retry and timeout bounds; without
@@ -376,7 +451,7 @@ mod tests {
     #[test]
     fn a_direct_request_is_sent_as_signed() {
         use idempotency::dynamodb::Header;
-        let connector = ReqwestConnector::new(None, None);
+        let transport = HyperTransport::new(None);
         for url in [
             "https://dynamodb.eu-west-1.amazonaws.com/",
             "https://dynamodb.eu-west-1.amazonaws.com/",
@@ -390,8 +465,8 @@ mod tests {
                 secret,
             ];
             let request = idempotency::dynamodb::Outgoing::new(url, &headers, b"{\"a\":1}");
-            let outgoing = connector.direct(request).expect("a reqwest request");
-            assert_eq!(outgoing.url().as_str(), url);
+            let outgoing = transport.request(request).expect("a request");
+            assert_eq!(outgoing.uri().to_string(), url);
             assert_eq!(outgoing.method(), http::Method::POST);
             assert_eq!(outgoing.headers().len(), 3);
             assert_eq!(
@@ -404,15 +479,160 @@ mod tests {
             );
             assert!(outgoing.headers()["authorization"].is_sensitive());
             assert!(!outgoing.headers()["host"].is_sensitive());
-            let body = outgoing.body().and_then(reqwest::Body::as_bytes);
-            assert_eq!(body, Some(&b"{\"a\":1}"[..]));
+            let body = block_on(http_body_util::BodyExt::collect(outgoing.into_body()))
+                .expect("a body")
+                .to_bytes();
+            assert_eq!(&body[..], b"{\"a\":1}");
         }
         let bad = [Header::new("host", "bad\nvalue")];
         let request = idempotency::dynamodb::Outgoing::new("https://h/", &bad, b"");
         assert!(matches!(
-            connector.direct(request),
+            transport.request(request),
             Err(DirectError::Signing(_))
         ));
+        let request = idempotency::dynamodb::Outgoing::new("not a url", &[], b"");
+        assert!(matches!(
+            transport.request(request),
+            Err(DirectError::Signing(_))
+        ));
+    }
+
+    fn block_on<T>(future: impl std::future::Future<Output = T>) -> T {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("a runtime")
+            .block_on(future)
+    }
+
+    /// A server certificate for 127.0.0.1 and localhost (`tests/tls/leaf.pem`), its key, and
+    /// the test root that signed it (`tests/tls/ca.pem`; webpki takes no self-signed leaf).
+    fn test_certificate() -> (
+        Vec<rustls::pki_types::CertificateDer<'static>>,
+        rustls::pki_types::PrivateKeyDer<'static>,
+        rustls::pki_types::CertificateDer<'static>,
+    ) {
+        use rustls::pki_types::pem::PemObject;
+        let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/tls");
+        let certs = rustls::pki_types::CertificateDer::pem_file_iter(format!("{dir}/leaf.pem"))
+            .expect("leaf.pem")
+            .collect::<Result<Vec<_>, _>>()
+            .expect("certificates");
+        let key = rustls::pki_types::PrivateKeyDer::from_pem_file(format!("{dir}/leaf-key.pem"))
+            .expect("leaf-key.pem");
+        let root = rustls::pki_types::CertificateDer::from_pem_file(format!("{dir}/ca.pem"))
+            .expect("ca.pem");
+        (certs, key, root)
+    }
+
+    /// An HTTPS server on the test certificate that reads one request a connection (headers
+    /// and a body of `content-length`) and answers a failed condition, as DynamoDB does.
+    async fn https_server() -> String {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let (certs, key, _) = test_certificate();
+        let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
+        let config = rustls::ServerConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()
+            .expect("versions")
+            .with_no_client_auth()
+            .with_single_cert(certs, key)
+            .expect("server config");
+        let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let addr = listener.local_addr().expect("addr");
+        tokio::spawn(async move {
+            while let Ok((socket, _)) = listener.accept().await {
+                let acceptor = acceptor.clone();
+                tokio::spawn(async move {
+                    let Ok(mut tls) = acceptor.accept(socket).await else {
+                        return;
+                    };
+                    let mut seen = Vec::new();
+                    let mut chunk = [0_u8; 1024];
+                    loop {
+                        let Ok(n) = tls.read(&mut chunk).await else {
+                            return;
+                        };
+                        if n == 0 {
+                            return;
+                        }
+                        seen.extend_from_slice(&chunk[..n]);
+                        let text = String::from_utf8_lossy(&seen);
+                        let Some(end) = text.find("\r\n\r\n") else {
+                            continue;
+                        };
+                        let length = text[..end]
+                            .lines()
+                            .find_map(|l| l.strip_prefix("content-length: "))
+                            .and_then(|l| l.trim().parse::<usize>().ok())
+                            .unwrap_or(0);
+                        if seen.len() < end + 4 + length {
+                            continue;
+                        }
+                        let sent = &seen[end + 4..end + 4 + length];
+                        let body = format!("{{\"echo\":{}}}", String::from_utf8_lossy(sent));
+                        let answer = format!(
+                            "HTTP/1.1 400 Bad Request\r\nx-amzn-errortype: \
+                             ConditionalCheckFailedException:http://internal\r\n\
+                             content-length: {}\r\n\r\n{body}",
+                            body.len()
+                        );
+                        let _ = tls.write_all(answer.as_bytes()).await;
+                        seen.clear();
+                    }
+                });
+            }
+        });
+        format!("https://127.0.0.1:{}/", addr.port())
+    }
+
+    /// Over TLS the transport sends the request and reads the whole answer (status, error
+    /// type, body), twice on one connection; a server whose certificate no trusted root
+    /// signed is refused in the handshake, as a connector error the client retries.
+    #[test]
+    fn the_transport_talks_https_and_refuses_an_untrusted_certificate() {
+        use idempotency::dynamodb::Header;
+        block_on(async {
+            let url = https_server().await;
+            let (_, _, root) = test_certificate();
+            let mut roots = rustls::RootCertStore::empty();
+            roots.add(root).expect("a root");
+            let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
+            let trusting = rustls::ClientConfig::builder_with_provider(provider)
+                .with_safe_default_protocol_versions()
+                .expect("versions")
+                .with_root_certificates(roots)
+                .with_no_client_auth();
+            let transport = HyperTransport::with_tls(Ok(trusting), Some(Duration::from_secs(5)));
+            let host = url.trim_start_matches("https://").trim_end_matches('/');
+            let headers = [
+                Header::new("host", host),
+                Header::new("content-length", "7"),
+            ];
+            for _ in 0..2 {
+                let answer = transport
+                    .send(Outgoing::new(&url, &headers, b"{\"a\":1}"))
+                    .await
+                    .expect("an answer");
+                assert_eq!(answer.status, 400);
+                assert_eq!(
+                    answer.error_type.as_deref(),
+                    Some("ConditionalCheckFailedException:http://internal")
+                );
+                assert_eq!(answer.body, b"{\"echo\":{\"a\":1}}");
+            }
+            // The container's own configuration trusts Mozilla's roots only.
+            let shipped = HyperTransport::new(Some(Duration::from_secs(5)));
+            let refused = shipped
+                .send(Outgoing::new(&url, &headers, b"{\"a\":1}"))
+                .await;
+            assert!(
+                matches!(&refused, Err(DirectError::Connector(e)) if e.is_io()),
+                "{refused:?}"
+            );
+        });
     }
 
     /// The URL parsed once is reused only for the same URI: a connector shared by two clients

@@ -27,7 +27,7 @@ async fn store() -> DynamoDbStore {
 }
 
 /// The store contract on the function's own store client (`aws::dynamodb_direct`, its requests
-/// built for reqwest directly), on a fresh embedded server.
+/// sent by hyper directly: `aws::HyperTransport`), on a fresh embedded server.
 mod shipped_client {
     use super::*;
     use process_orders::aws;
