@@ -22,11 +22,12 @@ INPUTS = {
     "ours_ms_per_record": 21.60,  # process-orders, MAX_CONCURRENCY 16
     "powertools_ms_per_record": 305.54,  # Powertools Python BatchProcessor
     "powertools_async_ms_per_record": 7.46,  # Powertools Python AsyncBatchProcessor, unbounded
-    # CPU per order on the shipped path, measured 2026-12-06 with `make bench-cpu` (the last run)
-    # (docs/performance.md, "CPU per order on the shipped path"): the release bootstrap and
-    # Powertools Python on the same orders, median of 5 rounds, on the x86_64 development machine.
-    "ours_cpu_us_per_order": 432.6,
-    "powertools_cpu_us_per_order": 3360.4,
+    # CPU per order on the shipped path, measured 2026-12-06 with `make bench-cpu` (the later
+    # session's run) (docs/performance.md, "CPU per order on the shipped path"): the release
+    # bootstrap and Powertools Python on the same orders, median of 5 rounds, on the x86_64
+    # development machine.
+    "ours_cpu_us_per_order": 265.7,
+    "powertools_cpu_us_per_order": 2495.1,
     # Lambda gives a function CPU in proportion to its memory: one vCPU at 1,769 MB.
     "lambda_mb_per_vcpu": 1769,
     # Requests per order: docs/performance.md (e), a new order's claim and completion; no path
