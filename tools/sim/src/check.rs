@@ -606,6 +606,13 @@ pub(crate) fn report(run: &Run<'_>, sim_ms: u64) -> Report {
             detail: what.clone(),
         });
     }
+    for (key, what) in &world.fence.refused_retries {
+        violations.push(Violation {
+            rule: "a retried write refused as a lost lease",
+            order_id: key.clone(),
+            detail: what.clone(),
+        });
+    }
     for (key, what) in &world.fence.uncovering_leases {
         violations.push(Violation {
             rule: "a lease that does not cover its holder's invocation",

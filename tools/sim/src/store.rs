@@ -182,6 +182,45 @@ impl SimStore {
         }
     }
 
+    /// A finishing write (complete, mark_attempted, reject) applied whose answer was lost, as
+    /// the client's standard retries meet it: on the DynamoDB table the client retries below the
+    /// SDK for real; on the in-memory table the world retries every second such write once (the
+    /// others stay store errors, as after the client's last attempt), and the retry's answer is
+    /// the caller's. A retry the table refuses as a lost lease, after it applied the same write
+    /// for the same holder a moment before, is the holder's own write read as a takeover
+    /// (issue 51: a charge completed, then retried as `lease_lost`).
+    async fn retry_lost(
+        &self,
+        key: &str,
+        call: &str,
+        lost: bool,
+        first: &Result<(), StoreError>,
+        again: impl std::future::Future<Output = Result<(), StoreError>>,
+    ) -> Option<Result<(), StoreError>> {
+        if !lost || first.is_err() || matches!(self.inner, Table::DynamoDb(_)) {
+            return None;
+        }
+        if self.world.lock().faults.store_answers_lost % 2 == 1 {
+            return None;
+        }
+        self.world.count(|f| f.store_answers_lost_retried += 1);
+        self.world.tell(key, || {
+            format!("store {call}: applied, answer lost; the client sends it again")
+        });
+        let result = again.await;
+        if matches!(result, Err(StoreError::LeaseLost)) {
+            let writer = self
+                .holder
+                .id()
+                .map_or_else(|| "its holder".to_owned(), |h| h.to_string());
+            self.world.lock().fence.refused_retries.push((
+                key.to_owned(),
+                format!("{call} applied for {writer}, then its retry refused as a lost lease"),
+            ));
+        }
+        Some(result)
+    }
+
     fn answer<T: std::fmt::Debug>(
         &self,
         key: &str,
@@ -300,6 +339,15 @@ impl IdempotencyStore for SimStore {
             Table::DynamoDb(store) => store.complete(key, lease, now_ms, output).await,
         };
         self.audit(key, "complete", lease, &result);
+        let again = async {
+            match &self.inner {
+                Table::Memory(store) => store.complete(key, lease, now_ms, output).await,
+                Table::DynamoDb(store) => store.complete(key, lease, now_ms, output).await,
+            }
+        };
+        if let Some(retried) = self.retry_lost(key, "complete", lost, &result, again).await {
+            return self.answer(key, "complete (sent again)", false, retried);
+        }
         self.answer(key, "complete", lost, result)
     }
 
@@ -322,6 +370,18 @@ impl idempotency::guard::EffectStore for SimStore {
             Table::DynamoDb(store) => store.mark_attempted(key, lease, at_ms).await,
         };
         self.audit(key, "mark_attempted", lease, &result);
+        let again = async {
+            match &self.inner {
+                Table::Memory(store) => store.mark_attempted(key, lease, at_ms).await,
+                Table::DynamoDb(store) => store.mark_attempted(key, lease, at_ms).await,
+            }
+        };
+        if let Some(retried) = self
+            .retry_lost(key, "mark_attempted", lost, &result, again)
+            .await
+        {
+            return self.answer(key, "mark_attempted (sent again)", false, retried);
+        }
         self.answer(key, "mark_attempted", lost, result)
     }
 
@@ -348,6 +408,15 @@ impl idempotency::guard::EffectStore for SimStore {
             unwritten();
         }
         self.audit(key, "reject", lease, &result);
+        let again = async {
+            match &self.inner {
+                Table::Memory(store) => store.reject(key, lease, now_ms, reason).await,
+                Table::DynamoDb(store) => store.reject(key, lease, now_ms, reason).await,
+            }
+        };
+        if let Some(retried) = self.retry_lost(key, "reject", lost, &result, again).await {
+            return self.answer(key, "reject (sent again)", false, retried);
+        }
         self.answer(key, "reject", lost, result)
     }
 }

@@ -41,6 +41,9 @@ pub struct Faults {
     pub store_errors: usize,
     /// Store calls applied whose answer was lost.
     pub store_answers_lost: usize,
+    /// Of those, finishing writes the client retried (the in-memory table's every second one):
+    /// each retry meets the write it repeats.
+    pub store_answers_lost_retried: usize,
     /// Store calls slowed by throttling (the SDK's retries).
     pub store_throttled: usize,
     /// Writes of a holder whose lease was taken over, refused by the lease token's fence.
@@ -90,6 +93,7 @@ impl Faults {
         self.crashes += other.crashes;
         self.store_errors += other.store_errors;
         self.store_answers_lost += other.store_answers_lost;
+        self.store_answers_lost_retried += other.store_answers_lost_retried;
         self.store_throttled += other.store_throttled;
         self.fenced_writes += other.fenced_writes;
         self.charge_answers_lost += other.charge_answers_lost;
@@ -113,11 +117,15 @@ impl Faults {
     }
 
     /// Each kind with its count, for tables.
-    pub fn rows(&self) -> [(&'static str, usize); 22] {
+    pub fn rows(&self) -> [(&'static str, usize); 23] {
         [
             ("crashes", self.crashes),
             ("store errors", self.store_errors),
             ("store answers lost", self.store_answers_lost),
+            (
+                "finishing writes retried after a lost answer",
+                self.store_answers_lost_retried,
+            ),
             ("store calls throttled", self.store_throttled),
             (
                 "stale holders' writes refused by the fence",
@@ -184,6 +192,9 @@ pub struct FenceAudit {
     /// Leases granted that do not cover their holder's invocation as the design's rule has it,
     /// or outlive the configured lease: (key, what).
     pub uncovering_leases: Vec<(String, String)>,
+    /// Retries of a finishing write the table had applied for their own caller, refused as a
+    /// lost lease: (key, what).
+    pub refused_retries: Vec<(String, String)>,
     /// Keys whose latest claim's holder recorded its completion.
     completed: HashSet<String>,
     /// Every claim granted on each key, kept after fenced writes: who it went to, and the latest
