@@ -233,7 +233,7 @@ impl std::fmt::Debug for HyperTransport {
 }
 
 impl HyperTransport {
-    /// A transport on the container's TLS configuration ([`crate::tls::client_config`]), whose
+    /// A transport on the container's TLS configuration (`tls::client_config`), whose
     /// connections are made within `connect_timeout`.
     pub fn new(connect_timeout: Option<Duration>) -> Self {
         let client = crate::tls::client_config().map_err(|e| e.to_string());
