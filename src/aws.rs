@@ -214,15 +214,10 @@ impl ReqwestConnector {
 pub struct HyperTransport {
     /// `Err` when the TLS configuration could not be built: every call then fails with the
     /// reason, as a connector error (the store error makes the record RETRY).
-    client: Result<HyperClient, String>,
+    client: Result<crate::pooled::PooledClient, String>,
     /// The last request's URL and its `Uri`: a client's requests all go to one endpoint.
     last_uri: Arc<Mutex<Option<(String, http::Uri)>>>,
 }
-
-type HyperClient = hyper_util::client::legacy::Client<
-    hyper_rustls::HttpsConnector<hyper_util::client::legacy::connect::HttpConnector>,
-    http_body_util::Full<bytes::Bytes>,
->;
 
 impl std::fmt::Debug for HyperTransport {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -245,24 +240,7 @@ impl HyperTransport {
         tls: Result<rustls::ClientConfig, String>,
         connect_timeout: Option<Duration>,
     ) -> Self {
-        let client = tls.map(|tls| {
-            let mut http = hyper_util::client::legacy::connect::HttpConnector::new();
-            // hyper's connector refuses https:// unless told the TLS layer above it takes it.
-            http.enforce_http(false);
-            http.set_connect_timeout(connect_timeout);
-            // As reqwest sets it: a request's small writes are not held back for an ACK.
-            http.set_nodelay(true);
-            let https = hyper_rustls::HttpsConnectorBuilder::new()
-                .with_tls_config(tls)
-                .https_or_http()
-                .enable_http1()
-                .wrap_connector(http);
-            hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
-                // Idle connections are closed after 90 s, as reqwest's are; the timer is how.
-                .pool_timer(hyper_util::rt::TokioTimer::new())
-                .pool_idle_timeout(Duration::from_secs(90))
-                .build(https)
-        });
+        let client = tls.map(|tls| crate::pooled::client(tls, connect_timeout));
         Self {
             client,
             last_uri: Arc::default(),

@@ -21,7 +21,8 @@
 //! - [`config`]: the typed configuration, read once, composed of each component's own.
 //! - [`app`]: the ports assembled once per container; [`cli`]: Lambda or one-shot mode.
 //! - [`aws`]: the AWS SDK configuration and its HTTP client (reqwest), loaded once; `tls`: the
-//!   compiled-in roots every HTTP client trusts.
+//!   compiled-in roots every HTTP client trusts; `pooled`: hyper's pooled client, for the
+//!   store's writes and the charge.
 //! - [`metrics`]: one CloudWatch EMF document per invocation, and call latencies.
 //! - [`count_allocations`]: allocation counts for the benchmarks (a counting global allocator
 //!   with the feature `count-allocations`, never in the shipped bootstrap).
@@ -41,6 +42,7 @@ pub mod metrics;
 pub mod money;
 pub mod order;
 pub mod payment;
+pub(crate) mod pooled;
 pub mod store;
 pub mod telemetry;
 #[cfg(feature = "testkit")]

@@ -2,13 +2,16 @@
 //! `Idempotency-Key`, and `GET {PAYMENT_API_URL}/charges/{key}` to look a key up.
 //!
 //! Each answer is read by [`super::answers`]: what it proves decides what the store keeps.
-//! Redirects are never followed for a charge.
+//! Redirects are never followed for a charge. The calls go through hyper's pooled client
+//! (`crate::pooled`), whose errors say whether a request could have reached the provider.
 
 use std::future::Future;
 use std::time::Duration;
 
-use reqwest::StatusCode;
-use reqwest::header::{CONTENT_TYPE, HeaderMap, HeaderValue, RETRY_AFTER};
+use bytes::Bytes;
+use http::header::{ACCEPT, AUTHORIZATION, CONTENT_TYPE, HeaderMap, HeaderValue, RETRY_AFTER};
+use http::{Request, StatusCode};
+use http_body_util::Full;
 use serde::Serialize;
 
 use super::answers::{Reading, RetryableFailures, classify, classify_lookup};
@@ -117,9 +120,9 @@ pub enum HttpSetupError {
     /// The API key's source cannot be used.
     #[error(transparent)]
     ApiKey(#[from] KeySetupError),
-    /// reqwest refused to build the client.
-    #[error("the HTTP client could not be built")]
-    Client(#[source] reqwest::Error),
+    /// The charges URL is not one an HTTP request can carry.
+    #[error("PAYMENT_API_URL's /charges path is not a valid request URI")]
+    Uri(#[source] http::uri::InvalidUri),
     /// The TLS configuration could not be built.
     #[error("the TLS configuration could not be built")]
     Tls(#[source] rustls::Error),
@@ -128,8 +131,15 @@ pub enum HttpSetupError {
 /// A payment provider that follows the IETF Idempotency-Key draft, over HTTP(S).
 #[derive(Debug)]
 pub struct HttpGateway {
-    client: reqwest::Client,
+    /// Boxed: hyper's client keeps its settings inline (about 400 bytes), and the gateway sits
+    /// in an enum beside the small simulated one.
+    client: Box<crate::pooled::PooledClient>,
+    /// For look-ups, which add the key as a path segment (percent-encoded by `url`).
     charges_url: reqwest::Url,
+    /// The charges URL parsed once as the request's URI: every charge goes there.
+    charges_uri: http::Uri,
+    /// The whole call, the answer's body included.
+    timeout: Duration,
     key: ApiKey,
     retryable: RetryableFailures,
 }
@@ -157,18 +167,15 @@ impl HttpGateway {
             base.set_path(&format!("{}/", base.path()));
         }
         let charges_url = base.join("charges").map_err(HttpSetupError::Url)?;
+        let charges_uri = charges_url.as_str().parse().map_err(HttpSetupError::Uri)?;
         let tls = crate::tls::client_config().map_err(HttpSetupError::Tls)?;
-        let client = reqwest::Client::builder()
-            .tls_backend_preconfigured(tls)
-            .connect_timeout(settings.connect_timeout)
-            .timeout(settings.timeout)
-            // A charge is never replayed to another URL behind our back.
-            .redirect(reqwest::redirect::Policy::none())
-            .build()
-            .map_err(HttpSetupError::Client)?;
+        // hyper follows no redirect: a charge is never replayed to another URL behind our back.
+        let client = Box::new(crate::pooled::client(tls, Some(settings.connect_timeout)));
         Ok(Self {
             client,
             charges_url,
+            charges_uri,
+            timeout: settings.timeout,
             key,
             retryable: settings.retryable_failures.clone(),
         })
@@ -244,29 +251,73 @@ fn secret_of(authorization: Option<&Authorization>) -> Option<&str> {
         .map(|h| h.strip_prefix("Bearer ").unwrap_or(h))
 }
 
-fn authorized(
-    call: reqwest::RequestBuilder,
-    authorization: Option<HeaderValue>,
-) -> reqwest::RequestBuilder {
+/// A request to `uri` that asks for JSON, with the key's header when there is one.
+fn request_to(
+    method: http::Method,
+    uri: http::Uri,
+    authorization: Option<&HeaderValue>,
+) -> http::request::Builder {
+    let builder = Request::builder()
+        .method(method)
+        .uri(uri)
+        .header(ACCEPT, "application/json");
     match authorization {
-        Some(value) => call.header(reqwest::header::AUTHORIZATION, value),
-        None => call,
+        Some(value) => builder.header(AUTHORIZATION, value),
+        None => builder,
     }
 }
 
 /// An answer: its status, `Retry-After`, and its body unless it could not be read whole (cut
-/// off, over [`MAX_BODY_BYTES`], not UTF-8).
-async fn read_answer(
-    response: reqwest::Response,
-) -> (StatusCode, Option<Duration>, Option<String>) {
-    let status = response.status();
-    let retry_after = retry_after(response.headers());
-    (status, retry_after, read_bounded(response).await)
+/// off, over [`MAX_BODY_BYTES`], not UTF-8, or not in by the call's deadline).
+type Answer = (StatusCode, Option<Duration>, Option<String>);
+
+impl HttpGateway {
+    /// Sends `request` and reads its answer, the whole call within the gateway's timeout. A
+    /// request that could not be built or whose connection failed never reached the provider;
+    /// anything later may have been applied.
+    async fn exchange(
+        &self,
+        request: Result<Request<Full<Bytes>>, http::Error>,
+    ) -> Result<Answer, PaymentError> {
+        let request = request.map_err(|e| PaymentError::NotSent {
+            reason: "the request could not be built".into(),
+            source: Some(Box::new(e)),
+        })?;
+        let deadline = tokio::time::Instant::now() + self.timeout;
+        let response = match tokio::time::timeout_at(deadline, self.client.request(request)).await {
+            Ok(Ok(response)) => response,
+            Ok(Err(e)) => return Err(transport_error(e)),
+            Err(elapsed) => {
+                return Err(PaymentError::Ambiguous {
+                    reason: "timed out after sending".into(),
+                    source: Some(Box::new(elapsed)),
+                });
+            }
+        };
+        let status = response.status();
+        let retry_after = retry_after(response.headers());
+        // A body still coming at the deadline is no answer; the status alone is read.
+        let body = tokio::time::timeout_at(deadline, read_bounded(response.into_body()))
+            .await
+            .ok()
+            .flatten();
+        Ok((status, retry_after, body))
+    }
 }
 
-async fn read_bounded(mut response: reqwest::Response) -> Option<String> {
+/// The body whole, as UTF-8, unless it is cut off or over [`MAX_BODY_BYTES`].
+async fn read_bounded<B>(body: B) -> Option<String>
+where
+    B: http_body::Body<Data = Bytes>,
+{
+    use http_body_util::BodyExt;
+    let mut body = std::pin::pin!(body);
     let mut bytes = Vec::new();
-    while let Some(chunk) = response.chunk().await.ok()? {
+    while let Some(frame) = body.as_mut().frame().await {
+        // Trailers carry nothing the answer is read for.
+        let Ok(chunk) = frame.ok()?.into_data() else {
+            continue;
+        };
         if bytes.len() + chunk.len() > MAX_BODY_BYTES {
             return None;
         }
@@ -300,20 +351,17 @@ impl PaymentGateway for HttpGateway {
         })?
         .into();
         self.keyed(request.order_id, |authorization| {
-            let call = self
-                .client
-                .post(self.charges_url.clone())
-                .header("Idempotency-Key", request.idempotency_key)
-                .header(CONTENT_TYPE, "application/json")
-                .body(body.clone());
+            let outgoing = request_to(
+                http::Method::POST,
+                self.charges_uri.clone(),
+                authorization.as_ref(),
+            )
+            .header("Idempotency-Key", request.idempotency_key)
+            .header(CONTENT_TYPE, "application/json")
+            .body(Full::new(body.clone()));
             async move {
-                let sent = authorization.clone();
-                let response = authorized(call, authorization)
-                    .send()
-                    .await
-                    .map_err(transport_error)?;
-                let (status, retry_after, body) = read_answer(response).await;
-                let reading = self.reading(sent.as_ref());
+                let (status, retry_after, body) = self.exchange(outgoing).await?;
+                let reading = self.reading(authorization.as_ref());
                 classify(status, retry_after, body.as_deref(), reading)
             }
         })
@@ -328,16 +376,20 @@ impl PaymentGateway for HttpGateway {
                 source: None,
             })?
             .push(request.idempotency_key);
+        // The key as a path segment, percent-encoded by `url`; look-ups are rare, so the URL
+        // is parsed again for each call.
         self.keyed(request.order_id, |authorization| {
-            let call = self.client.get(url.clone());
+            let outgoing = url
+                .as_str()
+                .parse::<http::Uri>()
+                .map_err(http::Error::from)
+                .and_then(|uri| {
+                    request_to(http::Method::GET, uri, authorization.as_ref())
+                        .body(Full::new(Bytes::new()))
+                });
             async move {
-                let sent = authorization.clone();
-                let response = authorized(call, authorization)
-                    .send()
-                    .await
-                    .map_err(transport_error)?;
-                let (status, _, body) = read_answer(response).await;
-                let reading = self.reading(sent.as_ref());
+                let (status, _, body) = self.exchange(outgoing).await?;
+                let reading = self.reading(authorization.as_ref());
                 classify_lookup(status, request.amount, body.as_deref(), reading)
             }
         })
@@ -353,7 +405,7 @@ impl PaymentGateway for HttpGateway {
     }
 }
 
-fn transport_error(error: reqwest::Error) -> PaymentError {
+fn transport_error(error: hyper_util::client::legacy::Error) -> PaymentError {
     // The provider's certificate was refused (expired, another host's, an unknown issuer): the
     // URL or the provider's setup is wrong, which no retry of the message fixes.
     if let Some(certificate) = certificate_error(&error) {
@@ -362,39 +414,26 @@ fn transport_error(error: reqwest::Error) -> PaymentError {
             reason: format!("the endpoint's TLS certificate was refused: {certificate}"),
         };
     }
-    // A connect error (refused, DNS, TLS, connect timeout) or a request that could not be built
-    // never reached the provider. Anything later went out, and may have been applied.
-    let not_sent = if error.is_connect() {
-        Some("connection failed")
-    } else if error.is_builder() {
-        Some("the request could not be built")
+    // A connect error (refused, DNS, TLS, connect timeout) never reached the provider. Anything
+    // later went out, and may have been applied. hyper's errors carry no URL.
+    let not_sent = error.is_connect();
+    let source: Option<Box<dyn std::error::Error + Send + Sync>> = Some(Box::new(error));
+    if not_sent {
+        PaymentError::NotSent {
+            reason: "connection failed".into(),
+            source,
+        }
     } else {
-        None
-    };
-    let timed_out = error.is_timeout();
-    // Without the URL: it is configuration, not news, and keeps logs short.
-    let source: Option<Box<dyn std::error::Error + Send + Sync>> =
-        Some(Box::new(error.without_url()));
-    match not_sent {
-        Some(reason) => PaymentError::NotSent {
-            reason: reason.into(),
+        PaymentError::Ambiguous {
+            reason: "request failed".into(),
             source,
-        },
-        None => PaymentError::Ambiguous {
-            reason: if timed_out {
-                "timed out after sending"
-            } else {
-                "request failed"
-            }
-            .into(),
-            source,
-        },
+        }
     }
 }
 
 /// The rustls certificate error somewhere in `error`'s sources, if any.
-fn certificate_error(error: &reqwest::Error) -> Option<String> {
-    let mut next = std::error::Error::source(error);
+fn certificate_error(error: &(dyn std::error::Error + 'static)) -> Option<String> {
+    let mut next = error.source();
     while let Some(e) = next {
         if let Some(rustls::Error::InvalidCertificate(reason)) = e.downcast_ref() {
             return Some(format!("{reason:?}"));
@@ -473,14 +512,7 @@ mod tests {
     #[tokio::test]
     async fn an_answer_is_read_up_to_its_bound() {
         assert_eq!(MAX_BODY_BYTES, 65_536);
-        let response = |body: Vec<u8>| {
-            reqwest::Response::from(
-                http::Response::builder()
-                    .status(200)
-                    .body(body)
-                    .expect("a response"),
-            )
-        };
+        let response = |body: Vec<u8>| Full::new(Bytes::from(body));
         let full = "x".repeat(MAX_BODY_BYTES);
         assert_eq!(
             read_bounded(response(full.clone().into_bytes())).await,

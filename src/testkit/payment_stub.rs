@@ -57,6 +57,9 @@ pub enum Behaviour {
     ChargeThenBreak,
     /// Charge, then answer 200 with a JSON body of 1 MiB.
     ChargeThenHugeBody,
+    /// Charge, send the answer's status and headers at once, and its body (the 201's JSON)
+    /// only after this long: a provider or proxy that stalls in the middle of an answer.
+    ChargeThenStall(Duration),
 }
 
 /// How the look-up (`GET /charges/{key}`) words its answers: providers differ, and a reader that
@@ -505,6 +508,7 @@ async fn first_request(shared: &Shared, key: &str, behaviour: Behaviour) -> Resp
         | Behaviour::NotJson
         | Behaviour::ChargeThenBreak
         | Behaviour::ChargeThenHugeBody
+        | Behaviour::ChargeThenStall(_)
         | Behaviour::ChargeThen504 => (None, true, (201, succeeded_body(key))),
         Behaviour::Slow(d) => (Some(d), true, (201, succeeded_body(key))),
         Behaviour::Decline | Behaviour::Status(402) => (None, false, (402, declined_body())),
@@ -558,6 +562,20 @@ async fn first_request(shared: &Shared, key: &str, behaviour: Behaviour) -> Resp
                 .status(StatusCode::CREATED)
                 .header("content-length", "100")
                 .body(Body::from_stream(broken))
+                .unwrap()
+        }
+        Behaviour::ChargeThenStall(stall) => {
+            let body = answer.1;
+            let length = body.len();
+            let late = futures_util::stream::once(async move {
+                tokio::time::sleep(stall).await;
+                Ok::<_, std::io::Error>(axum::body::Bytes::from(body))
+            });
+            Response::builder()
+                .status(StatusCode::CREATED)
+                .header("content-type", "application/json")
+                .header("content-length", length)
+                .body(Body::from_stream(late))
                 .unwrap()
         }
         _ => json_answer(answer.0, &answer.1),

@@ -111,8 +111,9 @@ async fn a_409_for_a_key_in_flight_is_in_flight_never_charged() {
     assert_eq!(stub.charges("o-1"), 1);
 }
 
-/// A 2xx that is not the provider's JSON (a proxy's page), one whose body breaks off, and one
-/// too large to read prove nothing: ambiguous, and the lookup then finds the charge.
+/// A 2xx that is not the provider's JSON (a proxy's page), one whose body breaks off, one too
+/// large to read, and one whose body is still coming when the call's timeout (800 ms here) ends
+/// prove nothing: ambiguous, and the lookup then finds the charge.
 #[tokio::test]
 async fn a_2xx_that_cannot_be_read_is_ambiguous_and_the_lookup_finds_the_charge() {
     let stub = PaymentStub::start().await;
@@ -121,6 +122,7 @@ async fn a_2xx_that_cannot_be_read_is_ambiguous_and_the_lookup_finds_the_charge(
         ("o-1", Behaviour::NotJson),
         ("o-2", Behaviour::ChargeThenBreak),
         ("o-3", Behaviour::ChargeThenHugeBody),
+        ("o-4", Behaviour::ChargeThenStall(Duration::from_secs(3))),
     ] {
         stub.set(key, behaviour);
         assert_eq!(kind(&charge(&g, key).await), "ambiguous", "{key}");
