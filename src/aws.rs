@@ -508,14 +508,7 @@ mod tests {
     async fn https_server() -> String {
         use tokio::io::{AsyncReadExt, AsyncWriteExt};
         let (certs, key, _) = test_certificate();
-        let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
-        let config = rustls::ServerConfig::builder_with_provider(provider)
-            .with_safe_default_protocol_versions()
-            .expect("versions")
-            .with_no_client_auth()
-            .with_single_cert(certs, key)
-            .expect("server config");
-        let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
+        let acceptor = crate::testkit::tls_acceptor(certs, key);
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
             .await
             .expect("bind");

@@ -106,6 +106,22 @@ pub fn sample_events() -> Vec<(String, String)> {
     files
 }
 
+/// A TLS acceptor serving `certs` with `key` (a test's own certificate), on the same crypto
+/// provider and protocol versions as the clients.
+pub fn tls_acceptor(
+    certs: Vec<rustls::pki_types::CertificateDer<'static>>,
+    key: rustls::pki_types::PrivateKeyDer<'static>,
+) -> tokio_rustls::TlsAcceptor {
+    let provider = std::sync::Arc::new(rustls::crypto::aws_lc_rs::default_provider());
+    let config = rustls::ServerConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .expect("versions")
+        .with_no_client_auth()
+        .with_single_cert(certs, key)
+        .expect("server config");
+    tokio_rustls::TlsAcceptor::from(std::sync::Arc::new(config))
+}
+
 /// The failed message ids of a response, in order.
 pub fn failed_ids(response: &sqs_batch::edge::SqsBatchResponse) -> Vec<String> {
     response

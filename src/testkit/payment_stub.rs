@@ -852,14 +852,7 @@ pub async fn self_signed_endpoint() -> String {
         .collect::<Result<Vec<_>, _>>()
         .expect("certificates");
     let key = PrivateKeyDer::from_pem_file(format!("{dir}/key.pem")).expect("key.pem");
-    let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
-    let config = rustls::ServerConfig::builder_with_provider(provider)
-        .with_safe_default_protocol_versions()
-        .expect("versions")
-        .with_no_client_auth()
-        .with_single_cert(certs, key)
-        .expect("server config");
-    let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
+    let acceptor = super::tls_acceptor(certs, key);
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
         .await
         .expect("bind");
