@@ -334,18 +334,19 @@ impl IdempotencyStore for SimStore {
         output: Option<&str>,
     ) -> Result<(), StoreError> {
         let lost = self.before(key, "complete").await?;
-        let result = match &self.inner {
-            Table::Memory(store) => store.complete(key, lease, now_ms, output).await,
-            Table::DynamoDb(store) => store.complete(key, lease, now_ms, output).await,
-        };
-        self.audit(key, "complete", lease, &result);
-        let again = async {
+        // Once, and again when the world sends a write whose answer it lost (`retry_lost`).
+        let send = || async {
             match &self.inner {
                 Table::Memory(store) => store.complete(key, lease, now_ms, output).await,
                 Table::DynamoDb(store) => store.complete(key, lease, now_ms, output).await,
             }
         };
-        if let Some(retried) = self.retry_lost(key, "complete", lost, &result, again).await {
+        let result = send().await;
+        self.audit(key, "complete", lease, &result);
+        if let Some(retried) = self
+            .retry_lost(key, "complete", lost, &result, send())
+            .await
+        {
             return self.answer(key, "complete (sent again)", false, retried);
         }
         self.answer(key, "complete", lost, result)
@@ -365,19 +366,17 @@ impl IdempotencyStore for SimStore {
 impl idempotency::guard::EffectStore for SimStore {
     async fn mark_attempted(&self, key: &str, lease: &Lease, at_ms: u64) -> Result<(), StoreError> {
         let lost = self.before(key, "mark_attempted").await?;
-        let result = match &self.inner {
-            Table::Memory(store) => store.mark_attempted(key, lease, at_ms).await,
-            Table::DynamoDb(store) => store.mark_attempted(key, lease, at_ms).await,
-        };
-        self.audit(key, "mark_attempted", lease, &result);
-        let again = async {
+        // Once, and again when the world sends a write whose answer it lost (`retry_lost`).
+        let send = || async {
             match &self.inner {
                 Table::Memory(store) => store.mark_attempted(key, lease, at_ms).await,
                 Table::DynamoDb(store) => store.mark_attempted(key, lease, at_ms).await,
             }
         };
+        let result = send().await;
+        self.audit(key, "mark_attempted", lease, &result);
         if let Some(retried) = self
-            .retry_lost(key, "mark_attempted", lost, &result, again)
+            .retry_lost(key, "mark_attempted", lost, &result, send())
             .await
         {
             return self.answer(key, "mark_attempted (sent again)", false, retried);
@@ -400,21 +399,19 @@ impl idempotency::guard::EffectStore for SimStore {
             .before(key, "reject")
             .await
             .inspect_err(|_| unwritten())?;
-        let result = match &self.inner {
-            Table::Memory(store) => store.reject(key, lease, now_ms, reason).await,
-            Table::DynamoDb(store) => store.reject(key, lease, now_ms, reason).await,
-        };
-        if result.is_err() {
-            unwritten();
-        }
-        self.audit(key, "reject", lease, &result);
-        let again = async {
+        // Once, and again when the world sends a write whose answer it lost (`retry_lost`).
+        let send = || async {
             match &self.inner {
                 Table::Memory(store) => store.reject(key, lease, now_ms, reason).await,
                 Table::DynamoDb(store) => store.reject(key, lease, now_ms, reason).await,
             }
         };
-        if let Some(retried) = self.retry_lost(key, "reject", lost, &result, again).await {
+        let result = send().await;
+        if result.is_err() {
+            unwritten();
+        }
+        self.audit(key, "reject", lease, &result);
+        if let Some(retried) = self.retry_lost(key, "reject", lost, &result, send()).await {
             return self.answer(key, "reject (sent again)", false, retried);
         }
         self.answer(key, "reject", lost, result)
