@@ -15,13 +15,17 @@
 //! child (`BENCH_FLOOR_CHILD`) that makes, per order, the same three round trips with no SDK,
 //! no logs and no state machine (a conditional `PutItem` and an `UpdateItem` to the same proxy
 //! and table, a charge with its `Idempotency-Key` to the same stub), on the function's client
-//! stack (reqwest on a current-thread tokio runtime), its own CPU read the same way.
+//! stack (hyper's pooled client, `testkit::pooled_client`, on a current-thread tokio runtime),
+//! its own CPU read the same way.
 //!
 //! Under `cargo test --all-targets` (no `--bench` argument) it runs a small smoke version on
 //! the test build of the bootstrap: 20 then 40 orders, one round, Powertools only if
 //! `BENCH_PYTHON` is set. Benchmarks, not tests: nothing here passes or fails on time.
 
 use std::time::Duration;
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full};
 
 use process_orders::count_allocations::{Counts, parse_report};
 use process_orders::testkit::dynamo::{CountingProxy, create_table, moto_client, moto_endpoint};
@@ -196,13 +200,23 @@ fn floor_child(plan: &str) {
         .enable_all()
         .build()
         .expect("runtime");
-    let client = reqwest::Client::builder()
-        .redirect(reqwest::redirect::Policy::none())
-        .build()
-        .expect("an HTTP client");
+    let client = process_orders::testkit::pooled_client();
+    let dynamodb: http::Uri = dynamodb.parse().expect("the DynamoDB endpoint");
+    let charges: http::Uri = format!("{payment}/charges")
+        .parse()
+        .expect("the charges URL");
+    // One exchange, the answer's body read whole (as the function reads every answer).
+    let exchange = |request: http::Request<Full<Bytes>>| {
+        let answer = client.request(request);
+        async move {
+            let answer = answer.await.expect("an answer");
+            let status = answer.status();
+            let body = answer.into_body().collect().await.expect("the body");
+            (status, body.to_bytes())
+        }
+    };
     let dynamodb_call = |target: &'static str, body: String| {
-        client
-            .post(dynamodb)
+        let request = http::Request::post(dynamodb.clone())
             .header("content-type", "application/x-amz-json-1.0")
             .header("x-amz-target", target)
             // moto reads the region and the account from it; nothing checks the signature.
@@ -211,8 +225,9 @@ fn floor_child(plan: &str) {
                 "AWS4-HMAC-SHA256 Credential=test/20260101/us-east-1/dynamodb/aws4_request, \
                  SignedHeaders=host, Signature=0",
             )
-            .body(body)
-            .send()
+            .body(Full::new(Bytes::from(body)))
+            .expect("a request");
+        exchange(request)
     };
     let mut cpu = Vec::new();
     runtime.block_on(async {
@@ -223,22 +238,16 @@ fn floor_child(plan: &str) {
                 "Item": {"pk": {"S": &id}, "status": {"S": "IN_PROGRESS"}, "expiry": {"N": "9999999999"}},
                 "ConditionExpression": "attribute_not_exists(pk)",
             });
-            let answer = dynamodb_call("DynamoDB_20120810.PutItem", claim.to_string()).await;
-            assert!(answer.expect("the claim").status().is_success(), "claimed");
-            let charge = client
-                .post(format!("{payment}/charges"))
+            let (status, _) = dynamodb_call("DynamoDB_20120810.PutItem", claim.to_string()).await;
+            assert!(status.is_success(), "claimed: {status}");
+            let body = serde_json::json!({"order_id": &id, "amount": 1000, "currency": "EUR"});
+            let charge = http::Request::post(charges.clone())
                 .header("idempotency-key", &id)
                 .header("content-type", "application/json")
-                .body(
-                    serde_json::json!({"order_id": &id, "amount": 1000, "currency": "EUR"})
-                        .to_string(),
-                )
-                .send()
-                .await
-                .expect("the charge");
-            let status = charge.status();
-            let answer = charge.text().await.unwrap_or_default();
-            assert!(status.is_success(), "charged: {status} {answer}");
+                .body(Full::new(Bytes::from(body.to_string())))
+                .expect("a request");
+            let (status, answer) = exchange(charge).await;
+            assert!(status.is_success(), "charged: {status} {answer:?}");
             let complete = serde_json::json!({
                 "TableName": table,
                 "Key": {"pk": {"S": &id}},
@@ -246,8 +255,9 @@ fn floor_child(plan: &str) {
                 "ExpressionAttributeNames": {"#s": "status"},
                 "ExpressionAttributeValues": {":c": {"S": "COMPLETED"}},
             });
-            let answer = dynamodb_call("DynamoDB_20120810.UpdateItem", complete.to_string()).await;
-            assert!(answer.expect("the completion").status().is_success(), "completed");
+            let (status, _) =
+                dynamodb_call("DynamoDB_20120810.UpdateItem", complete.to_string()).await;
+            assert!(status.is_success(), "completed: {status}");
             if n + 1 == warm || n + 1 == total {
                 cpu.push(process_cpu_time(std::process::id()).as_secs_f64());
             }
@@ -458,7 +468,7 @@ fn report(
     );
     let floor = summary(floors);
     println!(
-        "| floor: the same round trips, bare reqwest | {:.1} us | {:.2} | {:.0} | |",
+        "| floor: the same round trips, bare hyper | {:.1} us | {:.2} | {:.0} | |",
         floor.cpu_us, floor.requests, floor.body_bytes
     );
     println!(

@@ -10,6 +10,13 @@ pub mod runtime_api;
 
 use std::path::PathBuf;
 
+/// The container's own HTTP/1.1 client stack (hyper's pooled client on the function's TLS
+/// configuration, `src/pooled.rs`), for a benchmark's bare round trips on the same stack.
+pub fn pooled_client() -> crate::pooled::PooledClient {
+    let tls = crate::tls::client_config().expect("the compiled-in TLS configuration");
+    crate::pooled::client(tls, None)
+}
+
 /// A valid order's body for generated events (`sqs_batch::testkit::generate`): order `o-{i}`,
 /// an amount between 1 and 500.
 pub fn generated_body(i: usize, rng: &mut fastrand::Rng) -> String {
