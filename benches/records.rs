@@ -3,8 +3,14 @@
 //! FIFO, next to the reference: only deserializing the same event into
 //! `aws_lambda_events::sqs::SqsEvent`. `make bench` runs it; `cargo test --all-targets` runs each
 //! case once as a smoke test.
+//!
+//! After criterion's groups, the in-memory goals side by side, round by round on the same text:
+//! the whole run against the reference parse, and against the seed's Python consumer
+//! (`benches/seed_consumer.py`, run with `BENCH_PYTHON` when it is set: pydantic, a lease store,
+//! the batch loop), each as wall time per record.
 
 use std::hint::black_box;
+use std::time::{Duration, Instant};
 
 use criterion::{BatchSize, Criterion, Throughput, criterion_group, criterion_main};
 use idempotency::MemoryStore;
@@ -78,7 +84,108 @@ fn per_record(c: &mut Criterion) {
             )
         });
         group.finish();
+        // Under `cargo test --all-targets` (no --bench) once, as criterion runs each case.
+        let rounds = if std::env::args().any(|a| a == "--bench") {
+            15
+        } else {
+            1
+        };
+        side_by_side(&runtime, &json, queue, groups > 0, scope, rounds);
     }
+}
+
+/// The whole run per record against the reference parse and the seed's consumer, on `json`,
+/// medians of `rounds` rounds (the reference and the whole run alternated).
+fn side_by_side(
+    runtime: &tokio::runtime::Runtime,
+    json: &str,
+    queue: &str,
+    fifo: bool,
+    scope: &str,
+    rounds: usize,
+) {
+    let (mut reference, mut whole) = (Vec::new(), Vec::new());
+    for _ in 0..rounds {
+        let start = Instant::now();
+        black_box(serde_json::from_str::<SqsEvent>(black_box(json)).expect("parses"));
+        reference.push(start.elapsed());
+        let app = app(scope);
+        let deadline = SystemClock.now_ms() + 600_000;
+        let start = Instant::now();
+        let response = runtime
+            .block_on(app.handle_json(black_box(json), deadline))
+            .expect("handled");
+        whole.push(start.elapsed());
+        assert!(response.batch_item_failures.is_empty());
+    }
+    let per_record = |times: Vec<Duration>| {
+        let mut us: Vec<f64> = times
+            .iter()
+            .map(|t| t.as_secs_f64() * 1e6 / RECORDS as f64)
+            .collect();
+        median(&mut us)
+    };
+    let (reference, whole) = (per_record(reference), per_record(whole));
+    println!(
+        "\n(a) {queue}, {RECORDS} records, median of {rounds} rounds: reference parse \
+         {reference:.2} us a record, whole run {whole:.2} us ({:.2}x the parse)",
+        whole / reference
+    );
+    match seed_consumer(json, fifo, rounds) {
+        Ok((mut seed, versions)) => {
+            let seed = median(&mut seed);
+            println!(
+                "(a) {queue}, the seed's consumer ({versions}): {seed:.2} us a record \
+                 ({:.1}x the whole run)",
+                seed / whole
+            )
+        }
+        Err(why) => println!("(a) {queue}, the seed's consumer skipped: {why}"),
+    }
+}
+
+/// The seed's consumer over the same text: its per-record wall time of each round, and the
+/// versions it ran on.
+fn seed_consumer(json: &str, fifo: bool, rounds: usize) -> Result<(Vec<f64>, String), String> {
+    let python = std::env::var("BENCH_PYTHON")
+        .map_err(|_| "BENCH_PYTHON is not set (make bench sets it)".to_owned())?;
+    let file = std::env::temp_dir().join(format!("seed-consumer-{}.json", std::process::id()));
+    std::fs::write(&file, json).map_err(|e| format!("cannot write {}: {e}", file.display()))?;
+    let output = std::process::Command::new(&python)
+        .arg(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/benches/seed_consumer.py"
+        ))
+        .arg(&file)
+        .arg(rounds.to_string())
+        .arg(if fifo { "1" } else { "0" })
+        .output();
+    let _ = std::fs::remove_file(&file);
+    let output = output.map_err(|e| format!("cannot start {python}: {e}"))?;
+    if !output.status.success() {
+        return Err(String::from_utf8_lossy(&output.stderr).into_owned());
+    }
+    let result: serde_json::Value = serde_json::from_slice(&output.stdout)
+        .map_err(|e| format!("not the script's JSON line: {e}"))?;
+    assert_eq!(
+        result["failures"], 0,
+        "the seed's consumer acknowledged every order"
+    );
+    let rounds = result["per_record_us"]
+        .as_array()
+        .map(|a| a.iter().filter_map(|v| v.as_f64()).collect())
+        .unwrap_or_default();
+    let versions = format!(
+        "Python {}, pydantic {}",
+        result["python"].as_str().unwrap_or("?"),
+        result["pydantic"].as_str().unwrap_or("?")
+    );
+    Ok((rounds, versions))
+}
+
+fn median(values: &mut [f64]) -> f64 {
+    values.sort_by(f64::total_cmp);
+    values.get(values.len() / 2).copied().unwrap_or(f64::NAN)
 }
 
 criterion_group!(benches, per_record);

@@ -45,14 +45,18 @@ struct KeyUse {
     charged: bool,
 }
 
+/// Maps by idempotency key. FNV, not the standard SipHash: a local double whose keys no
+/// adversary picks, and hashing was a tenth of a record's CPU in memory (docs/performance.md).
+type ByKey<V> = HashMap<String, V, std::hash::BuildHasherDefault<lambda_kit::Fnv1a>>;
+
 #[derive(Debug, Default)]
 struct Ledger {
     /// Keys the provider remembers, within their window.
-    keys: HashMap<String, KeyUse>,
+    keys: ByKey<KeyUse>,
     /// What became of each key, and for which amount, kept for good (the lookup's source).
-    fates: HashMap<String, (ChargeStatus, Money)>,
+    fates: ByKey<(ChargeStatus, Money)>,
     /// Money movements per key: 1 is right, 2 is a double charge.
-    charges: HashMap<String, usize>,
+    charges: ByKey<usize>,
 }
 
 impl Ledger {

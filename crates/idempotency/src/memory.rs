@@ -11,6 +11,11 @@ use super::{
 };
 use crate::store::{ClaimState, Status, claimable, claimed_state, decide, prior_attempt};
 
+/// The items by key. FNV, not the standard SipHash: this store serves one process's local runs
+/// and tests, whose keys no adversary picks, and hashing was a tenth of a record's CPU in memory
+/// (docs/performance.md, section a).
+type Items = HashMap<String, Item, std::hash::BuildHasherDefault<lambda_kit::Fnv1a>>;
+
 #[derive(Debug, Clone)]
 struct Item {
     state: ClaimState,
@@ -39,7 +44,7 @@ struct Item {
 pub struct MemoryStore {
     retention_s: u64,
     // A std Mutex, not tokio's: it is never held across an await, and it is cheaper.
-    items: Mutex<HashMap<String, Item>>,
+    items: Mutex<Items>,
 }
 
 impl Default for MemoryStore {
@@ -58,7 +63,7 @@ impl MemoryStore {
         }
     }
 
-    fn items(&self) -> std::sync::MutexGuard<'_, HashMap<String, Item>> {
+    fn items(&self) -> std::sync::MutexGuard<'_, Items> {
         // A panic while the lock was held cannot leave a half-written item (every write is one
         // insert or remove), so a poisoned lock is still consistent.
         self.items
