@@ -218,10 +218,15 @@ LIBRARY_CRATES = lambda-kit sqs-batch idempotency claim-check
 # registry/src folder has no content hash), so on a machine that ran this before, a library that
 # changed without a version bump was verified against the earlier run's copy of the ones before
 # it. Their extracted copies go first: the folders of unnamed sources ("-HASH"), never a named
-# registry's such as crates.io's.
+# registry's such as crates.io's. Their builds go too: a registry crate's files carry the
+# tarball's fixed mtime, older than any earlier build of the same name and version, so cargo
+# would take that build as fresh (seen: idempotency verified against a lambda-kit built before a
+# change it uses). Every fingerprint of the library crates goes, the workspace's own included
+# (a clean clone rebuilds those anyway: its files are all new).
 CARGO_HOME_DIR = $(or $(CARGO_HOME),$(HOME)/.cargo)
 package:
 	@find $(CARGO_HOME_DIR)/registry/src $(CARGO_HOME_DIR)/registry/cache -mindepth 1 -maxdepth 1 -name '-*' -exec rm -rf {} + 2>/dev/null || true
+	@for crate in $(LIBRARY_CRATES); do rm -rf "$${CARGO_TARGET_DIR:-target}/debug/.fingerprint/$$crate-"*; done
 	$(CARGO) publish --dry-run --allow-dirty $(addprefix -p ,$(LIBRARY_CRATES))
 	RUSTDOCFLAGS="-D warnings" $(CARGO) doc --no-deps --quiet $(addprefix -p ,$(LIBRARY_CRATES))
 	@for crate in $(LIBRARY_CRATES); do \
