@@ -190,15 +190,16 @@ MUTANTS_SIM_TESTS = seeds_charge brownout_seeds a_lowered_receive copies_sent_ag
 # The DynamoDB store's mutants meet the fixed seeds that run it (through the SDK, on dynoxide's
 # engine), and only those.
 MUTANTS_SIM_DYNAMODB_TESTS = seeds_on_the_dynamodb_store
-# idempotency's lib.rs holds what both stores use (the lease policy) and what only the DynamoDB
-# store does (a fingerprint's stored text): both stores' seeds.
+# idempotency's lib.rs and store.rs hold what both stores use (the lease policy, the claim's
+# decision) and what only the DynamoDB store does (a fingerprint's and a lease token's stored
+# text): both stores' seeds.
 MUTANTS_SIM_BOTH_TESTS = seeds_charge brownout_seeds a_lowered_receive copies_sent_again worker_seeds \
 	seeds_with_a money_at seeds_on_the_dynamodb_store
 mutants-sim:
 	@cargo mutants --version 2>/dev/null | grep -qF "$(MUTANTS_VERSION)" || $(CARGO) install --locked cargo-mutants --version $(MUTANTS_VERSION)
 	@mkdir -p mutants.out-sim; status=0; for file in $(MUTANTS_SIM_FILES); do \
 	  case $$file in crates/*) crate=$$(echo $$file | cut -d/ -f2);; *) crate=process-orders;; esac; \
-	  case $$file in *dynamodb.rs) tests="$(MUTANTS_SIM_DYNAMODB_TESTS)";; */idempotency/src/lib.rs) tests="$(MUTANTS_SIM_BOTH_TESTS)";; *) tests="$(MUTANTS_SIM_TESTS)";; esac; \
+	  case $$file in *dynamodb.rs) tests="$(MUTANTS_SIM_DYNAMODB_TESTS)";; */idempotency/src/lib.rs|*/idempotency/src/store.rs) tests="$(MUTANTS_SIM_BOTH_TESTS)";; *) tests="$(MUTANTS_SIM_TESTS)";; esac; \
 	  SIM_TEST_SEEDS=$(MUTANTS_SIM_SEEDS) CARGO_TARGET_DIR=$(MUTANTS_TARGET_DIR) \
 	    cargo mutants --no-config --no-shuffle --all-features --package $$crate --test-package sim \
 	    --baseline skip \
