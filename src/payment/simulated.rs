@@ -45,34 +45,35 @@ struct KeyUse {
     charged: bool,
 }
 
-/// Maps by idempotency key. FNV, not the standard SipHash: a local double whose keys no
-/// adversary picks, and hashing was a tenth of a record's CPU in memory (docs/performance.md).
-type ByKey<V> = HashMap<String, V, std::hash::BuildHasherDefault<lambda_kit::Fnv1a>>;
-
+/// What the provider holds for one idempotency key. One entry per key, not a map per field: a
+/// charge hashes and copies its key once (docs/performance.md, section a).
 #[derive(Debug, Default)]
-struct Ledger {
-    /// Keys the provider remembers, within their window.
-    keys: ByKey<KeyUse>,
-    /// What became of each key, and for which amount, kept for good (the lookup's source).
-    fates: ByKey<(ChargeStatus, Money)>,
-    /// Money movements per key: 1 is right, 2 is a double charge.
-    charges: ByKey<usize>,
+struct Account {
+    /// The key's use the provider remembers, within its window.
+    used: Option<KeyUse>,
+    /// What became of the key, and for which amount, kept for good (the lookup's source).
+    fate: Option<(ChargeStatus, Money)>,
+    /// Money movements: 1 is right, 2 is a double charge.
+    charges: usize,
 }
 
-impl Ledger {
+impl Account {
     /// Finishes an in-flight request whose time has come.
-    fn settle(&mut self, key: &str, now_ms: u64) {
-        if let Some(used) = self.keys.get_mut(key)
+    fn settle(&mut self, now_ms: u64) {
+        if let Some(used) = &mut self.used
             && used.in_flight_until_ms.is_some_and(|until| until <= now_ms)
         {
             used.in_flight_until_ms = None;
             used.charged = true;
-            *self.charges.entry(key.to_owned()).or_default() += 1;
-            self.fates
-                .insert(key.to_owned(), (ChargeStatus::Succeeded, used.amount));
+            self.charges += 1;
+            self.fate = Some((ChargeStatus::Succeeded, used.amount));
         }
     }
 }
+
+/// The accounts by idempotency key. FNV, not the standard SipHash: a local double whose keys no
+/// adversary picks, and hashing was a tenth of a record's CPU in memory (docs/performance.md).
+type Ledger = HashMap<String, Account, std::hash::BuildHasherDefault<lambda_kit::Fnv1a>>;
 
 /// A provider in memory with the draft's semantics (a key window, replays, 409 in flight): local runs and tests.
 pub struct SimulatedGateway {
@@ -121,12 +122,12 @@ impl SimulatedGateway {
 
     /// Money movements over all keys: with every key charged once, the number of keys charged.
     pub fn effective_charges(&self) -> usize {
-        self.ledger().charges.values().sum()
+        self.ledger().values().map(|account| account.charges).sum()
     }
 
     /// Money movements for `key`.
     pub fn charges(&self, key: &str) -> usize {
-        self.ledger().charges.get(key).copied().unwrap_or(0)
+        self.ledger().get(key).map_or(0, |account| account.charges)
     }
 
     /// Whether `key` was charged.
@@ -161,15 +162,16 @@ impl PaymentGateway for SimulatedGateway {
         let now_ms = self.clock.now_ms();
         let key = request.idempotency_key;
         let mut ledger = self.ledger();
-        ledger.settle(key, now_ms);
-        if let Some(used) = ledger.keys.get(key)
+        let account = ledger.entry(key.to_owned()).or_default();
+        account.settle(now_ms);
+        if let Some(used) = &account.used
             && used.in_flight_until_ms.is_none()
             && now_ms.saturating_sub(used.first_seen_ms) >= self.key_window_ms
         {
             // Past the window the provider has forgotten the key: this request is a new charge.
-            ledger.keys.remove(key);
+            account.used = None;
         }
-        if let Some(used) = ledger.keys.get(key) {
+        if let Some(used) = &account.used {
             return match used.in_flight_until_ms {
                 _ if used.amount != request.amount => Err(PaymentError::KeyReused {
                     status: Some(422),
@@ -200,7 +202,7 @@ impl PaymentGateway for SimulatedGateway {
             (ChargeStatus::Pending, answer)
         } else {
             used.charged = true;
-            *ledger.charges.entry(key.to_owned()).or_default() += 1;
+            account.charges += 1;
             let answer = if minor == AMBIGUOUS_AMOUNT {
                 Err(PaymentError::Ambiguous {
                     reason: "HTTP 504 (simulated: charged, then the gateway timed out)".into(),
@@ -211,15 +213,18 @@ impl PaymentGateway for SimulatedGateway {
             };
             (ChargeStatus::Succeeded, answer)
         };
-        ledger.keys.insert(key.to_owned(), used);
-        ledger.fates.insert(key.to_owned(), (fate, request.amount));
+        account.used = Some(used);
+        account.fate = Some((fate, request.amount));
         answer
     }
 
     async fn lookup(&self, request: &ChargeRequest<'_>) -> Result<ChargeStatus, PaymentError> {
         let mut ledger = self.ledger();
-        ledger.settle(request.idempotency_key, self.clock.now_ms());
-        match ledger.fates.get(request.idempotency_key) {
+        let Some(account) = ledger.get_mut(request.idempotency_key) else {
+            return Ok(ChargeStatus::Unknown);
+        };
+        account.settle(self.clock.now_ms());
+        match &account.fate {
             None => Ok(ChargeStatus::Unknown),
             // Another payload's charge under the key: not this order's.
             Some((_, amount)) if *amount != request.amount => Ok(ChargeStatus::Conflict),
