@@ -71,9 +71,9 @@ impl Account {
     }
 }
 
-/// The accounts by idempotency key. FNV, not the standard SipHash: a local double whose keys no
-/// adversary picks, and hashing was a tenth of a record's CPU in memory (docs/performance.md).
-type Ledger = HashMap<String, Account, std::hash::BuildHasherDefault<lambda_kit::Fnv1a>>;
+/// The accounts by idempotency key, hashed with foldhash rather than SipHash: a local double,
+/// and hashing keys was a tenth of a record's CPU in memory (docs/performance.md, section a).
+type Ledger = HashMap<String, Account, foldhash::fast::RandomState>;
 
 /// A provider in memory with the draft's semantics (a key window, replays, 409 in flight): local runs and tests.
 pub struct SimulatedGateway {

@@ -11,10 +11,10 @@ use super::{
 };
 use crate::store::{ClaimState, Status, claimable, claimed_state, decide, prior_attempt};
 
-/// The items by key. FNV, not the standard SipHash: this store serves one process's local runs
-/// and tests, whose keys no adversary picks, and hashing was a tenth of a record's CPU in memory
-/// (docs/performance.md, section a).
-type Items = HashMap<String, Item, std::hash::BuildHasherDefault<lambda_kit::Fnv1a>>;
+/// The items by key, hashed with foldhash rather than the standard SipHash: hashing keys was a
+/// tenth of a record's CPU in memory (docs/performance.md, section a), and this store serves one
+/// process's local runs and tests.
+type Items = HashMap<String, Item, foldhash::fast::RandomState>;
 
 #[derive(Debug, Clone)]
 struct Item {
@@ -151,15 +151,15 @@ impl MemoryStore {
 impl IdempotencyStore for MemoryStore {
     async fn begin(&self, request: &ClaimRequest<'_>) -> Result<Begin, StoreError> {
         let mut items = self.items();
-        let existing = items.get(request.key).map(|item| item.state);
+        // One lookup for the whole decision: a new key is hashed once more, to insert it.
+        let item = items.get_mut(request.key);
+        let existing = item.as_ref().map(|item| item.state);
         if !claimable(existing.as_ref(), request.fingerprint, request.now_ms) {
-            let item = items
-                .get(request.key)
-                .ok_or_else(|| StoreError::Malformed("vanished item".into()))?;
+            let item = item.ok_or_else(|| StoreError::Malformed("vanished item".into()))?;
             return Ok(decide(&item.state, request.fingerprint, request.now_ms)
                 .with_output(item.output.clone()));
         }
-        let token = match items.get(request.key).and_then(|item| item.token) {
+        let token = match item.as_ref().and_then(|item| item.token) {
             // A takeover that keeps the old holder's token: both then pass the fence.
             Some(old) if lambda_kit::mutation::active("store.reuses_lease_token") => old,
             _ => LeaseToken::new(),
@@ -168,12 +168,17 @@ impl IdempotencyStore for MemoryStore {
             token,
             until_ms: request.lease_until_ms,
         };
-        let item = Item {
+        let claimed = Item {
             state: claimed_state(existing.as_ref(), request, self.expires_at(request.now_ms)),
             token: Some(lease.token),
             output: None,
         };
-        items.insert(request.key.to_owned(), item);
+        match item {
+            Some(item) => *item = claimed,
+            None => {
+                items.insert(request.key.to_owned(), claimed);
+            }
+        }
         Ok(Begin::Started {
             lease,
             prior: prior_attempt(existing.as_ref(), request),
