@@ -613,6 +613,13 @@ pub(crate) fn report(run: &Run<'_>, sim_ms: u64) -> Report {
             detail: what.clone(),
         });
     }
+    for (key, what) in &world.fence.payload_takeovers {
+        violations.push(Violation {
+            rule: "another payload took over an unfinished claim",
+            order_id: key.clone(),
+            detail: what.clone(),
+        });
+    }
     for (key, what) in &world.fence.uncovering_leases {
         violations.push(Violation {
             rule: "a lease that does not cover its holder's invocation",

@@ -234,7 +234,7 @@ impl<F> Run<F> {
             hang_at_give_up_rate: 0.0,
             operation_timeout_ms: 3_000,
             // The generic harness's handlers need not follow the function's lease rule.
-            holder: crate::store::Holder::new(0, clock.clone(), 300_000, 5_000),
+            holder: crate::store::Holder::new(0, clock.clone(), 300_000, 5_000, 18 * 86_400_000),
             lost_below: crate::dynamodb::LostAnswers::default(),
         };
         let handler = (self.handler)(Ports {

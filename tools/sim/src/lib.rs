@@ -795,6 +795,7 @@ impl Deployment {
             clock.clone(),
             self.setting_ms("IDEMPOTENCY_LEASE_SECONDS", 300) * 1_000,
             self.setting_ms("IDEMPOTENCY_LEASE_MARGIN_MS", 5_000),
+            self.setting_ms("IDEMPOTENCY_RETENTION_DAYS", 18) * 86_400_000,
         );
         let store = SimStore {
             inner,

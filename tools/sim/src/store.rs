@@ -57,6 +57,8 @@ pub struct Holder {
     pub lease_ms: u64,
     /// The configured margin past the deadline, ms.
     pub margin_ms: u64,
+    /// The configured retention of an item after its last write, ms.
+    pub retention_ms: u64,
     /// The orders of the current invocation's records at the give-up's receive, by the world's
     /// reading of their bodies (set with the invocation).
     pub at_give_up: Arc<std::sync::Mutex<std::collections::HashSet<String>>>,
@@ -72,6 +74,7 @@ impl Holder {
         clock: crate::world::SimClock,
         lease_ms: u64,
         margin_ms: u64,
+        retention_ms: u64,
     ) -> Self {
         Self {
             container,
@@ -79,6 +82,7 @@ impl Holder {
             clock,
             lease_ms,
             margin_ms,
+            retention_ms,
             at_give_up: Arc::default(),
             learned: crate::world::Told::default(),
         }
@@ -292,6 +296,19 @@ impl IdempotencyStore for SimStore {
         };
         let granted_at_ms = lambda_kit::Clock::now_ms(&self.holder.clock);
         let mut world = self.world.lock();
+        if result.is_ok()
+            && world
+                .fence
+                .unfinished_other(
+                    request.key,
+                    request.fingerprint,
+                    granted_at_ms,
+                    self.holder.retention_ms,
+                )
+                .is_some()
+        {
+            world.faults.other_payloads_on_unfinished_claims += 1;
+        }
         if matches!(result, Ok(ref begin) if !matches!(begin, Begin::Started { .. })) {
             world.fence.not_leased(request.key, granted_to, may_end_ms);
         }
@@ -300,6 +317,12 @@ impl IdempotencyStore for SimStore {
             if world.fence.claimed(request.key, lease.token, granted_to) && lost {
                 world.faults.answers_lost_at_takeover += 1;
             }
+            world.fence.granted_payload(
+                request.key,
+                request.fingerprint,
+                granted_at_ms,
+                self.holder.retention_ms,
+            );
             // Judged by the world's own clock for this container and its own record of the
             // invocation, not by the claim's `now_ms` or deadline, which the code under test
             // computed.
@@ -333,6 +356,7 @@ impl IdempotencyStore for SimStore {
         now_ms: u64,
         output: Option<&str>,
     ) -> Result<(), StoreError> {
+        self.world.lock().fence.ending(key);
         let lost = self.before(key, "complete").await?;
         // Once, and again when the world sends a write whose answer it lost (`retry_lost`).
         let send = || async {
@@ -353,6 +377,7 @@ impl IdempotencyStore for SimStore {
     }
 
     async fn release(&self, key: &str, lease: &Lease) -> Result<(), StoreError> {
+        self.world.lock().fence.ending(key);
         let lost = self.before(key, "release").await?;
         let result = match &self.inner {
             Table::Memory(store) => store.release(key, lease).await,
@@ -395,6 +420,7 @@ impl idempotency::guard::EffectStore for SimStore {
         let unwritten = || {
             self.world.lock().unwritten_rejects.insert(key.to_owned());
         };
+        self.world.lock().fence.ending(key);
         let lost = self
             .before(key, "reject")
             .await

@@ -85,6 +85,9 @@ pub struct Faults {
     /// Leases granted that end at or before their holder's deadline (a lease shorter than the
     /// invocation: the holder may still be at work when another takes the claim over).
     pub leases_ending_by_the_deadline: usize,
+    /// Claims of another payload on a key whose latest claim was unfinished (`IN_PROGRESS` or
+    /// `ATTEMPTED`): each must be refused.
+    pub other_payloads_on_unfinished_claims: usize,
 }
 
 impl Faults {
@@ -114,10 +117,11 @@ impl Faults {
             other.crashes_between_charge_and_completion_at_last_receive;
         self.store_hangs_at_give_up += other.store_hangs_at_give_up;
         self.leases_ending_by_the_deadline += other.leases_ending_by_the_deadline;
+        self.other_payloads_on_unfinished_claims += other.other_payloads_on_unfinished_claims;
     }
 
     /// Each kind with its count, for tables.
-    pub fn rows(&self) -> [(&'static str, usize); 23] {
+    pub fn rows(&self) -> [(&'static str, usize); 24] {
         [
             ("crashes", self.crashes),
             ("store errors", self.store_errors),
@@ -172,6 +176,10 @@ impl Faults {
                 "leases ending by their holder's deadline",
                 self.leases_ending_by_the_deadline,
             ),
+            (
+                "claims of another payload on an unfinished claim",
+                self.other_payloads_on_unfinished_claims,
+            ),
         ]
     }
 }
@@ -195,6 +203,15 @@ pub struct FenceAudit {
     /// Retries of a finishing write the table had applied for their own caller, refused as a
     /// lost lease: (key, what).
     pub refused_retries: Vec<(String, String)>,
+    /// Claims of one payload granted on a key whose item held another payload's unfinished
+    /// claim (`IN_PROGRESS` or `ATTEMPTED`, whose effect may exist): (key, what).
+    pub payload_takeovers: Vec<(String, String)>,
+    /// Per key, the payload of the latest claim granted (its fingerprint: only compared for
+    /// equality), and whether a write that ends it (complete, reject, release) has been sent
+    /// since. Set when sent, not when answered: a write applied whose caller crashed, or whose
+    /// answer was lost, has ended it for all the world can tell, and the check must not blame
+    /// a later claim for what the table may rightly have done.
+    payloads: HashMap<String, (idempotency::Fingerprint, bool, u64)>,
     /// Keys whose latest claim's holder recorded its completion.
     completed: HashSet<String>,
     /// Every claim granted on each key, kept after fenced writes: who it went to, and the latest
@@ -242,6 +259,58 @@ impl FenceAudit {
         self.holders
             .insert(key.to_owned(), (token, holder))
             .is_some()
+    }
+
+    /// The table granted `key` to a claim of the payload `fingerprint` at `at_ms` (the granting
+    /// container's clock): a violation when the latest claim granted on it was another
+    /// payload's, less than `retention_ms` before, and nothing was sent to end it since (the
+    /// design's claim condition: another payload never takes over a key whose effect may exist;
+    /// past the retention the table may have deleted the item, as DynamoDB's TTL does).
+    pub fn granted_payload(
+        &mut self,
+        key: &str,
+        fingerprint: idempotency::Fingerprint,
+        at_ms: u64,
+        retention_ms: u64,
+    ) {
+        if let Some(held) = self.unfinished_other(key, fingerprint, at_ms, retention_ms) {
+            self.payload_takeovers.push((
+                key.to_owned(),
+                format!(
+                    "a claim of payload {fingerprint} granted while payload {held}'s claim was \
+                     unfinished (no complete, reject or release sent for it)"
+                ),
+            ));
+        }
+        self.payloads
+            .insert(key.to_owned(), (fingerprint, false, at_ms));
+    }
+
+    /// The payload of `key`'s latest claim when it is not `fingerprint`, was granted less than
+    /// `retention_ms` before `at_ms`, and nothing was sent to end it: a claim of `fingerprint`
+    /// now must be refused.
+    pub fn unfinished_other(
+        &self,
+        key: &str,
+        fingerprint: idempotency::Fingerprint,
+        at_ms: u64,
+        retention_ms: u64,
+    ) -> Option<idempotency::Fingerprint> {
+        match self.payloads.get(key) {
+            Some(&(held, false, since_ms))
+                if held != fingerprint && at_ms < since_ms.saturating_add(retention_ms) =>
+            {
+                Some(held)
+            }
+            _ => None,
+        }
+    }
+
+    /// A write that ends `key`'s claim (complete, reject, release) is about to be sent.
+    pub fn ending(&mut self, key: &str) {
+        if let Some((_, ended, _)) = self.payloads.get_mut(key) {
+            *ended = true;
+        }
     }
 
     /// The table may grant `key` to `holder` with a lease that may last until `may_end_ms` (the
