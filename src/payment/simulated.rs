@@ -71,9 +71,10 @@ impl Account {
     }
 }
 
-/// The accounts by idempotency key, hashed with foldhash rather than SipHash: a local double,
-/// and hashing keys was a tenth of a record's CPU in memory (docs/performance.md, section a).
-type Ledger = HashMap<String, Account, foldhash::fast::RandomState>;
+/// The accounts by idempotency key, hashed with rustc-hash's Fx rather than SipHash: a local
+/// double, and hashing keys was a tenth of a record's CPU in memory (docs/performance.md,
+/// section a).
+type Ledger = HashMap<String, Account, rustc_hash::FxBuildHasher>;
 
 /// A provider in memory with the draft's semantics (a key window, replays, 409 in flight): local runs and tests.
 pub struct SimulatedGateway {

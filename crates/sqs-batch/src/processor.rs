@@ -992,9 +992,9 @@ impl<H: RecordHandler, C: Clock> BatchProcessor<H, C> {
 
     async fn by_group(&self, batch: &[Message<'_>], limits: Limits<'_>) -> Vec<RecordStatus> {
         // Records without a group id share one anonymous group: ordered, never reordered.
-        // foldhash, not SipHash: a FIFO batch holds at most ten records, so no producer's choice
-        // of group ids can make this map slow, and hashing them was a fortieth of a record.
-        let mut group_of: HashMap<Option<&str>, usize, foldhash::fast::RandomState> =
+        // Fx, not SipHash: a FIFO batch holds at most ten records, so no producer's choice of
+        // group ids can make this map slow, and hashing them was a fortieth of a record.
+        let mut group_of: HashMap<Option<&str>, usize, rustc_hash::FxBuildHasher> =
             HashMap::default();
         let mut groups: Vec<Vec<usize>> = Vec::new();
         for (index, message) in batch.iter().enumerate() {
