@@ -620,6 +620,13 @@ pub(crate) fn report(run: &Run<'_>, sim_ms: u64) -> Report {
             detail: what.clone(),
         });
     }
+    for (key, what) in &world.fence.wrong_expiries {
+        violations.push(Violation {
+            rule: "an item's expiry is not its write's time plus the retention",
+            order_id: key.clone(),
+            detail: what.clone(),
+        });
+    }
     for (key, what) in &world.fence.uncovering_leases {
         violations.push(Violation {
             rule: "a lease that does not cover its holder's invocation",

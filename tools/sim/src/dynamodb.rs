@@ -130,6 +130,108 @@ impl LostAnswers {
     }
 }
 
+/// The table's items read straight from the engine (no latency, no fault, no client): the
+/// truth the world judges a store's answers against.
+#[derive(Clone)]
+pub struct ItemReader {
+    engine: Database,
+    /// The store's key prefix: an item's partition key is the prefix and the record's key.
+    prefix: String,
+}
+
+impl ItemReader {
+    /// A reader of `engine`'s table, for a store whose keys carry `prefix`.
+    pub fn new(engine: &Database, prefix: &str) -> Self {
+        Self {
+            engine: engine.clone(),
+            prefix: prefix.to_owned(),
+        }
+    }
+
+    /// `key`'s item's lease token and status, as stored; `None` when there is no item.
+    pub fn token_and_status(&self, key: &str) -> Option<(String, String)> {
+        use idempotency::dynamodb::{KEY_ATTRIBUTE, attr};
+        let read = run(
+            &self.engine,
+            "GetItem",
+            &serde_json::json!({
+                "TableName": TABLE,
+                "Key": { KEY_ATTRIBUTE: { "S": format!("{}{key}", self.prefix) } },
+                "ConsistentRead": true,
+            })
+            .to_string(),
+        );
+        let answer = serde_json::from_str::<serde_json::Value>(&read.1).ok()?;
+        let item = answer.get("Item")?;
+        let text = |name: &str| item[name]["S"].as_str().unwrap_or_default().to_owned();
+        Some((text(attr::LEASE_TOKEN), text(attr::STATUS)))
+    }
+}
+
+/// The design's rule for an item's expiry, as the world reads the template: every write that
+/// sets the TTL sets it to the writer's now plus the retention, and no write leaves an item
+/// that TTL may delete at once. Judged on the item the engine holds right after each applied
+/// `UpdateItem`, by the true clock, with the writers' clocks' skew as slack.
+#[derive(Debug, Clone)]
+pub struct ExpiryRule {
+    /// The container's clock (its true time is the world's).
+    pub clock: SimClock,
+    /// `IDEMPOTENCY_RETENTION_DAYS` as the template sets it, in seconds.
+    pub retention_s: u64,
+    /// How far a writer's clock may be off, rounded up to whole seconds.
+    pub slack_s: u64,
+    /// The store's key prefix, taken off an item's key to name its order.
+    pub prefix: String,
+}
+
+impl ExpiryRule {
+    /// Judges the item `body`'s `UpdateItem` (applied) left behind.
+    fn judge(&self, engine: &Database, world: &Shared, body: &str) {
+        let Ok(request) = serde_json::from_str::<serde_json::Value>(body) else {
+            return;
+        };
+        let read = run(
+            engine,
+            "GetItem",
+            &serde_json::json!({
+                "TableName": request["TableName"],
+                "Key": request["Key"],
+                "ConsistentRead": true,
+            })
+            .to_string(),
+        );
+        let item = serde_json::from_str::<serde_json::Value>(&read.1).unwrap_or_default();
+        let key = request["Key"][idempotency::dynamodb::KEY_ATTRIBUTE]["S"]
+            .as_str()
+            .unwrap_or_default();
+        let order = key.strip_prefix(self.prefix.as_str()).unwrap_or(key);
+        let now_s = (crate::world::EPOCH_MS + self.clock.sim_ms()) / 1_000;
+        let expires = item["Item"][idempotency::dynamodb::TTL_ATTRIBUTE]["N"]
+            .as_str()
+            .and_then(|n| n.parse::<u64>().ok());
+        let latest = now_s + self.retention_s + self.slack_s;
+        let problem = match expires {
+            None if item["Item"].is_object() => Some("an item without an expiry".to_owned()),
+            // The write's condition held, then the item was gone: nothing to judge.
+            None => None,
+            Some(at) if at <= now_s => Some(format!(
+                "an item that expires at {at} s, by {now_s} s: deleted by TTL at once"
+            )),
+            Some(at) if at > latest => Some(format!(
+                "an item that expires at {at} s, past now ({now_s} s) plus the retention \
+                 ({} s) and the clocks' skew",
+                self.retention_s
+            )),
+            Some(_) => None,
+        };
+        let mut world = world.lock();
+        world.faults.expiries_checked += 1;
+        if let Some(problem) = problem {
+            world.fence.wrong_expiries.push((order.to_owned(), problem));
+        }
+    }
+}
+
 /// The connector: one per client (per container), all on the shared engine.
 #[derive(Clone)]
 struct SimConnector {
@@ -137,6 +239,7 @@ struct SimConnector {
     world: Shared,
     faults: HttpFaults,
     lost: LostAnswers,
+    expiry: ExpiryRule,
 }
 
 impl std::fmt::Debug for SimConnector {
@@ -175,6 +278,9 @@ impl Serve for SimConnector {
                 ));
             }
             let (status, json) = run(&this.engine, &operation, &body);
+            if status == 200 && operation == "UpdateItem" {
+                this.expiry.judge(&this.engine, &this.world, &body);
+            }
             if roll < f.throttle_rate + f.error_rate + f.lost_rate {
                 this.world.count(|c| c.store_answers_lost += 1);
                 this.lost.lost(&body);
@@ -250,12 +356,14 @@ pub fn client(
     faults: HttpFaults,
     settings: &process_orders::aws::SdkSettings,
     lost: LostAnswers,
+    expiry: ExpiryRule,
 ) -> idempotency::dynamodb::DirectClient {
     let connector = SimConnector {
         engine: engine.clone(),
         world: world.clone(),
         faults,
         lost,
+        expiry,
     };
     let sdk = aws_config::SdkConfig::builder()
         .behavior_version(BehaviorVersion::latest())

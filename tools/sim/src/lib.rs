@@ -766,12 +766,19 @@ impl Deployment {
                     lost_rate: self.settings.store_lost_rate,
                     throttle_rate: self.settings.store_slow_rate,
                 };
+                let expiry = dynamodb::ExpiryRule {
+                    clock: clock.clone(),
+                    retention_s: self.setting_ms("IDEMPOTENCY_RETENTION_DAYS", 18) * 86_400,
+                    slack_s: self.settings.skew_ms.div_ceil(1_000) + 1,
+                    prefix: self.config.store.key_prefix.clone(),
+                };
                 let client = dynamodb::client(
                     engine,
                     &self.world,
                     faults,
                     &self.config.dynamodb,
                     lost_below.clone(),
+                    expiry,
                 );
                 Table::DynamoDb(
                     idempotency::DynamoDbStore::direct(
@@ -780,6 +787,7 @@ impl Deployment {
                         self.config.store.retention,
                     )
                     .with_key_prefix(&self.config.store.key_prefix),
+                    dynamodb::ItemReader::new(engine, &self.config.store.key_prefix),
                 )
             }
         };

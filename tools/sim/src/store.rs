@@ -16,8 +16,9 @@ use crate::world::Shared;
 pub enum Table {
     /// The in-memory store (faults injected here, around each call).
     Memory(Arc<MemoryStore>),
-    /// The shipped DynamoDB store over the SDK (faults injected at the HTTP layer).
-    DynamoDb(DynamoDbStore),
+    /// The shipped DynamoDB store over the SDK (faults injected at the HTTP layer), and the
+    /// world's own reader of the same table.
+    DynamoDb(DynamoDbStore, crate::dynamodb::ItemReader),
 }
 
 /// The shared table as one container's client sees it.
@@ -152,7 +153,7 @@ impl SimStore {
                 .tell(key, || format!("store {call}: hangs past the deadline"));
             tokio::time::sleep(std::time::Duration::from_millis(ms)).await;
         }
-        if matches!(self.inner, Table::DynamoDb(_)) {
+        if matches!(self.inner, Table::DynamoDb(..)) {
             return Ok(false);
         }
         if self.world.chance(self.slow_rate) {
@@ -184,6 +185,34 @@ impl SimStore {
                 .fence
                 .applied(key, call, lease.token, writer);
         }
+        // A write refused as a lost lease while the table's item still carries the writer's
+        // token, in progress or in the state this write sets: the holder's own write (applied,
+        // its answer lost, sent again by the client) read as a takeover, or a holder refused
+        // for nothing. Judged by the table's item as the world reads it, not by the store.
+        if matches!(result, Err(StoreError::LeaseLost))
+            && let Table::DynamoDb(_, table) = &self.inner
+            && let Some((token, status)) = table.token_and_status(key)
+        {
+            let sets = match call {
+                "complete" => "COMPLETED",
+                "reject" => "REJECTED",
+                "mark_attempted" => "ATTEMPTED",
+                _ => "IN_PROGRESS",
+            };
+            if token == lease.token.to_string() && (status == "IN_PROGRESS" || status == sets) {
+                let writer = self
+                    .holder
+                    .id()
+                    .map_or_else(|| "its holder".to_owned(), |h| h.to_string());
+                self.world.lock().fence.refused_retries.push((
+                    key.to_owned(),
+                    format!(
+                        "{call} for {writer} refused as a lost lease, though the table's item \
+                         carries its token ({status})"
+                    ),
+                ));
+            }
+        }
     }
 
     /// A finishing write (complete, mark_attempted, reject) applied whose answer was lost, as
@@ -201,7 +230,7 @@ impl SimStore {
         first: &Result<(), StoreError>,
         again: impl std::future::Future<Output = Result<(), StoreError>>,
     ) -> Option<Result<(), StoreError>> {
-        if !lost || first.is_err() || matches!(self.inner, Table::DynamoDb(_)) {
+        if !lost || first.is_err() || matches!(self.inner, Table::DynamoDb(..)) {
             return None;
         }
         if self.world.lock().faults.store_answers_lost % 2 == 1 {
@@ -292,7 +321,7 @@ impl IdempotencyStore for SimStore {
         self.lost_below.take(request.key);
         let result = match &self.inner {
             Table::Memory(store) => store.begin(request).await,
-            Table::DynamoDb(store) => store.begin(request).await,
+            Table::DynamoDb(store, _) => store.begin(request).await,
         };
         let granted_at_ms = lambda_kit::Clock::now_ms(&self.holder.clock);
         let mut world = self.world.lock();
@@ -362,7 +391,7 @@ impl IdempotencyStore for SimStore {
         let send = || async {
             match &self.inner {
                 Table::Memory(store) => store.complete(key, lease, now_ms, output).await,
-                Table::DynamoDb(store) => store.complete(key, lease, now_ms, output).await,
+                Table::DynamoDb(store, _) => store.complete(key, lease, now_ms, output).await,
             }
         };
         let result = send().await;
@@ -381,7 +410,7 @@ impl IdempotencyStore for SimStore {
         let lost = self.before(key, "release").await?;
         let result = match &self.inner {
             Table::Memory(store) => store.release(key, lease).await,
-            Table::DynamoDb(store) => store.release(key, lease).await,
+            Table::DynamoDb(store, _) => store.release(key, lease).await,
         };
         self.audit(key, "release", lease, &result);
         self.answer(key, "release", lost, result)
@@ -395,7 +424,7 @@ impl idempotency::guard::EffectStore for SimStore {
         let send = || async {
             match &self.inner {
                 Table::Memory(store) => store.mark_attempted(key, lease, at_ms).await,
-                Table::DynamoDb(store) => store.mark_attempted(key, lease, at_ms).await,
+                Table::DynamoDb(store, _) => store.mark_attempted(key, lease, at_ms).await,
             }
         };
         let result = send().await;
@@ -429,7 +458,7 @@ impl idempotency::guard::EffectStore for SimStore {
         let send = || async {
             match &self.inner {
                 Table::Memory(store) => store.reject(key, lease, now_ms, reason).await,
-                Table::DynamoDb(store) => store.reject(key, lease, now_ms, reason).await,
+                Table::DynamoDb(store, _) => store.reject(key, lease, now_ms, reason).await,
             }
         };
         let result = send().await;

@@ -88,6 +88,9 @@ pub struct Faults {
     /// Claims of another payload on a key whose latest claim was unfinished (`IN_PROGRESS` or
     /// `ATTEMPTED`): each must be refused.
     pub other_payloads_on_unfinished_claims: usize,
+    /// Items the DynamoDB table held right after an applied write, whose expiry the world
+    /// judged ([`crate::dynamodb::ExpiryRule`]).
+    pub expiries_checked: usize,
 }
 
 impl Faults {
@@ -118,10 +121,11 @@ impl Faults {
         self.store_hangs_at_give_up += other.store_hangs_at_give_up;
         self.leases_ending_by_the_deadline += other.leases_ending_by_the_deadline;
         self.other_payloads_on_unfinished_claims += other.other_payloads_on_unfinished_claims;
+        self.expiries_checked += other.expiries_checked;
     }
 
     /// Each kind with its count, for tables.
-    pub fn rows(&self) -> [(&'static str, usize); 24] {
+    pub fn rows(&self) -> [(&'static str, usize); 25] {
         [
             ("crashes", self.crashes),
             ("store errors", self.store_errors),
@@ -180,6 +184,7 @@ impl Faults {
                 "claims of another payload on an unfinished claim",
                 self.other_payloads_on_unfinished_claims,
             ),
+            ("item expiries checked", self.expiries_checked),
         ]
     }
 }
@@ -206,6 +211,9 @@ pub struct FenceAudit {
     /// Claims of one payload granted on a key whose item held another payload's unfinished
     /// claim (`IN_PROGRESS` or `ATTEMPTED`, whose effect may exist): (key, what).
     pub payload_takeovers: Vec<(String, String)>,
+    /// Items the DynamoDB table held right after a write, whose expiry breaks the design's
+    /// rule: (key, what).
+    pub wrong_expiries: Vec<(String, String)>,
     /// Per key, the payload of the latest claim granted (its fingerprint: only compared for
     /// equality), and whether a write that ends it (complete, reject, release) has been sent
     /// since. Set when sent, not when answered: a write applied whose caller crashed, or whose

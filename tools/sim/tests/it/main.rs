@@ -168,6 +168,13 @@ fn fixed_seeds_on(
         );
     }
     assert!(faults.slow_charges > 0 && faults.pending_charges > 0 && faults.lookup_errors > 0);
+    // Every write the DynamoDB table applied had its item's expiry judged (1,722 to 5,041 in
+    // these profiles' short seeds); the in-memory table keeps its expiry out of sight.
+    assert_eq!(
+        faults.expiries_checked > 0,
+        store == StoreKind::DynamoDb,
+        "item expiries checked: {faults:?}"
+    );
     // Another payload under an order's id met the order's own unfinished claim, and was judged
     // (24, 28, 21, 12 and 14 in these profiles' seeds at a cap of 3; the FIFO profiles and the
     // DynamoDB store's short seeds reach few or none).
