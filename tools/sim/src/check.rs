@@ -620,6 +620,20 @@ pub(crate) fn report(run: &Run<'_>, sim_ms: u64) -> Report {
             detail: what.clone(),
         });
     }
+    for (key, what) in &world.fence.unlooked_charges {
+        violations.push(Violation {
+            rule: "a takeover charged before its look-up",
+            order_id: key.clone(),
+            detail: what.clone(),
+        });
+    }
+    for (key, what) in &world.fence.unapplied_writes {
+        violations.push(Violation {
+            rule: "a finishing write answered Ok that the table never applied",
+            order_id: key.clone(),
+            detail: what.clone(),
+        });
+    }
     for (key, what) in &world.fence.wrong_expiries {
         violations.push(Violation {
             rule: "an item's expiry is not its write's time plus the retention",

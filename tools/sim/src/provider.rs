@@ -380,6 +380,9 @@ fn fate_answer(fate: Fate, replay: bool) -> ChargeAnswer {
 impl PaymentGateway for Provider {
     async fn charge(&self, request: &ChargeRequest<'_>) -> Result<(), PaymentError> {
         let key = request.idempotency_key;
+        if let Ok(caller) = crate::world::CALLER.try_with(|caller| *caller) {
+            self.world.lock().fence.charging(key, caller);
+        }
         self.world.latency(50).await;
         self.refuse(key, "charge")?;
         let at = self.sim_ms();
@@ -456,6 +459,9 @@ impl PaymentGateway for Provider {
 
     async fn lookup(&self, request: &ChargeRequest<'_>) -> Result<ChargeStatus, PaymentError> {
         let key = request.idempotency_key;
+        if let Ok(caller) = crate::world::CALLER.try_with(|caller| *caller) {
+            self.world.lock().fence.looked_up(key, caller);
+        }
         self.world.latency(50).await;
         self.refuse(key, "look-up")?;
         let sim_ms = self.sim_ms();

@@ -185,6 +185,29 @@ impl SimStore {
                 .fence
                 .applied(key, call, lease.token, writer);
         }
+        // A finishing write answered `Ok` must have left the holder's lease: an item still in
+        // progress under the writer's token is a write the table never applied (a completion
+        // or release the store reported and did not make). Nothing but the writer's own claim
+        // puts its token back in progress, so whatever ran between the write and this read
+        // cannot make it look unapplied.
+        if result.is_ok()
+            && let Table::DynamoDb(_, table) = &self.inner
+            && let Some((token, status)) = table.token_and_status(key)
+            && token == lease.token.to_string()
+            && status == "IN_PROGRESS"
+        {
+            let writer = self
+                .holder
+                .id()
+                .map_or_else(|| "its holder".to_owned(), |h| h.to_string());
+            self.world.lock().fence.unapplied_writes.push((
+                key.to_owned(),
+                format!(
+                    "{call} for {writer} answered Ok, but the table's item is still in progress \
+                     under its token"
+                ),
+            ));
+        }
         // A write refused as a lost lease while the table's item still carries the writer's
         // token, in progress or in the state this write sets: the holder's own write (applied,
         // its answer lost, sent again by the client) read as a takeover, or a holder refused
@@ -345,6 +368,14 @@ impl IdempotencyStore for SimStore {
             let lost = lost || self.lost_below.take(request.key);
             if world.fence.claimed(request.key, lease.token, granted_to) && lost {
                 world.faults.answers_lost_at_takeover += 1;
+            }
+            if world.fence.took_over(
+                request.key,
+                granted_to,
+                granted_at_ms,
+                self.holder.retention_ms,
+            ) {
+                world.faults.takeovers_owing_lookups += 1;
             }
             world.fence.granted_payload(
                 request.key,

@@ -91,6 +91,9 @@ pub struct Faults {
     /// Items the DynamoDB table held right after an applied write, whose expiry the world
     /// judged ([`crate::dynamodb::ExpiryRule`]).
     pub expiries_checked: usize,
+    /// Claims a Lambda invocation took over from an unfinished claim, each owing a look-up
+    /// before any charge.
+    pub takeovers_owing_lookups: usize,
 }
 
 impl Faults {
@@ -122,10 +125,11 @@ impl Faults {
         self.leases_ending_by_the_deadline += other.leases_ending_by_the_deadline;
         self.other_payloads_on_unfinished_claims += other.other_payloads_on_unfinished_claims;
         self.expiries_checked += other.expiries_checked;
+        self.takeovers_owing_lookups += other.takeovers_owing_lookups;
     }
 
     /// Each kind with its count, for tables.
-    pub fn rows(&self) -> [(&'static str, usize); 25] {
+    pub fn rows(&self) -> [(&'static str, usize); 26] {
         [
             ("crashes", self.crashes),
             ("store errors", self.store_errors),
@@ -185,6 +189,10 @@ impl Faults {
                 self.other_payloads_on_unfinished_claims,
             ),
             ("item expiries checked", self.expiries_checked),
+            (
+                "takeovers of an unfinished claim owing a look-up",
+                self.takeovers_owing_lookups,
+            ),
         ]
     }
 }
@@ -214,6 +222,15 @@ pub struct FenceAudit {
     /// Items the DynamoDB table held right after a write, whose expiry breaks the design's
     /// rule: (key, what).
     pub wrong_expiries: Vec<(String, String)>,
+    /// Finishing writes the store answered `Ok` that the table's item does not show: (key,
+    /// what).
+    pub unapplied_writes: Vec<(String, String)>,
+    /// Per key, the Lambda invocation that took over an unfinished claim (nothing sent to end
+    /// it) and so owes the provider a look-up before any charge (Transitions: a takeover looks
+    /// up first).
+    owed_lookups: HashMap<String, HolderId>,
+    /// Charges a takeover's holder sent before its look-up: (key, what).
+    pub unlooked_charges: Vec<(String, String)>,
     /// Per key, the payload of the latest claim granted (its fingerprint: only compared for
     /// equality), and whether a write that ends it (complete, reject, release) has been sent
     /// since. Set when sent, not when answered: a write applied whose caller crashed, or whose
@@ -311,6 +328,53 @@ impl FenceAudit {
                 Some(held)
             }
             _ => None,
+        }
+    }
+
+    /// The table granted `key` to `holder` at `at_ms`: when its latest claim was unfinished
+    /// (granted less than `retention_ms` before, nothing sent to end it), this is a takeover,
+    /// and a Lambda holder owes a look-up before it charges. Whether it owes one.
+    pub fn took_over(
+        &mut self,
+        key: &str,
+        holder: Option<HolderId>,
+        at_ms: u64,
+        retention_ms: u64,
+    ) -> bool {
+        let unfinished = matches!(
+            self.payloads.get(key),
+            Some(&(_, false, since_ms)) if at_ms < since_ms.saturating_add(retention_ms)
+        );
+        match holder {
+            Some(holder) if unfinished => {
+                self.owed_lookups.insert(key.to_owned(), holder);
+                true
+            }
+            _ => {
+                self.owed_lookups.remove(key);
+                false
+            }
+        }
+    }
+
+    /// `caller` asked the provider about `key`'s charge (whatever the answer).
+    pub fn looked_up(&mut self, key: &str, caller: HolderId) {
+        if self.owed_lookups.get(key) == Some(&caller) {
+            self.owed_lookups.remove(key);
+        }
+    }
+
+    /// `caller` sends a charge under `key`: a violation if it took the key over and has not
+    /// looked it up since. Only the taker is judged: a stale holder's late charge is not its.
+    pub fn charging(&mut self, key: &str, caller: HolderId) {
+        if self.owed_lookups.get(key) == Some(&caller) {
+            self.owed_lookups.remove(key);
+            self.unlooked_charges.push((
+                key.to_owned(),
+                format!(
+                    "{caller} took over an unfinished claim and charged without a look-up first"
+                ),
+            ));
         }
     }
 
