@@ -599,54 +599,40 @@ pub(crate) fn report(run: &Run<'_>, sim_ms: u64) -> Report {
     drop(ledger);
     drop(queue);
     let world = run.world.lock();
-    for (key, what) in &world.fence.stale_writes {
-        violations.push(Violation {
-            rule: "a write applied for a stale lease",
+    // The fence audit's findings, each list under its rule.
+    let fence = &world.fence;
+    for (rule, found) in [
+        ("a write applied for a stale lease", &fence.stale_writes),
+        (
+            "a retried write refused as a lost lease",
+            &fence.refused_retries,
+        ),
+        (
+            "another payload took over an unfinished claim",
+            &fence.payload_takeovers,
+        ),
+        (
+            "a takeover charged before its look-up",
+            &fence.unlooked_charges,
+        ),
+        (
+            "a finishing write answered Ok that the table never applied",
+            &fence.unapplied_writes,
+        ),
+        (
+            "an item's expiry is not its write's time plus the retention",
+            &fence.wrong_expiries,
+        ),
+        (
+            "a lease that does not cover its holder's invocation",
+            &fence.uncovering_leases,
+        ),
+    ] {
+        violations.extend(found.iter().map(|(key, what)| Violation {
+            rule,
             order_id: key.clone(),
             detail: what.clone(),
-        });
-    }
-    for (key, what) in &world.fence.refused_retries {
-        violations.push(Violation {
-            rule: "a retried write refused as a lost lease",
-            order_id: key.clone(),
-            detail: what.clone(),
-        });
-    }
-    for (key, what) in &world.fence.payload_takeovers {
-        violations.push(Violation {
-            rule: "another payload took over an unfinished claim",
-            order_id: key.clone(),
-            detail: what.clone(),
-        });
-    }
-    for (key, what) in &world.fence.unlooked_charges {
-        violations.push(Violation {
-            rule: "a takeover charged before its look-up",
-            order_id: key.clone(),
-            detail: what.clone(),
-        });
-    }
-    for (key, what) in &world.fence.unapplied_writes {
-        violations.push(Violation {
-            rule: "a finishing write answered Ok that the table never applied",
-            order_id: key.clone(),
-            detail: what.clone(),
-        });
-    }
-    for (key, what) in &world.fence.wrong_expiries {
-        violations.push(Violation {
-            rule: "an item's expiry is not its write's time plus the retention",
-            order_id: key.clone(),
-            detail: what.clone(),
-        });
-    }
-    for (key, what) in &world.fence.uncovering_leases {
-        violations.push(Violation {
-            rule: "a lease that does not cover its holder's invocation",
-            order_id: key.clone(),
-            detail: what.clone(),
-        });
+        }));
     }
     report.digest = world.digest();
     report.faults = world.faults;

@@ -89,6 +89,12 @@ impl Holder {
         }
     }
 
+    /// Who writes now, for a violation's detail.
+    fn name(&self) -> String {
+        self.id()
+            .map_or_else(|| "its holder".to_owned(), |h| h.to_string())
+    }
+
     /// Who writes now, by the world's record: this container in its current invocation.
     fn id(&self) -> Option<crate::world::HolderId> {
         self.invocation
@@ -196,10 +202,7 @@ impl SimStore {
             && token == lease.token.to_string()
             && status == "IN_PROGRESS"
         {
-            let writer = self
-                .holder
-                .id()
-                .map_or_else(|| "its holder".to_owned(), |h| h.to_string());
+            let writer = self.holder.name();
             self.world.lock().fence.unapplied_writes.push((
                 key.to_owned(),
                 format!(
@@ -223,10 +226,7 @@ impl SimStore {
                 _ => "IN_PROGRESS",
             };
             if token == lease.token.to_string() && (status == "IN_PROGRESS" || status == sets) {
-                let writer = self
-                    .holder
-                    .id()
-                    .map_or_else(|| "its holder".to_owned(), |h| h.to_string());
+                let writer = self.holder.name();
                 self.world.lock().fence.refused_retries.push((
                     key.to_owned(),
                     format!(
@@ -265,10 +265,7 @@ impl SimStore {
         });
         let result = again.await;
         if matches!(result, Err(StoreError::LeaseLost)) {
-            let writer = self
-                .holder
-                .id()
-                .map_or_else(|| "its holder".to_owned(), |h| h.to_string());
+            let writer = self.holder.name();
             self.world.lock().fence.refused_retries.push((
                 key.to_owned(),
                 format!("{call} applied for {writer}, then its retry refused as a lost lease"),
