@@ -211,6 +211,8 @@ impl ExpiryRule {
             .and_then(|n| n.parse::<u64>().ok());
         let latest = now_s + self.retention_s + self.slack_s;
         let problem = match expires {
+            // Fail closed: a check that cannot read the table has judged nothing.
+            _ if read.0 != 200 => Some(format!("the world could not read the item: {}", read.1)),
             None if item["Item"].is_object() => Some("an item without an expiry".to_owned()),
             // The write's condition held, then the item was gone: nothing to judge.
             None => None,
