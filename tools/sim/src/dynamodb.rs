@@ -82,6 +82,11 @@ pub struct HttpFaults {
     pub lost_rate: f64,
     /// Share of calls throttled (400, not applied).
     pub throttle_rate: f64,
+    /// Share of claims taking over an unfinished claim (the item was `IN_PROGRESS` or
+    /// `ATTEMPTED` under another token, and is `IN_PROGRESS` under a new one after the write)
+    /// whose answer is lost, besides `lost_rate`. Judged on the same draw as the other faults,
+    /// so the random stream is the same as without it.
+    pub lost_at_takeover_rate: f64,
 }
 
 /// The items whose write one container's client sent and whose answer this layer lost, by their
@@ -150,22 +155,38 @@ impl ItemReader {
 
     /// `key`'s item's lease token and status, as stored; `None` when there is no item.
     pub fn token_and_status(&self, key: &str) -> Option<(String, String)> {
-        use idempotency::dynamodb::{KEY_ATTRIBUTE, attr};
-        let read = run(
-            &self.engine,
-            "GetItem",
-            &serde_json::json!({
-                "TableName": TABLE,
-                "Key": { KEY_ATTRIBUTE: { "S": format!("{}{key}", self.prefix) } },
-                "ConsistentRead": true,
-            })
-            .to_string(),
-        );
-        let answer = serde_json::from_str::<serde_json::Value>(&read.1).ok()?;
-        let item = answer.get("Item")?;
-        let text = |name: &str| item[name]["S"].as_str().unwrap_or_default().to_owned();
-        Some((text(attr::LEASE_TOKEN), text(attr::STATUS)))
+        use idempotency::dynamodb::KEY_ATTRIBUTE;
+        let key = serde_json::json!({ KEY_ATTRIBUTE: { "S": format!("{}{key}", self.prefix) } });
+        token_and_status(&read_item(&self.engine, &TABLE.into(), &key).1)
     }
+}
+
+/// The item under `key` in `table` (both as a request names them), read consistently: the
+/// engine's status and its answer (`Item` absent when there is none).
+fn read_item(
+    engine: &Database,
+    table: &serde_json::Value,
+    key: &serde_json::Value,
+) -> (u16, serde_json::Value) {
+    let read = run(
+        engine,
+        "GetItem",
+        &serde_json::json!({ "TableName": table, "Key": key, "ConsistentRead": true }).to_string(),
+    );
+    (read.0, serde_json::from_str(&read.1).unwrap_or_default())
+}
+
+/// An answer's item's lease token and status; `None` when it holds no item.
+fn token_and_status(answer: &serde_json::Value) -> Option<(String, String)> {
+    use idempotency::dynamodb::attr;
+    let item = answer.get("Item")?;
+    let text = |name: &str| item[name]["S"].as_str().unwrap_or_default().to_owned();
+    Some((text(attr::LEASE_TOKEN), text(attr::STATUS)))
+}
+
+/// The world's reading of an item's status (docs/design.md's States): a claim not finished.
+fn unfinished(status: &str) -> bool {
+    matches!(status, "IN_PROGRESS" | "ATTEMPTED")
 }
 
 /// The design's rule for an item's expiry, as the world reads the template: every write that
@@ -185,22 +206,10 @@ pub struct ExpiryRule {
 }
 
 impl ExpiryRule {
-    /// Judges the item `body`'s `UpdateItem` (applied) left behind.
-    fn judge(&self, engine: &Database, world: &Shared, body: &str) {
-        let Ok(request) = serde_json::from_str::<serde_json::Value>(body) else {
-            return;
-        };
-        let read = run(
-            engine,
-            "GetItem",
-            &serde_json::json!({
-                "TableName": request["TableName"],
-                "Key": request["Key"],
-                "ConsistentRead": true,
-            })
-            .to_string(),
-        );
-        let item = serde_json::from_str::<serde_json::Value>(&read.1).unwrap_or_default();
+    /// Judges the item `request`'s `UpdateItem` (applied) left behind, `read` as the engine
+    /// answered a read of it.
+    fn judge(&self, world: &Shared, request: &serde_json::Value, read: &(u16, serde_json::Value)) {
+        let item = &read.1;
         let key = request["Key"][idempotency::dynamodb::KEY_ATTRIBUTE]["S"]
             .as_str()
             .unwrap_or_default();
@@ -212,7 +221,7 @@ impl ExpiryRule {
         let latest = now_s + self.retention_s + self.slack_s;
         let problem = match expires {
             // Fail closed: a check that cannot read the table has judged nothing.
-            _ if read.0 != 200 => Some(format!("the world could not read the item: {}", read.1)),
+            _ if read.0 != 200 => Some(format!("the world could not read the item: {item}")),
             None if item["Item"].is_object() => Some("an item without an expiry".to_owned()),
             // The write's condition held, then the item was gone: nothing to judge.
             None => None,
@@ -279,11 +288,35 @@ impl Serve for SimConnector {
                     r#"{"__type":"com.amazonaws.dynamodb.v20120810#InternalServerError","message":"simulated"}"#,
                 ));
             }
+            // An update's item before and after it: the expiry it left is judged, and a claim
+            // that took over an unfinished one is told apart (its answer is lost more often).
+            let update = (operation == "UpdateItem")
+                .then(|| serde_json::from_str::<serde_json::Value>(&body).ok())
+                .flatten();
+            let before = update
+                .as_ref()
+                .filter(|_| f.lost_at_takeover_rate > 0.0)
+                .and_then(|request| {
+                    token_and_status(
+                        &read_item(&this.engine, &request["TableName"], &request["Key"]).1,
+                    )
+                });
             let (status, json) = run(&this.engine, &operation, &body);
-            if status == 200 && operation == "UpdateItem" {
-                this.expiry.judge(&this.engine, &this.world, &body);
+            let mut lost_rate = f.lost_rate;
+            if let Some(request) = update.as_ref().filter(|_| status == 200) {
+                let after = read_item(&this.engine, &request["TableName"], &request["Key"]);
+                this.expiry.judge(&this.world, request, &after);
+                let took_over = match (&before, token_and_status(&after.1)) {
+                    (Some((old, was)), Some((new, now))) => {
+                        unfinished(was) && now == "IN_PROGRESS" && *old != new
+                    }
+                    _ => false,
+                };
+                if took_over {
+                    lost_rate += f.lost_at_takeover_rate;
+                }
             }
-            if roll < f.throttle_rate + f.error_rate + f.lost_rate {
+            if roll < f.throttle_rate + f.error_rate + lost_rate {
                 this.world.count(|c| c.store_answers_lost += 1);
                 this.lost.lost(&body);
                 return Err(ConnectorError::io(

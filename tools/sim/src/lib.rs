@@ -765,6 +765,7 @@ impl Deployment {
                     error_rate: self.settings.store_error_rate,
                     lost_rate: self.settings.store_lost_rate,
                     throttle_rate: self.settings.store_slow_rate,
+                    lost_at_takeover_rate: self.settings.store_lost_at_takeover_rate,
                 };
                 let expiry = dynamodb::ExpiryRule {
                     clock: clock.clone(),

@@ -139,6 +139,11 @@ pub struct SimSettings {
     pub store_error_rate: f64,
     /// Share of store calls applied whose answer is lost.
     pub store_lost_rate: f64,
+    /// On the DynamoDB table, the share of claims taking over an unfinished claim whose answer
+    /// its HTTP layer loses, besides `store_lost_rate`: the client sends the claim again and
+    /// meets its own takeover, the one path where the store reads the attempt it took over back
+    /// from the item (at `store_lost_rate` alone the short seeds reached it 0 to 2 times).
+    pub store_lost_at_takeover_rate: f64,
     /// Share of store calls throttled, slowed up to the SDK's operation timeout.
     pub store_slow_rate: f64,
     /// Share of store calls for a record at the give-up's receive (Lambda containers only)
@@ -329,6 +334,7 @@ impl SimSettings {
             conflict_rate: 0.01,
             store_error_rate: 0.02,
             store_lost_rate: 0.02,
+            store_lost_at_takeover_rate: 0.2,
             store_slow_rate: 0.01,
             store_hang_at_give_up_rate: 0.0,
             charge_lost_rate: 0.03,

@@ -363,16 +363,20 @@ impl IdempotencyStore for SimStore {
         }
         if let Ok(Begin::Started { lease, .. }) = &result {
             let lost = lost || self.lost_below.take(request.key);
-            if world.fence.claimed(request.key, lease.token, granted_to) && lost {
-                world.faults.answers_lost_at_takeover += 1;
-            }
-            if world.fence.took_over(
+            // A lease its holder never ended, or an attempt it marked unfinished: either way
+            // the world's record says the key's latest claim is not done.
+            let cut_off = world.fence.claimed(request.key, lease.token, granted_to);
+            let took_over = world.fence.took_over(
                 request.key,
                 granted_to,
                 granted_at_ms,
                 self.holder.retention_ms,
-            ) {
+            );
+            if took_over {
                 world.faults.takeovers_owing_lookups += 1;
+            }
+            if (cut_off || took_over) && lost {
+                world.faults.answers_lost_at_takeover += 1;
             }
             world.fence.granted_payload(
                 request.key,

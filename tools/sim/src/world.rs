@@ -75,7 +75,8 @@ pub struct Faults {
     /// DLQ moves SQS failed for a record that gave up (`retries_exhausted`): the schedule's
     /// last receive meeting a failed move.
     pub dlq_failures_at_give_up: usize,
-    /// Claims that took over a lease its holder never finished, whose answer was lost.
+    /// Claims that took over a claim not finished (a lease its holder never ended, or an attempt
+    /// marked unfinished), whose answer was lost.
     pub answers_lost_at_takeover: usize,
     /// Records at their last receive whose container crashed after their charge and before
     /// its completion: SQS's redrive moves them without the function's reason.
@@ -169,7 +170,7 @@ impl Faults {
                 self.dlq_failures_at_give_up,
             ),
             (
-                "claims taking over an unfinished lease, answer lost",
+                "claims taking over an unfinished claim, answer lost",
                 self.answers_lost_at_takeover,
             ),
             (
