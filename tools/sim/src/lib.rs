@@ -911,6 +911,11 @@ async fn simulate(settings: SimSettings) -> Report {
         outage: window(settings.outage_ms, span_ms / 2..=span_ms),
         rotation: window(settings.rotation_ms, 0..=span_ms),
         lost_rate: settings.charge_lost_rate,
+        first_lost_on_the_way_every: if settings.store == StoreKind::DynamoDb {
+            settings.first_charge_lost_on_the_way_every
+        } else {
+            0
+        },
         pending_rate: settings.pending_rate,
         slow_rate: settings.slow_rate,
         lookup_error_rate: settings.lookup_error_rate,

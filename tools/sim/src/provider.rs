@@ -69,6 +69,17 @@ pub struct Ledger {
     /// theirs may stay away the design's 15 minutes, since the function stops calling for the
     /// rest of an invocation so refused.
     pub refused_callers: HashSet<crate::world::HolderId>,
+    /// Keys whose first charge request was lost on the way, before it arrived.
+    lost_on_the_way: HashSet<String>,
+}
+
+/// Whether `key`'s first charge request is one lost on the way: a hash of the key (FNV-1a),
+/// so that the random stream, and every other draw of a seed, is the same as without it.
+fn lost_on_the_way(key: &str, every: u64) -> bool {
+    let hash = key.bytes().fold(0xcbf2_9ce4_8422_2325_u64, |hash, byte| {
+        (hash ^ u64::from(byte)).wrapping_mul(0x0100_0000_01b3)
+    });
+    every > 0 && hash % every == 0
 }
 
 /// A look-up that answered and left the question open.
@@ -122,6 +133,9 @@ pub struct ProviderSettings {
     pub brownout: (u64, u64),
     /// Share of answers lost after the charge was made.
     pub lost_rate: f64,
+    /// One key in this many (by [`lost_on_the_way`]) has its first charge request lost before
+    /// it arrives; 0: none.
+    pub first_lost_on_the_way_every: u64,
     /// Share of charges answered pending.
     pub pending_rate: f64,
     /// Share of charges slower than the client's timeout.
@@ -393,6 +407,19 @@ impl PaymentGateway for Provider {
             });
             return self.say(ChargeAnswer::KeyRotated, key, request.amount);
         }
+        if lost_on_the_way(key, self.settings.first_lost_on_the_way_every)
+            && self.ledger().lost_on_the_way.insert(key.to_owned())
+        {
+            self.world.count(|f| f.charges_lost_on_the_way += 1);
+            self.world.tell(key, || {
+                "provider charge: the request was lost on the way, never arrived".into()
+            });
+            tokio::time::sleep(Duration::from_millis(self.settings.client_timeout_ms)).await;
+            return Err(PaymentError::Ambiguous {
+                reason: "simulated: timed out after sending, the request never arrived".into(),
+                source: None,
+            });
+        }
         let amount = request.amount;
         let arrival = self.arrive(key, amount, self.clock.now_ms());
         let amount = format!("{} {}", amount.minor, amount.currency);
@@ -467,6 +494,7 @@ impl PaymentGateway for Provider {
         let sim_ms = self.sim_ms();
         if (self.settings.brownout.0..self.settings.brownout.1).contains(&sim_ms) {
             tokio::time::sleep(Duration::from_millis(self.settings.client_timeout_ms)).await;
+            self.world.count(|f| f.lookup_errors += 1);
             self.world.tell(key, || {
                 "provider look-up: the client timed out (brownout)".into()
             });

@@ -50,11 +50,13 @@ pub struct Faults {
     pub fenced_writes: usize,
     /// Charges made whose answer was lost.
     pub charge_answers_lost: usize,
+    /// First charge requests lost on the way, before the provider saw them.
+    pub charges_lost_on_the_way: usize,
     /// Charges answered "pending".
     pub pending_charges: usize,
     /// Charges slower than the payment timeout.
     pub slow_charges: usize,
-    /// Look-ups that failed.
+    /// Look-ups that failed: a 503, or the client's timeout in a brownout.
     pub lookup_errors: usize,
     /// Provider calls refused during the outage.
     pub outage_refusals: usize,
@@ -107,6 +109,7 @@ impl Faults {
         self.store_throttled += other.store_throttled;
         self.fenced_writes += other.fenced_writes;
         self.charge_answers_lost += other.charge_answers_lost;
+        self.charges_lost_on_the_way += other.charges_lost_on_the_way;
         self.pending_charges += other.pending_charges;
         self.slow_charges += other.slow_charges;
         self.lookup_errors += other.lookup_errors;
@@ -130,7 +133,7 @@ impl Faults {
     }
 
     /// Each kind with its count, for tables.
-    pub fn rows(&self) -> [(&'static str, usize); 26] {
+    pub fn rows(&self) -> [(&'static str, usize); 27] {
         [
             ("crashes", self.crashes),
             ("store errors", self.store_errors),
@@ -145,6 +148,10 @@ impl Faults {
                 self.fenced_writes,
             ),
             ("charge answers lost", self.charge_answers_lost),
+            (
+                "first charge requests lost on the way",
+                self.charges_lost_on_the_way,
+            ),
             ("pending charges", self.pending_charges),
             ("charges slower than the payment timeout", self.slow_charges),
             ("look-up errors", self.lookup_errors),

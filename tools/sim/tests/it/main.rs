@@ -160,7 +160,7 @@ fn fixed_seeds_on(
     assert!(faults.crashes > 0 && faults.store_answers_lost > 0 && faults.charge_answers_lost > 0);
     // On the DynamoDB store a claim's answer is lost below the store's client, whose retry
     // meets its own write: a takeover whose first answer was lost still counts, and the store
-    // reads the attempt it took over back from the item (60 to 245 in each profile's short
+    // reads the attempt it took over back from the item (207 to 940 in each profile's fixed
     // seeds with `store_lost_at_takeover_rate`; 0 to 2 at the common rate alone).
     if store == StoreKind::DynamoDb {
         assert!(
@@ -169,6 +169,13 @@ fn fixed_seeds_on(
         );
     }
     assert!(faults.slow_charges > 0 && faults.pending_charges > 0 && faults.lookup_errors > 0);
+    // On the DynamoDB store one order in 16 has its first charge request lost on the way: its
+    // next copy's look-up finds nothing inside the key window (33 to 101 a profile).
+    assert_eq!(
+        faults.charges_lost_on_the_way > 0,
+        store == StoreKind::DynamoDb,
+        "first charge requests lost on the way: {faults:?}"
+    );
     // Every write the DynamoDB table applied had its item's expiry judged (1,722 to 5,041 in
     // these profiles' short seeds); the in-memory table keeps its expiry out of sight.
     assert_eq!(
