@@ -133,8 +133,8 @@ pub struct ProviderSettings {
     pub brownout: (u64, u64),
     /// Share of answers lost after the charge was made.
     pub lost_rate: f64,
-    /// One key in this many (by [`lost_on_the_way`]) has its first charge request lost before
-    /// it arrives; 0: none.
+    /// One key in this many (by an FNV-1a hash of the key) has its first charge request lost
+    /// before it arrives; 0: none.
     pub first_lost_on_the_way_every: u64,
     /// Share of charges answered pending.
     pub pending_rate: f64,
