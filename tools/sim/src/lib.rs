@@ -1126,7 +1126,7 @@ fn fifo_breaches<'m>(
         let holds = if batch_scope {
             reported || moved_as(m).is_some()
         } else {
-            let failed_move = queue.failed_moves.get(&(m.payload, m.receive_count));
+            let failed_move = queue.failed_move(m.payload, m.receive_count, &m.id);
             moved_as(m) == Some(GIVEN_UP)
                 || (reported && failed_move.is_none_or(|reason| reason == GIVEN_UP))
         };

@@ -156,8 +156,10 @@ pub struct Queue {
     /// and no copy of them had reached the DLQ: (payload, what was seen).
     pub deleted_undecided: Vec<(usize, String)>,
     /// The function's moves to the DLQ that failed, by (payload, the receive its failure note
-    /// names): the reason the note gave.
-    pub failed_moves: HashMap<(usize, u32), String>,
+    /// names): the reason the note gave, and the message moved when the queue still held it.
+    /// A week-later redrive sends the same payload again under a new message id, whose receive
+    /// counts start over: the id tells a copy's failed move from its original's.
+    pub failed_moves: HashMap<(usize, u32), (String, Option<String>)>,
     /// Every move to the DLQ the function tried, by (payload, the receive its failure note
     /// names), whether SQS took it, dropped it as a FIFO duplicate, or failed it.
     pub moves_tried: HashSet<(usize, u32)>,
@@ -335,7 +337,7 @@ impl Queue {
                 .copied();
             if let Some((container, reason)) = retried
                 && !world.lock().crashed.contains(&container)
-                && !self.failed_moves.contains_key(&(message.payload, last))
+                && failed_move(&self.failed_moves, message.payload, last, &message.id).is_none()
             {
                 self.kept_past_give_up.push((
                     message.payload,
@@ -432,6 +434,13 @@ impl Queue {
     }
 
     /// The message a copy in the DLQ came from, by its payload attribute.
+    /// The reason of `message`'s (of `payload`) failed move at `receive`, if one failed: a
+    /// failed move of another message with the same payload (a redriven copy's original) is
+    /// not its.
+    pub(crate) fn failed_move(&self, payload: usize, receive: u32, message: &str) -> Option<&str> {
+        failed_move(&self.failed_moves, payload, receive, message)
+    }
+
     pub(crate) fn payload_of(&self, attributes: &Attrs) -> Option<usize> {
         attributes
             .get(PAYLOAD_ATTRIBUTE)?
@@ -463,4 +472,17 @@ impl Queue {
     pub fn is_fifo(&self) -> bool {
         self.fifo
     }
+}
+
+/// `Queue::failed_move` over the map alone, for a caller that holds a message mutably.
+fn failed_move<'a>(
+    moves: &'a HashMap<(usize, u32), (String, Option<String>)>,
+    payload: usize,
+    receive: u32,
+    message: &str,
+) -> Option<&'a str> {
+    moves
+        .get(&(payload, receive))
+        .filter(|(_, moved)| moved.as_deref().is_none_or(|id| id == message))
+        .map(|(reason, _)| reason.as_str())
 }

@@ -444,7 +444,13 @@ impl SimSqs {
                         failure_receive_count(&attributes),
                         failure_reason(&attributes),
                     ) {
-                        queue.failed_moves.insert((payload, receive), reason);
+                        let moved = queue
+                            .message_of(payload, Some(receive))
+                            .filter(|m| m.receive_count == receive)
+                            .map(|m| m.id.clone());
+                        queue
+                            .failed_moves
+                            .insert((payload, receive), (reason, moved));
                     }
                 }
                 self.world.count(|f| {
