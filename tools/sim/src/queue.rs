@@ -433,7 +433,6 @@ impl Queue {
         count
     }
 
-    /// The message a copy in the DLQ came from, by its payload attribute.
     /// The reason of `message`'s (of `payload`) failed move at `receive`, if one failed: a
     /// failed move of another message with the same payload (a redriven copy's original) is
     /// not its.
@@ -441,6 +440,7 @@ impl Queue {
         failed_move(&self.failed_moves, payload, receive, message)
     }
 
+    /// The message a copy in the DLQ came from, by its payload attribute.
     pub(crate) fn payload_of(&self, attributes: &Attrs) -> Option<usize> {
         attributes
             .get(PAYLOAD_ATTRIBUTE)?
