@@ -486,3 +486,29 @@ fn failed_move<'a>(
         .filter(|(_, moved)| moved.as_deref().is_none_or(|id| id == message))
         .map(|(reason, _)| reason.as_str())
 }
+
+#[cfg(test)]
+mod failed_move_tests {
+    use super::*;
+
+    /// A redriven copy carries its original's payload and starts its receives over: the
+    /// original's failed move at the same receive is not the copy's (seed 32 of the
+    /// million-order run on the DynamoDB store judged a RETRY as a failed POISON move so).
+    #[test]
+    fn a_failed_move_is_the_moved_message_s_alone() {
+        let mut moves = HashMap::new();
+        moves.insert(
+            (1, 3),
+            ("needs_reconciliation".to_owned(), Some("m-1".to_owned())),
+        );
+        moves.insert((2, 3), ("payment_rejected".to_owned(), None));
+        assert_eq!(
+            failed_move(&moves, 1, 3, "m-1"),
+            Some("needs_reconciliation")
+        );
+        assert_eq!(failed_move(&moves, 1, 3, "m-9"), None);
+        assert_eq!(failed_move(&moves, 1, 4, "m-1"), None);
+        // A move whose message the queue no longer held is anyone's with that payload.
+        assert_eq!(failed_move(&moves, 2, 3, "m-9"), Some("payment_rejected"));
+    }
+}
