@@ -8,7 +8,8 @@ mod email_once;
 use sim::{DIALECTS, Dialect, MUTATIONS, Report, SimSettings, StoreKind, run};
 
 /// Orders per seed of the fixed runs; seeds per profile (four profiles: 20,000 orders). Sized
-/// for about a minute of `make test` on two cores; `make sim` is the long run.
+/// for the simulator's share of `make test` to stay under two minutes on two cores (docs/design.md,
+/// "In `make test`"); `make sim` is the long run.
 const ORDERS: usize = 1_000;
 const SEEDS: u64 = 5;
 /// Seeds of the operators' profiles (`lowered`, `archived`).
