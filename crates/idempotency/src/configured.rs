@@ -10,6 +10,17 @@ use crate::{
     store::Begin, store::ClaimRequest, store::Lease,
 };
 
+/// Variables that say the process is one of many consuming the same queue: Lambda, ECS (both
+/// metadata versions' variables), and Kubernetes (EKS), which sets its API's address in every
+/// pod. Where one is set, a store in one process's memory lets a duplicate delivered to another
+/// run again.
+const SHARED_RUNTIMES: [&str; 4] = [
+    "AWS_LAMBDA_FUNCTION_NAME",
+    "ECS_CONTAINER_METADATA_URI_V4",
+    "ECS_CONTAINER_METADATA_URI",
+    "KUBERNETES_SERVICE_HOST",
+];
+
 /// DynamoDB or memory, as [`ConfiguredStore::from_env`] finds them set, with the lease settings
 /// (`IDEMPOTENCY_LEASE_SECONDS`, `IDEMPOTENCY_LEASE_MARGIN_MS`) that [`crate::once()`](fn@crate::once) leases its
 /// claims by.
@@ -111,19 +122,25 @@ impl ConfiguredStore {
     /// `IDEMPOTENCY_DISABLED`, refused where a duplicate is real: a switch copied from a test
     /// setup into a deployment must stop it at start-up, not charge twice.
     fn disabled(env: &Env<'_>) -> Result<bool, EnvError> {
-        if !env.flag("IDEMPOTENCY_DISABLED", false)? {
-            return Ok(false);
-        }
-        for deployed in ["AWS_LAMBDA_FUNCTION_NAME", "ECS_CONTAINER_METADATA_URI_V4"] {
-            if env.text(deployed).is_some() {
-                return Err(EnvError::invalid(
-                    "IDEMPOTENCY_DISABLED",
-                    "true",
-                    format!(
-                        "unset where {deployed} is set: idempotency is off only on a developer's machine"
-                    ),
-                ));
+        // Powertools' name is honoured too, so a team moving from it keeps its test setup.
+        let mut switch = None;
+        for var in ["IDEMPOTENCY_DISABLED", "POWERTOOLS_IDEMPOTENCY_DISABLED"] {
+            if env.flag(var, false)? {
+                switch = Some(var);
+                break;
             }
+        }
+        let Some(switch) = switch else {
+            return Ok(false);
+        };
+        if let Some(deployed) = SHARED_RUNTIMES.iter().find(|var| env.text(var).is_some()) {
+            return Err(EnvError::invalid(
+                switch,
+                "true",
+                format!(
+                    "unset where {deployed} is set: idempotency is off only on a developer's machine"
+                ),
+            ));
         }
         Ok(true)
     }
@@ -135,15 +152,21 @@ impl ConfiguredStore {
         if settings.table.is_some() {
             return Ok(settings);
         }
-        let in_lambda = env.text("AWS_LAMBDA_FUNCTION_NAME").is_some();
-        if in_lambda && !env.flag("IDEMPOTENCY_IN_MEMORY", false)? {
-            return Err(EnvError::invalid(
-                "IDEMPOTENCY_TABLE",
-                "",
-                "a table name inside Lambda (or IDEMPOTENCY_IN_MEMORY=true for a local emulator)",
-            ));
+        let Some(shared) = SHARED_RUNTIMES.iter().find(|var| env.text(var).is_some()) else {
+            return Ok(settings);
+        };
+        if env.flag("IDEMPOTENCY_IN_MEMORY", false)? {
+            return Ok(settings);
         }
-        Ok(settings)
+        Err(EnvError::invalid(
+            "IDEMPOTENCY_TABLE",
+            "",
+            format!(
+                "a table name where {shared} is set (many processes consume one queue there, and \
+                 each would keep keys of its own), or IDEMPOTENCY_IN_MEMORY=true to keep them in \
+                 this process on purpose (a local emulator)"
+            ),
+        ))
     }
 }
 
@@ -259,6 +282,31 @@ mod tests {
         assert!(settings(&bad).is_err());
     }
 
+    /// On ECS or EKS, as in Lambda, many processes consume one queue: a store in one process's
+    /// memory would let each run a duplicate again, so a missing table stops start-up there too,
+    /// unless memory is asked for by name.
+    #[test]
+    fn ecs_and_eks_without_a_table_are_refused_unless_memory_is_asked_for() {
+        for deployed in [
+            "ECS_CONTAINER_METADATA_URI_V4",
+            "ECS_CONTAINER_METADATA_URI",
+            "KUBERNETES_SERVICE_HOST",
+        ] {
+            let refused = settings(&[(deployed, "x")])
+                .expect_err(deployed)
+                .to_string();
+            assert!(
+                refused.starts_with("IDEMPOTENCY_TABLE=")
+                    && refused.contains(deployed)
+                    && refused.contains("IDEMPOTENCY_IN_MEMORY"),
+                "{refused}"
+            );
+            let asked = [(deployed, "x"), ("IDEMPOTENCY_IN_MEMORY", "true")];
+            assert_eq!(settings(&asked).expect(deployed).table, None);
+        }
+        assert_eq!(settings(&[]).expect("a developer's machine").table, None);
+    }
+
     fn disabled(vars: &'static [(&'static str, &'static str)]) -> Result<bool, EnvError> {
         ConfiguredStore::disabled(&Env::new(move |name| {
             vars.iter()
@@ -290,6 +338,25 @@ mod tests {
             );
         }
         assert!(disabled(&[("IDEMPOTENCY_DISABLED", "maybe")]).is_err());
+    }
+
+    /// Powertools' `POWERTOOLS_IDEMPOTENCY_DISABLED` works as `IDEMPOTENCY_DISABLED` does, and is
+    /// refused where it is: on EKS too.
+    #[test]
+    fn the_powertools_switch_is_an_alias_refused_where_duplicates_are_real() {
+        assert!(disabled(&[("POWERTOOLS_IDEMPOTENCY_DISABLED", "1")]).unwrap());
+        assert!(!disabled(&[("POWERTOOLS_IDEMPOTENCY_DISABLED", "false")]).unwrap());
+        let refused = disabled(&[
+            ("POWERTOOLS_IDEMPOTENCY_DISABLED", "true"),
+            ("KUBERNETES_SERVICE_HOST", "10.0.0.1"),
+        ])
+        .unwrap_err()
+        .to_string();
+        assert!(
+            refused.starts_with("POWERTOOLS_IDEMPOTENCY_DISABLED=")
+                && refused.contains("KUBERNETES_SERVICE_HOST"),
+            "{refused}"
+        );
     }
 
     /// Disabled, a duplicate runs again: every claim starts, fresh, and nothing is kept.

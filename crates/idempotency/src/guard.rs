@@ -48,8 +48,8 @@
 use std::future::Future;
 
 use super::{
-    Fingerprint, IdempotencyStore, LeasePolicy, StoreError, store::Begin, store::ClaimRequest,
-    store::Lease, store::LeaseToken, store::PriorAttempt,
+    Fingerprint, IdempotencyStore, InvalidClaim, LeasePolicy, StoreError, store::Begin,
+    store::ClaimRequest, store::Lease, store::LeaseToken, store::PriorAttempt,
 };
 use crate::store::lease_end;
 use lambda_kit::{Clock, mutation};
@@ -306,6 +306,9 @@ pub enum Guarded<T, E> {
     Store(StoreError),
     /// The lease was taken over before the outcome was recorded; the new holder finishes.
     LeaseLost,
+    /// The claim cannot be asked for (an empty key): nothing was claimed or done, and no
+    /// redelivery changes that.
+    Invalid(InvalidClaim),
 }
 
 /// A guarded run's outcome, with what the log needs.
@@ -384,6 +387,9 @@ where
     C: Clock,
     W: GuardedWork,
 {
+    // Another record of the batch with this key finishes first: this one then meets its
+    // result, not its live claim.
+    let _turn = key_turn(claim.key).await;
     let (lease, prior) = match claim_key(store, clock, policy, claim, work).await {
         Ok(held) => held,
         Err(unclaimed) => {
@@ -395,6 +401,7 @@ where
                     Unclaimed::Conflict => Guarded::Conflict,
                     Unclaimed::Rejected => Guarded::Rejected,
                     Unclaimed::Store(e) => Guarded::Store(e),
+                    Unclaimed::Invalid(invalid) => Guarded::Invalid(invalid),
                 },
                 lease: None,
                 prior: None,
@@ -423,7 +430,26 @@ pub(crate) enum Unclaimed<T> {
     Rejected,
     /// The store failed.
     Store(StoreError),
+    /// Not asked for: the key cannot be claimed.
+    Invalid(InvalidClaim),
 }
+
+/// Holds `key` against the other records of the `sqs_batch` processor running this one
+/// (`sqs_batch::processor::key_turn`), until dropped. Without `sqs-batch` there is no batch.
+#[cfg(feature = "sqs-batch")]
+pub(crate) async fn key_turn(key: &str) -> sqs_batch::processor::KeyTurn {
+    sqs_batch::processor::key_turn(key).await
+}
+
+/// Without `sqs-batch` no processor runs records side by side: a turn that holds nothing.
+#[cfg(not(feature = "sqs-batch"))]
+pub(crate) async fn key_turn(_key: &str) -> NoTurn {
+    NoTurn
+}
+
+/// What [`key_turn`] holds without `sqs-batch`: nothing.
+#[cfg(not(feature = "sqs-batch"))]
+pub(crate) struct NoTurn;
 
 /// The claim: the lease and the earlier attempt it took over, or what came of the key when it
 /// could not be claimed.
@@ -439,6 +465,9 @@ where
     C: Clock,
     W: GuardedWork,
 {
+    if claim.key.is_empty() {
+        return Err(Unclaimed::Invalid(InvalidClaim::EmptyKey));
+    }
     let now_ms = clock.now_ms();
     let begun = store
         .begin(&ClaimRequest {

@@ -328,20 +328,45 @@ impl StoreSettings {
     }
 }
 
-/// A store failure. Every one of them means RETRY for the record, and so does any variant added
-/// later (a match outside this crate needs a wildcard arm).
+/// Why a claim was not even asked for: the key or the payload cannot be guarded, and no
+/// redelivery of the same record changes that, so it is POISON, never a store outage to retry.
 ///
 /// # Example
 ///
 /// ```
-/// use idempotency::{MemoryStore, Outcome, StoreError, once};
+/// use idempotency::{InvalidClaim, MemoryStore, Outcome, once};
 ///
 /// # tokio::runtime::Builder::new_current_thread().enable_time().build().unwrap().block_on(async {
 /// let store = MemoryStore::default();
 /// let answer = once(&store, "", &"payload", || async { Ok::<_, String>(()) }).await;
-/// assert!(matches!(answer, Outcome::Store(StoreError::Payload(_))), "an empty key claims nothing");
+/// assert!(matches!(answer, Outcome::Invalid(InvalidClaim::EmptyKey)), "an empty key claims nothing");
 /// # });
 /// ```
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum InvalidClaim {
+    /// The key is empty (a field the caller reads from the payload, missing): every record
+    /// without one would share one item, each later one a duplicate of the first.
+    #[error("the idempotency key is empty: every record without one would share one item")]
+    EmptyKey,
+    /// The payload has no JSON form to fingerprint ([`Fingerprint::of_json`]: a map whose keys
+    /// are not strings, say).
+    #[error("the payload cannot be fingerprinted: {0}")]
+    Payload(String),
+}
+
+impl InvalidClaim {
+    /// A short, stable code for logs and verdicts: `invalid_key` or `invalid_payload`.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            Self::EmptyKey => "invalid_key",
+            Self::Payload(_) => "invalid_payload",
+        }
+    }
+}
+
+/// A store failure. Every one of them means RETRY for the record, and so does any variant added
+/// later (a match outside this crate needs a wildcard arm).
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum StoreError {
@@ -356,10 +381,6 @@ pub enum StoreError {
     /// An item that does not have the shape this code writes.
     #[error("a stored item is malformed: {0}")]
     Malformed(String),
-    /// The payload has no JSON form to fingerprint ([`Fingerprint::of_json`]: a map whose keys
-    /// are not strings, say): nothing was claimed.
-    #[error("the payload cannot be fingerprinted: {0}")]
-    Payload(String),
 }
 
 /// A store of claims: the core a store author implements, three primitives (claim, complete,

@@ -46,7 +46,7 @@ use serde::Serialize;
 #[cfg(doc)]
 use crate::LeasePolicy;
 use crate::guard::{self, Claim, Effect, Failed, Found, GuardPolicy, GuardedWork, Unclaimed};
-use crate::{Fingerprint, IdempotencyStore, StoreError};
+use crate::{Fingerprint, IdempotencyStore, InvalidClaim, StoreError};
 
 /// What came of [`once`]: the work's own words, none of the look-up layer's
 /// ([`guard::Guarded`] is [`guard::run`]'s).
@@ -86,6 +86,9 @@ pub enum Outcome<T, E> {
     Failed(E),
     /// A store call failed: whether the work ran is not known for sure.
     Store(StoreError),
+    /// The key or the payload cannot be guarded (an empty key, a payload with no JSON form):
+    /// nothing was claimed and the work did not run, and no redelivery changes that.
+    Invalid(InvalidClaim),
     /// The work ran, but its claim had run out and was taken over before the completion was
     /// recorded: the new holder runs it again.
     LeaseLost,
@@ -142,9 +145,9 @@ where
     // every such record shares, each later one a duplicate of the first: refused, as
     // Powertools' `raise_on_no_idempotency_key`, before any claim.
     let fingerprint = if key.is_empty() {
-        Err("the idempotency key is empty: every record without one would share one item".into())
+        Err(InvalidClaim::EmptyKey)
     } else {
-        Fingerprint::of_json(payload).map_err(|e| e.to_string())
+        Fingerprint::of_json(payload).map_err(|e| InvalidClaim::Payload(e.to_string()))
     };
     Once {
         store,
@@ -165,7 +168,7 @@ where
 pub struct Once<'a, S, F, C = SystemClock, K = DiscardOutput> {
     store: &'a S,
     key: &'a str,
-    fingerprint: Result<Fingerprint, String>,
+    fingerprint: Result<Fingerprint, InvalidClaim>,
     work: F,
     clock: C,
     /// `None`: the store's lease settings, else the default's.
@@ -322,7 +325,7 @@ impl<'a, S, F, C, K> Once<'a, S, F, C, K> {
         Box::pin(async move {
             let fingerprint = match self.fingerprint {
                 Ok(fingerprint) => fingerprint,
-                Err(why) => return Outcome::Store(StoreError::Payload(why)),
+                Err(invalid) => return Outcome::Invalid(invalid),
             };
             let current = current_record();
             let deadline_ms = self
@@ -337,6 +340,9 @@ impl<'a, S, F, C, K> Once<'a, S, F, C, K> {
                 .unwrap_or_else(|| GuardPolicy::new(self.store.lease_policy().unwrap_or_default()));
             let claim = Claim::new(self.key, fingerprint, self.message_id, deadline_ms)
                 .with_earlier_attempt_ms(earlier_attempt_ms);
+            // Another record of the batch with this key finishes first: this one then meets
+            // its result, not its live claim.
+            let _turn = guard::key_turn(self.key).await;
             let work = Closure {
                 work: &self.work,
                 keep,
@@ -381,6 +387,7 @@ where
         Err(Unclaimed::Busy { until_ms }) => return Outcome::Busy { until_ms },
         Err(Unclaimed::Conflict | Unclaimed::Rejected) => return Outcome::Conflict,
         Err(Unclaimed::Store(e)) => return Outcome::Store(e),
+        Err(Unclaimed::Invalid(invalid)) => return Outcome::Invalid(invalid),
     };
     match work.perform().await {
         Ok(output) => {
@@ -583,10 +590,9 @@ mod tests {
         for email in ["a@b.c", "d@e.f"] {
             let payload = Welcome { user_id: "", email };
             let answer = once(&store, "", &payload, work).await;
-            let Outcome::Store(StoreError::Payload(why)) = answer else {
+            let Outcome::Invalid(InvalidClaim::EmptyKey) = answer else {
                 panic!("an empty key is refused, got {answer:?}");
             };
-            assert!(why.contains("key is empty"), "{why}");
         }
         assert_eq!(runs.load(Ordering::SeqCst), 0, "the work never ran");
         assert!(matches!(
@@ -843,7 +849,7 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn a_payload_with_no_json_form_is_a_store_error_and_runs_nothing() {
+    async fn a_payload_with_no_json_form_is_invalid_and_runs_nothing() {
         let store = MemoryStore::default();
         let unwritable: BTreeMap<(u8, u8), u8> = [((1, 2), 3)].into();
         let runs = AtomicUsize::new(0);
@@ -853,7 +859,7 @@ mod tests {
         })
         .await;
         assert!(
-            matches!(outcome, Outcome::Store(StoreError::Payload(_))),
+            matches!(outcome, Outcome::Invalid(InvalidClaim::Payload(_))),
             "{outcome:?}"
         );
         assert_eq!(runs.load(Ordering::SeqCst), 0);

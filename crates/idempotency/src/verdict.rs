@@ -5,8 +5,14 @@ use std::fmt::Display;
 
 use sqs_batch::Verdict;
 
+use crate::InvalidClaim;
 use crate::guard::{Effect, Guarded, Unsettled};
 use crate::once::Outcome;
+
+/// A claim that could not be asked for: no redelivery can fix the record.
+fn invalid_verdict(invalid: &InvalidClaim) -> Verdict {
+    Verdict::poison(invalid.reason()).with_detail(invalid.to_string())
+}
 
 impl<T, E: Display> Guarded<T, E> {
     /// The verdict for the record whose work this guarded: acknowledged only when the work is
@@ -28,6 +34,7 @@ impl<T, E: Display> Guarded<T, E> {
     /// | `NeedsReconciliation` | RETRY, why as detail | `needs_reconciliation` |
     /// | `Store` | RETRY, the error chain as detail | `store_unavailable` |
     /// | `LeaseLost` | RETRY | `lease_lost` |
+    /// | `Invalid` | POISON, why as detail | `invalid_key`, `invalid_payload` |
     ///
     /// A work whose own errors can be final (an address the provider refuses) matches that
     /// error first and calls this for the rest.
@@ -54,6 +61,7 @@ impl<T, E: Display> Guarded<T, E> {
                 Verdict::retry("store_unavailable").with_detail(lambda_kit::error_chain(&error))
             }
             Self::LeaseLost => Verdict::retry("lease_lost"),
+            Self::Invalid(invalid) => invalid_verdict(&invalid),
         }
     }
 }
@@ -73,6 +81,7 @@ impl<T, E: Display> Outcome<T, E> {
     /// | `Failed` | RETRY, the error as detail | `failed` |
     /// | `Store` | RETRY, the error chain as detail | `store_unavailable` |
     /// | `LeaseLost` | RETRY | `lease_lost` |
+    /// | `Invalid` | POISON, why as detail | `invalid_key`, `invalid_payload` |
     ///
     /// ```
     /// use idempotency::Outcome;
@@ -93,6 +102,7 @@ impl<T, E: Display> Outcome<T, E> {
                 Verdict::retry("store_unavailable").with_detail(lambda_kit::error_chain(&error))
             }
             Self::LeaseLost => Verdict::retry("lease_lost"),
+            Self::Invalid(invalid) => invalid_verdict(&invalid),
         }
     }
 }
@@ -149,6 +159,75 @@ mod tests {
                 "{label}"
             );
         }
+    }
+
+    /// Two records with one key in one batch (a producer's send retried): the second waits
+    /// for the first and sees its result, a duplicate to acknowledge, instead of meeting its
+    /// live claim and coming back after the lease. The work runs once.
+    #[tokio::test]
+    async fn two_records_of_one_key_in_one_batch_run_one_after_the_other() {
+        use sqs_batch::edge::{Message, QueueKind};
+        use sqs_batch::{BatchOptions, BatchProcessor, RecordHandler, processor::RecordContext};
+        use std::sync::atomic::{AtomicUsize, Ordering};
+
+        struct Welcome<'a> {
+            store: &'a crate::MemoryStore,
+            runs: &'a AtomicUsize,
+        }
+        impl RecordHandler for Welcome<'_> {
+            async fn handle(&self, message: &Message<'_>, _: RecordContext) -> Verdict {
+                let work = || async {
+                    self.runs.fetch_add(1, Ordering::SeqCst);
+                    // Long enough for the other record to reach its claim meanwhile.
+                    for _ in 0..10 {
+                        tokio::task::yield_now().await;
+                    }
+                    Ok::<_, String>(())
+                };
+                crate::once(self.store, message.body, &message.body, work)
+                    .await
+                    .into_verdict()
+            }
+        }
+        let (store, runs) = (crate::MemoryStore::default(), AtomicUsize::new(0));
+        let processor = BatchProcessor::new(
+            Welcome {
+                store: &store,
+                runs: &runs,
+            },
+            lambda_kit::SystemClock,
+            BatchOptions::default(),
+        );
+        let batch = [Message::new("m-1", "u-1"), Message::new("m-2", "u-1")];
+        let deadline_ms = lambda_kit::Clock::now_ms(&lambda_kit::SystemClock) + 60_000;
+        let report = processor
+            .process(&batch, QueueKind::Standard, deadline_ms)
+            .await;
+        assert_eq!(
+            report.failed_ids(&batch).count(),
+            0,
+            "{:?}",
+            report.statuses
+        );
+        assert_eq!(report.reasons(), [("done", 1), ("duplicate", 1)]);
+        assert_eq!(runs.load(Ordering::SeqCst), 1);
+    }
+
+    /// An empty key is POISON at its first receive, with its reason: no redelivery can give the
+    /// record a key, and a RETRY would spend every receive as a "store outage" on the way to the
+    /// DLQ.
+    #[tokio::test]
+    async fn an_empty_key_is_poison_with_its_reason_not_a_store_outage() {
+        let store = crate::MemoryStore::default();
+        let verdict = crate::once(&store, "", &"payload", || async { Ok::<_, String>(()) })
+            .await
+            .into_verdict();
+        assert_eq!(
+            (verdict.outcome, verdict.reason),
+            (Outcome::Poison, "invalid_key")
+        );
+        let detail = verdict.detail.expect("the reason's detail");
+        assert!(detail.contains("key is empty"), "{detail}");
     }
 
     #[test]

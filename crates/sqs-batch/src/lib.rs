@@ -92,6 +92,7 @@ pub mod visibility;
 pub mod worker;
 
 mod batch;
+mod turns;
 
 // The root holds what a handler's author meets first; the rest is in its module (edge,
 // processor, backoff, dead_letter, typed), imported here privately so that `crate::` paths

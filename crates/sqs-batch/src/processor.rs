@@ -50,6 +50,8 @@ use tracing::{info, warn};
 use lambda_kit::{Clock, Env, EnvError};
 
 use crate::edge::{Message, QueueKind};
+pub use crate::turns::KeyTurn;
+use crate::turns::KeyTurns;
 
 /// The processor with the ports around it (visibility backoff, DLQ moves), for a batch built by
 /// hand or an invocation's payload.
@@ -566,6 +568,29 @@ pub const ABANDONED: &str = "abandoned";
 
 tokio::task_local! {
     static CURRENT: Current;
+    /// The keys held by the running records of the processor handling this one.
+    static TURNS: Arc<KeyTurns>;
+}
+
+/// Waits until no other record of the processor running this one holds `key`, then holds it
+/// until the turn is dropped: records naming the same business key (a producer's send retried,
+/// delivered twice in one batch) do their keyed work one after the other, so the second sees
+/// the first's result instead of its live claim. Outside a [`BatchProcessor`] it holds nothing.
+/// `idempotency`'s claims take it on their own.
+///
+/// ```
+/// use sqs_batch::processor::key_turn;
+///
+/// # tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(async {
+/// let turn = key_turn("u-1").await; // outside a processor: at once, holding nothing
+/// drop(turn);
+/// # });
+/// ```
+pub async fn key_turn(key: &str) -> KeyTurn {
+    match TURNS.try_with(Arc::clone) {
+        Ok(turns) => turns.take(key).await,
+        Err(_) => KeyTurn::none(),
+    }
 }
 
 /// The record a [`BatchProcessor`] is handling, as the code its handler runs can know it
@@ -645,6 +670,8 @@ pub struct BatchProcessor<H, C> {
     abandoning: AtomicBool,
     /// Wakes the running records when `abandoning` is set.
     abandon: Notify,
+    /// The business keys its running records hold ([`key_turn`]).
+    turns: Arc<KeyTurns>,
 }
 
 impl<H: Clone, C: Clone> Clone for BatchProcessor<H, C> {
@@ -658,6 +685,7 @@ impl<H: Clone, C: Clone> Clone for BatchProcessor<H, C> {
             stopping: AtomicBool::new(false),
             abandoning: AtomicBool::new(false),
             abandon: Notify::new(),
+            turns: Arc::default(),
         }
     }
 }
@@ -672,6 +700,7 @@ impl<H: RecordHandler, C: Clock> BatchProcessor<H, C> {
             stopping: AtomicBool::new(false),
             abandoning: AtomicBool::new(false),
             abandon: Notify::new(),
+            turns: Arc::default(),
         }
     }
 
@@ -849,7 +878,13 @@ impl<H: RecordHandler, C: Clock> BatchProcessor<H, C> {
         };
         let handled = AssertUnwindSafe(CURRENT.scope(
             current,
-            tracing::Instrument::instrument(self.handler.handle(message, context), span.clone()),
+            TURNS.scope(
+                self.turns.clone(),
+                tracing::Instrument::instrument(
+                    self.handler.handle(message, context),
+                    span.clone(),
+                ),
+            ),
         ))
         .catch_unwind();
         let budget = if lambda_kit::mutation::active("processor.never_abandons") {
