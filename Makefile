@@ -26,7 +26,7 @@ AUDITABLE_BIN := $(CARGO_BIN_DIR)/cargo-auditable
 SBOM_BIN := $(CARGO_BIN_DIR)/auditable2cdx
 AUDITABLE := RUSTC_WORKSPACE_WRAPPER="$(AUDITABLE_BIN)" CARGO_AUDITABLE_ORIG_ARGS='{"offline":false,"locked":false,"frozen":false,"config":[]}'
 
-.PHONY: run run-dynamodb demo ops-demo test redis-server chaos sim mutants mutants-sim bench bench-cpu lint package semver msrv deny fuzz invoke check-template build build-lambda check-lambda deploy clean-venv
+.PHONY: run run-dynamodb demo ops-demo test adopter redis-server chaos sim mutants mutants-sim bench bench-cpu lint package semver msrv deny fuzz invoke check-template build build-lambda check-lambda deploy clean-venv
 
 run:
 	@$(CARGO) build --quiet --bin process-orders
@@ -62,6 +62,13 @@ test: $(PY_STAMP) redis-server
 	# The S3 claim check is an optional feature: its unit and moto tests built with it on.
 	$(CARGO) test -p claim-check -p process-orders --features claim-check/s3,process-orders/s3-claim-check --lib
 	PATH="$(VENV)/bin:$$PATH" $(CARGO) test -p orders-ops --features s3-claim-check --test it
+	$(MAKE) --no-print-directory adopter
+
+# A team's own crate outside the workspace (tests/adopter), with the features a user picks, not
+# the workspace's union: its tests, and the build without a feature it needs failing with the
+# feature's name.
+adopter:
+	scripts/adopter.sh
 
 # The Redis store's tests (idempotency, feature testkit-redis) start a redis-server of their own
 # and fail without one: install Debian's when it is missing.

@@ -59,29 +59,84 @@ impl ConfiguredStore {
     /// DynamoDB client is built from the SDK's own settings (`AWS_REGION`, `AWS_ENDPOINT_URL`,
     /// ...), once.
     ///
-    /// Inside Lambda (`AWS_LAMBDA_FUNCTION_NAME` is set) a missing table is an error, since each
-    /// container would keep keys of its own and a duplicate delivered to another would run
-    /// again, unless `IDEMPOTENCY_IN_MEMORY=true` says so on purpose (a local emulator such as
-    /// `cargo lambda watch`).
+    /// Where many processes consume one queue (Lambda: `AWS_LAMBDA_FUNCTION_NAME`; ECS:
+    /// `ECS_CONTAINER_METADATA_URI_V4`; Kubernetes and EKS: `KUBERNETES_SERVICE_HOST`) a missing
+    /// table is an error, since each process would keep keys of its own and a duplicate
+    /// delivered to another would run again, unless `IDEMPOTENCY_IN_MEMORY=true` says so on
+    /// purpose (a local emulator such as `cargo lambda watch`).
     ///
-    /// `IDEMPOTENCY_DISABLED=true` turns the store off: every claim starts and nothing is kept,
-    /// so a duplicate runs again. For a test of the work alone on a developer's machine; it is
-    /// refused where duplicates are real, inside Lambda and on ECS
-    /// (`ECS_CONTAINER_METADATA_URI_V4`), even behind a local emulator.
+    /// `IDEMPOTENCY_DISABLED=true` (or Powertools' `POWERTOOLS_IDEMPOTENCY_DISABLED`) turns the
+    /// store off: every claim starts and nothing is kept, so a duplicate runs again. For a test
+    /// of the work alone on a developer's machine; it is refused wherever a missing table is.
+    ///
+    /// A table with no HTTP client to reach it (the crate built with `dynamodb` but without
+    /// `default-https-client`, and no client of the caller's own) is refused here, naming the
+    /// feature, not at the first claim.
     pub async fn from_env() -> Result<Self, EnvError> {
-        let env = Env::process();
-        let lease = LeasePolicy::from_env(&env)?;
-        if Self::disabled(&env)? {
+        Self::from_env_with(&Env::process()).await
+    }
+
+    /// As [`ConfiguredStore::from_env`], with this crate's settings read from `env` (tests:
+    /// no process variable to set). The SDK's own settings still come from the process
+    /// environment and profile, as `aws-config` loads them; to choose the client too, use
+    /// [`ConfiguredStore::from_env_with_client`].
+    pub async fn from_env_with(env: &Env<'_>) -> Result<Self, EnvError> {
+        Self::build(env, async || {
+            // Without an HTTP client even loading the settings can panic (the region's look-up
+            // on EC2's metadata service is a request): probed first with a region given and no
+            // credentials, which sends nothing.
+            let probe = aws_config::defaults(aws_config::BehaviorVersion::latest())
+                .region(aws_config::Region::from_static("us-east-1"))
+                .no_credentials()
+                .load()
+                .await;
+            if probe.http_client().is_none() {
+                return None;
+            }
+            let sdk = aws_config::load_defaults(aws_config::BehaviorVersion::latest()).await;
+            Some(aws_sdk_dynamodb::Client::new(&sdk))
+        })
+        .await
+    }
+
+    /// As [`ConfiguredStore::from_env_with`], with the DynamoDB client given (used only when
+    /// `env` names a table): a test's client for an embedded server
+    /// (`testkit::dynoxide::Dynoxide::client`), or a client configured by hand.
+    pub async fn from_env_with_client(
+        env: &Env<'_>,
+        client: aws_sdk_dynamodb::Client,
+    ) -> Result<Self, EnvError> {
+        Self::build(env, async || Some(client)).await
+    }
+
+    /// The store `env` names, its DynamoDB client (if a table is named) made by `client`, which
+    /// answers `None` when it has no HTTP client to make one with.
+    async fn build(
+        env: &Env<'_>,
+        client: impl AsyncFnOnce() -> Option<aws_sdk_dynamodb::Client>,
+    ) -> Result<Self, EnvError> {
+        let lease = LeasePolicy::from_env(env)?;
+        if Self::disabled(env)? {
             return Ok(Self {
                 backend: Backend::Disabled,
                 lease,
             });
         }
-        let mut settings = Self::settings(&env)?;
+        let mut settings = Self::settings(env)?;
         let backend = match settings.table.take() {
             Some(table) => {
-                let sdk = aws_config::load_defaults(aws_config::BehaviorVersion::latest()).await;
-                let client = aws_sdk_dynamodb::Client::new(&sdk);
+                let client = client()
+                    .await
+                    .filter(|client| client.config().http_client().is_some());
+                let Some(client) = client else {
+                    return Err(EnvError::unsupported(
+                        "IDEMPOTENCY_TABLE",
+                        &table,
+                        "an HTTP client for DynamoDB: enable the `default-https-client` feature \
+                         of `idempotency`, or give a client of your own \
+                         (`ConfiguredStore::from_env_with_client`)",
+                    ));
+                };
                 Backend::DynamoDb(
                     DynamoDbStore::new(client, table, settings.retention)
                         .with_key_prefix(settings.key_prefix),

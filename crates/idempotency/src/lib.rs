@@ -81,6 +81,9 @@ mod configured;
 pub mod dynamodb;
 pub mod guard;
 mod memory;
+#[cfg(not(feature = "sqs-batch"))]
+#[doc(hidden)]
+pub mod no_verdict;
 pub mod once;
 #[cfg(feature = "redis")]
 pub mod redis;

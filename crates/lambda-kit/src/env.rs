@@ -33,9 +33,28 @@ pub enum EnvError {
         /// What would have been accepted.
         expected: String,
     },
+    /// The value asks for something this build cannot do: a crate feature left out, say.
+    #[error("{var}={value:?} needs {needs}")]
+    Unsupported {
+        /// The variable.
+        var: &'static str,
+        /// The value as given.
+        value: String,
+        /// What it needs, and how to get it.
+        needs: String,
+    },
 }
 
 impl EnvError {
+    /// `var` holds `value`, which needs `needs` (a feature this build was compiled without).
+    pub fn unsupported(var: &'static str, value: &str, needs: impl Into<String>) -> Self {
+        Self::Unsupported {
+            var,
+            value: value.to_owned(),
+            needs: needs.into(),
+        }
+    }
+
     /// `var` holds `value`, which is not `expected`.
     pub fn invalid(var: &'static str, value: &str, expected: impl Into<String>) -> Self {
         Self::Invalid {

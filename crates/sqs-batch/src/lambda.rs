@@ -69,6 +69,42 @@ impl Ports {
         })
     }
 
+    /// The ports `env` turns on, with SQS clients from the SDK's own settings (`AWS_REGION` and
+    /// the rest, from the process environment and profile), as [`run`] builds them. A port
+    /// turned on with no HTTP client for SQS (this crate built without `default-https-client`)
+    /// is refused here, naming the feature, not at the first record that needs it.
+    pub async fn load(env: &Env<'_>) -> Result<Self, EnvError> {
+        let mut asked = None;
+        for var in ["VISIBILITY_BACKOFF", "MOVE_POISON_TO_DLQ"] {
+            if env.flag(var, false)? {
+                asked = Some(var);
+                break;
+            }
+        }
+        let Some(asked) = asked else {
+            return Ok(Self::default());
+        };
+        // Without an HTTP client even loading the settings can panic (the region's look-up on
+        // EC2's metadata service is a request): probed first with a region given and no
+        // credentials, which sends nothing.
+        let probe = aws_config::defaults(aws_config::BehaviorVersion::latest())
+            .region(aws_config::Region::from_static("us-east-1"))
+            .no_credentials()
+            .load()
+            .await;
+        if probe.http_client().is_none() {
+            return Err(EnvError::unsupported(
+                asked,
+                "true",
+                "an HTTP client for SQS: enable the `default-https-client` feature of \
+                 `sqs-batch`, or build the ports with `Ports::from_env` on clients of your own",
+            ));
+        }
+        // Reads the environment and the profile: no network call until a client is used.
+        let sdk = aws_config::load_defaults(aws_config::BehaviorVersion::latest()).await;
+        Self::from_env(env, move || aws_sdk_sqs::Client::new(&sdk))
+    }
+
     /// Whether the visibility backoff is on.
     pub fn backoff(&self) -> bool {
         self.backoff.is_some()
@@ -106,15 +142,7 @@ pub async fn run<H: RecordHandler>(handler: H) -> Result<(), Error> {
     }
     let env = Env::process();
     let options = BatchOptions::from_env(&env)?;
-    let needs_sqs =
-        env.flag("VISIBILITY_BACKOFF", false)? || env.flag("MOVE_POISON_TO_DLQ", false)?;
-    let ports = if needs_sqs {
-        // Reads the environment and the profile: no network call until a client is used.
-        let sdk = aws_config::load_defaults(aws_config::BehaviorVersion::latest()).await;
-        Ports::from_env(&env, move || aws_sdk_sqs::Client::new(&sdk))?
-    } else {
-        Ports::default()
-    };
+    let ports = Ports::load(&env).await?;
     run_processor(&BatchProcessor::new(handler, SystemClock, options), &ports).await
 }
 
