@@ -54,8 +54,8 @@ use crate::store::{
     ClaimState, Status, decide, earlier_attempt, first_attempt_of_fresh, prior_attempt,
 };
 
-/// The item schema. The table's key schema (`template.yaml`) is [`KEY`](attr::KEY) as a string hash key,
-/// and its TTL attribute is [`EXPIRES_AT`](attr::EXPIRES_AT).
+/// The item schema. The table's key schema is [`KEY`](attr::KEY) as a string hash key, and its
+/// TTL attribute is [`EXPIRES_AT`](attr::EXPIRES_AT) ([`create_table`] makes such a table).
 pub mod attr {
     /// Partition key (S): the business key.
     pub const KEY: &str = "pk";
@@ -125,7 +125,7 @@ pub use attr::{EXPIRES_AT as TTL_ATTRIBUTE, KEY as KEY_ATTRIBUTE};
 /// over an item of a later version (a rollback meeting a newer build's items): it is refused and
 /// read as malformed, so its record is retried rather than misread. A change of the format, the
 /// key or the fingerprint raises it, and ships only with a simulation of both versions side by
-/// side on one table (docs/design.md, "Item format").
+/// side on one table.
 pub const SCHEMA_VERSION: u64 = 1;
 
 /// Why the table could not be created.
@@ -141,7 +141,7 @@ pub enum CreateTableError {
 }
 
 /// Creates a table with the key schema and TTL attribute this store writes: for local runs
-/// and tests (in AWS, the deployment creates it, as `template.yaml` does).
+/// and tests (in AWS, the deployment's template creates it, with the same key and TTL).
 pub async fn create_table(client: &Client, name: &str) -> Result<(), CreateTableError> {
     create_table_with_keys(client, name, attr::KEY, None).await
 }
@@ -208,7 +208,7 @@ pub const ACTIONS: &[&str] = &["dynamodb:UpdateItem", "dynamodb:DeleteItem"];
 // The requests' placeholders are one or two letters: each is sent once in the expression and
 // once in its map, and the claim alone has 16 names and 14 values, so spelled-out ones
 // (`#lease_token`, `:in_progress`) made a claim and its completion 2,576 bytes an order, 1,848
-// now (docs/performance.md, "CPU per order on the shipped path").
+// now.
 //
 // Names: #k pk, #s status, #t lease_token, #u lease_until, #f fingerprint, #e expires_at,
 // #m message_id, #c claimed_at, #fa first_attempt_at, #n attempts, #aa attempted_at,

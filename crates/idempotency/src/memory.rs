@@ -12,7 +12,7 @@ use super::{
 use crate::store::{ClaimState, Status, claimable, claimed_state, decide, prior_attempt};
 
 /// The items by key, hashed with rustc-hash's Fx rather than the standard SipHash: hashing keys
-/// was a tenth of a record's CPU in memory (docs/performance.md, section a), and this store
+/// was a tenth of a record's CPU in memory, and this store
 /// serves one process's local runs and tests, whose keys no adversary picks.
 type Items = HashMap<String, Item, rustc_hash::FxBuildHasher>;
 

@@ -2,8 +2,8 @@
 //! one JSON body, SigV4 from `aws-sigv4`, one HTTP request through a [`Transport`] (the
 //! connector the SDK client would use, or an HTTP client's own request type), without the SDK's
 //! per-request orchestrator (interceptors, config bag, endpoint rules, the HTTP type conversions
-//! between its layers). That machinery was about a quarter of an order's CPU on the shipped path
-//! (docs/performance.md, "CPU per order on the shipped path").
+//! between its layers). That machinery was about a quarter of an order's CPU in the order
+//! function this crate was built for (its repository's CPU benchmark).
 //!
 //! It keeps what the store relies on from the SDK, taken from the same `SdkConfig` the SDK's
 //! client would be built from: the region, FIPS and dual-stack endpoints, the endpoint override
@@ -231,8 +231,8 @@ pub(crate) enum Written {
 ///
 /// Its key and values are borrowed from the store's call and written straight into the request
 /// body: building a `HashMap` of the SDK's `AttributeValue`s per write (a string for each of a
-/// claim's fifteen values, the key's map) and walking it again was the store's largest cost
-/// after the SDK itself (docs/performance.md, "CPU per order on the shipped path").
+/// claim's fourteen values, the key's map) and walking it again was the store's largest cost
+/// after the SDK itself.
 #[derive(Debug)]
 pub(crate) struct Write<'a> {
     pub table: &'a str,

@@ -265,8 +265,8 @@ fn fit(one: &Move<'_>, max_bytes: usize) -> Result<Copy, String> {
 /// The message attributes of `one`'s copy: the message's own (without an earlier failure) and
 /// `one.failure`, within SQS's ten attributes and `max_bytes` (body included), trimmed as the
 /// function trims its own moves and named in the failure's `trimmed`; or why it cannot fit (the
-/// body alone is too large). For a tool that sends such copies itself (`orders-ops redrive`
-/// stamps the messages SQS's redrive moved), so that every copy is fitted by this one rule.
+/// body alone is too large). For a tool that sends such copies itself (an operator's redrive
+/// that stamps the messages SQS's redrive moved), so that every copy is fitted by this one rule.
 pub fn copy_attributes(
     one: &Move<'_>,
     max_bytes: usize,

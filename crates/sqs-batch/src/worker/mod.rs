@@ -49,8 +49,7 @@
 //! ```
 //!
 //! Running one (feature `worker`): [`Worker::new`] takes the record handler, a clock, the batch
-//! options, the queue's and the visibility's SQS adapters and these options;
-//! `process-orders worker` (this repository's `src/app.rs`) is a complete one.
+//! options, the queue's and the visibility's SQS adapters and these options.
 
 #[cfg(feature = "worker")]
 pub mod sqs;
@@ -851,7 +850,7 @@ fn queue_name(arn: &str) -> &str {
 /// One EMF document: the queue's visible messages and this consumer's share of the minute
 /// (`consumers`: 1 for a document a minute, 0.5 for one every 30 s), per queue. CloudWatch
 /// divides the average of the first by the sum of the second over a minute: the backlog per
-/// consumer (docs/operations.md, "The worker").
+/// consumer, the figure to scale the workers on.
 pub fn backlog_document(
     namespace: &str,
     queue: &str,

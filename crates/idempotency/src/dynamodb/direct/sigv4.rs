@@ -2,8 +2,8 @@
 //! the Host, content type and target headers, and the session token when the credentials have
 //! one. `aws-sigv4`'s general signer parses the URL again, builds and sorts a header map, formats
 //! the scope three times and derives the day's signing key (four HMACs) for every request: about
-//! 8% of an order's CPU on the shipped path (docs/performance.md, "CPU per order on the shipped
-//! path"). Here the canonical request is written straight into one buffer, and the signing key
+//! 8% of an order's CPU in the order function this crate was built for (its repository's CPU
+//! benchmark). Here the canonical request is written straight into one buffer, and the signing key
 //! is kept for its day. The key and the final HMAC are still `aws-sigv4`'s own functions, and
 //! the tests check every header against its `sign` over hosts, regions, times, tokens and bodies.
 //! Any other shape (an endpoint with a path) is signed by `aws-sigv4` itself.
