@@ -26,7 +26,7 @@ AUDITABLE_BIN := $(CARGO_BIN_DIR)/cargo-auditable
 SBOM_BIN := $(CARGO_BIN_DIR)/auditable2cdx
 AUDITABLE := RUSTC_WORKSPACE_WRAPPER="$(AUDITABLE_BIN)" CARGO_AUDITABLE_ORIG_ARGS='{"offline":false,"locked":false,"frozen":false,"config":[]}'
 
-.PHONY: run run-dynamodb demo ops-demo test adopter redis-server chaos sim mutants mutants-sim bench bench-cpu lint package semver msrv deny fuzz invoke check-template build build-lambda check-lambda deploy clean-venv
+.PHONY: run run-dynamodb demo ops-demo test adopter planted-bugs redis-server chaos sim mutants mutants-sim bench bench-cpu lint package semver msrv deny fuzz invoke check-template build build-lambda check-lambda deploy clean-venv
 
 run:
 	@$(CARGO) build --quiet --bin process-orders
@@ -46,23 +46,29 @@ demo: $(PY_STAMP)
 	@$(CARGO) build --quiet -p local-esm
 	@PATH="$(VENV)/bin:$$PATH" BIN="$${CARGO_TARGET_DIR:-target}/debug/local-esm" scripts/demo.sh $(DEMO_ARGS)
 
-# The simulator's planted bugs are compiled in only with PROCESS_ORDERS_SIM_MUTATIONS=1 (lambda-kit's
-# build.rs turns it into --cfg sim_mutations; no Cargo feature, which any crate could turn on):
-# set for the simulator's runs (test, sim, mutants), never for a build that is shipped.
+# The simulator's planted bugs live in tools/sim/planted.patch, never in the crates that ship:
+# scripts/planted_tree.py applies it to a copy of the repository (PLANTED_TREE, kept between runs
+# under the target folder), whose lambda-kit compiles the bugs in under $(SIM_MUTATIONS). Only
+# the planted-bug tests and `make sim MUTATION=...` run there; nothing is built from it for use.
 SIM_MUTATIONS := PROCESS_ORDERS_SIM_MUTATIONS=1
+TARGET_DIR = $${CARGO_TARGET_DIR:-$(CURDIR)/target}
+PLANTED = tree=$$(python3 scripts/planted_tree.py) && cd "$$tree" && CARGO_TARGET_DIR=$(TARGET_DIR) $(SIM_MUTATIONS)
 
 test: $(PY_STAMP) redis-server
-	# The planted bugs compiled in, so the simulator's planted-bug tests run (the switch is per
-	# thread: the other tests see the real code).
-	$(SIM_MUTATIONS) PATH="$(VENV)/bin:$$PATH" $(CARGO) test --workspace --all-targets
+	PATH="$(VENV)/bin:$$PATH" $(CARGO) test --workspace --all-targets
 	$(CARGO) test --workspace --doc
-	# Without them, as a user builds: the switch is a constant false, a run asking for one refuses.
-	$(CARGO) test -p lambda-kit --lib
-	$(CARGO) test -p sim --test it -- planted_bug a_mutation_asked_of_a_build_without_the_bugs
 	# The S3 claim check is an optional feature: its unit and moto tests built with it on.
 	$(CARGO) test -p claim-check -p process-orders --features claim-check/s3,process-orders/s3-claim-check --lib
 	PATH="$(VENV)/bin:$$PATH" $(CARGO) test -p orders-ops --features s3-claim-check --test it
+	$(MAKE) --no-print-directory planted-bugs
 	$(MAKE) --no-print-directory adopter
+
+# The simulator's planted-bug tests (ignored in this tree, which has no bug), in the planted
+# tree: each planted bug must be caught within a bounded number of seeds.
+planted-bugs:
+	@names=$$($(CARGO) test --quiet -p sim --test it -- --list --ignored --format terse | sed -n 's/: test$$//p'); \
+	[ -n "$$names" ] || { echo "planted-bugs: no ignored test in this tree's simulator"; exit 1; }; \
+	$(PLANTED) $(CARGO) test -p sim --test it -- --exact $$names the_planted_bug_tests_run_exactly_when_the_bugs_are_compiled_in
 
 # A team's own crate outside the workspace (tests/adopter), with the features a user picks, not
 # the workspace's union: its tests, and the build without a feature it needs failing with the
@@ -120,15 +126,15 @@ bench-cpu: $(PY_STAMP) $(BENCH_VENV_STAMP)
 lint:
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
-	@# Every feature, and the planted bugs' code too.
-	$(SIM_MUTATIONS) $(CARGO) clippy --workspace --all-targets --all-features -- -D warnings
+	@# Every feature.
+	$(CARGO) clippy --workspace --all-targets --all-features -- -D warnings
 	RUSTDOCFLAGS="-D warnings" $(CARGO) doc --workspace --no-deps --all-features --quiet
 
 # The deterministic simulation at scale (tools/sim): ORDERS orders over SEEDS seeds from
 # FIRST_SEED, PROFILE standard, fifo, fifo-batch, brownout, skewed, lowered, archived, worker, money or mixed
 # (the first six in turn),
 # MUTATION a planted bug
-# to watch being caught (the run is built with the planted bugs: $(SIM_MUTATIONS)); a summary
+# to watch being caught (that run is built in the planted tree, the rest in this one); a summary
 # table at the end; a broken invariant prints the command that replays it and the story of its
 # order, and exits 1. docs/design.md "Deterministic simulation".
 SEEDS ?= 100
@@ -144,7 +150,7 @@ JOBS ?=
 # ORDERS as given (`make sim ORDERS=...`), else a million (the chaos run's default is not ours).
 SIM_ORDERS = $(if $(filter command line environment,$(origin ORDERS)),$(ORDERS),1000000)
 sim:
-	$(SIM_MUTATIONS) ORDERS=$(SIM_ORDERS) SEEDS=$(SEEDS) FIRST_SEED=$(FIRST_SEED) PROFILE=$(PROFILE) MUTATION=$(MUTATION) STORE=$(STORE) PROVIDER=$(PROVIDER) JOBS=$(JOBS) $(CARGO) run --quiet --release -p sim
+	$(if $(MUTATION),$(PLANTED)) ORDERS=$(SIM_ORDERS) SEEDS=$(SEEDS) FIRST_SEED=$(FIRST_SEED) PROFILE=$(PROFILE) MUTATION=$(MUTATION) STORE=$(STORE) PROVIDER=$(PROVIDER) JOBS=$(JOBS) $(CARGO) run --quiet --release -p sim
 
 # Mutants nobody chose (docs/design.md): cargo-mutants over the money and delivery paths
 # (.cargo/mutants.toml), each crate's mutants tested by its own tests, the tests that use it from
@@ -152,8 +158,7 @@ sim:
 # and the simulator's fixed seeds, SIM_TEST_SEEDS of each. Not in `make test`: every mutant is a
 # build and a test run, and there are hundreds. MUTANTS_ARGS passes more (e.g. --file
 # crates/sqs-batch/src/backoff.rs, --shard 1/4, --in-place). Each crate's results in
-# mutants.out-CRATE/; exit 2 if any was missed. Built with $(SIM_MUTATIONS): the simulator's
-# planted-bug tests run beside the seeds.
+# mutants.out-CRATE/; exit 2 if any was missed.
 MUTANTS_VERSION = 27.0.0
 MUTANTS_CRATES ?= idempotency sqs-batch process-orders
 MUTANTS_ALSO_sqs-batch = local-esm
@@ -166,7 +171,7 @@ MUTANTS_TARGET_DIR ?= $(HOME)/.cache/process-orders/mutants-target
 mutants: $(PY_STAMP) redis-server
 	@cargo mutants --version 2>/dev/null | grep -qF "$(MUTANTS_VERSION)" || $(CARGO) install --locked cargo-mutants --version $(MUTANTS_VERSION)
 	@status=0; $(foreach crate,$(MUTANTS_CRATES),\
-	  $(SIM_MUTATIONS) PATH="$(VENV)/bin:$$PATH" SIM_TEST_SEEDS=$(SIM_TEST_SEEDS) \
+	  PATH="$(VENV)/bin:$$PATH" SIM_TEST_SEEDS=$(SIM_TEST_SEEDS) \
 	    CARGO_TARGET_DIR=$(MUTANTS_TARGET_DIR) cargo mutants --no-shuffle \
 	    --package $(crate) --test-package $(crate) \
 	    $(addprefix --test-package ,$(MUTANTS_ALSO_$(crate))) --test-package sim \
@@ -211,8 +216,7 @@ mutants-sim:
 	    cargo mutants --no-config --no-shuffle --all-features --package $$crate --test-package sim \
 	    --baseline skip \
 	    --timeout $(MUTANTS_SIM_TIMEOUT) \
-	    --file $$file --exclude-re '<impl (std::)?(fmt::)?Debug for' --exclude-re 'mutation::active' \
-	    --exclude-re planted_ --output mutants.out-sim/$$(echo $$file | tr / _) $(MUTANTS_ARGS) \
+	    --file $$file --exclude-re '<impl (std::)?(fmt::)?Debug for' --output mutants.out-sim/$$(echo $$file | tr / _) $(MUTANTS_ARGS) \
 	    -- --test it -- $$tests || status=$$?; \
 	done; exit $$status
 

@@ -196,11 +196,7 @@ where
     };
     // A copy redriven from the DLQ carries its history: if its item may have expired since,
     // the provider is asked before any charge (shared/DESIGN.md section 6).
-    // (The planted bug's switch is written without a `!`, which cargo-mutants would delete.)
-    let earlier_attempt_ms = match sqs_batch::dead_letter::earlier_attempt_ms(message) {
-        Some(_) if lambda_kit::mutation::active("handler.ignores_carried_history") => None,
-        carried => carried,
-    };
+    let earlier_attempt_ms = sqs_batch::dead_letter::earlier_attempt_ms(message);
     let claim = Claim::new(key, order.fingerprint(), message.message_id, deadline_ms)
         .with_earlier_attempt_ms(earlier_attempt_ms);
     let run = guard::run(&store, &ports.clock, &ports.guard, &claim, &work).await;
@@ -257,14 +253,6 @@ impl<P: PaymentGateway> GuardedWork for ChargeWork<'_, P> {
             ChargeStatus::Unknown => Found::Unknown,
             ChargeStatus::Pending => Found::Pending,
             // Another amount or currency under the order's key: not this order's charge.
-            ChargeStatus::Conflict
-                if lambda_kit::mutation::active("lookup.conflict_is_an_error") =>
-            {
-                return Err(PaymentError::Ambiguous {
-                    reason: "the look-up found another amount under the key".into(),
-                    source: None,
-                });
-            }
             ChargeStatus::Conflict => Found::Conflict,
             // An answer not understood settles nothing and charges nothing.
             ChargeStatus::Unclear => Found::Unclear,
@@ -311,19 +299,6 @@ impl OrderDecision {
             | Guarded::Reconciled
             | Guarded::Duplicate
             | Guarded::Replayed(()) => Outcome::Ack,
-            Guarded::Failed {
-                error: PaymentError::InFlight { .. },
-                ..
-            } if lambda_kit::mutation::active("handler.acks_in_flight") => Outcome::Ack,
-            Guarded::Store(_) if lambda_kit::mutation::active("handler.acks_store_errors") => {
-                Outcome::Ack
-            }
-            Guarded::NeedsReconciliation {
-                why: Unsettled::LookUpFailed(_),
-                ..
-            } if lambda_kit::mutation::active("handler.look_up_failure_to_a_person") => {
-                Outcome::Poison
-            }
             // Past the key window a provider that no longer knows the key leaves only a person
             // to settle it: to the DLQ with its reason, at once (a FIFO group goes on).
             Guarded::Conflict

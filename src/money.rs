@@ -46,8 +46,6 @@ impl Currency {
     /// Kuwaiti dinar, 2 for every code not listed as otherwise.
     pub fn minor_digits(&self) -> u32 {
         match &self.0 {
-            // The planted bug: the Kuwaiti dinar's entry missing from the three-digit row.
-            b"KWD" if lambda_kit::mutation::active("money.wrong_minor_digits") => 2,
             b"BIF" | b"CLP" | b"DJF" | b"GNF" | b"ISK" | b"JPY" | b"KMF" | b"KRW" | b"PYG"
             | b"RWF" | b"UGX" | b"UYI" | b"VND" | b"VUV" | b"XAF" | b"XOF" | b"XPF" => 0,
             b"BHD" | b"IQD" | b"JOD" | b"KWD" | b"LYD" | b"OMR" | b"TND" => 3,

@@ -28,14 +28,9 @@ impl Order<'_> {
     /// What a duplicate must match to be the same order: the id, the currency and the amount in
     /// minor units, however the body spelled them (`10.5`, `10.50`, `1.05e1`).
     pub fn fingerprint(&self) -> Fingerprint {
-        let currency = if lambda_kit::mutation::active("order.fingerprint_ignores_currency") {
-            ""
-        } else {
-            self.amount.currency.as_str()
-        };
         Fingerprint::of(&[
             self.order_id.as_bytes(),
-            currency.as_bytes(),
+            self.amount.currency.as_str().as_bytes(),
             &self.amount.minor.to_le_bytes(),
         ])
     }
@@ -227,22 +222,8 @@ fn order_from<'a>(raw: &RawBody<'a>, default_currency: Currency) -> Result<Order
             .ok_or(DecodeError::CurrencyInvalid)?,
     };
     // The number's own text: exact, never through a float.
-    let amount_text = amount.get();
-    let amount = match Money::parse(amount_text, currency)? {
-        parsed if lambda_kit::mutation::active("order.amount_through_float") => Money {
-            minor: planted_float_minor(amount_text, currency),
-            ..parsed
-        },
-        parsed => parsed,
-    };
+    let amount = Money::parse(amount.get(), currency)?;
     Ok(Order { order_id, amount })
-}
-
-/// The planted bug `order.amount_through_float`: the amount read through a float and truncated
-/// (12.34 is 1233.99... cents as an `f64`).
-fn planted_float_minor(number: &str, currency: Currency) -> u64 {
-    let digits = i32::try_from(currency.minor_digits()).unwrap_or(0);
-    (number.parse::<f64>().unwrap_or(0.0) * 10f64.powi(digits)) as u64
 }
 
 #[cfg(test)]

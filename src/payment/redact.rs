@@ -72,10 +72,6 @@ pub fn scrub_key(text: &str, key: &str) -> Option<String> {
     if key.is_empty() {
         return None;
     }
-    if lambda_kit::mutation::active("redact.cut_before_scrub") {
-        // The planted bug's reading: the whole key only.
-        return text.contains(key).then(|| text.replace(key, REDACTED));
-    }
     let window = key_bytes.len().min(MIN_KEY_RUN);
     // Every byte of `text` inside a match of one of the key's windows: overlapping windows of
     // a longer run cover it whole.

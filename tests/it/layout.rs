@@ -129,89 +129,15 @@ fn the_on_call_tool_does_not_compile_the_emulator() {
     );
 }
 
-/// The variable that plants the simulator's bugs (`lambda_kit::mutation`), through lambda-kit's
-/// build script, as `--cfg sim_mutations`.
+/// The variable that plants the simulator's bugs in the planted tree (`scripts/planted_tree.py`
+/// applies `tools/sim/planted.patch`, whose lambda-kit build script reads it).
 const SIM_MUTATIONS: &str = "PROCESS_ORDERS_SIM_MUTATIONS";
 
-/// No Cargo feature plants the simulator's bugs: features are unified, so one crate in a user's
-/// graph enabling it would plant them for every crate there. No workspace crate declares a
-/// `mutations` feature, and none enables one on a dependency (as Cargo reads the manifests,
-/// workspace inheritance included).
-#[test]
-fn no_crate_declares_or_enables_a_mutations_feature() {
-    let metadata: serde_json::Value =
-        serde_json::from_str(&cargo(&["metadata", "--no-deps", "--format-version", "1"]))
-            .expect("metadata JSON");
-    let is_mutations = |f: &str| f == "mutations" || f.ends_with("/mutations");
-    let mut packages = 0;
-    for package in metadata["packages"].as_array().expect("packages") {
-        packages += 1;
-        let name = package["name"].as_str().expect("name");
-        for (feature, enables) in package["features"].as_object().expect("features") {
-            assert!(!is_mutations(feature), "{name} declares `{feature}`");
-            for f in enables.as_array().expect("a feature's list") {
-                let f = f.as_str().expect("a feature");
-                assert!(!is_mutations(f), "{name}'s `{feature}` enables `{f}`");
-            }
-        }
-        for dep in package["dependencies"].as_array().expect("dependencies") {
-            for f in dep["features"].as_array().expect("a dependency's features") {
-                let f = f.as_str().expect("a feature");
-                assert!(!is_mutations(f), "{name} enables `{f}` on {}", dep["name"]);
-            }
-        }
-    }
-    assert!(packages > 5, "only {packages} packages seen");
-}
-
-/// lambda-kit's build script is the one place that decides whether the bugs are compiled in: it
-/// declares the cfg always, sets it from `PROCESS_ORDERS_SIM_MUTATIONS=1` only, reads no other
-/// variable and sets no other cfg, and reruns when that variable changes.
-#[test]
-fn the_planted_bugs_are_compiled_in_only_from_one_variable() {
-    let script = std::fs::read_to_string(Path::new(ROOT).join("crates/lambda-kit/build.rs"))
-        .expect("lambda-kit's build.rs");
-    // The code without its comments, on one line: the checks read what runs, not its layout.
-    let code = script
-        .lines()
-        .filter(|l| !l.trim_start().starts_with("//"))
-        .flat_map(str::split_whitespace)
-        .collect::<Vec<_>>()
-        .join(" ");
-    for statement in [
-        format!("const VARIABLE: &str = \"{SIM_MUTATIONS}\";"),
-        "println!(\"cargo::rustc-check-cfg=cfg(sim_mutations)\");".to_owned(),
-        "println!(\"cargo::rerun-if-env-changed={VARIABLE}\");".to_owned(),
-        "if std::env::var_os(VARIABLE).is_some_and(|v| v == \"1\") { \
-         println!(\"cargo::rustc-cfg=sim_mutations\"); }"
-            .to_owned(),
-    ] {
-        assert!(code.contains(&statement), "{statement} missing:\n{script}");
-    }
-    assert_eq!(
-        code.matches("env::var").count(),
-        1,
-        "one variable read:\n{script}"
-    );
-    assert_eq!(
-        code.matches("rustc-cfg=").count(),
-        1,
-        "one cfg set:\n{script}"
-    );
-    assert!(!code.contains("rustc-env") && !code.contains("rustc-flags"));
-}
-
-/// Nothing on the release path sets `PROCESS_ORDERS_SIM_MUTATIONS`: only lambda-kit and the
-/// simulator (which read it), the docs and the Makefile name it, and in the Makefile only the
-/// simulator's runs (`test`, `lint`'s every-feature clippy, `sim`, `mutants`) set it, never by
-/// `export` (which would reach `make build`, `build-lambda`, `deploy` and the rest). The
-/// template, samconfig, scripts, CI and `.cargo/` (whose `[env]` would set it for every build)
-/// do not name it.
-#[test]
-fn the_release_build_never_sets_the_planted_bugs_variable() {
-    let mut naming = Vec::new();
+/// Every file of the repository as a path relative to it, with its text (binary files skipped),
+/// build output and mutation runs left out.
+fn repository_texts() -> Vec<(String, String)> {
+    let mut texts = Vec::new();
     let mut stack = vec![Path::new(ROOT).to_owned()];
-    let mut files = 0;
     while let Some(path) = stack.pop() {
         let name = path.file_name().unwrap_or_default().to_string_lossy();
         if path.is_dir() {
@@ -222,38 +148,75 @@ fn the_release_build_never_sets_the_planted_bugs_variable() {
                 stack.push(entry.path());
             }
         } else if let Ok(text) = std::fs::read_to_string(&path) {
-            files += 1;
-            if text.contains(SIM_MUTATIONS) || text.contains("sim_mutations") {
-                let relative = path.strip_prefix(ROOT).expect("inside the repository");
-                naming.push(relative.to_string_lossy().into_owned());
-            }
+            let relative = path.strip_prefix(ROOT).expect("inside the repository");
+            texts.push((relative.to_string_lossy().into_owned(), text));
         }
     }
-    assert!(files > 100, "only {files} files read");
+    assert!(texts.len() > 100, "only {} files read", texts.len());
+    texts
+}
+
+/// The crates that ship hold no planted bug and read no variable of the project's at build
+/// time: no check site, no switch, no build script of lambda-kit's. The bugs are the patch the
+/// planted tree applies, and it adds them back (a patch that lost them would plant nothing).
+#[test]
+fn the_published_crates_hold_no_planted_bug() {
+    let planted = ["mutation::", "sim_mutations", SIM_MUTATIONS, "planted_"];
+    let mut shipped = 0;
+    for (file, text) in repository_texts() {
+        if !file.starts_with("crates/") || file.ends_with(".md") {
+            continue;
+        }
+        shipped += 1;
+        for word in planted {
+            assert!(!text.contains(word), "{file} names {word}");
+        }
+    }
+    assert!(shipped > 40, "only {shipped} files of the crates read");
+    assert!(!Path::new(ROOT).join("crates/lambda-kit/build.rs").exists());
+    let patch = std::fs::read_to_string(Path::new(ROOT).join("tools/sim/planted.patch"))
+        .expect("the planted bugs' patch");
+    for added in [
+        "+++ b/crates/lambda-kit/build.rs",
+        "+++ b/crates/lambda-kit/src/mutation.rs",
+        "+pub mod mutation;",
+        "cargo::rustc-cfg=sim_mutations",
+    ] {
+        assert!(patch.contains(added), "the patch lacks {added}");
+    }
+    let sites = patch
+        .lines()
+        .filter(|l| l.starts_with('+') && l.contains("mutation::active(\""))
+        .count();
+    assert!(sites >= 25, "the patch plants {sites} check sites");
+}
+
+/// Nothing on the release path sets `PROCESS_ORDERS_SIM_MUTATIONS`: only the simulator (which
+/// reads it), the planted bugs' patch and script, the docs and the Makefile name it, and the
+/// Makefile only where it runs in the planted tree, never by `export` (which would reach
+/// `make build`, `build-lambda`, `deploy` and the rest).
+#[test]
+fn the_release_build_never_sets_the_planted_bugs_variable() {
+    let mut naming = Vec::new();
+    for (file, text) in repository_texts() {
+        if text.contains(SIM_MUTATIONS) || text.contains("sim_mutations") {
+            naming.push(file);
+        }
+    }
     for file in &naming {
         assert!(
-            file.starts_with("crates/lambda-kit/")
-                || file.starts_with("tools/sim/")
+            file.starts_with("tools/sim/")
                 || file.ends_with(".md")
+                || file == "scripts/planted_tree.py"
                 || file == "Makefile"
                 || file == "tests/it/layout.rs",
-            "{file} names {SIM_MUTATIONS} or its cfg: only lambda-kit, the simulator, the docs \
-             and the Makefile's simulator runs may"
+            "{file} names {SIM_MUTATIONS} or its cfg: only the simulator, its patch and script, \
+             the docs and the Makefile's planted tree may"
         );
     }
-    assert!(naming.contains(&"crates/lambda-kit/build.rs".to_owned()));
-
     let makefile = std::fs::read_to_string(Path::new(ROOT).join("Makefile")).expect("the Makefile");
-    let mut target = "";
-    let mut setting = Vec::new();
+    let mut uses = Vec::new();
     for line in makefile.lines() {
-        if !line.starts_with('\t')
-            && !line.starts_with('#')
-            && let Some((name, _)) = line.split_once(':')
-            && !name.contains('=')
-        {
-            target = name.trim();
-        }
         let code = line.split_once('#').map_or(line, |(code, _)| code);
         if code.contains(SIM_MUTATIONS) {
             assert_eq!(
@@ -268,12 +231,16 @@ fn the_release_build_never_sets_the_planted_bugs_variable() {
                 && !code.contains(".EXPORT_ALL_VARIABLES"),
             "exported to every target: {line}"
         );
-        if line.starts_with('\t') && code.contains("$(SIM_MUTATIONS)") {
-            setting.push(target);
+        if code.contains("$(SIM_MUTATIONS)") {
+            uses.push(code.to_owned());
         }
     }
-    setting.dedup();
-    assert_eq!(setting, ["test", "lint", "sim", "mutants"]);
+    assert_eq!(uses.len(), 1, "{uses:#?}");
+    assert!(
+        uses[0].starts_with("PLANTED = tree=$$(python3 scripts/planted_tree.py) && cd \"$$tree\""),
+        "only the planted tree sets it: {}",
+        uses[0]
+    );
 }
 
 /// The libraries are publishable as crates.io takes them (`make package` packages and verifies
@@ -313,6 +280,14 @@ fn the_libraries_are_publishable_and_nothing_else_is() {
             assert!(text.len() > 1_000, "{name}: {license} is not the license");
         }
         assert_eq!(package["license"].as_str(), Some("MIT OR Apache-2.0"));
+        for link in ["repository", "homepage"] {
+            assert!(
+                package[link]
+                    .as_str()
+                    .is_some_and(|l| l.starts_with("https://")),
+                "{name}: no {link}"
+            );
+        }
         for list in ["keywords", "categories"] {
             let items = package[list].as_array().expect(list);
             assert!(
@@ -346,6 +321,56 @@ fn the_libraries_are_publishable_and_nothing_else_is() {
         }
     }
     assert_eq!(libraries, LIBRARIES.len());
+}
+
+/// What the libraries ship (their code's doc comments, their READMEs) points at no file of this
+/// repository they do not ship: on crates.io and docs.rs such a path leads nowhere. A file of the
+/// repository is named by its URL.
+#[test]
+fn the_libraries_docs_name_no_file_they_do_not_ship() {
+    let outside = [
+        "docs/",
+        "template.yaml",
+        "worker.yaml",
+        "src/app.rs",
+        "orders-ops",
+        "scripts/",
+        "tools/",
+        "examples/",
+        "Makefile",
+        "shared/",
+    ];
+    let mut read = 0;
+    for (file, text) in repository_texts() {
+        if !file.starts_with("crates/") {
+            continue;
+        }
+        let is_readme = file.ends_with("README.md");
+        if !is_readme && !file.ends_with(".rs") {
+            continue;
+        }
+        read += 1;
+        for (n, line) in text.lines().enumerate() {
+            let trimmed = line.trim_start();
+            if !is_readme && !(trimmed.starts_with("///") || trimmed.starts_with("//!")) {
+                continue;
+            }
+            // A URL names the file where it is.
+            let words: Vec<&str> = line
+                .split_whitespace()
+                .filter(|w| !w.contains("https://"))
+                .collect();
+            let line_text = words.join(" ");
+            for path in outside {
+                assert!(
+                    !line_text.contains(path),
+                    "{file}:{}: names {path}, which the crate does not ship: {line}",
+                    n + 1
+                );
+            }
+        }
+    }
+    assert!(read > 30, "only {read} files read");
 }
 
 /// The function's modules (and the payment module's own) depend on one another without a

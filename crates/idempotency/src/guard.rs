@@ -52,7 +52,7 @@ use super::{
     store::ClaimRequest, store::Lease, store::LeaseToken, store::PriorAttempt,
 };
 use crate::store::lease_end;
-use lambda_kit::{Clock, mutation};
+use lambda_kit::Clock;
 
 /// Whether a failed attempt may still have taken effect.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -530,7 +530,7 @@ async fn attempt<W: GuardedWork, C: Clock>(
     clock: &C,
     policy: &GuardPolicy,
 ) -> Guarded<W::Output, W::Error> {
-    if let Some(prior) = prior.filter(|_| !mutation::active("guard.skips_look_up")) {
+    if let Some(prior) = prior {
         let found = work.look_up().await;
         // Judged after the look-up, which may have taken its whole bound.
         let inside = policy.inside_key_window(prior.first_attempt_ms, clock.now_ms());
@@ -544,13 +544,7 @@ async fn attempt<W: GuardedWork, C: Clock>(
             Ok(Found::NotHappened) => None,
             // Inside the key window the other system still knows the key: resending it returns
             // the earlier attempt's result instead of doing the work twice.
-            Ok(Found::Unknown)
-                if inside
-                    || policy.durable_look_up
-                    || mutation::active("guard.not_found_is_proof") =>
-            {
-                None
-            }
+            Ok(Found::Unknown) if inside || policy.durable_look_up => None,
             Err(_) if inside => None,
             Ok(Found::Unknown) => Some(Unsettled::NotFound),
             Err(error) => Some(Unsettled::LookUpFailed(error)),
@@ -610,12 +604,6 @@ async fn settle<S: EffectStore, C: Clock, W: GuardedWork>(
             None if prior.is_none() => store.release(key, lease).await,
             None => store.mark_attempted(key, lease, clock.now_ms()).await,
         },
-        Guarded::Failed {
-            effect: Effect::Maybe,
-            ..
-        } if prior.is_none() && mutation::active("guard.releases_after_ambiguous") => {
-            store.release(key, lease).await
-        }
         _ => store.mark_attempted(key, lease, clock.now_ms()).await,
     };
     recorded(key, outcome, result)

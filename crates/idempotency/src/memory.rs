@@ -109,8 +109,7 @@ impl MemoryStore {
         let mut items = self.items();
         match items.get_mut(key) {
             Some(item)
-                if (item.token == Some(lease.token) && item.state.status == Status::InProgress)
-                    || lambda_kit::mutation::active("store.ignores_lease_token") =>
+                if item.token == Some(lease.token) && item.state.status == Status::InProgress =>
             {
                 change(item);
                 Ok(())
@@ -159,13 +158,8 @@ impl IdempotencyStore for MemoryStore {
             return Ok(decide(&item.state, request.fingerprint, request.now_ms)
                 .with_output(item.output.clone()));
         }
-        let token = match item.as_ref().and_then(|item| item.token) {
-            // A takeover that keeps the old holder's token: both then pass the fence.
-            Some(old) if lambda_kit::mutation::active("store.reuses_lease_token") => old,
-            _ => LeaseToken::new(),
-        };
         let lease = Lease {
-            token,
+            token: LeaseToken::new(),
             until_ms: request.lease_until_ms,
         };
         let claimed = Item {

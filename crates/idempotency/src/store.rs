@@ -180,23 +180,10 @@ impl Begin {
 /// again: one look-up per such request is cheap, doing the work twice is not.
 pub fn earlier_attempt(request: &ClaimRequest<'_>) -> Option<PriorAttempt> {
     let at = request.earlier_attempt_ms?;
-    if lambda_kit::mutation::active("store.trusts_absence_of_young_copies")
-        && planted_copy_is_young(at, request.now_ms)
-    {
-        return None;
-    }
     Some(PriorAttempt {
         first_attempt_ms: at,
         attempts: 0,
     })
-}
-
-/// The planted bug's rule, the one before issue 49: a copy first received at `at` is trusted to
-/// find its item until an item written then may have expired. Its own function so that mutation
-/// runs leave it out (`--exclude-re planted_`): it runs only with the bug planted.
-fn planted_copy_is_young(at: u64, now_ms: u64) -> bool {
-    const RETENTION_MS: u64 = 18 * 86_400_000;
-    now_ms < at.saturating_add(RETENTION_MS)
 }
 
 /// The state of a key.
@@ -273,13 +260,8 @@ pub fn claimable(existing: Option<&ClaimState>, fingerprint: Fingerprint, now_ms
     match existing {
         None => true,
         Some(s) => match s.status {
-            Status::Completed if lambda_kit::mutation::active("store.forgets_completed") => true,
             Status::Completed | Status::Rejected => s.expires_at_s.saturating_mul(1_000) <= now_ms,
-            _ if s.fingerprint != fingerprint
-                && !lambda_kit::mutation::active("store.ignores_fingerprint") =>
-            {
-                false
-            }
+            _ if s.fingerprint != fingerprint => false,
             Status::Attempted => true,
             Status::InProgress => s.lease_until_ms <= now_ms,
         },
@@ -294,11 +276,7 @@ pub fn decide(existing: &ClaimState, fingerprint: Fingerprint, now_ms: u64) -> B
         return Begin::Busy { until_ms: now_ms };
     }
     match existing.status {
-        _ if existing.fingerprint != fingerprint
-            && !lambda_kit::mutation::active("store.ignores_fingerprint") =>
-        {
-            Begin::Conflict
-        }
+        _ if existing.fingerprint != fingerprint => Begin::Conflict,
         Status::Completed => Begin::Done { output: None },
         Status::Rejected => Begin::Rejected,
         Status::InProgress => Begin::Busy {
@@ -385,10 +363,6 @@ pub fn first_attempt_of_fresh(request: &ClaimRequest<'_>) -> u64 {
 /// Lease end = min(now + configured lease, invocation deadline + margin): a claim never outlives
 /// the invocation that took it by much, so a crash blocks the key only briefly.
 pub fn lease_end(now_ms: u64, lease_ms: u64, deadline_ms: u64, margin_ms: u64) -> u64 {
-    if lambda_kit::mutation::active("store.lease_ends_at_deadline") {
-        // A lease arithmetic that forgets the margin: the lease ends with the invocation.
-        return now_ms.saturating_add(lease_ms).min(deadline_ms);
-    }
     now_ms
         .saturating_add(lease_ms)
         .min(deadline_ms.saturating_add(margin_ms))

@@ -8,9 +8,6 @@
 //!   [`ManualClock`]), so leases, TTLs and deadlines are decided without sleeping in tests.
 //! - [`env`](mod@env): settings read from the environment once, each component its own, with errors that
 //!   name the variable ([`Env`], [`EnvError`]).
-//! - `mutation` (hidden, not part of the API): planted bugs the simulator must catch, compiled
-//!   out unless built with `PROCESS_ORDERS_SIM_MUTATIONS=1` (`--cfg sim_mutations`, set by the
-//!   build script; only the simulator's runs set the variable).
 //! - [`error_chain`]: an error and its sources on one line, for a log field.
 //! - [`Fnv1a`]: a hash that stays the same across builds and platforms, for what is stored.
 //!
@@ -34,12 +31,6 @@ struct ReadmeDoctests;
 
 pub mod clock;
 pub mod env;
-// Public only so the workspace's crates can ask it; not part of the API (no semver promise), and
-// a constant `false` without `--cfg sim_mutations`. A cfg, not a feature: Cargo unifies
-// features, so any crate in a user's graph could turn the planted bugs on for all. The build
-// script sets it from one variable (not RUSTFLAGS, which would rebuild every dependency).
-#[doc(hidden)]
-pub mod mutation;
 
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use env::{Env, EnvError};

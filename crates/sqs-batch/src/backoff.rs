@@ -133,11 +133,7 @@ impl BackoffPolicy {
             (Outcome::Ack, _) => None,
             (Outcome::Poison, _) => Some(0),
             (Outcome::Retry, Some(at_ms)) => {
-                let wait_s = if lambda_kit::mutation::active("backoff.ignores_retry_after") {
-                    0
-                } else {
-                    at_ms.saturating_sub(now_ms).div_ceil(1_000)
-                };
+                let wait_s = at_ms.saturating_sub(now_ms).div_ceil(1_000);
                 let jitter = random % (self.base_s + 1);
                 Some(
                     wait_s
@@ -145,9 +141,6 @@ impl BackoffPolicy {
                         .max(self.least_delay(receive_count))
                         .min(MAX_VISIBILITY_S),
                 )
-            }
-            (Outcome::Retry, None) if lambda_kit::mutation::active("backoff.retries_at_once") => {
-                Some(0)
             }
             (Outcome::Retry, None) => Some(self.delay(receive_count, random)),
         }

@@ -838,17 +838,6 @@ impl<H: RecordHandler, C: Clock> BatchProcessor<H, C> {
             return RecordStatus::SkippedDeadline;
         }
         if self.is_stopping() {
-            if lambda_kit::mutation::active("processor.stopping_gives_up") {
-                // The planted bug: the worker's stop as it was before issue 49, a RETRY
-                // `shutting_down` answered for the record, which the give-up then turns into
-                // POISON `retries_exhausted` at the receive before the queue's redrive.
-                let verdict = Verdict::retry(crate::worker::SHUTTING_DOWN);
-                return RecordStatus::Handled(give_up_if_exhausted(
-                    verdict,
-                    message.receive_count,
-                    limits.give_up_at_receive,
-                ));
-            }
             return RecordStatus::SkippedStopping;
         }
         let context = RecordContext::of(limits.invocation);
@@ -887,11 +876,6 @@ impl<H: RecordHandler, C: Clock> BatchProcessor<H, C> {
             ),
         ))
         .catch_unwind();
-        let budget = if lambda_kit::mutation::active("processor.never_abandons") {
-            Duration::MAX
-        } else {
-            budget
-        };
         // Biased: a record that finished as the runtime stopped waiting keeps its verdict.
         let verdict = tokio::select! {
             biased;
@@ -965,15 +949,8 @@ fn give_up_if_exhausted(
                     .map(|d| format!(": {d}"))
                     .unwrap_or_default()
             );
-            // The planted bug: the give-up renames the RETRY but keeps it one, so nothing moves
-            // it and SQS's redrive takes it without the function's reason.
-            let outcome = if lambda_kit::mutation::active("processor.give_up_keeps_retry") {
-                verdict.outcome
-            } else {
-                Outcome::Poison
-            };
             Verdict {
-                outcome,
+                outcome: Outcome::Poison,
                 reason: GAVE_UP,
                 detail: Some(detail.into()),
                 retry_after_ms: None,
@@ -1078,10 +1055,7 @@ impl<H: RecordHandler, C: Clock> BatchProcessor<H, C> {
                 Some(culprit) => RecordStatus::SkippedAfter { culprit },
                 None => self.run_one(&batch[index], limits).await,
             };
-            if culprit.is_none()
-                && hold.holds(&status)
-                && !lambda_kit::mutation::active("processor.fifo_goes_on_after_failure")
-            {
+            if culprit.is_none() && hold.holds(&status) {
                 culprit = Some(index);
             }
             out.push((index, status));
@@ -1108,10 +1082,6 @@ enum Hold {
 
 impl Hold {
     fn holds(self, status: &RecordStatus) -> bool {
-        if lambda_kit::mutation::active("processor.holds_after_success") {
-            // The planted bug: every record holds its group, an ACK too.
-            return true;
-        }
         match self {
             Self::AnyFailure => !status.is_ack(),
             Self::RetryOnly => {

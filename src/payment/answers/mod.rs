@@ -389,14 +389,6 @@ pub fn classify_lookup(
                 code: Some(code),
                 decline: false,
             }) if reading.retryable.contains(&code) => ChargeStatus::Failed,
-            // The simulator's planted bug: the reading before it was fixed, a bare `failed`
-            // taken as "not charged, charge again" (re-sends a declined card).
-            Some(ChargeState::Failed {
-                code: None,
-                decline: false,
-            }) if lambda_kit::mutation::active("lookup.bare_failed_is_retryable") => {
-                ChargeStatus::Failed
-            }
             // Any other failure is final: charging again after the key window would send a
             // declined card (or a failure nobody said may be retried) to the network again.
             Some(ChargeState::Failed { .. }) => ChargeStatus::Declined,
@@ -455,11 +447,6 @@ fn charged_money(
         match value.as_u64() {
             Some(minor) if minor == order.minor => MoneyHeld::Same,
             Some(_) => MoneyHeld::Other,
-            // The planted bug: the reading before issue 49, where an amount it could not read
-            // (`"5000"`, `5000.0`) counted as the order's.
-            None if lambda_kit::mutation::active("lookup.unreadable_amount_is_a_match") => {
-                MoneyHeld::Same
-            }
             None => MoneyHeld::Unreadable,
         }
     });
@@ -653,11 +640,7 @@ fn short_reason(status: StatusCode, body: Option<&str>, secret: Option<&str>) ->
         None => reason,
     };
     // Scrubbed before it is cut: a key cut in two is no longer found whole.
-    let reason = if lambda_kit::mutation::active("redact.cut_before_scrub") {
-        scrub(cut(reason))
-    } else {
-        cut(scrub(reason))
-    };
+    let reason = cut(scrub(reason));
     match code {
         Some(code) if code.len() <= 64 && !reason.contains(&code) => {
             redact(&format!("{reason} ({code})"))

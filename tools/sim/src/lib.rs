@@ -33,12 +33,13 @@
 //! ([`worldmoney`]: its own ISO 4217 table and exact decimals), never the function's `money` or
 //! `order` code, which is what it judges.
 //!
-//! The simulator's teeth: [`MUTATIONS`] are bugs planted in the real code behind
-//! `lambda_kit::mutation`; each must be caught within a bounded number of seeds. They are
-//! compiled in only when the build has `PROCESS_ORDERS_SIM_MUTATIONS=1` (lambda-kit's build
-//! script turns it into `--cfg sim_mutations`; `make sim`, `make test` and `make mutants` set
-//! it). Without it the simulator still builds and runs, the planted-bug tests are ignored, and
-//! [`run`] refuses a mutation ([`NO_PLANTED_BUGS`]).
+//! The simulator's teeth: [`MUTATIONS`] are bugs planted in the real code; each must be caught
+//! within a bounded number of seeds. The crates that ship hold none: the bugs are
+//! `tools/sim/planted.patch`, applied to a copy of the repository (the planted tree,
+//! `scripts/planted_tree.py`), whose lambda-kit switches them per thread ([`planted`]) and
+//! compiles them in under `PROCESS_ORDERS_SIM_MUTATIONS=1` (`make planted-bugs`, part of
+//! `make test`, and `make sim MUTATION=...` run there). In this tree the simulator builds and
+//! runs, the planted-bug tests are ignored, and [`run`] refuses a mutation ([`NO_PLANTED_BUGS`]).
 
 #![warn(missing_docs)]
 
@@ -47,6 +48,7 @@ pub mod dialect;
 pub mod dynamodb;
 pub mod harness;
 pub mod http;
+pub mod planted;
 pub mod provider;
 pub mod queue;
 pub mod settings;
@@ -93,11 +95,11 @@ const BURST: u64 = 250;
 pub(crate) const LONG_POLL_MS: u64 = 20_000;
 
 /// Why a run that asks for a planted bug cannot go on in this build.
-pub const NO_PLANTED_BUGS: &str = "this build has no planted bugs: build with \
-    PROCESS_ORDERS_SIM_MUTATIONS=1 (as `make sim`, `make test` and `make mutants` do)";
+pub const NO_PLANTED_BUGS: &str = "this build has no planted bugs: run it in the planted tree \
+    (`make sim MUTATION=...` and `make planted-bugs` do; scripts/planted_tree.py makes it)";
 
 /// The planted bugs, by the name their check site asks for, with what each does wrong. They are
-/// compiled in only with `PROCESS_ORDERS_SIM_MUTATIONS=1` (`lambda_kit::mutation::ENABLED`).
+/// compiled in only in the planted tree (`planted::ENABLED`).
 pub const MUTATIONS: [(&str, &str); 28] = [
     (
         "guard.releases_after_ambiguous",
@@ -276,15 +278,15 @@ pub(crate) fn block_on_seeded<T>(seed: u64, future: impl Future<Output = T>) -> 
 ///
 /// # Panics
 ///
-/// With a mutation asked for in a build without the planted bugs (`PROCESS_ORDERS_SIM_MUTATIONS`
-/// unset when it was built): the run would find nothing and prove nothing.
+/// With a mutation asked for in a build without the planted bugs (anywhere but the planted
+/// tree): the run would find nothing and prove nothing.
 pub fn run(settings: &SimSettings) -> Report {
     if let Some(mutation) = settings.mutation
-        && !lambda_kit::mutation::ENABLED
+        && !planted::ENABLED
     {
         panic!("{mutation}: {NO_PLANTED_BUGS}");
     }
-    let (report, hits) = lambda_kit::mutation::with(settings.mutation, || {
+    let (report, hits) = planted::with(settings.mutation, || {
         block_on_seeded(settings.seed, simulate(settings.clone()))
     });
     Report {

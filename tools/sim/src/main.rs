@@ -5,7 +5,7 @@
 //! - `PROFILE`: `standard`, `fifo`, `brownout`, `skewed`, `lowered`, `archived`, `worker` or
 //!   `mixed` (the default: the first six in turn);
 //! - `MUTATION`: a planted bug to switch on (`sim::MUTATIONS`), to watch the checks catch it;
-//!   only in a build with `PROCESS_ORDERS_SIM_MUTATIONS=1` (`make sim` sets it), else refused;
+//!   only in the planted tree (`make sim MUTATION=...` runs there), else refused;
 //! - `STORE`: `memory` (the default) or `dynamodb`, the shipped DynamoDB store through the AWS
 //!   SDK on dynoxide's engine in the process;
 //! - `PROVIDER`: how the simulated provider words its answers: `draft` (the default), `stripe`,
@@ -44,7 +44,7 @@ fn main() {
     let mutation = match std::env::var("MUTATION").ok().filter(|m| !m.is_empty()) {
         None => None,
         Some(name) => match MUTATIONS.iter().find(|(m, _)| *m == name) {
-            Some((m, _)) if !lambda_kit::mutation::ENABLED => {
+            Some((m, _)) if !sim::planted::ENABLED => {
                 eprintln!("MUTATION={m}: {NO_PLANTED_BUGS}");
                 std::process::exit(2);
             }

@@ -146,7 +146,7 @@ pub async fn an_item_of_a_later_format_is_never_taken_over(client: &Client, tabl
     );
 }
 
-/// A person clears a recorded refusal (`orders-ops clear-decline`): the reason comes back and
+/// A person clears a recorded refusal (an operator's tool): the reason comes back and
 /// the next claim is fresh. A key that is not refused, or absent, is left exactly as it was.
 pub async fn clearing_a_refusal_returns_its_reason_and_touches_nothing_else(
     client: &Client,

@@ -281,9 +281,7 @@ fn calls(copies: Vec<(usize, Copy)>) -> Vec<Vec<(usize, Copy)>> {
     for (index, copy) in copies {
         match calls.last_mut() {
             Some(call)
-                if call.len() < super::BATCH_LIMIT
-                    && (call_bytes + copy.bytes <= BATCH_BYTES
-                        || lambda_kit::mutation::active("dead_letter.ignores_batch_bytes")) =>
+                if call.len() < super::BATCH_LIMIT && call_bytes + copy.bytes <= BATCH_BYTES =>
             {
                 call_bytes += copy.bytes;
                 call.push((index, copy));

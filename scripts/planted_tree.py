@@ -1,0 +1,81 @@
+#!/usr/bin/env python3
+"""The planted tree: a copy of this repository with the simulator's planted bugs in its code.
+
+The crates that ship hold no planted bug and read no variable of the project's. The bugs are
+`tools/sim/planted.patch`: it adds lambda-kit's per-thread switch (`lambda_kit::mutation`, compiled
+in by its build script under PROCESS_ORDERS_SIM_MUTATIONS=1) and every check site to a copy of the
+repository, where the simulator's planted-bug tests and `make sim MUTATION=...` run. No copy is
+ever published or deployed.
+
+Prints the copy's path. The copy is kept between runs and a file is written only when its
+content changed, so cargo rebuilds only what changed. A patch that no longer applies (the code
+around a check site moved) stops here with patch's own message: move the site in the copy, then
+regenerate the patch from it (docs/simulation.md, "Planted bugs").
+"""
+
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+PATCH = os.path.join(ROOT, "tools", "sim", "planted.patch")
+
+
+def tracked_files():
+    """The repository's files as git sees them (tracked and untracked, ignored ones left out)."""
+    out = subprocess.run(
+        ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+        cwd=ROOT, check=True, capture_output=True,
+    ).stdout
+    names = sorted({n for n in out.decode().split("\0") if n})
+    return [n for n in names if os.path.isfile(os.path.join(ROOT, n))]
+
+
+def main():
+    target = os.environ.get("CARGO_TARGET_DIR") or os.path.join(ROOT, "target")
+    dest = os.environ.get("PLANTED_TREE") or os.path.join(target, "planted-tree")
+    files = tracked_files()
+    with tempfile.TemporaryDirectory() as stage:
+        for name in files:
+            os.makedirs(os.path.dirname(os.path.join(stage, name)), exist_ok=True)
+            shutil.copy2(os.path.join(ROOT, name), os.path.join(stage, name))
+        with open(PATCH, "rb") as patch:
+            applied = subprocess.run(
+                ["patch", "-p1", "--batch", "--forward", "--no-backup-if-mismatch", "-s",
+                 "-d", stage],
+                stdin=patch, capture_output=True,
+            )
+        if applied.returncode != 0:
+            sys.stderr.write(applied.stdout.decode() + applied.stderr.decode())
+            sys.exit("planted tree: tools/sim/planted.patch no longer applies (see above)")
+        wanted = set()
+        for folder, _, names in os.walk(stage):
+            for name in names:
+                path = os.path.join(folder, name)
+                relative = os.path.relpath(path, stage)
+                if relative.endswith((".rej", ".orig")):
+                    sys.exit(f"planted tree: patch left {relative}")
+                wanted.add(relative)
+                out = os.path.join(dest, relative)
+                if os.path.isfile(out):
+                    with open(path, "rb") as a, open(out, "rb") as b:
+                        if a.read() == b.read():
+                            continue
+                os.makedirs(os.path.dirname(out), exist_ok=True)
+                shutil.copyfile(path, out)
+                shutil.copymode(path, out)
+    # Files gone from the repository go from the copy too (its own build output stays).
+    for folder, dirs, names in os.walk(dest):
+        if folder == dest and "target" in dirs:
+            dirs.remove("target")
+        for name in names:
+            path = os.path.join(folder, name)
+            if os.path.relpath(path, dest) not in wanted:
+                os.remove(path)
+    print(dest)
+
+
+if __name__ == "__main__":
+    main()
