@@ -9,10 +9,12 @@ ever published or deployed.
 
 Prints the copy's path. The copy is kept between runs and a file is written only when its
 content changed, so cargo rebuilds only what changed. A patch that no longer applies (the code
-around a check site moved) stops here with patch's own message: move the site in the copy, then
-regenerate the patch from it (docs/simulation.md, "Planted bugs").
+around a check site moved) stops here with patch's own message: put the site back in the copy
+by hand, then `scripts/planted_tree.py --write-patch` writes the patch again as the difference
+between this tree and the copy.
 """
 
+import difflib
 import os
 import shutil
 import subprocess
@@ -33,9 +35,40 @@ def tracked_files():
     return [n for n in names if os.path.isfile(os.path.join(ROOT, n))]
 
 
+def write_patch(dest):
+    """The patch again: every file of the copy that differs from this tree's."""
+    copied = []
+    for folder, dirs, names in os.walk(dest):
+        if folder == dest and "target" in dirs:
+            dirs.remove("target")
+        copied.extend(os.path.relpath(os.path.join(folder, n), dest) for n in names)
+    hunks = []
+    for relative in sorted(copied):
+        mine = os.path.join(ROOT, relative)
+        with open(os.path.join(dest, relative), "rb") as f:
+            planted = f.read()
+        original = b""
+        if os.path.isfile(mine):
+            with open(mine, "rb") as f:
+                original = f.read()
+        if planted == original:
+            continue
+        planted = planted.decode("utf-8").splitlines(keepends=True)
+        original = original.decode("utf-8").splitlines(keepends=True)
+        hunks.extend(difflib.unified_diff(original, planted, f"a/{relative}", f"b/{relative}"))
+    if not hunks:
+        sys.exit("planted tree: the copy plants nothing; the patch is left as it was")
+    with open(PATCH, "w", encoding="utf-8") as f:
+        f.writelines(hunks)
+    print(PATCH)
+
+
 def main():
     target = os.environ.get("CARGO_TARGET_DIR") or os.path.join(ROOT, "target")
     dest = os.environ.get("PLANTED_TREE") or os.path.join(target, "planted-tree")
+    if sys.argv[1:] == ["--write-patch"]:
+        write_patch(dest)
+        return
     files = tracked_files()
     with tempfile.TemporaryDirectory() as stage:
         for name in files:
@@ -47,16 +80,17 @@ def main():
                  "-d", stage],
                 stdin=patch, capture_output=True,
             )
-        if applied.returncode != 0:
-            sys.stderr.write(applied.stdout.decode() + applied.stderr.decode())
-            sys.exit("planted tree: tools/sim/planted.patch no longer applies (see above)")
+        rejected = []
         wanted = set()
         for folder, _, names in os.walk(stage):
             for name in names:
                 path = os.path.join(folder, name)
                 relative = os.path.relpath(path, stage)
                 if relative.endswith((".rej", ".orig")):
-                    sys.exit(f"planted tree: patch left {relative}")
+                    if relative.endswith(".rej"):
+                        with open(path, encoding="utf-8") as f:
+                            rejected.append(f"{relative}:\n{f.read()}")
+                    continue
                 wanted.add(relative)
                 out = os.path.join(dest, relative)
                 if os.path.isfile(out):
@@ -74,6 +108,12 @@ def main():
             path = os.path.join(folder, name)
             if os.path.relpath(path, dest) not in wanted:
                 os.remove(path)
+    if applied.returncode != 0:
+        # The copy holds every hunk that applied: put the rest in by hand, then --write-patch.
+        sys.stderr.write(applied.stdout.decode() + applied.stderr.decode())
+        sys.stderr.write("".join(rejected))
+        sys.exit(f"planted tree: tools/sim/planted.patch no longer applies whole; {dest} has "
+                 "what applied: plant the hunks above there, then run this with --write-patch")
     print(dest)
 
 

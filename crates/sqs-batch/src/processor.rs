@@ -567,9 +567,16 @@ pub struct Counts {
 pub const ABANDONED: &str = "abandoned";
 
 tokio::task_local! {
-    static CURRENT: Current;
-    /// The keys held by the running records of the processor handling this one.
-    static TURNS: Arc<KeyTurns>;
+    static CURRENT: InScope;
+}
+
+/// What a record's handler and everything it awaits can know without being handed it: the
+/// record ([`current`]) and the keys its processor's running records hold ([`key_turn`]). One
+/// task-local, so a record's future nests one scope deep.
+#[derive(Debug)]
+struct InScope {
+    current: Current,
+    turns: Arc<KeyTurns>,
 }
 
 /// Waits until no other record of the processor running this one holds `key`, then holds it
@@ -587,7 +594,7 @@ tokio::task_local! {
 /// # });
 /// ```
 pub async fn key_turn(key: &str) -> KeyTurn {
-    match TURNS.try_with(Arc::clone) {
+    match CURRENT.try_with(|scope| Arc::clone(&scope.turns)) {
         Ok(turns) => turns.take(key).await,
         Err(_) => KeyTurn::none(),
     }
@@ -633,7 +640,7 @@ pub struct Current {
 /// # });
 /// ```
 pub fn current() -> Option<Current> {
-    CURRENT.try_with(|current| *current).ok()
+    CURRENT.try_with(|scope| scope.current).ok()
 }
 
 /// Drives a [`RecordHandler`] over batches.
@@ -865,15 +872,13 @@ impl<H: RecordHandler, C: Clock> BatchProcessor<H, C> {
             deadline_ms,
             earlier_attempt_ms: crate::dead_letter::earlier_attempt_ms(message),
         };
-        let handled = AssertUnwindSafe(CURRENT.scope(
+        let scope = InScope {
             current,
-            TURNS.scope(
-                self.turns.clone(),
-                tracing::Instrument::instrument(
-                    self.handler.handle(message, context),
-                    span.clone(),
-                ),
-            ),
+            turns: self.turns.clone(),
+        };
+        let handled = AssertUnwindSafe(CURRENT.scope(
+            scope,
+            tracing::Instrument::instrument(self.handler.handle(message, context), span.clone()),
         ))
         .catch_unwind();
         // Biased: a record that finished as the runtime stopped waiting keeps its verdict.
