@@ -405,18 +405,66 @@ async fn a_crash_between_charge_and_complete_still_charges_once() {
     assert_eq!(stub.lookups("o-1"), 1);
 }
 
-/// The same order delivered twice while the first charge is in flight: one charge.
+/// The same order delivered twice to two containers while the first charge is in flight: one
+/// charge; the second container meets the first's live claim and retries later.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_same_order_twice_in_flight_is_charged_once() {
+async fn the_same_order_twice_in_flight_in_two_containers_is_charged_once() {
     let stub = PaymentStub::start().await;
     stub.set("o-1", Behaviour::Slow(Duration::from_millis(300)));
     let config = Config::from_lookup(|_| None).unwrap();
     let clock = ManualClock::at(T0);
+    let store = Arc::new(MemoryStore::new(config.store.retention));
+    let container = || {
+        Arc::new(App::with_ports(
+            &config,
+            Arc::clone(&store),
+            gateway(&stub.url()),
+            clock.clone(),
+        ))
+    };
+    let (app, other) = (container(), container());
+    let first = tokio::spawn({
+        let app = Arc::clone(&app);
+        async move {
+            app.handle_json(&event(&[("m1", "o-1")]), T0 + 60_000)
+                .await
+                .unwrap()
+        }
+    });
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let second = other
+        .handle_json(&event(&[("m2", "o-1")]), T0 + 60_000)
+        .await
+        .unwrap();
+    assert_eq!(
+        failed_ids(&second),
+        ["m2"],
+        "the second delivery is BUSY, retried later"
+    );
+    assert!(failed_ids(&first.await.unwrap()).is_empty());
+    assert_eq!((stub.requests("o-1"), stub.charges("o-1")), (1, 1));
+    // Its redelivery is then a duplicate.
+    let again = other
+        .handle_json(&event(&[("m2", "o-1")]), T0 + 60_000)
+        .await
+        .unwrap();
+    assert!(failed_ids(&again).is_empty());
+    assert_eq!(stub.requests("o-1"), 1);
+}
+
+/// The same order twice in one process while the first charge is in flight (a worker's two
+/// batches, or one batch): the second waits its turn and is acknowledged as a duplicate, with
+/// one charge and no redelivery.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_same_order_twice_in_flight_in_one_process_waits_its_turn() {
+    let stub = PaymentStub::start().await;
+    stub.set("o-1", Behaviour::Slow(Duration::from_millis(300)));
+    let config = Config::from_lookup(|_| None).unwrap();
     let app = Arc::new(App::with_ports(
         &config,
         MemoryStore::new(config.store.retention),
         gateway(&stub.url()),
-        clock.clone(),
+        ManualClock::at(T0),
     ));
     let first = tokio::spawn({
         let app = Arc::clone(&app);
@@ -431,20 +479,18 @@ async fn the_same_order_twice_in_flight_is_charged_once() {
         .handle_json(&event(&[("m2", "o-1")]), T0 + 60_000)
         .await
         .unwrap();
-    assert_eq!(
-        failed_ids(&second),
-        ["m2"],
-        "the second delivery is BUSY, retried later"
+    assert!(
+        failed_ids(&second).is_empty(),
+        "acknowledged as a duplicate"
     );
     assert!(failed_ids(&first.await.unwrap()).is_empty());
     assert_eq!((stub.requests("o-1"), stub.charges("o-1")), (1, 1));
-    // Its redelivery is then a duplicate.
-    let again = app
-        .handle_json(&event(&[("m2", "o-1")]), T0 + 60_000)
+    let both = app
+        .handle_json(&event(&[("m3", "o-2"), ("m4", "o-2")]), T0 + 60_000)
         .await
         .unwrap();
-    assert!(failed_ids(&again).is_empty());
-    assert_eq!(stub.requests("o-1"), 1);
+    assert!(failed_ids(&both).is_empty(), "one batch, one key: both ACK");
+    assert_eq!(stub.charges("o-2"), 1);
 }
 
 /// The real binary picks the HTTP gateway from PAYMENT_API_URL, and never prints the API key.
