@@ -249,8 +249,9 @@ package:
 
 # The libraries' public API against their 0.1.0 baseline (cargo-semver-checks): the commit
 # whose API 0.1.0 is, SEMVER_BASELINE. A change that needs a new major (or, before 1.0, minor)
-# version fails here; make it on purpose: bump the crate's version and move the baseline to the
-# commit that publishes it. Default features, as a dependent gets them. A clone without the
+# version fails here; make it on purpose: bump the crate's version (0.2.0 is that bump, so its
+# breaking changes pass, listed in docs/CHANGELOG.md) and move the baseline to the commit that
+# publishes it. Default features, as a dependent gets them. A clone without the
 # baseline's commit (a shallow one) cannot compare and says so instead of failing.
 SEMVER_VERSION := 0.51.0
 SEMVER_BASELINE ?= 2ec45d6f97d92aa22a2fe302d9eb778129c90072

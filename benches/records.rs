@@ -30,7 +30,7 @@ fn app(fifo_scope: &str) -> App<MemoryStore, SimulatedGateway, SystemClock> {
     // Metrics off: one EMF line per iteration would bury criterion's output (building it costs
     // microseconds per invocation, nothing per record).
     let config = Config::from_lookup(|k| match k {
-        "FIFO_SCOPE" => Some(scope.clone()),
+        "SQS_BATCH_FIFO_SCOPE" => Some(scope.clone()),
         "METRICS_ENABLED" => Some("false".to_owned()),
         _ => None,
     })

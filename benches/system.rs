@@ -290,10 +290,10 @@ async fn concurrency(full: bool) {
         "\n(d) concurrency: {records}-record standard batch, store +{} ms per call (2 calls per record)",
         STORE_DELAY.as_millis()
     );
-    println!("| MAX_CONCURRENCY | ms | speedup | speedup / C |\n|---|---|---|---|");
+    println!("| SQS_BATCH_MAX_CONCURRENCY | ms | speedup | speedup / C |\n|---|---|---|---|");
     let mut base = None;
     for &c in levels {
-        let took = run_once(&standard, &[("MAX_CONCURRENCY", c.to_string())]).await;
+        let took = run_once(&standard, &[("SQS_BATCH_MAX_CONCURRENCY", c.to_string())]).await;
         let base = *base.get_or_insert(took);
         let speedup = base.as_secs_f64() / took.as_secs_f64();
         println!(
@@ -305,12 +305,12 @@ async fn concurrency(full: bool) {
 
     let groups = 8;
     let fifo = json(groups);
-    let sequential = run_once(&fifo, &[("FIFO_SCOPE", "batch".into())]).await;
+    let sequential = run_once(&fifo, &[("SQS_BATCH_FIFO_SCOPE", "batch".into())]).await;
     let grouped = run_once(
         &fifo,
         &[
-            ("FIFO_SCOPE", "group".into()),
-            ("MAX_CONCURRENCY", groups.to_string()),
+            ("SQS_BATCH_FIFO_SCOPE", "group".into()),
+            ("SQS_BATCH_MAX_CONCURRENCY", groups.to_string()),
         ],
     )
     .await;
@@ -319,7 +319,7 @@ async fn concurrency(full: bool) {
     println!("| scope | ms | speedup | speedup / G |\n|---|---|---|---|");
     println!("| batch (sequential) | {} | 1.00 | |", ms(sequential));
     println!(
-        "| group, MAX_CONCURRENCY {groups} | {} | {speedup:.2} | {:.2} |",
+        "| group, SQS_BATCH_MAX_CONCURRENCY {groups} | {} | {speedup:.2} | {:.2} |",
         ms(grouped),
         speedup / groups as f64
     );

@@ -3,7 +3,7 @@
 //!
 //! - (f) tail latency: a 1,000-record standard batch through the function against dynoxide (every
 //!   store call 5 ms +- 1 ms more) and the HTTP provider stub (payments log-normal, median 120 ms,
-//!   p99 1.5 s, and 1% that outlast the 5 s payment timeout), at `MAX_CONCURRENCY` 8, 16 and 32,
+//!   p99 1.5 s, and 1% that outlast the 5 s payment timeout), at `SQS_BATCH_MAX_CONCURRENCY` 8, 16 and 32,
 //!   against the ideal bound: the records' own work divided by the concurrency, or the longest
 //!   record if that is larger.
 //! - (g) the same batch, same simulated latencies, through Powertools for AWS Lambda (Python)
@@ -247,14 +247,14 @@ async fn tail_latency(plan: &Plan, levels: &[usize]) {
         PAYMENT_TIMEOUT.as_secs()
     );
     println!(
-        "| MAX_CONCURRENCY | wall s | ideal s | wall / ideal | greedy bound s | RETRY |\n|---|---|---|---|---|---|"
+        "| SQS_BATCH_MAX_CONCURRENCY | wall s | ideal s | wall / ideal | greedy bound s | RETRY |\n|---|---|---|---|---|---|"
     );
     let server = Dynoxide::start().await;
     for &c in levels {
         // A provider of its own per run: one that already charged these keys would answer
         // every request at once with its replay.
         let stub = PaymentStub::start().await;
-        let config = config(&[("MAX_CONCURRENCY", c.to_string())]);
+        let config = config(&[("SQS_BATCH_MAX_CONCURRENCY", c.to_string())]);
         let (store, gateway, work) = timed_ports(plan, &server, &stub, &config).await;
         let app = App::with_ports(&config, store, gateway, SystemClock);
         let started = Instant::now();
@@ -336,7 +336,7 @@ async fn worker_against_lambda(plan: &Plan) {
     let records = plan.payments.len();
     println!(
         "\n(i) one worker against one Lambda container: {records} orders, the plan of (f), \
-         MAX_CONCURRENCY 16"
+         SQS_BATCH_MAX_CONCURRENCY 16"
     );
     println!(
         "| runtime | wall s | orders/s | cost per million orders (compute only) |\n|---|---|---|---|"

@@ -23,8 +23,8 @@ TEMPLATE_LIKE = {
     "IDEMPOTENCY_TABLE": "orders",
     "PAYMENT_API_URL": "https://pay.example.invalid/v1",
     "PAYMENT_API_KEY": "k",
-    "VISIBILITY_BACKOFF": "true",
-    "MOVE_POISON_TO_DLQ": "true",
+    "SQS_BATCH_VISIBILITY_BACKOFF": "true",
+    "SQS_BATCH_MOVE_POISON_TO_DLQ": "true",
     "AWS_LAMBDA_LOG_FORMAT": "JSON",
     "METRICS_ENABLED": "true",
 }

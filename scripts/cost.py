@@ -19,7 +19,7 @@ INPUTS = {
     # Billed time per record: the invocation's wall time divided by its records. Measured
     # 2026-11-30 with `make bench` (docs/performance.md (f) and (g)): the same seeded batch
     # of 1,000 orders, store calls 5 ms, payments log-normal with median 120 ms.
-    "ours_ms_per_record": 21.60,  # process-orders, MAX_CONCURRENCY 16
+    "ours_ms_per_record": 21.60,  # process-orders, SQS_BATCH_MAX_CONCURRENCY 16
     "powertools_ms_per_record": 305.54,  # Powertools Python BatchProcessor
     "powertools_async_ms_per_record": 7.46,  # Powertools Python AsyncBatchProcessor, unbounded
     # CPU per order on the shipped path, measured 2026-12-06 with `make bench-cpu` (the later

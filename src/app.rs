@@ -522,7 +522,7 @@ mod tests {
     /// futures inline it was kilobytes and the copies were a fifth of the one-shot CPU time.
     #[test]
     fn a_record_future_stays_small_with_the_network_adapters_compiled_in() {
-        use sqs_batch::{RecordHandler, processor::RecordContext};
+        use sqs_batch::{RecordHandler, processor::Invocation};
         let config = Config::from_lookup(|_| None).expect("defaults");
         let app: App = App::with_ports(
             &config,
@@ -531,10 +531,7 @@ mod tests {
             SystemClock,
         );
         let message = sqs_batch::Message::new("m1", "{}");
-        let future = app
-            .processor
-            .handler()
-            .handle(&message, RecordContext::new(0));
+        let future = app.processor.handler().handle(&message, Invocation::new(0));
         let size = std::mem::size_of_val(&future);
         eprintln!("a record's future: {size} bytes");
         // What it holds across its awaits: the order (its currency and minor units), the claim,

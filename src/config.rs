@@ -34,7 +34,7 @@ const FUNCTION_VARIABLES: &[(&str, Option<&str>)] = &[
     ("PAYMENT_RETRYABLE_FAILURES", None),
     ("PAYMENT_CLOCK_SKEW_MS", Some("60000")),
     ("DEFAULT_CURRENCY", Some("EUR")),
-    ("MOVE_POISON_TO_DLQ", Some("false")),
+    ("SQS_BATCH_MOVE_POISON_TO_DLQ", Some("false")),
     ("METRICS_ENABLED", Some("true")),
     ("POWERTOOLS_METRICS_NAMESPACE", Some("ProcessOrders")),
     ("POWERTOOLS_SERVICE_NAME", Some("process-orders")),
@@ -79,8 +79,8 @@ pub enum ConfigError {
     /// An AWS client is needed and no region is set.
     #[error(
         "AWS_REGION (or AWS_DEFAULT_REGION) must be set when IDEMPOTENCY_TABLE, \
-         PAYMENT_API_KEY_SECRET or CLAIM_CHECK_BUCKET is set or VISIBILITY_BACKOFF or \
-         MOVE_POISON_TO_DLQ is on"
+         PAYMENT_API_KEY_SECRET or CLAIM_CHECK_BUCKET is set or SQS_BATCH_VISIBILITY_BACKOFF or \
+         SQS_BATCH_MOVE_POISON_TO_DLQ is on"
     )]
     RegionRequired,
     /// Inside Lambda a bearer key would cross the network in clear text.
@@ -147,8 +147,8 @@ pub struct Config {
     pub batch: BatchOptions,
     /// Visibility backoff for reported records; `None` when off.
     pub backoff: Option<BackoffPolicy>,
-    /// What the deployment expects of its queues' redrive policy (`MAX_RECEIVE_COUNT`,
-    /// `RETRY_SURVIVAL_HOURS`), held against each queue's own when it is learned.
+    /// What the deployment expects of its queues' redrive policy (`SQS_BATCH_MAX_RECEIVE_COUNT`,
+    /// `SQS_BATCH_RETRY_SURVIVAL_HOURS`), held against each queue's own when it is learned.
     pub redrive: RedriveCheck,
     /// Claim check through S3; `None` when off.
     pub claim_check: Option<ClaimCheckSettings>,
@@ -167,7 +167,7 @@ pub struct Config {
     pub payment_lookup_durable: bool,
     /// `DEFAULT_CURRENCY`: the currency of an order whose body names none.
     pub default_currency: Currency,
-    /// `MOVE_POISON_TO_DLQ`: a POISON record is sent to its queue's DLQ by the function at its
+    /// `SQS_BATCH_MOVE_POISON_TO_DLQ`: a POISON record is sent to its queue's DLQ by the function at its
     /// first receive, with its reason, and acknowledged (docs/operations.md, "Poison and the DLQ").
     pub move_poison: bool,
     /// This function as a moved message names it:
@@ -195,7 +195,9 @@ impl Config {
 
     fn read(env: &Env<'_>) -> Result<Self, ConfigError> {
         // Each component reads its own settings; this only composes them and checks them
-        // against each other.
+        // against each other. The batch crate's variables are read as it reads them (their
+        // names before sqs-batch 0.2 too, with a warning), `SQS_BATCH_MOVE_POISON_TO_DLQ` here.
+        let env = &sqs_batch::with_old_names(env);
         let in_lambda = env.text("AWS_LAMBDA_FUNCTION_NAME").is_some();
         // A local Runtime API emulator (cargo lambda watch) sets AWS_LAMBDA_FUNCTION_NAME too;
         // this explicit flag is the only way to run the in-memory store there.
@@ -264,7 +266,7 @@ impl Config {
             payment_key_window_margin: Duration::from_millis(charge_reach_ms + clock_skew_ms),
             payment_lookup_durable,
             default_currency,
-            move_poison: env.flag("MOVE_POISON_TO_DLQ", false)?,
+            move_poison: env.flag("SQS_BATCH_MOVE_POISON_TO_DLQ", false)?,
             function: format!(
                 "{}:{}",
                 env.text("AWS_LAMBDA_FUNCTION_NAME")
@@ -343,9 +345,9 @@ mod tests {
         let c = config(&[
             ("IDEMPOTENCY_TABLE", "orders-idem"),
             ("AWS_REGION", "us-east-1"),
-            ("MAX_CONCURRENCY", "32"),
-            ("FIFO_SCOPE", "GROUP"),
-            ("DEADLINE_MARGIN_MS", "2500"),
+            ("SQS_BATCH_MAX_CONCURRENCY", "32"),
+            ("SQS_BATCH_FIFO_SCOPE", "GROUP"),
+            ("SQS_BATCH_DEADLINE_MARGIN_MS", "2500"),
         ])
         .expect("config");
         assert_eq!(c.store.table.as_deref(), Some("orders-idem"));
@@ -357,18 +359,18 @@ mod tests {
     #[test]
     fn a_bad_value_names_its_variable() {
         for (var, value) in [
-            ("MAX_CONCURRENCY", "0"),
-            ("MAX_CONCURRENCY", "many"),
+            ("SQS_BATCH_MAX_CONCURRENCY", "0"),
+            ("SQS_BATCH_MAX_CONCURRENCY", "many"),
             ("IDEMPOTENCY_LEASE_SECONDS", "-1"),
             ("IDEMPOTENCY_RETENTION_DAYS", "0"),
-            ("DEADLINE_MARGIN_MS", "1.5"),
-            ("DEADLINE_MARGIN_MS", "0"),
-            ("DEADLINE_MARGIN_MS", "999"),
+            ("SQS_BATCH_DEADLINE_MARGIN_MS", "1.5"),
+            ("SQS_BATCH_DEADLINE_MARGIN_MS", "0"),
+            ("SQS_BATCH_DEADLINE_MARGIN_MS", "999"),
             ("IDEMPOTENCY_LEASE_MARGIN_MS", "0"),
-            ("FIFO_SCOPE", "sometimes"),
+            ("SQS_BATCH_FIFO_SCOPE", "sometimes"),
             ("DYNAMODB_MAX_ATTEMPTS", "0"),
             ("DYNAMODB_OPERATION_TIMEOUT_MS", "10"),
-            ("VISIBILITY_BACKOFF", "sometimes"),
+            ("SQS_BATCH_VISIBILITY_BACKOFF", "sometimes"),
         ] {
             let err = config(&[(var, value)]).expect_err(var);
             assert!(err.to_string().starts_with(var), "{err}");
@@ -488,36 +490,36 @@ mod tests {
     fn visibility_backoff_is_off_unless_asked_for() {
         assert_eq!(config(&[]).expect("defaults").backoff, None);
         let on = config(&[
-            ("VISIBILITY_BACKOFF", "true"),
+            ("SQS_BATCH_VISIBILITY_BACKOFF", "true"),
             ("AWS_REGION", "us-east-1"),
-            ("BACKOFF_CAP_SECONDS", "60"),
+            ("SQS_BATCH_BACKOFF_CAP_SECONDS", "60"),
         ]);
         assert_eq!(on.expect("on").backoff, Some(BackoffPolicy::new(5, 60)));
         let err = config(&[
-            ("VISIBILITY_BACKOFF", "1"),
+            ("SQS_BATCH_VISIBILITY_BACKOFF", "1"),
             ("AWS_REGION", "r"),
-            ("BACKOFF_BASE_SECONDS", "10"),
-            ("BACKOFF_CAP_SECONDS", "5"),
+            ("SQS_BATCH_BACKOFF_BASE_SECONDS", "10"),
+            ("SQS_BATCH_BACKOFF_CAP_SECONDS", "5"),
         ]);
         assert!(
             err.expect_err("base > cap")
                 .to_string()
-                .starts_with("BACKOFF_BASE_SECONDS")
+                .starts_with("SQS_BATCH_BACKOFF_BASE_SECONDS")
         );
         assert_eq!(
-            config(&[("VISIBILITY_BACKOFF", "1")]).expect_err("no region"),
+            config(&[("SQS_BATCH_VISIBILITY_BACKOFF", "1")]).expect_err("no region"),
             ConfigError::RegionRequired
         );
         let twelve_hours = config(&[
-            ("VISIBILITY_BACKOFF", "1"),
+            ("SQS_BATCH_VISIBILITY_BACKOFF", "1"),
             ("AWS_REGION", "r"),
-            ("BACKOFF_CAP_SECONDS", "43200"),
+            ("SQS_BATCH_BACKOFF_CAP_SECONDS", "43200"),
         ]);
         assert!(
             twelve_hours
                 .expect_err("12 h")
                 .to_string()
-                .starts_with("BACKOFF_CAP_SECONDS")
+                .starts_with("SQS_BATCH_BACKOFF_CAP_SECONDS")
         );
     }
 

@@ -4,8 +4,8 @@
 //! handler live in the libraries; they are told here so that nothing needs looking up elsewhere.
 //!
 //! 1. **Started, or not.** `sqs_batch`'s processor starts the record unless the invocation's
-//!    remaining time is below `DEADLINE_MARGIN_MS` (then RETRY `deadline`, not started). Standard
-//!    queues run records concurrently (`MAX_CONCURRENCY`); FIFO records run in order, and a record
+//!    remaining time is below `SQS_BATCH_DEADLINE_MARGIN_MS` (then RETRY `deadline`, not started). Standard
+//!    queues run records concurrently (`SQS_BATCH_MAX_CONCURRENCY`); FIFO records run in order, and a record
 //!    behind a failure in its group (or batch) is RETRY `after_failure`, not started. A started
 //!    record that panics is RETRY `panic`; one still running when half the margin is left is
 //!    dropped and RETRY `abandoned` (its claim stays STARTED until the lease ends, and a charge
@@ -33,7 +33,7 @@
 //!    the provider asked).
 //! 7. **After the batch** (`sqs_batch::processor::process_batch`): a RETRY at the receive before the
 //!    queue's redrive becomes POISON `retries_exhausted`; POISON records are moved to the DLQ
-//!    with their reason when `MOVE_POISON_TO_DLQ` is on; reported records get the visibility
+//!    with their reason when `SQS_BATCH_MOVE_POISON_TO_DLQ` is on; reported records get the visibility
 //!    backoff; the response lists exactly the records to retry (FIFO: from the first failure on)
 //!    and is checked before it is returned.
 
@@ -46,7 +46,7 @@ use idempotency::guard::{
 };
 use idempotency::{guard::EffectStore, store::LeaseToken};
 use lambda_kit::{Clock, error_chain};
-use sqs_batch::{Message, RecordHandler, Verdict, processor::Outcome, processor::RecordContext};
+use sqs_batch::{Message, RecordHandler, Verdict, processor::Decision, processor::Invocation};
 
 use crate::metrics::{CallLatency, Latency};
 use crate::money::Currency;
@@ -103,7 +103,7 @@ where
     fn handle(
         &self,
         message: &Message<'_>,
-        context: RecordContext,
+        context: Invocation,
     ) -> impl Future<Output = Verdict> + Send {
         // Only the deadline goes into the record's future: the invocation's ids the context
         // also carries are not read here, and every byte of that future is moved around.
@@ -290,15 +290,15 @@ pub(crate) enum OrderDecision {
 
 impl OrderDecision {
     /// ACK, RETRY or POISON.
-    pub(crate) fn outcome(&self) -> Outcome {
+    pub(crate) fn outcome(&self) -> Decision {
         let Self::Guarded(outcome) = self else {
-            return Outcome::Retry;
+            return Decision::Retry;
         };
         match outcome {
             Guarded::Performed(())
             | Guarded::Reconciled
             | Guarded::Duplicate
-            | Guarded::Replayed(()) => Outcome::Ack,
+            | Guarded::Replayed(()) => Decision::Ack,
             // Past the key window a provider that no longer knows the key leaves only a person
             // to settle it: to the DLQ with its reason, at once (a FIFO group goes on).
             Guarded::Conflict
@@ -310,12 +310,12 @@ impl OrderDecision {
             | Guarded::NeedsReconciliation {
                 why: Unsettled::NotFound | Unsettled::Unclear,
                 ..
-            } => Outcome::Poison,
+            } => Decision::Poison,
             // `Busy`, `Pending`, `Store`, `LeaseLost`, every other `Failed` and a look-up that
             // failed past the key window: another receive may settle them. So does an outcome a
             // later idempotency release adds: kept until someone names it, never acknowledged.
             // (One arm for all: a named RETRY arm beside the wildcard could be deleted unseen.)
-            _ => Outcome::Retry,
+            _ => Decision::Retry,
         }
     }
 
@@ -396,8 +396,8 @@ fn verdict(
     now_ms: u64,
 ) -> Verdict {
     let verdict = match decision.outcome() {
-        Outcome::Ack => return Verdict::ack(decision.reason()),
-        Outcome::Poison => Verdict::poison(decision.reason()),
+        Decision::Ack => return Verdict::ack(decision.reason()),
+        Decision::Poison => Verdict::poison(decision.reason()),
         // RETRY, and an outcome a later sqs-batch adds: never deleted unnamed.
         _ => Verdict::retry(decision.reason()),
     };
@@ -536,87 +536,87 @@ mod tests {
         let config_wait = Some(NOW + CONFIGURATION_RETRY_AFTER_MS);
         type Case = (
             Guarded<(), PaymentError>,
-            (Outcome, &'static str),
+            (Decision, &'static str),
             Option<&'static str>,
             Option<u64>,
         );
         let cases: Vec<Case> = vec![
             (
                 Guarded::Performed(()),
-                (Outcome::Ack, "charged"),
+                (Decision::Ack, "charged"),
                 None,
                 None,
             ),
             (
                 Guarded::Reconciled,
-                (Outcome::Ack, "reconciled"),
+                (Decision::Ack, "reconciled"),
                 None,
                 None,
             ),
-            (Guarded::Duplicate, (Outcome::Ack, "duplicate"), None, None),
+            (Guarded::Duplicate, (Decision::Ack, "duplicate"), None, None),
             (
                 Guarded::Replayed(()),
-                (Outcome::Ack, "duplicate"),
+                (Decision::Ack, "duplicate"),
                 None,
                 None,
             ),
             (
                 Guarded::Busy { until_ms: NOW + 9 },
-                (Outcome::Retry, "busy"),
+                (Decision::Retry, "busy"),
                 Some("holds the lease until"),
                 Some(NOW + 9),
             ),
             (
                 Guarded::Conflict,
-                (Outcome::Poison, "conflict"),
+                (Decision::Poison, "conflict"),
                 Some("different payload"),
                 None,
             ),
             (
                 Guarded::Rejected,
-                (Outcome::Poison, "payment_rejected"),
+                (Decision::Poison, "payment_rejected"),
                 Some("declined before"),
                 None,
             ),
             (
                 Guarded::Pending,
-                (Outcome::Retry, "payment_pending"),
+                (Decision::Retry, "payment_pending"),
                 Some("still being processed"),
                 None,
             ),
             (
                 reconcile(Unsettled::LookUpFailed(not_sent())),
-                (Outcome::Retry, "needs_reconciliation"),
+                (Decision::Retry, "needs_reconciliation"),
                 Some("the lookup failed"),
                 None,
             ),
             (
                 reconcile(Unsettled::NotFound),
-                (Outcome::Poison, "needs_reconciliation"),
+                (Decision::Poison, "needs_reconciliation"),
                 Some("no charge under the key"),
                 None,
             ),
             (
                 reconcile(Unsettled::Unclear),
-                (Outcome::Poison, "needs_reconciliation"),
+                (Decision::Poison, "needs_reconciliation"),
                 Some("not understood"),
                 None,
             ),
             (
                 Guarded::Store(StoreError::Malformed("no status".into())),
-                (Outcome::Retry, "store_error"),
+                (Decision::Retry, "store_error"),
                 Some("no status"),
                 None,
             ),
             (
                 Guarded::LeaseLost,
-                (Outcome::Retry, "lease_lost"),
+                (Decision::Retry, "lease_lost"),
                 Some("lease was taken over"),
                 None,
             ),
             (
                 failed(not_sent(), Effect::None),
-                (Outcome::Retry, "payment_not_sent"),
+                (Decision::Retry, "payment_not_sent"),
                 Some("connection refused"),
                 None,
             ),
@@ -628,7 +628,7 @@ mod tests {
                     },
                     Effect::Maybe,
                 ),
-                (Outcome::Retry, "payment_ambiguous"),
+                (Decision::Retry, "payment_ambiguous"),
                 Some("timed out"),
                 None,
             ),
@@ -639,13 +639,13 @@ mod tests {
                     },
                     Effect::Maybe,
                 ),
-                (Outcome::Retry, "payment_in_flight"),
+                (Decision::Retry, "payment_in_flight"),
                 Some("still in flight"),
                 Some(NOW + 2_000),
             ),
             (
                 failed(PaymentError::InFlight { retry_after: None }, Effect::Maybe),
-                (Outcome::Retry, "payment_in_flight"),
+                (Decision::Retry, "payment_in_flight"),
                 Some("still in flight"),
                 None,
             ),
@@ -657,7 +657,7 @@ mod tests {
                     },
                     Effect::None,
                 ),
-                (Outcome::Poison, "payment_rejected"),
+                (Decision::Poison, "payment_rejected"),
                 Some("card_declined"),
                 None,
             ),
@@ -669,7 +669,7 @@ mod tests {
                     },
                     Effect::None,
                 ),
-                (Outcome::Poison, "payment_conflict"),
+                (Decision::Poison, "payment_conflict"),
                 Some("another body"),
                 None,
             ),
@@ -681,7 +681,7 @@ mod tests {
                     },
                     Effect::None,
                 ),
-                (Outcome::Retry, "payment_config"),
+                (Decision::Retry, "payment_config"),
                 Some("bad key"),
                 config_wait,
             ),
@@ -694,7 +694,7 @@ mod tests {
                     },
                     Effect::None,
                 ),
-                (Outcome::Retry, "payment_failed"),
+                (Decision::Retry, "payment_failed"),
                 Some("processing_error"),
                 None,
             ),
@@ -706,7 +706,7 @@ mod tests {
                     },
                     Effect::None,
                 ),
-                (Outcome::Retry, "payment_refused"),
+                (Decision::Retry, "payment_refused"),
                 Some("missing parameter"),
                 config_wait,
             ),
@@ -715,7 +715,7 @@ mod tests {
         for (guarded, expected, words, retry_after_ms) in cases {
             let label = format!("{guarded:?}");
             let order = decode_order(body, Currency::parse("USD").expect("USD")).expect("an order");
-            let lease = (expected.0 != Outcome::Ack).then(LeaseToken::new);
+            let lease = (expected.0 != Decision::Ack).then(LeaseToken::new);
             let verdict = verdict(OrderDecision::Guarded(guarded), order, lease, NOW);
             assert_eq!((verdict.outcome, verdict.reason), expected, "{label}");
             match words {
@@ -727,7 +727,7 @@ mod tests {
             }
             assert_eq!(verdict.retry_after_ms, retry_after_ms, "{label}");
             // What is not acknowledged names its order and its claim.
-            if expected.0 != Outcome::Ack {
+            if expected.0 != Decision::Ack {
                 assert_eq!(verdict.key.as_deref(), Some("o-1"), "{label}");
                 assert_eq!(
                     verdict.correlation_id,
@@ -741,7 +741,7 @@ mod tests {
         let open = verdict(OrderDecision::CircuitOpen, order, None, NOW);
         assert_eq!(
             (open.outcome, open.reason, open.retry_after_ms),
-            (Outcome::Retry, "payment_circuit_open", config_wait)
+            (Decision::Retry, "payment_circuit_open", config_wait)
         );
         assert!(
             open.detail

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use serde_json::{Map, Value, json};
 
 use sqs_batch::{
-    edge::QueueKind, processor::BatchReport, processor::Outcome, processor::RecordStatus,
+    edge::QueueKind, processor::BatchReport, processor::Decision, processor::RecordStatus,
 };
 
 /// The dimensions of every metric, in this order (alarms must name all four). `Service` holds
@@ -234,8 +234,8 @@ fn counts(report: &BatchReport) -> [(&'static str, f64); COUNT_METRICS.len()] {
                     add(name);
                 }
                 match v.outcome {
-                    Outcome::Ack => {}
-                    Outcome::Poison => add("Poisoned"),
+                    Decision::Ack => {}
+                    Decision::Poison => add("Poisoned"),
                     // An outcome a later sqs-batch adds is reported, so it counts as retried.
                     _ => add("Retried"),
                 }

@@ -341,7 +341,7 @@ async fn event_of_6_mb() {
 #[tokio::test]
 async fn fifo_record_missing_its_group() {
     for scope in ["batch", "group"] {
-        let app = app_with(&[("FIFO_SCOPE", scope)]);
+        let app = app_with(&[("SQS_BATCH_FIFO_SCOPE", scope)]);
         let mut records = vec![valid("m1", "o-1"), valid("m2", "o-2"), valid("m3", "o-3")];
         for (i, r) in records.iter_mut().enumerate() {
             r["eventSourceARN"] = json!("arn:aws:sqs:us-east-1:1:orders.fifo");

@@ -143,7 +143,8 @@ async fn the_payment_outcomes_redelivered_reconcile_the_ambiguous_charge() {
 /// "Choices where the design is silent"), so every other record is processed and only it is reported.
 #[tokio::test]
 async fn the_fifo_sample_under_group_scope_reports_only_the_poison() {
-    let config = Config::from_lookup(|k| (k == "FIFO_SCOPE").then(|| "group".to_owned())).unwrap();
+    let config =
+        Config::from_lookup(|k| (k == "SQS_BATCH_FIFO_SCOPE").then(|| "group".to_owned())).unwrap();
     let app = App::with_ports(
         &config,
         MemoryStore::new(config.store.retention),
@@ -162,7 +163,7 @@ async fn the_fifo_sample_under_group_scope_reports_only_the_poison() {
     }
 }
 
-/// `FAIL_ON_ENTIRE_BATCH_FAILURE=true`: the function fails an invocation whose every record
+/// `SQS_BATCH_FAIL_ON_ENTIRE_BATCH_FAILURE=true`: the function fails an invocation whose every record
 /// failed (the batch comes back whole, and the mapping backs off), and answers any batch with
 /// one record done as usual; unset, it reports every record.
 #[tokio::test]
@@ -171,7 +172,7 @@ async fn an_entire_batch_failure_fails_the_invocation_only_when_asked() {
         {"messageId":"m-1","body":"not json","eventSourceARN":"arn:aws:sqs:eu-west-1:1:orders"},
         {"messageId":"m-2","body":"{}","eventSourceARN":"arn:aws:sqs:eu-west-1:1:orders"}]}"#;
     let config = Config::from_lookup(|name| {
-        (name == "FAIL_ON_ENTIRE_BATCH_FAILURE").then(|| "true".to_owned())
+        (name == "SQS_BATCH_FAIL_ON_ENTIRE_BATCH_FAILURE").then(|| "true".to_owned())
     })
     .expect("config");
     let strict = App::with_ports(

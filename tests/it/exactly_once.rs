@@ -18,7 +18,7 @@ use process_orders::testkit::failed_ids;
 use process_orders::testkit::payment_stub::{Behaviour, Fate, PaymentStub};
 use serde_json::json;
 use sqs_batch::backoff::BackoffPolicy;
-use sqs_batch::processor::{Outcome, RecordStatus};
+use sqs_batch::processor::{Decision, RecordStatus};
 
 pub(super) const T0: u64 = 1_767_225_600_000;
 pub(super) const DAY_MS: u64 = 86_400_000;
@@ -97,7 +97,7 @@ pub(super) async fn invoke(app: &TestApp, json: &str) -> (Vec<String>, Vec<Recor
     (failed_ids(&response), report.statuses)
 }
 
-pub(super) fn outcome(status: &RecordStatus) -> (Outcome, &'static str) {
+pub(super) fn outcome(status: &RecordStatus) -> (Decision, &'static str) {
     match status {
         RecordStatus::Handled(v) => (v.outcome, v.reason),
         other => panic!("not handled: {other:?}"),
@@ -134,7 +134,7 @@ async fn an_order_in_flight_at_the_provider_is_never_acknowledged_and_is_charged
     assert_eq!(stub.charges("o-1"), 1);
     let (failed, statuses) = invoke(&app, &json).await;
     assert!(failed.is_empty());
-    assert_eq!(outcome(&statuses[0]), (Outcome::Ack, "duplicate"));
+    assert_eq!(outcome(&statuses[0]), (Decision::Ack, "duplicate"));
     assert_eq!(stub.charges("o-1"), 1);
 }
 
@@ -154,7 +154,10 @@ async fn a_409_for_a_charge_in_flight_is_retried_never_acknowledged() {
     stub.set_lookup_available(false);
     let (failed, statuses) = invoke(&app, &json).await;
     assert_eq!(failed, ["m1"], "{statuses:?}");
-    assert_eq!(outcome(&statuses[0]), (Outcome::Retry, "payment_in_flight"));
+    assert_eq!(
+        outcome(&statuses[0]),
+        (Decision::Retry, "payment_in_flight")
+    );
     assert_eq!(
         stub.answers("o-1"),
         [409],
@@ -165,7 +168,7 @@ async fn a_409_for_a_charge_in_flight_is_retried_never_acknowledged() {
     stub.set_lookup_available(true);
     let (failed, statuses) = invoke(&app, &json).await;
     assert!(failed.is_empty(), "{statuses:?}");
-    assert_eq!(outcome(&statuses[0]), (Outcome::Ack, "reconciled"));
+    assert_eq!(outcome(&statuses[0]), (Decision::Ack, "reconciled"));
     assert_eq!(stub.charges("o-1"), 1);
 }
 
@@ -186,7 +189,10 @@ async fn an_order_whose_in_flight_charge_is_declined_is_never_acknowledged() {
     stub.settled("o-1").await;
     let (failed, statuses) = invoke(&app, &json).await;
     assert_eq!(failed, ["m1"]);
-    assert_eq!(outcome(&statuses[0]), (Outcome::Poison, "payment_rejected"));
+    assert_eq!(
+        outcome(&statuses[0]),
+        (Decision::Poison, "payment_rejected")
+    );
     assert_eq!(stub.charges("o-1"), 0);
 }
 
@@ -269,7 +275,7 @@ async fn a_rotated_api_key_retries_with_backoff_and_sends_nothing_to_the_dlq() {
         for status in &statuses {
             assert_eq!(
                 outcome(status).0,
-                Outcome::Retry,
+                Decision::Retry,
                 "receive {receive}: a configuration error must never be POISON: {status:?}"
             );
         }
@@ -337,7 +343,7 @@ async fn another_payload_cannot_take_over_a_key_whose_charge_may_exist() {
     clock.advance_ms(2 * DAY_MS);
     let (failed, statuses) = invoke(&app, &event(&[("m2", "o-1", 99.0)], 1)).await;
     assert_eq!(failed, ["m2"]);
-    assert_eq!(outcome(&statuses[0]), (Outcome::Poison, "conflict"));
+    assert_eq!(outcome(&statuses[0]), (Decision::Poison, "conflict"));
     assert_eq!(stub.charges("o-1"), 1);
     assert_eq!(stub.requests("o-1"), 1, "the other payload was sent");
 }

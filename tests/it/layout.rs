@@ -352,7 +352,7 @@ fn the_libraries_docs_name_no_file_they_do_not_ship() {
         read += 1;
         for (n, line) in text.lines().enumerate() {
             let trimmed = line.trim_start();
-            if !is_readme && !(trimmed.starts_with("///") || trimmed.starts_with("//!")) {
+            if !(is_readme || trimmed.starts_with("///") || trimmed.starts_with("//!")) {
                 continue;
             }
             // A URL names the file where it is.

@@ -166,11 +166,11 @@ fn a_record_without_message_id_fails_the_invocation() {
 fn a_bad_setting_stops_start_up_naming_the_variable() {
     let output = run(
         &["--event", &events("empty.json")],
-        &[("MAX_CONCURRENCY", "zero")],
+        &[("SQS_BATCH_MAX_CONCURRENCY", "zero")],
         "",
     );
     assert_eq!(output.status.code(), Some(2));
-    assert!(String::from_utf8_lossy(&output.stderr).contains("MAX_CONCURRENCY"));
+    assert!(String::from_utf8_lossy(&output.stderr).contains("SQS_BATCH_MAX_CONCURRENCY"));
 }
 
 #[test]

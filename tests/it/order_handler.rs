@@ -15,7 +15,7 @@ use process_orders::payment::{ChargeRequest, ChargeStatus, PaymentError, Payment
 use process_orders::testkit::failed_ids;
 use process_orders::testkit::ports::{FlakyStore, Script, ScriptedGateway};
 use serde_json::json;
-use sqs_batch::processor::{Outcome, RecordStatus};
+use sqs_batch::processor::{Decision, RecordStatus};
 
 const T0: u64 = 1_767_225_600_000;
 
@@ -61,7 +61,7 @@ async fn run<P: PaymentGateway>(app: &TestApp<P>, json: &str) -> (Vec<String>, V
     (failed_ids(&response), report.statuses)
 }
 
-fn reason(status: &RecordStatus) -> (Outcome, &'static str) {
+fn reason(status: &RecordStatus) -> (Decision, &'static str) {
     match status {
         RecordStatus::Handled(v) => (v.outcome, v.reason),
         other => panic!("not handled: {other:?}"),
@@ -75,13 +75,13 @@ async fn a_charge_that_was_not_sent_is_retry_and_frees_the_key() {
     let json = event(&[("m1", order("o-1", 10.0))]);
     let (failed, statuses) = run(&app, &json).await;
     assert_eq!(failed, ["m1"]);
-    assert_eq!(reason(&statuses[0]), (Outcome::Retry, "payment_not_sent"));
+    assert_eq!(reason(&statuses[0]), (Decision::Retry, "payment_not_sent"));
     assert_eq!(store.inner.state("o-1"), None, "released");
     // The redelivery claims at once and charges, without a lookup: nothing can exist.
     gateway.clear("o-1");
     let (failed, statuses) = run(&app, &json).await;
     assert!(failed.is_empty());
-    assert_eq!(reason(&statuses[0]), (Outcome::Ack, "charged"));
+    assert_eq!(reason(&statuses[0]), (Decision::Ack, "charged"));
     assert_eq!(gateway.inner.effective_charges(), 1);
 }
 
@@ -94,13 +94,13 @@ async fn an_ambiguous_charge_keeps_the_key_and_the_redelivery_looks_it_up_first(
     let json = event(&[("m1", order("o-1", 10.0))]);
     let (failed, statuses) = run(&app, &json).await;
     assert_eq!(failed, ["m1"]);
-    assert_eq!(reason(&statuses[0]), (Outcome::Retry, "payment_ambiguous"));
+    assert_eq!(reason(&statuses[0]), (Decision::Retry, "payment_ambiguous"));
     let kept = store.inner.state("o-1").expect("kept");
     assert_eq!((kept.status, kept.attempts), (Status::Attempted, 1));
     gateway.clear("o-1");
     let (failed, statuses) = run(&app, &json).await;
     assert!(failed.is_empty());
-    assert_eq!(reason(&statuses[0]), (Outcome::Ack, "charged"));
+    assert_eq!(reason(&statuses[0]), (Decision::Ack, "charged"));
     assert_eq!(gateway.inner.effective_charges(), 1);
 }
 
@@ -117,7 +117,10 @@ async fn a_charge_in_flight_is_retry_after_the_providers_wait() {
     assert_eq!(failed, ["m1"]);
     match &statuses[0] {
         RecordStatus::Handled(v) => {
-            assert_eq!((v.outcome, v.reason), (Outcome::Retry, "payment_in_flight"));
+            assert_eq!(
+                (v.outcome, v.reason),
+                (Decision::Retry, "payment_in_flight")
+            );
             let wait = simulated::IN_FLIGHT_FOR.as_millis() as u64;
             assert_eq!(v.retry_after_ms, Some(clock.now_ms() + wait));
         }
@@ -131,7 +134,7 @@ async fn a_rejected_payment_is_poison() {
     gateway.script("o-1", Script::Reject);
     let (failed, statuses) = run(&app, &event(&[("m1", order("o-1", 10.0))])).await;
     assert_eq!(failed, ["m1"]);
-    assert_eq!(reason(&statuses[0]), (Outcome::Poison, "payment_rejected"));
+    assert_eq!(reason(&statuses[0]), (Decision::Poison, "payment_rejected"));
 }
 
 #[tokio::test]
@@ -141,7 +144,7 @@ async fn a_panic_while_charging_is_retry_and_the_batch_goes_on() {
     let json = event(&[("m1", order("o-1", 10.0)), ("m2", order("o-2", 5.0))]);
     let (failed, statuses) = run(&app, &json).await;
     assert_eq!(failed, ["m1"]);
-    assert_eq!(reason(&statuses[0]), (Outcome::Retry, "panic"));
+    assert_eq!(reason(&statuses[0]), (Decision::Retry, "panic"));
     assert!(gateway.inner.charged("o-2"));
 }
 
@@ -155,7 +158,7 @@ async fn a_store_outage_retries_every_record_and_recovers() {
     assert!(
         statuses
             .iter()
-            .all(|s| reason(s) == (Outcome::Retry, "store_error"))
+            .all(|s| reason(s) == (Decision::Retry, "store_error"))
     );
     assert_eq!(gateway.inner.requests(), 0);
     // The same container serves the next invocation normally once the store is back.
@@ -174,16 +177,16 @@ async fn a_failed_completion_is_retry_and_the_redelivery_finds_the_charge() {
     let json = event(&[("m1", order("o-1", 10.0))]);
     let (failed, statuses) = run(&app, &json).await;
     assert_eq!(failed, ["m1"]);
-    assert_eq!(reason(&statuses[0]), (Outcome::Retry, "store_error"));
+    assert_eq!(reason(&statuses[0]), (Decision::Retry, "store_error"));
     store.fail_complete.store(false, Ordering::SeqCst);
     // While the lease lives the redelivery is BUSY, never ACK.
     let (failed, statuses) = run(&app, &json).await;
     assert_eq!(failed, ["m1"]);
-    assert_eq!(reason(&statuses[0]), (Outcome::Retry, "busy"));
+    assert_eq!(reason(&statuses[0]), (Decision::Retry, "busy"));
     clock.advance_ms(config().lease.lease_ms + 1);
     let (failed, statuses) = run(&app, &json).await;
     assert!(failed.is_empty());
-    assert_eq!(reason(&statuses[0]), (Outcome::Ack, "reconciled"));
+    assert_eq!(reason(&statuses[0]), (Decision::Ack, "reconciled"));
     assert_eq!(gateway.inner.requests(), 1);
     assert_eq!(gateway.inner.effective_charges(), 1);
 }
@@ -210,7 +213,7 @@ async fn a_key_held_elsewhere_is_busy_with_the_lease_end() {
     assert_eq!(failed, ["m1"]);
     match &statuses[0] {
         RecordStatus::Handled(v) => {
-            assert_eq!((v.outcome, v.reason), (Outcome::Retry, "busy"));
+            assert_eq!((v.outcome, v.reason), (Decision::Retry, "busy"));
             assert_eq!(v.retry_after_ms, Some(T0 + 9_000));
             assert_eq!(v.key.as_deref(), Some("o-1"));
         }
@@ -225,7 +228,7 @@ async fn the_same_order_id_with_another_amount_is_a_conflict() {
     run(&app, &event(&[("m1", order("o-1", 10.0))])).await;
     let (failed, statuses) = run(&app, &event(&[("m2", order("o-1", 11.0))])).await;
     assert_eq!(failed, ["m2"]);
-    assert_eq!(reason(&statuses[0]), (Outcome::Poison, "conflict"));
+    assert_eq!(reason(&statuses[0]), (Decision::Poison, "conflict"));
     assert_eq!(gateway.inner.requests(), 1);
 }
 
@@ -288,7 +291,7 @@ async fn a_lease_taken_over_during_the_charge_is_retry_and_fenced() {
         .await
         .unwrap();
     assert_eq!(failed_ids(&response), ["m1"]);
-    assert_eq!(reason(&report.statuses[0]), (Outcome::Retry, "lease_lost"));
+    assert_eq!(reason(&report.statuses[0]), (Decision::Retry, "lease_lost"));
     // The new holder's claim is intact: others still see it busy.
     let probe = ClaimRequest::new(
         "o-1",

@@ -511,7 +511,7 @@ async fn the_binary_charges_over_http_and_never_logs_the_api_key() {
             .env("PAYMENT_API_KEY", "sk_MARKER_never_logged")
             .env("RUST_LOG", "trace")
             // One at a time: o-1 appears twice, and concurrently its second copy could be BUSY.
-            .env("MAX_CONCURRENCY", "1")
+            .env("SQS_BATCH_MAX_CONCURRENCY", "1")
             .output()
             .unwrap()
     })

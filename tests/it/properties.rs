@@ -9,7 +9,7 @@ use proptest::prelude::*;
 use sqs_batch::backoff::{BackoffPolicy, MAX_VISIBILITY_S};
 use sqs_batch::edge::{self as sqs, Message, QueueKind, ResponseError};
 use sqs_batch::processor::{
-    BatchOptions, BatchProcessor, FifoScope, RecordContext, RecordHandler, Verdict,
+    BatchOptions, BatchProcessor, FifoScope, Invocation, RecordHandler, Verdict,
 };
 
 /// Answers by body ("ack", "retry", "poison") and records which records it started.
@@ -19,7 +19,7 @@ struct Scripted {
 }
 
 impl RecordHandler for Scripted {
-    async fn handle(&self, message: &Message<'_>, _context: RecordContext) -> Verdict {
+    async fn handle(&self, message: &Message<'_>, _context: Invocation) -> Verdict {
         self.started
             .lock()
             .unwrap()

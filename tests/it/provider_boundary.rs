@@ -9,7 +9,7 @@ use lambda_kit::clock::{Clock, ManualClock};
 use process_orders::config::Config;
 use process_orders::testkit::payment_stub::{Behaviour, LookupDialect, PaymentStub};
 use serde_json::json;
-use sqs_batch::processor::{Outcome, RecordStatus};
+use sqs_batch::processor::{Decision, RecordStatus};
 
 use super::exactly_once::{DAY_MS, T0, app, app_with, event, invoke, numbered, outcome, specs};
 
@@ -38,7 +38,7 @@ fn detail(status: &RecordStatus) -> String {
 }
 
 /// The record's outcome and reason, and words its detail must name.
-fn assert_decided(status: &RecordStatus, expected: (Outcome, &str), names: &str) {
+fn assert_decided(status: &RecordStatus, expected: (Decision, &str), names: &str) {
     let detail = detail(status);
     assert_eq!(outcome(status), expected, "{detail}");
     assert!(detail.contains(names), "{detail}");
@@ -77,7 +77,7 @@ async fn a_missing_key_answer_is_a_configuration_error_never_poison() {
     for status in &statuses {
         assert_eq!(
             outcome(status),
-            (Outcome::Retry, "payment_config"),
+            (Decision::Retry, "payment_config"),
             "{status:?}"
         );
     }
@@ -111,7 +111,7 @@ async fn an_id_the_header_would_trim_is_poison_before_any_call() {
         stub.charges("o-1")
     );
     assert_eq!(failed, ["m1"]);
-    assert_eq!(outcome(&statuses[0]), (Outcome::Poison, "invalid_body"));
+    assert_eq!(outcome(&statuses[0]), (Decision::Poison, "invalid_body"));
     assert!(
         detail(&statuses[0]).contains("white space"),
         "{}",
@@ -123,7 +123,7 @@ async fn an_id_the_header_would_trim_is_poison_before_any_call() {
         let (_, statuses) = invoke(&app, &event(&[("m", id, 10.0)], 1)).await;
         assert_eq!(
             outcome(&statuses[0]),
-            (Outcome::Poison, "invalid_body"),
+            (Decision::Poison, "invalid_body"),
             "{id:?}"
         );
     }
@@ -153,7 +153,7 @@ async fn not_found_past_the_key_window_is_not_a_licence_to_charge_again() {
         assert_eq!(failed, ["m1"]);
         assert_decided(
             &statuses[0],
-            (Outcome::Poison, "needs_reconciliation"),
+            (Decision::Poison, "needs_reconciliation"),
             "no charge",
         );
     }
@@ -184,7 +184,7 @@ async fn a_durable_look_up_lets_a_never_made_charge_go_out_past_the_window() {
     clock.advance_ms(2 * DAY_MS);
     let (failed, statuses) = invoke(&app, &json).await;
     assert!(failed.is_empty(), "{statuses:?}");
-    assert_eq!(outcome(&statuses[0]), (Outcome::Ack, "charged"));
+    assert_eq!(outcome(&statuses[0]), (Decision::Ack, "charged"));
     assert_eq!(stub.charges("o-1"), 1);
 }
 
@@ -279,7 +279,7 @@ async fn amounts_reach_the_provider_exactly_in_minor_units() {
     let (failed, statuses) = invoke(&app, &json).await;
     assert_eq!(failed, ["m4", "m5", "m6", "m7"], "{statuses:?}");
     for status in &statuses[3..] {
-        assert_eq!(outcome(status), (Outcome::Poison, "invalid_body"));
+        assert_eq!(outcome(status), (Decision::Poison, "invalid_body"));
     }
     assert!(detail(&statuses[3]).contains("decimal places"));
     assert!(detail(&statuses[5]).contains("currency"));
@@ -298,7 +298,7 @@ async fn amounts_reach_the_provider_exactly_in_minor_units() {
     let again = raw_event(&[("m8", r#"{"amount":0.3,"order_id":"o-1","currency":"EUR"}"#)]);
     let (failed, statuses) = invoke(&app, &again).await;
     assert!(failed.is_empty());
-    assert_eq!(outcome(&statuses[0]), (Outcome::Ack, "duplicate"));
+    assert_eq!(outcome(&statuses[0]), (Decision::Ack, "duplicate"));
     assert_eq!(stub.all_requests(), 3);
 }
 
@@ -313,14 +313,19 @@ async fn refusals_of_single_orders_do_not_open_the_breaker() {
     for bad in ["o-1", "o-2", "o-3", "o-4"] {
         stub.set(bad, Behaviour::Status(400));
     }
-    let app = app_with(&stub, &clock, None, config(&[("MAX_CONCURRENCY", "1")]));
+    let app = app_with(
+        &stub,
+        &clock,
+        None,
+        config(&[("SQS_BATCH_MAX_CONCURRENCY", "1")]),
+    );
     let orders = numbered(1..=6);
     let specs = specs(&orders);
 
     let (failed, statuses) = invoke(&app, &event(&specs, 1)).await;
     assert_eq!(failed, ["m1", "m2", "m3", "m4"], "{statuses:?}");
     for status in &statuses[..4] {
-        assert_eq!(outcome(status), (Outcome::Retry, "payment_refused"));
+        assert_eq!(outcome(status), (Decision::Retry, "payment_refused"));
     }
     assert_eq!(stub.total_charges(), 2, "the good orders were not sent");
 }
@@ -340,12 +345,18 @@ async fn a_declined_order_is_sent_to_the_provider_once() {
     for _ in 0..2 {
         let (failed, statuses) = invoke(&app, &json).await;
         assert_eq!(failed, ["m1"]);
-        assert_eq!(outcome(&statuses[0]), (Outcome::Poison, "payment_rejected"));
+        assert_eq!(
+            outcome(&statuses[0]),
+            (Decision::Poison, "payment_rejected")
+        );
     }
     // A redrive three days later, past the provider's key window.
     clock.advance_ms(3 * DAY_MS);
     let (_, statuses) = invoke(&app, &json).await;
-    assert_eq!(outcome(&statuses[0]), (Outcome::Poison, "payment_rejected"));
+    assert_eq!(
+        outcome(&statuses[0]),
+        (Decision::Poison, "payment_rejected")
+    );
     assert_eq!(stub.requests("o-1"), 1, "the declined card was sent again");
 
     stub.set("o-1", Behaviour::Normal);
@@ -355,7 +366,7 @@ async fn a_declined_order_is_sent_to_the_provider_once() {
     );
     let (failed, statuses) = invoke(&app, &json).await;
     assert!(failed.is_empty(), "{statuses:?}");
-    assert_eq!(outcome(&statuses[0]), (Outcome::Ack, "charged"));
+    assert_eq!(outcome(&statuses[0]), (Decision::Ack, "charged"));
     assert_eq!(stub.charges("o-1"), 1);
 }
 
@@ -385,7 +396,7 @@ async fn a_failure_found_by_the_look_up_is_final_in_every_dialect() {
         let (_, statuses) = invoke(&app, &json).await;
         assert_eq!(
             outcome(&statuses[0]),
-            (Outcome::Retry, "payment_ambiguous"),
+            (Decision::Retry, "payment_ambiguous"),
             "{dialect:?}"
         );
         stub.settled("o-1").await;
@@ -395,7 +406,7 @@ async fn a_failure_found_by_the_look_up_is_final_in_every_dialect() {
             assert_eq!(failed, ["m1"]);
             assert_eq!(
                 outcome(&statuses[0]),
-                (Outcome::Poison, "payment_rejected"),
+                (Decision::Poison, "payment_rejected"),
                 "{dialect:?}: {}",
                 detail(&statuses[0])
             );
@@ -421,12 +432,15 @@ async fn a_look_up_answer_not_understood_charges_nothing() {
     let app = app(&stub, &clock, None);
     let json = event(&[("m1", "o-1", 10.0)], 1);
     let (_, statuses) = invoke(&app, &json).await;
-    assert_eq!(outcome(&statuses[0]), (Outcome::Retry, "payment_ambiguous"));
+    assert_eq!(
+        outcome(&statuses[0]),
+        (Decision::Retry, "payment_ambiguous")
+    );
     let (failed, statuses) = invoke(&app, &json).await;
     assert_eq!(failed, ["m1"]);
     assert_decided(
         &statuses[0],
-        (Outcome::Poison, "needs_reconciliation"),
+        (Decision::Poison, "needs_reconciliation"),
         "not understood",
     );
     assert_eq!(stub.requests("o-1"), 1, "sent again on an unread answer");
@@ -446,13 +460,16 @@ async fn a_look_up_showing_another_amount_or_currency_is_a_conflict() {
         let app = app(&stub, &clock, None);
         let json = event(&[("m1", "o-1", 10.0)], 1);
         let (_, statuses) = invoke(&app, &json).await;
-        assert_eq!(outcome(&statuses[0]), (Outcome::Retry, "payment_ambiguous"));
+        assert_eq!(
+            outcome(&statuses[0]),
+            (Decision::Retry, "payment_ambiguous")
+        );
         stub.charge_directly("o-1", amount, currency);
         let (failed, statuses) = invoke(&app, &json).await;
         assert_eq!(failed, ["m1"]);
         assert_eq!(
             outcome(&statuses[0]),
-            (Outcome::Poison, "conflict"),
+            (Decision::Poison, "conflict"),
             "{amount} {currency}: {}",
             detail(&statuses[0])
         );
@@ -487,13 +504,16 @@ async fn a_look_up_amount_that_cannot_be_read_exactly_is_never_a_match() {
             let app = app(&stub, &clock, None);
             let json = event(&[("m1", "o-1", 10.0)], 1);
             let (_, statuses) = invoke(&app, &json).await;
-            assert_eq!(outcome(&statuses[0]), (Outcome::Retry, "payment_ambiguous"));
+            assert_eq!(
+                outcome(&statuses[0]),
+                (Decision::Retry, "payment_ambiguous")
+            );
             stub.charge_directly("o-1", 5_000, "EUR");
             let (failed, statuses) = invoke(&app, &json).await;
             assert_eq!(failed, ["m1"], "{dialect:?} {wording:?}");
             assert_eq!(
                 outcome(&statuses[0]),
-                (Outcome::Poison, expected),
+                (Decision::Poison, expected),
                 "{dialect:?} {wording:?}: {}",
                 detail(&statuses[0])
             );
@@ -521,7 +541,7 @@ async fn no_run_of_the_key_survives_the_cut_of_the_provider_text() {
         stub.echo_key_after(Some(filler));
         let app = app(&stub, &clock, Some(KEY));
         let (_, statuses) = invoke(&app, &event(&[("m1", "o-1", 10.0)], 1)).await;
-        assert_eq!(outcome(&statuses[0]), (Outcome::Retry, "payment_config"));
+        assert_eq!(outcome(&statuses[0]), (Decision::Retry, "payment_config"));
         let detail = detail(&statuses[0]);
         for run in KEY.as_bytes().windows(8) {
             let run = std::str::from_utf8(run).expect("ascii");
@@ -593,7 +613,10 @@ async fn a_moved_copy_redriven_after_its_item_expired_is_looked_up_before_any_ch
     stub.set("o-9", Behaviour::ChargeThen504);
     let first = app(&stub, &clock, None);
     let (_, statuses) = invoke(&first, &event(&[("m1", "o-9", 10.0)], 1)).await;
-    assert_eq!(outcome(&statuses[0]), (Outcome::Retry, "payment_ambiguous"));
+    assert_eq!(
+        outcome(&statuses[0]),
+        (Decision::Retry, "payment_ambiguous")
+    );
     assert_eq!(stub.charges("o-9"), 1);
 
     clock.advance_ms(20 * DAY_MS);
@@ -604,7 +627,7 @@ async fn a_moved_copy_redriven_after_its_item_expired_is_looked_up_before_any_ch
     assert_eq!(failed, ["m-redriven"]);
     assert_eq!(
         outcome(&statuses[0]),
-        (Outcome::Poison, "needs_reconciliation"),
+        (Decision::Poison, "needs_reconciliation"),
         "{}",
         detail(&statuses[0])
     );
@@ -619,7 +642,7 @@ async fn a_moved_copy_redriven_after_its_item_expired_is_looked_up_before_any_ch
     )
     .await;
     assert!(failed.is_empty(), "{statuses:?}");
-    assert_eq!(outcome(&statuses[0]), (Outcome::Ack, "charged"));
+    assert_eq!(outcome(&statuses[0]), (Decision::Ack, "charged"));
     assert_eq!(stub.lookups("o-10"), 1);
     assert_eq!(stub.charges("o-10"), 1);
 }
@@ -648,7 +671,7 @@ async fn a_copy_sqs_moved_itself_is_looked_up_when_its_mark_survives() {
     assert_eq!(failed, ["m-sqs"]);
     assert_eq!(
         outcome(&statuses[0]),
-        (Outcome::Poison, "needs_reconciliation"),
+        (Decision::Poison, "needs_reconciliation"),
         "{}",
         detail(&statuses[0])
     );
@@ -673,8 +696,11 @@ async fn a_refused_copy_redriven_after_its_item_expired_is_looked_up_first() {
         &event(&[("m1", "o-1", 10.0), ("m2", "o-2", 10.0)], 1),
     )
     .await;
-    assert_eq!(outcome(&statuses[0]), (Outcome::Ack, "charged"));
-    assert_eq!(outcome(&statuses[1]), (Outcome::Poison, "payment_rejected"));
+    assert_eq!(outcome(&statuses[0]), (Decision::Ack, "charged"));
+    assert_eq!(
+        outcome(&statuses[1]),
+        (Decision::Poison, "payment_rejected")
+    );
 
     // Day 10: the producer sends both ids again; each claim is refused by the item of day 0.
     clock.advance_ms(10 * DAY_MS);
@@ -683,8 +709,11 @@ async fn a_refused_copy_redriven_after_its_item_expired_is_looked_up_first() {
         &event(&[("m3", "o-1", 20.0), ("m4", "o-2", 10.0)], 1),
     )
     .await;
-    assert_eq!(outcome(&statuses[0]), (Outcome::Poison, "conflict"));
-    assert_eq!(outcome(&statuses[1]), (Outcome::Poison, "payment_rejected"));
+    assert_eq!(outcome(&statuses[0]), (Decision::Poison, "conflict"));
+    assert_eq!(
+        outcome(&statuses[1]),
+        (Decision::Poison, "payment_rejected")
+    );
     let moved_ms = clock.now_ms();
 
     // Day 19: the items of day 0 expired (18 days); the DLQ is redriven.
@@ -701,7 +730,7 @@ async fn a_refused_copy_redriven_after_its_item_expired_is_looked_up_first() {
     assert_eq!(failed, ["m-redriven"]);
     assert_eq!(
         outcome(&statuses[0]),
-        (Outcome::Poison, "conflict"),
+        (Decision::Poison, "conflict"),
         "{}",
         detail(&statuses[0])
     );
@@ -715,7 +744,7 @@ async fn a_refused_copy_redriven_after_its_item_expired_is_looked_up_first() {
     assert_eq!(failed, ["m-redriven"]);
     assert_eq!(
         outcome(&statuses[0]),
-        (Outcome::Poison, "payment_rejected"),
+        (Decision::Poison, "payment_rejected"),
         "{}",
         detail(&statuses[0])
     );
@@ -746,7 +775,7 @@ async fn a_configuration_error_waits_for_a_person_before_its_retry() {
     let mut reasons = std::collections::BTreeSet::new();
     for status in &statuses {
         let (outcome, reason) = outcome(status);
-        assert_eq!(outcome, Outcome::Retry);
+        assert_eq!(outcome, Decision::Retry);
         reasons.insert(reason);
         assert_eq!(
             retry_after(status),
@@ -766,7 +795,7 @@ async fn a_configuration_error_waits_for_a_person_before_its_retry() {
     stub.require_api_key(Some("sk_rotated_away"));
     stub.set("o-503", Behaviour::Status(503));
     let (_, statuses) = invoke(&app, &event(&[("m1", "o-503", 10.0)], 1)).await;
-    assert_eq!(outcome(&statuses[0]).0, Outcome::Retry);
+    assert_eq!(outcome(&statuses[0]).0, Decision::Retry);
     assert_ne!(outcome(&statuses[0]).1, "payment_config");
     assert_eq!(retry_after(&statuses[0]), None, "{:?}", statuses[0]);
 }

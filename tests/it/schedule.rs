@@ -100,12 +100,15 @@ async fn the_binary_asks_sqs_for_the_shipped_schedule_at_every_receive() {
         .expect("base");
     let cap: u64 = template_default("BackoffCapSeconds").parse().expect("cap");
     let vars = [
-        ("VISIBILITY_BACKOFF", template_default("VisibilityBackoff")),
-        ("BACKOFF_BASE_SECONDS", base.to_string()),
-        ("BACKOFF_CAP_SECONDS", cap.to_string()),
-        ("MAX_RECEIVE_COUNT", max_receive_count.to_string()),
         (
-            "RETRY_SURVIVAL_HOURS",
+            "SQS_BATCH_VISIBILITY_BACKOFF",
+            template_default("VisibilityBackoff"),
+        ),
+        ("SQS_BATCH_BACKOFF_BASE_SECONDS", base.to_string()),
+        ("SQS_BATCH_BACKOFF_CAP_SECONDS", cap.to_string()),
+        ("SQS_BATCH_MAX_RECEIVE_COUNT", max_receive_count.to_string()),
+        (
+            "SQS_BATCH_RETRY_SURVIVAL_HOURS",
             template_default("RetrySurvivalHours"),
         ),
         ("PAYMENT_API_URL", payments),

@@ -22,7 +22,7 @@ use process_orders::testkit::failed_ids;
 use process_orders::testkit::logs::LogCapture;
 use process_orders::testkit::payment_stub::PaymentStub;
 use serde_json::json;
-use sqs_batch::processor::{Outcome, RecordStatus};
+use sqs_batch::processor::{Decision, RecordStatus};
 
 /// Recognisable key values: none may reach the logs.
 const KEY_1: &str = "sk_live_MARKER_one_4711";
@@ -124,7 +124,7 @@ fn event(orders: &[&str]) -> String {
 }
 
 /// One invocation: the failed ids and each record's (outcome, reason).
-async fn invoke(app: &TestApp, json: &str) -> (Vec<String>, Vec<(Outcome, &'static str)>) {
+async fn invoke(app: &TestApp, json: &str) -> (Vec<String>, Vec<(Decision, &'static str)>) {
     let event = sqs_batch::edge::parse_event(json).expect("event");
     let deadline = lambda_kit::Clock::now_ms(&SystemClock) + 60_000;
     let (response, report) = app
@@ -188,7 +188,7 @@ async fn the_first_charge_reads_the_secret_and_a_rotation_heals_after_one_401() 
         failed.is_empty(),
         "healed in the same invocation: {outcomes:?}"
     );
-    assert_eq!(outcomes, [(Outcome::Ack, "charged")]);
+    assert_eq!(outcomes, [(Decision::Ack, "charged")]);
     assert_eq!(
         stub.answers("o-5"),
         [401, 201],
@@ -245,7 +245,7 @@ async fn an_unknown_secret_is_retry_with_a_configuration_reason() {
         assert!(
             outcomes
                 .iter()
-                .all(|o| *o == (Outcome::Retry, "payment_config")),
+                .all(|o| *o == (Decision::Retry, "payment_config")),
             "{outcomes:?}"
         );
         assert_eq!(reads.load(Ordering::SeqCst), invocation);
@@ -267,7 +267,7 @@ async fn a_secret_that_holds_no_key_is_a_configuration_error_logged_once() {
     for _ in 0..2 {
         let (failed, outcomes) = invoke(&app, &event(&["o-1"])).await;
         assert_eq!(failed.len(), 1);
-        assert_eq!(outcomes, [(Outcome::Retry, "payment_config")]);
+        assert_eq!(outcomes, [(Decision::Retry, "payment_config")]);
     }
     let unusable = logs.lines_with("secret is unusable");
     assert_eq!(unusable.len(), 1, "{}", logs.text());
@@ -298,7 +298,7 @@ async fn an_unreachable_secrets_manager_is_a_plain_retry() {
     assert!(
         outcomes
             .iter()
-            .all(|o| *o == (Outcome::Retry, "payment_not_sent")),
+            .all(|o| *o == (Decision::Retry, "payment_not_sent")),
         "{outcomes:?}"
     );
     assert_eq!(reads.load(Ordering::SeqCst), 1);

@@ -217,9 +217,9 @@ fn the_retry_schedule_survives_a_day_of_outage_with_no_delay_over_15_minutes() {
     // The function starts with these settings, and refuses one receive fewer than a day needs.
     let env = |count: u32| {
         move |name: &str| match name {
-            "VISIBILITY_BACKOFF" => Some("true".to_owned()),
+            "SQS_BATCH_VISIBILITY_BACKOFF" => Some("true".to_owned()),
             "AWS_REGION" => Some("us-east-1".to_owned()),
-            "MAX_RECEIVE_COUNT" => Some(count.to_string()),
+            "SQS_BATCH_MAX_RECEIVE_COUNT" => Some(count.to_string()),
             _ => None,
         }
     };
@@ -257,7 +257,7 @@ fn the_function_may_only_send_to_the_dlqs_and_read_their_size() {
         ])
     );
     let env = &function(&t)["Environment"]["Variables"];
-    assert_eq!(env["MOVE_POISON_TO_DLQ"].as_str(), Some("true"));
+    assert_eq!(env["SQS_BATCH_MOVE_POISON_TO_DLQ"].as_str(), Some("true"));
     // And what the adapter calls is granted: GetQueueAttributes on the sources and the DLQs,
     // SendMessage here.
     let granted: BTreeSet<String> = statements(&t).into_iter().flat_map(actions).collect();

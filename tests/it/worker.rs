@@ -119,7 +119,7 @@ impl World {
                 ("IDEMPOTENCY_TABLE", &self.table),
                 ("PAYMENT_API_URL", &self.stub.url()),
                 ("METRICS_ENABLED", "false"),
-                ("WORKER_WAIT_TIME_SECONDS", "1"),
+                ("SQS_BATCH_WORKER_WAIT_TIME_SECONDS", "1"),
             ])
             .envs(vars.iter().copied())
             .stdout(Stdio::null())
@@ -168,9 +168,9 @@ async fn sigterm_mid_batch_finishes_what_started_and_releases_the_rest() {
         world.send(key).await;
     }
     let mut worker = world.spawn(&[
-        ("MAX_CONCURRENCY", "1"),
-        ("WORKER_RECEIVES_IN_FLIGHT", "1"),
-        ("WORKER_DRAIN_TIMEOUT_SECONDS", "10"),
+        ("SQS_BATCH_MAX_CONCURRENCY", "1"),
+        ("SQS_BATCH_WORKER_RECEIVES_IN_FLIGHT", "1"),
+        ("SQS_BATCH_WORKER_DRAIN_TIMEOUT_SECONDS", "10"),
     ]);
     let running = in_flight(&world, &keys).await;
     signal(&worker, "TERM").await;
@@ -206,8 +206,8 @@ async fn the_heartbeat_holds_a_record_three_visibility_timeouts_long() {
     // One receive at a time: the worker's own next receive cannot take the message back, only
     // the test's can.
     let _worker = world.spawn(&[
-        ("WORKER_VISIBILITY_EXTENSION_SECONDS", "3"),
-        ("WORKER_RECEIVES_IN_FLIGHT", "1"),
+        ("SQS_BATCH_WORKER_VISIBILITY_EXTENSION_SECONDS", "3"),
+        ("SQS_BATCH_WORKER_RECEIVES_IN_FLIGHT", "1"),
     ]);
     in_flight(&world, &["long".to_owned()]).await;
     // Six seconds of another consumer's receives, three visibility timeouts: nothing.
@@ -243,8 +243,8 @@ async fn a_killed_workers_message_comes_back_and_is_charged_once() {
     // A lease of 8 s (above 2 x 1 s of store calls + 2 x 2 s of payment), so the takeover comes
     // soon after the kill.
     let short = [
-        ("WORKER_VISIBILITY_EXTENSION_SECONDS", "3"),
-        ("WORKER_RECEIVES_IN_FLIGHT", "1"),
+        ("SQS_BATCH_WORKER_VISIBILITY_EXTENSION_SECONDS", "3"),
+        ("SQS_BATCH_WORKER_RECEIVES_IN_FLIGHT", "1"),
         ("IDEMPOTENCY_LEASE_SECONDS", "8"),
         ("PAYMENT_TIMEOUT_MS", "2000"),
         ("DYNAMODB_ATTEMPT_TIMEOUT_MS", "500"),

@@ -25,11 +25,11 @@
 //!
 //! ```
 //! use claim_check::{ClaimCheck, Payloads};
-//! use sqs_batch::{Message, processor::RecordContext, RecordHandler, Verdict};
+//! use sqs_batch::{Message, processor::Invocation, RecordHandler, Verdict};
 //!
 //! struct Echo;
 //! impl RecordHandler for Echo {
-//!     async fn handle(&self, message: &Message<'_>, _context: RecordContext) -> Verdict {
+//!     async fn handle(&self, message: &Message<'_>, _context: Invocation) -> Verdict {
 //!         Verdict::ack("seen").with_detail(message.body.to_owned())
 //!     }
 //! }
@@ -37,7 +37,7 @@
 //! # tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(async {
 //! // Without a store, a plain message goes through untouched.
 //! let handler = ClaimCheck::new(Echo, Payloads::Disabled);
-//! let verdict = handler.handle(&Message::new("m1", "hello"), RecordContext::new(0)).await;
+//! let verdict = handler.handle(&Message::new("m1", "hello"), Invocation::new(0)).await;
 //! assert_eq!(verdict.detail.as_deref(), Some("hello"));
 //! # });
 //! ```
@@ -53,7 +53,7 @@ struct ReadmeDoctests;
 #[cfg(feature = "s3")]
 pub mod s3;
 
-use sqs_batch::{Message, RecordHandler, Verdict, processor::Outcome, processor::RecordContext};
+use sqs_batch::{Message, RecordHandler, Verdict, processor::Decision, processor::Invocation};
 
 /// The message attribute that marks a pointer.
 pub const POINTER_ATTRIBUTE: &str = "payload-pointer";
@@ -131,10 +131,10 @@ pub enum LoadError {
 impl LoadError {
     /// Only a failure of the store itself may pass; everything else is in the message or the
     /// object and will never change.
-    pub fn outcome(&self) -> Outcome {
+    pub fn outcome(&self) -> Decision {
         match self {
-            Self::Unavailable(_) => Outcome::Retry,
-            _ => Outcome::Poison,
+            Self::Unavailable(_) => Decision::Retry,
+            _ => Decision::Poison,
         }
     }
 
@@ -262,7 +262,7 @@ impl<H, P> ClaimCheck<H, P> {
 }
 
 impl<H: RecordHandler, P: PayloadStore> RecordHandler for ClaimCheck<H, P> {
-    async fn handle(&self, message: &Message<'_>, context: RecordContext) -> Verdict {
+    async fn handle(&self, message: &Message<'_>, context: Invocation) -> Verdict {
         match message.attributes.string(POINTER_ATTRIBUTE) {
             None => self.inner.handle(message, context).await,
             // Boxed: every record's future is as large as its largest state, and this one holds
@@ -287,7 +287,7 @@ impl<H: RecordHandler, P: PayloadStore> ClaimCheck<H, P> {
         &self,
         kind: std::borrow::Cow<'_, str>,
         message: &Message<'_>,
-        context: RecordContext,
+        context: Invocation,
     ) -> Verdict {
         match resolve(&self.payloads, &kind, message.body).await {
             Ok(payload) => {
@@ -296,7 +296,7 @@ impl<H: RecordHandler, P: PayloadStore> ClaimCheck<H, P> {
             }
             Err(e) => {
                 let verdict = match e.outcome() {
-                    Outcome::Retry => Verdict::retry(e.reason()),
+                    Decision::Retry => Verdict::retry(e.reason()),
                     _ => Verdict::poison(e.reason()),
                 };
                 verdict.with_detail(lambda_kit::error_chain(&e))
@@ -327,7 +327,7 @@ mod tests {
             let error = resolve(&disabled, kind, body).await.expect_err("refused");
             assert_eq!(
                 (error.outcome(), error.reason()),
-                (Outcome::Poison, reason),
+                (Decision::Poison, reason),
                 "{kind} {body}"
             );
         }
@@ -340,7 +340,7 @@ mod tests {
     #[test]
     fn only_a_store_failure_is_retried() {
         let unavailable = LoadError::Unavailable("timeout".into());
-        assert_eq!(unavailable.outcome(), Outcome::Retry);
+        assert_eq!(unavailable.outcome(), Decision::Retry);
         for poison in [
             LoadError::Missing,
             LoadError::TooLarge { size: 2, limit: 1 },
@@ -351,7 +351,7 @@ mod tests {
             LoadError::WrongBucket("x".into()),
             LoadError::NotText,
         ] {
-            assert_eq!(poison.outcome(), Outcome::Poison, "{poison}");
+            assert_eq!(poison.outcome(), Decision::Poison, "{poison}");
         }
     }
 }

@@ -90,9 +90,7 @@ impl ConfiguredStore {
                 .no_credentials()
                 .load()
                 .await;
-            if probe.http_client().is_none() {
-                return None;
-            }
+            probe.http_client()?;
             let sdk = aws_config::load_defaults(aws_config::BehaviorVersion::latest()).await;
             Some(aws_sdk_dynamodb::Client::new(&sdk))
         })

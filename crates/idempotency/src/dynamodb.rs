@@ -260,7 +260,7 @@ const HOLDER_CONDITION: &str = "#t = :t AND #s = :p";
 /// .with_key_prefix("process-orders#");
 /// # drop(store);
 /// ```
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct DynamoDbStore {
     api: Api,
     table: String,
@@ -271,6 +271,25 @@ pub struct DynamoDbStore {
     /// A single-table design's sort key attribute, and the partition every item of this store
     /// is written under.
     sort: Option<(String, String)>,
+}
+
+/// The table, the keys and the client's kind: a line a log can hold (the SDK client's own
+/// `Debug` is its whole configuration, about 15 KB).
+impl std::fmt::Debug for DynamoDbStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DynamoDbStore")
+            .field("table", &self.table)
+            .field("key_prefix", &self.key_prefix)
+            .field("retention_s", &self.retention_s)
+            .field(
+                "client",
+                &match self.api {
+                    Api::Sdk(_) => "sdk",
+                    Api::Direct(_) => "direct",
+                },
+            )
+            .finish_non_exhaustive()
+    }
 }
 
 /// Why key attributes cannot be used ([`DynamoDbStore::with_key_attributes`]).
@@ -453,7 +472,7 @@ impl DynamoDbStore {
 }
 
 /// The client a store writes through.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 enum Api {
     /// The SDK's client (any configuration a caller gives it).
     Sdk(Client),

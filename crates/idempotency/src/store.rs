@@ -32,15 +32,6 @@ impl LeaseToken {
     pub fn new() -> Self {
         Self(uuid::Builder::from_random_bytes(fastrand::u128(..).to_le_bytes()).into_uuid())
     }
-
-    /// A token as it is stored (hyphenated UUID).
-    #[deprecated(
-        since = "0.1.1",
-        note = "nothing reads a token back: the stores compare it as text; to be removed in 0.2"
-    )]
-    pub fn parse(text: &str) -> Option<Self> {
-        uuid::Uuid::parse_str(text).ok().map(Self)
-    }
 }
 
 impl Default for LeaseToken {

@@ -85,7 +85,7 @@ impl<T, E: Display> Outcome<T, E> {
     ///
     /// ```
     /// use idempotency::Outcome;
-    /// use sqs_batch::processor::Outcome as Decision;
+    /// use sqs_batch::processor::Decision;
     ///
     /// let verdict = Outcome::<(), &str>::Busy { until_ms: 9 }.into_verdict();
     /// assert_eq!((verdict.outcome, verdict.reason), (Decision::Retry, "busy"));
@@ -111,9 +111,11 @@ impl<T, E: Display> Outcome<T, E> {
 mod tests {
     use super::*;
     use crate::StoreError;
-    use sqs_batch::processor::Outcome;
+    use sqs_batch::processor::Decision;
 
-    fn verdict(outcome: Guarded<u8, &str>) -> (Outcome, &'static str, Option<String>, Option<u64>) {
+    fn verdict(
+        outcome: Guarded<u8, &str>,
+    ) -> (Decision, &'static str, Option<String>, Option<u64>) {
         let v = outcome.into_verdict();
         (
             v.outcome,
@@ -167,7 +169,7 @@ mod tests {
     #[tokio::test]
     async fn two_records_of_one_key_in_one_batch_run_one_after_the_other() {
         use sqs_batch::edge::{Message, QueueKind};
-        use sqs_batch::{BatchOptions, BatchProcessor, RecordHandler, processor::RecordContext};
+        use sqs_batch::{BatchOptions, BatchProcessor, RecordHandler, processor::Invocation};
         use std::sync::atomic::{AtomicUsize, Ordering};
 
         struct Welcome<'a> {
@@ -175,7 +177,7 @@ mod tests {
             runs: &'a AtomicUsize,
         }
         impl RecordHandler for Welcome<'_> {
-            async fn handle(&self, message: &Message<'_>, _: RecordContext) -> Verdict {
+            async fn handle(&self, message: &Message<'_>, _: Invocation) -> Verdict {
                 let work = || async {
                     self.runs.fetch_add(1, Ordering::SeqCst);
                     // Long enough for the other record to reach its claim meanwhile.
@@ -224,7 +226,7 @@ mod tests {
             .into_verdict();
         assert_eq!(
             (verdict.outcome, verdict.reason),
-            (Outcome::Poison, "invalid_key")
+            (Decision::Poison, "invalid_key")
         );
         let detail = verdict.detail.expect("the reason's detail");
         assert!(detail.contains("key is empty"), "{detail}");
@@ -232,7 +234,7 @@ mod tests {
 
     #[test]
     fn only_done_work_is_acknowledged_and_only_a_settled_refusal_is_poison() {
-        use Outcome::{Ack, Poison, Retry};
+        use Decision::{Ack, Poison, Retry};
         let cases: Vec<(Guarded<u8, &str>, _)> = vec![
             (Guarded::Performed(1), (Ack, "done", None, None)),
             (Guarded::Reconciled, (Ack, "done_before", None, None)),

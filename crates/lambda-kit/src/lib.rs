@@ -18,8 +18,8 @@
 //! clock.advance_ms(500);
 //! assert_eq!(clock.now_ms(), 1_500);
 //!
-//! let env = Env::new(|name| (name == "MAX_CONCURRENCY").then(|| "32".to_owned()));
-//! assert_eq!(env.ranged("MAX_CONCURRENCY", 16, 1, 1_000), Ok(32));
+//! let env = Env::new(|name| (name == "SQS_BATCH_MAX_CONCURRENCY").then(|| "32".to_owned()));
+//! assert_eq!(env.ranged("SQS_BATCH_MAX_CONCURRENCY", 16, 1, 1_000), Ok(32));
 //! ```
 
 #![warn(missing_docs)]

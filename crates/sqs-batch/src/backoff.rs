@@ -19,7 +19,7 @@
 //! ```
 //! use sqs_batch::backoff::BackoffPolicy;
 //!
-//! // The defaults of VISIBILITY_BACKOFF: at most 5 s after the first receive, doubling to 900 s.
+//! // The defaults of SQS_BATCH_VISIBILITY_BACKOFF: at most 5 s after the first receive, doubling to 900 s.
 //! let policy = BackoffPolicy::new(5, 900);
 //! // The third receive's delay lies in [10, 20] s whatever the random draw.
 //! assert_eq!(policy.least_delay(3), 10);
@@ -30,7 +30,7 @@
 
 use lambda_kit::{Env, EnvError};
 
-use crate::processor::{Outcome, RecordStatus};
+use crate::processor::{Decision, RecordStatus};
 
 /// SQS refuses a visibility timeout of 12 hours (43,200 s) or more from the first receive.
 pub const MAX_VISIBILITY_S: u64 = 43_199;
@@ -56,19 +56,20 @@ impl BackoffPolicy {
         Self { base_s, cap_s }
     }
 
-    /// `VISIBILITY_BACKOFF` (`false`): `None` when off; then `BACKOFF_BASE_SECONDS` (5) and
-    /// `BACKOFF_CAP_SECONDS` (900), each under 12 hours, the base at most the cap.
+    /// `SQS_BATCH_VISIBILITY_BACKOFF` (`false`): `None` when off; then `SQS_BATCH_BACKOFF_BASE_SECONDS` (5) and
+    /// `SQS_BATCH_BACKOFF_CAP_SECONDS` (900), each under 12 hours, the base at most the cap.
     pub fn from_env(env: &Env<'_>) -> Result<Option<Self>, EnvError> {
-        if !env.flag("VISIBILITY_BACKOFF", false)? {
+        let env = &crate::with_old_names(env);
+        if !env.flag("SQS_BATCH_VISIBILITY_BACKOFF", false)? {
             return Ok(None);
         }
-        let base_s = env.ranged("BACKOFF_BASE_SECONDS", 5, 0, MAX_VISIBILITY_S)?;
-        let cap_s = env.ranged("BACKOFF_CAP_SECONDS", 900, 0, MAX_VISIBILITY_S)?;
+        let base_s = env.ranged("SQS_BATCH_BACKOFF_BASE_SECONDS", 5, 0, MAX_VISIBILITY_S)?;
+        let cap_s = env.ranged("SQS_BATCH_BACKOFF_CAP_SECONDS", 900, 0, MAX_VISIBILITY_S)?;
         if base_s > cap_s {
             return Err(EnvError::invalid(
-                "BACKOFF_BASE_SECONDS",
+                "SQS_BATCH_BACKOFF_BASE_SECONDS",
                 &base_s.to_string(),
-                format!("at most BACKOFF_CAP_SECONDS ({cap_s})"),
+                format!("at most SQS_BATCH_BACKOFF_CAP_SECONDS ({cap_s})"),
             ));
         }
         let policy = Self { base_s, cap_s };
@@ -77,10 +78,10 @@ impl BackoffPolicy {
             && let Some(problem) = redrive.survival_problem(count, &policy)
         {
             return Err(EnvError::invalid(
-                "MAX_RECEIVE_COUNT",
+                "SQS_BATCH_MAX_RECEIVE_COUNT",
                 &count.to_string(),
                 format!(
-                    "a count whose retries last RETRY_SURVIVAL_HOURS: {problem}; raise \
+                    "a count whose retries last SQS_BATCH_RETRY_SURVIVAL_HOURS: {problem}; raise \
                      maxReceiveCount or the cap"
                 ),
             ));
@@ -130,9 +131,9 @@ impl BackoffPolicy {
             return None;
         };
         match (verdict.outcome, verdict.retry_after_ms) {
-            (Outcome::Ack, _) => None,
-            (Outcome::Poison, _) => Some(0),
-            (Outcome::Retry, Some(at_ms)) => {
+            (Decision::Ack, _) => None,
+            (Decision::Poison, _) => Some(0),
+            (Decision::Retry, Some(at_ms)) => {
                 let wait_s = at_ms.saturating_sub(now_ms).div_ceil(1_000);
                 let jitter = random % (self.base_s + 1);
                 Some(
@@ -142,13 +143,13 @@ impl BackoffPolicy {
                         .min(MAX_VISIBILITY_S),
                 )
             }
-            (Outcome::Retry, None) => Some(self.delay(receive_count, random)),
+            (Decision::Retry, None) => Some(self.delay(receive_count, random)),
         }
     }
 }
 
-/// What a deployment expects of its queue's redrive policy: `MAX_RECEIVE_COUNT` (0 or unset:
-/// not stated) and `RETRY_SURVIVAL_HOURS` (24). Checked at start-up against the backoff, and
+/// What a deployment expects of its queue's redrive policy: `SQS_BATCH_MAX_RECEIVE_COUNT` (0 or unset:
+/// not stated) and `SQS_BATCH_RETRY_SURVIVAL_HOURS` (24). Checked at start-up against the backoff, and
 /// again against the queue's own `maxReceiveCount` whenever it is learned ([`Self::problem`]),
 /// since an operator may edit the policy without a deploy.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -160,12 +161,13 @@ pub struct RedriveCheck {
 }
 
 impl RedriveCheck {
-    /// `MAX_RECEIVE_COUNT` (0-1000, 0: not stated) and `RETRY_SURVIVAL_HOURS` (24, 0-336).
+    /// `SQS_BATCH_MAX_RECEIVE_COUNT` (0-1000, 0: not stated) and `SQS_BATCH_RETRY_SURVIVAL_HOURS` (24, 0-336).
     pub fn from_env(env: &Env<'_>) -> Result<Self, EnvError> {
-        let count: u32 = env.ranged("MAX_RECEIVE_COUNT", 0, 0, 1_000)?;
+        let env = &crate::with_old_names(env);
+        let count: u32 = env.ranged("SQS_BATCH_MAX_RECEIVE_COUNT", 0, 0, 1_000)?;
         Ok(Self {
             max_receive_count: (count > 0).then_some(count),
-            survival_hours: env.ranged("RETRY_SURVIVAL_HOURS", 24, 0, 336)?,
+            survival_hours: env.ranged("SQS_BATCH_RETRY_SURVIVAL_HOURS", 24, 0, 336)?,
         })
     }
 
@@ -181,9 +183,9 @@ impl RedriveCheck {
         let survival_s = policy.guaranteed_survival_s(max_receive_count.saturating_sub(2));
         (survival_s < self.survival_hours * 3_600).then(|| {
             format!(
-                "with BACKOFF_BASE_SECONDS={} and BACKOFF_CAP_SECONDS={} a record failing at \
+                "with SQS_BATCH_BACKOFF_BASE_SECONDS={} and SQS_BATCH_BACKOFF_CAP_SECONDS={} a record failing at \
                  every one of {max_receive_count} receives is guaranteed only {survival_s} s, \
-                 less than RETRY_SURVIVAL_HOURS ({} h)",
+                 less than SQS_BATCH_RETRY_SURVIVAL_HOURS ({} h)",
                 policy.base_s, policy.cap_s, self.survival_hours
             )
         })
@@ -197,7 +199,7 @@ impl RedriveCheck {
         if let Some(stated) = self.max_receive_count.filter(|stated| *stated != learned) {
             problems.push(format!(
                 "the queue's RedrivePolicy says maxReceiveCount {learned}, the deployment \
-                 MAX_RECEIVE_COUNT {stated}: retries give up at receive {}",
+                 SQS_BATCH_MAX_RECEIVE_COUNT {stated}: retries give up at receive {}",
                 learned.saturating_sub(1)
             ));
         }
@@ -223,9 +225,9 @@ mod tests {
     fn the_base_is_at_most_the_cap() {
         let policy = |base: &'static str, cap: &'static str| {
             BackoffPolicy::from_env(&Env::new(move |name| match name {
-                "VISIBILITY_BACKOFF" => Some("true".into()),
-                "BACKOFF_BASE_SECONDS" => Some(base.into()),
-                "BACKOFF_CAP_SECONDS" => Some(cap.into()),
+                "SQS_BATCH_VISIBILITY_BACKOFF" => Some("true".into()),
+                "SQS_BATCH_BACKOFF_BASE_SECONDS" => Some(base.into()),
+                "SQS_BATCH_BACKOFF_CAP_SECONDS" => Some(cap.into()),
                 _ => None,
             }))
         };
@@ -329,22 +331,28 @@ mod tests {
                 vars.iter().find(|(k, _)| k == name).map(|(_, v)| v.clone())
             }))
         };
-        let on = ("VISIBILITY_BACKOFF", "true");
-        assert_eq!(read(&[on, ("MAX_RECEIVE_COUNT", "201")]), Ok(Some(POLICY)));
-        let short = read(&[on, ("MAX_RECEIVE_COUNT", "5")]).expect_err("five receives");
-        assert!(short.to_string().contains("MAX_RECEIVE_COUNT"), "{short}");
+        let on = ("SQS_BATCH_VISIBILITY_BACKOFF", "true");
+        assert_eq!(
+            read(&[on, ("SQS_BATCH_MAX_RECEIVE_COUNT", "201")]),
+            Ok(Some(POLICY))
+        );
+        let short = read(&[on, ("SQS_BATCH_MAX_RECEIVE_COUNT", "5")]).expect_err("five receives");
         assert!(
-            short.to_string().contains("RETRY_SURVIVAL_HOURS"),
+            short.to_string().contains("SQS_BATCH_MAX_RECEIVE_COUNT"),
+            "{short}"
+        );
+        assert!(
+            short.to_string().contains("SQS_BATCH_RETRY_SURVIVAL_HOURS"),
             "{short}"
         );
         // 201 receives give up at 200 after 199 delays: 86,587 s; 200 only 86,137 s, under a day.
-        assert!(read(&[on, ("MAX_RECEIVE_COUNT", "201")]).is_ok());
-        assert!(read(&[on, ("MAX_RECEIVE_COUNT", "200")]).is_err());
+        assert!(read(&[on, ("SQS_BATCH_MAX_RECEIVE_COUNT", "201")]).is_ok());
+        assert!(read(&[on, ("SQS_BATCH_MAX_RECEIVE_COUNT", "200")]).is_err());
         assert!(
             read(&[
                 on,
-                ("MAX_RECEIVE_COUNT", "5"),
-                ("RETRY_SURVIVAL_HOURS", "0")
+                ("SQS_BATCH_MAX_RECEIVE_COUNT", "5"),
+                ("SQS_BATCH_RETRY_SURVIVAL_HOURS", "0")
             ])
             .is_ok()
         );
@@ -363,13 +371,22 @@ mod tests {
         assert_eq!(check.problem(201, Some(&POLICY)), None);
         let lowered = check.problem(5, Some(&POLICY)).expect("a problem");
         assert!(lowered.contains("maxReceiveCount 5"), "{lowered}");
-        assert!(lowered.contains("RETRY_SURVIVAL_HOURS"), "{lowered}");
+        assert!(
+            lowered.contains("SQS_BATCH_RETRY_SURVIVAL_HOURS"),
+            "{lowered}"
+        );
         // Without the backoff there is no schedule to outlast: only the mismatch is named.
         let no_backoff = check.problem(5, None).expect("a problem");
-        assert!(!no_backoff.contains("RETRY_SURVIVAL_HOURS"), "{no_backoff}");
+        assert!(
+            !no_backoff.contains("SQS_BATCH_RETRY_SURVIVAL_HOURS"),
+            "{no_backoff}"
+        );
         // Raised above the deployment's: a mismatch, but the schedule lasts.
         let raised = check.problem(400, Some(&POLICY)).expect("a problem");
-        assert!(!raised.contains("RETRY_SURVIVAL_HOURS"), "{raised}");
+        assert!(
+            !raised.contains("SQS_BATCH_RETRY_SURVIVAL_HOURS"),
+            "{raised}"
+        );
         let unstated = RedriveCheck {
             max_receive_count: None,
             ..check

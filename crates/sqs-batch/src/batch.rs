@@ -7,7 +7,7 @@ use crate::backoff::BackoffPolicy;
 use crate::dead_letter::{self, DeadLetters};
 use crate::edge::{Batch, EventError, EventView, SqsBatchResponse, check_response, response};
 use crate::processor::{
-    BatchProcessor, BatchReport, Invocation, Outcome, RecordHandler, RecordStatus,
+    BatchProcessor, BatchReport, Decision, Invocation, RecordHandler, RecordStatus,
 };
 use crate::visibility;
 use lambda_kit::Clock;
@@ -347,7 +347,7 @@ where
 }
 
 /// The longest a batch waits to learn its queue's `maxReceiveCount` before it starts (a
-/// quarter of the time left, at most this): past it, `MAX_RECEIVE_COUNT` applies.
+/// quarter of the time left, at most this): past it, `SQS_BATCH_MAX_RECEIVE_COUNT` applies.
 const LEARN_BUDGET_MS: u64 = 2_000;
 
 /// A POISON record after its move: moved (acknowledged), or RETRY when its copy could not be
@@ -356,12 +356,12 @@ fn settle_move(status: &mut RecordStatus, moved: bool) {
     let RecordStatus::Handled(verdict) = status else {
         return;
     };
-    if verdict.outcome != Outcome::Poison {
+    if verdict.outcome != Decision::Poison {
         return;
     }
     if moved {
         *status = RecordStatus::Moved(verdict.clone());
     } else {
-        verdict.outcome = Outcome::Retry;
+        verdict.outcome = Decision::Retry;
     }
 }

@@ -54,7 +54,7 @@ pub enum EventError {
     /// The response would be refused or misread by Lambda.
     InvalidResponse(#[from] ResponseError),
     /// Every record failed, and the function was asked to fail the invocation then
-    /// (`FAIL_ON_ENTIRE_BATCH_FAILURE`).
+    /// (`SQS_BATCH_FAIL_ON_ENTIRE_BATCH_FAILURE`).
     #[error(transparent)]
     EntireBatchFailed(#[from] crate::processor::EntireBatchFailed),
 }

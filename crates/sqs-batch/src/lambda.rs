@@ -3,8 +3,8 @@
 //! SQS batch an error (Lambda retries the whole batch).
 //!
 //! The shortest function: [`run`] reads [`BatchOptions::from_env`] and the ports the
-//! environment turns on ([`Ports::from_env`]: the visibility backoff with `VISIBILITY_BACKOFF`,
-//! POISON moved to its queue's DLQ at once with `MOVE_POISON_TO_DLQ`), and serves until Lambda
+//! environment turns on ([`Ports::from_env`]: the visibility backoff with `SQS_BATCH_VISIBILITY_BACKOFF`,
+//! POISON moved to its queue's DLQ at once with `SQS_BATCH_MOVE_POISON_TO_DLQ`), and serves until Lambda
 //! stops it.
 //!
 //! ```no_run
@@ -40,8 +40,8 @@ use crate::{
 };
 
 /// The ports a batch gets after processing, as the environment turns them on: the visibility
-/// backoff (`VISIBILITY_BACKOFF`, with [`BackoffPolicy::from_env`]'s settings) and POISON moved
-/// to its queue's DLQ with its reason (`MOVE_POISON_TO_DLQ`, the copies naming the function and
+/// backoff (`SQS_BATCH_VISIBILITY_BACKOFF`, with [`BackoffPolicy::from_env`]'s settings) and POISON moved
+/// to its queue's DLQ with its reason (`SQS_BATCH_MOVE_POISON_TO_DLQ`, the copies naming the function and
 /// its version as their mover). Each SQS client is built at its first use, not at start-up.
 #[derive(Debug, Clone, Default)]
 pub struct Ports {
@@ -55,14 +55,17 @@ impl Ports {
         env: &Env<'_>,
         sqs: impl Fn() -> aws_sdk_sqs::Client + Clone + Send + Sync + 'static,
     ) -> Result<Self, EnvError> {
+        let env = &crate::with_old_names(env);
         let backoff = BackoffPolicy::from_env(env)?.map(|policy| Backoff {
             port: SqsVisibility::on_first_use(sqs.clone()),
             policy,
         });
-        let dead_letters = env.flag("MOVE_POISON_TO_DLQ", false)?.then(|| DeadLetters {
-            port: SqsDeadLetters::on_first_use(sqs),
-            moved_by: mover(env),
-        });
+        let dead_letters = env
+            .flag("SQS_BATCH_MOVE_POISON_TO_DLQ", false)?
+            .then(|| DeadLetters {
+                port: SqsDeadLetters::on_first_use(sqs),
+                moved_by: mover(env),
+            });
         Ok(Self {
             backoff,
             dead_letters,
@@ -74,8 +77,12 @@ impl Ports {
     /// turned on with no HTTP client for SQS (this crate built without `default-https-client`)
     /// is refused here, naming the feature, not at the first record that needs it.
     pub async fn load(env: &Env<'_>) -> Result<Self, EnvError> {
+        let env = &crate::with_old_names(env);
         let mut asked = None;
-        for var in ["VISIBILITY_BACKOFF", "MOVE_POISON_TO_DLQ"] {
+        for var in [
+            "SQS_BATCH_VISIBILITY_BACKOFF",
+            "SQS_BATCH_MOVE_POISON_TO_DLQ",
+        ] {
             if env.flag(var, false)? {
                 asked = Some(var);
                 break;
@@ -192,13 +199,13 @@ pub fn handle<'a, H: RecordHandler, C: Clock>(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::{Message, Verdict, lambda_kit::ManualClock, processor::RecordContext};
+    use crate::{Message, Verdict, lambda_kit::ManualClock, processor::Invocation};
 
     /// Acknowledges a record only when its deadline is the one expected.
     struct Expects(u64);
 
     impl RecordHandler for Expects {
-        async fn handle(&self, _message: &Message<'_>, context: RecordContext) -> Verdict {
+        async fn handle(&self, _message: &Message<'_>, context: Invocation) -> Verdict {
             if context.deadline_ms == self.0 {
                 Verdict::ack("expected_deadline")
             } else {
@@ -267,13 +274,13 @@ mod tests {
         assert!(response.batch_item_failures.is_empty(), "{response:?}");
     }
 
-    /// With `FAIL_ON_ENTIRE_BATCH_FAILURE`, a batch whose every record failed is an error (the
+    /// With `SQS_BATCH_FAIL_ON_ENTIRE_BATCH_FAILURE`, a batch whose every record failed is an error (the
     /// whole batch comes back, and the mapping backs off); one record done keeps the partial
     /// response. Off, every record is reported as usual.
     #[tokio::test]
     async fn an_entire_batch_failure_fails_the_invocation_only_when_asked() {
         let on = BatchOptions::from_env(&Env::new(|name| {
-            (name == "FAIL_ON_ENTIRE_BATCH_FAILURE").then(|| "true".to_owned())
+            (name == "SQS_BATCH_FAIL_ON_ENTIRE_BATCH_FAILURE").then(|| "true".to_owned())
         }))
         .unwrap();
         assert!(on.fail_on_entire_batch_failure);

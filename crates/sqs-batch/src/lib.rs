@@ -22,7 +22,7 @@
 //! | module | what |
 //! |---|---|
 //! | [`edge`] | [`EventView`](edge::EventView), [`Batch`](edge::Batch), [`Message`], the response and its check |
-//! | [`processor`] | [`BatchProcessor`], [`RecordHandler`], [`Verdict`], [`Outcome`](processor::Outcome), [`BatchReport`](processor::BatchReport) |
+//! | [`processor`] | [`BatchProcessor`], [`RecordHandler`], [`Verdict`], [`Decision`](processor::Decision), [`BatchReport`](processor::BatchReport) |
 //! | [`backoff`] | [`BackoffPolicy`](backoff::BackoffPolicy) |
 //! | [`visibility`] | the visibility port and [`visibility::apply`]; its SQS adapter with feature `visibility` |
 //! | [`dead_letter`] | POISON moved to the dead-letter queue by the function; its SQS adapter with feature `dead-letter` |
@@ -34,14 +34,14 @@
 //! ## Example
 //!
 //! ```
-//! use sqs_batch::{BatchOptions, BatchProcessor, Message, processor::RecordContext, RecordHandler, Verdict};
+//! use sqs_batch::{BatchOptions, BatchProcessor, Message, processor::Invocation, RecordHandler, Verdict};
 //! use lambda_kit::SystemClock;
 //!
 //! /// Acknowledges a record whose body is a number, poisons anything else.
 //! struct Numbers;
 //!
 //! impl RecordHandler for Numbers {
-//!     async fn handle(&self, message: &Message<'_>, _context: RecordContext) -> Verdict {
+//!     async fn handle(&self, message: &Message<'_>, _context: Invocation) -> Verdict {
 //!         match message.body.trim().parse::<i64>() {
 //!             Ok(_) => Verdict::ack("number"),
 //!             Err(_) => Verdict::poison("not_a_number"),
@@ -92,6 +92,7 @@ pub mod visibility;
 pub mod worker;
 
 mod batch;
+mod env_names;
 mod turns;
 
 // The root holds what a handler's author meets first; the rest is in its module (edge,
@@ -99,6 +100,7 @@ mod turns;
 // inside the crate stay short.
 pub use batch::{Processed, process_event};
 pub use edge::Message;
+pub use env_names::with_old_names;
 /// The clock and settings the API takes, so a user adds this crate alone.
 pub use lambda_kit;
 pub use processor::{BatchOptions, BatchProcessor, RecordHandler, Verdict};
@@ -111,15 +113,15 @@ pub use typed::{Record, json};
 ///
 /// ```
 /// let names: Vec<&str> = sqs_batch::VARIABLES.iter().map(|(name, _)| *name).collect();
-/// assert!(names.contains(&"MAX_CONCURRENCY"));
+/// assert!(names.contains(&"SQS_BATCH_MAX_CONCURRENCY"));
 /// ```
 pub const VARIABLES: &[(&str, Option<&str>)] = &[
-    ("MAX_CONCURRENCY", Some("16")),
-    ("FIFO_SCOPE", Some("batch")),
-    ("DEADLINE_MARGIN_MS", Some("5000")),
-    ("VISIBILITY_BACKOFF", Some("false")),
-    ("BACKOFF_BASE_SECONDS", Some("5")),
-    ("BACKOFF_CAP_SECONDS", Some("900")),
-    ("MAX_RECEIVE_COUNT", Some("0")),
-    ("RETRY_SURVIVAL_HOURS", Some("24")),
+    ("SQS_BATCH_MAX_CONCURRENCY", Some("16")),
+    ("SQS_BATCH_FIFO_SCOPE", Some("batch")),
+    ("SQS_BATCH_DEADLINE_MARGIN_MS", Some("5000")),
+    ("SQS_BATCH_VISIBILITY_BACKOFF", Some("false")),
+    ("SQS_BATCH_BACKOFF_BASE_SECONDS", Some("5")),
+    ("SQS_BATCH_BACKOFF_CAP_SECONDS", Some("900")),
+    ("SQS_BATCH_MAX_RECEIVE_COUNT", Some("0")),
+    ("SQS_BATCH_RETRY_SURVIVAL_HOURS", Some("24")),
 ];

@@ -57,13 +57,20 @@ use crate::turns::KeyTurns;
 /// hand or an invocation's payload.
 pub use crate::batch::{Backoff, EntireBatchFailed, check_entire_batch, process_batch};
 
-/// What should become of a record.
+/// The old name of [`Decision`], kept for one release.
+#[deprecated(
+    since = "0.2.0",
+    note = "renamed `Decision`: `idempotency::Outcome` is another thing"
+)]
+pub type Outcome = Decision;
+
+/// What should become of a record: a [`Verdict`]'s decision.
 ///
-/// A match on it outside this crate needs a wildcard arm; treat an outcome you do not know as
-/// [`Outcome::Retry`] (never delete what you cannot name).
+/// A match on it outside this crate needs a wildcard arm; treat a decision you do not know as
+/// [`Decision::Retry`] (never delete what you cannot name).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[non_exhaustive]
-pub enum Outcome {
+pub enum Decision {
     /// Done, or a duplicate of finished work: delete the message.
     Ack,
     /// May succeed later: report it, SQS redelivers it.
@@ -72,7 +79,7 @@ pub enum Outcome {
     Poison,
 }
 
-impl Outcome {
+impl Decision {
     /// `ack`, `retry` or `poison`, for logs.
     pub fn as_str(self) -> &'static str {
         match self {
@@ -91,17 +98,17 @@ impl Outcome {
 /// # Example
 ///
 /// ```
-/// use sqs_batch::{Verdict, processor::Outcome};
+/// use sqs_batch::{Verdict, processor::Decision};
 ///
 /// let verdict = Verdict::retry("busy").with_retry_after_ms(1_767_225_600_000);
-/// assert_eq!((verdict.outcome, verdict.reason), (Outcome::Retry, "busy"));
-/// assert_eq!(Verdict::poison("invalid_body").outcome, Outcome::Poison);
+/// assert_eq!((verdict.outcome, verdict.reason), (Decision::Retry, "busy"));
+/// assert_eq!(Verdict::poison("invalid_body").outcome, Decision::Poison);
 /// ```
 #[derive(Debug, Clone, PartialEq)]
 #[non_exhaustive]
 pub struct Verdict {
     /// What becomes of the record.
-    pub outcome: Outcome,
+    pub outcome: Decision,
     /// A short, stable code (`charged`, `duplicate`, `busy`, `invalid_body`, ...).
     pub reason: &'static str,
     /// Human detail for the log. Never a body or a secret.
@@ -119,20 +126,20 @@ pub struct Verdict {
 impl Verdict {
     /// Done: delete the message.
     pub fn ack(reason: &'static str) -> Self {
-        Self::new(Outcome::Ack, reason)
+        Self::new(Decision::Ack, reason)
     }
 
     /// May succeed later: report it.
     pub fn retry(reason: &'static str) -> Self {
-        Self::new(Outcome::Retry, reason)
+        Self::new(Decision::Retry, reason)
     }
 
     /// Will never succeed: report it, for the DLQ.
     pub fn poison(reason: &'static str) -> Self {
-        Self::new(Outcome::Poison, reason)
+        Self::new(Decision::Poison, reason)
     }
 
-    fn new(outcome: Outcome, reason: &'static str) -> Self {
+    fn new(outcome: Decision, reason: &'static str) -> Self {
         Self {
             outcome,
             reason,
@@ -162,39 +169,17 @@ impl Verdict {
     }
 }
 
-/// What the handler gets besides the record.
-#[derive(Debug, Clone, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct RecordContext {
-    /// The invocation's deadline, epoch ms.
-    pub deadline_ms: u64,
-    /// The Lambda invocation's request id, when the batch came from Lambda
-    /// ([`Invocation::with_lambda`]).
-    pub request_id: Option<Arc<str>>,
-    /// The ARN the function was invoked by (with its alias or version), under Lambda.
-    pub function_arn: Option<Arc<str>>,
-}
+/// The old name of [`Invocation`], which a handler gets besides its record: the two held the
+/// same fields. Kept for one release.
+#[deprecated(
+    since = "0.2.0",
+    note = "renamed `Invocation`: a record's context was its invocation"
+)]
+pub type RecordContext = Invocation;
 
-impl RecordContext {
-    /// The context of a record whose invocation ends at `deadline_ms` (epoch ms), outside Lambda.
-    /// Fields may be added; this stays the way to build one.
-    pub fn new(deadline_ms: u64) -> Self {
-        Self::of(&Invocation::new(deadline_ms))
-    }
-
-    /// The context of a record of `invocation`.
-    pub fn of(invocation: &Invocation) -> Self {
-        Self {
-            deadline_ms: invocation.deadline_ms,
-            request_id: invocation.request_id.clone(),
-            function_arn: invocation.function_arn.clone(),
-        }
-    }
-}
-
-/// The invocation a batch is processed in: its deadline and, under Lambda, its request id and
-/// the function's ARN (every record's [`RecordContext`] carries them, shared, not copied).
-/// A bare deadline converts into one (`From<u64>`), so the processing calls take either.
+/// The invocation a batch is processed in, as each record's handler gets it: its deadline and,
+/// under Lambda, its request id and the function's ARN (shared, not copied: a record's is a
+/// clone). A bare deadline converts into one (`From<u64>`), so the processing calls take either.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct Invocation {
@@ -214,6 +199,12 @@ impl Invocation {
             request_id: None,
             function_arn: None,
         }
+    }
+
+    /// A copy of `invocation`: what `RecordContext::of` was.
+    #[deprecated(since = "0.2.0", note = "`RecordContext` is `Invocation`: clone it")]
+    pub fn of(invocation: &Invocation) -> Self {
+        invocation.clone()
     }
 
     /// With Lambda's request id and the ARN the function was invoked by.
@@ -237,13 +228,13 @@ impl From<u64> for Invocation {
 /// # Example
 ///
 /// ```
-/// use sqs_batch::{Message, RecordHandler, Verdict, processor::RecordContext};
+/// use sqs_batch::{Message, RecordHandler, Verdict, processor::Invocation};
 ///
 /// /// Acknowledges a record whose body is a number, poisons anything else.
 /// struct Numbers;
 ///
 /// impl RecordHandler for Numbers {
-///     async fn handle(&self, message: &Message<'_>, _context: RecordContext) -> Verdict {
+///     async fn handle(&self, message: &Message<'_>, _context: Invocation) -> Verdict {
 ///         match message.body.trim().parse::<i64>() {
 ///             Ok(_) => Verdict::ack("number"),
 ///             Err(_) => Verdict::poison("not_a_number"),
@@ -251,7 +242,7 @@ impl From<u64> for Invocation {
 ///     }
 /// }
 /// # tokio::runtime::Builder::new_current_thread().enable_time().build().unwrap().block_on(async {
-/// let verdict = Numbers.handle(&Message::new("m-1", "x"), RecordContext::new(0)).await;
+/// let verdict = Numbers.handle(&Message::new("m-1", "x"), Invocation::new(0)).await;
 /// assert_eq!(verdict.reason, "not_a_number");
 /// # });
 /// ```
@@ -260,7 +251,7 @@ pub trait RecordHandler: Send + Sync {
     fn handle(
         &self,
         message: &Message<'_>,
-        context: RecordContext,
+        context: Invocation,
     ) -> impl Future<Output = Verdict> + Send;
 
     /// A span around the lines the processor writes about `message` (a record not acknowledged,
@@ -303,7 +294,7 @@ pub enum FifoScope {
 /// ```
 /// use sqs_batch::{BatchOptions, lambda_kit::Env};
 ///
-/// let env = Env::new(|name| (name == "MAX_CONCURRENCY").then(|| "4".to_owned()));
+/// let env = Env::new(|name| (name == "SQS_BATCH_MAX_CONCURRENCY").then(|| "4".to_owned()));
 /// let options = BatchOptions::from_env(&env).unwrap();
 /// assert_eq!(options.max_concurrency.get(), 4);
 /// assert_eq!(BatchOptions::default().max_concurrency.get(), 16);
@@ -334,27 +325,39 @@ pub struct BatchOptions {
     pub fail_on_entire_batch_failure: bool,
 }
 
-/// The least `DEADLINE_MARGIN_MS` may be: below it a record can run into the deadline.
+/// The least `SQS_BATCH_DEADLINE_MARGIN_MS` may be: below it a record can run into the deadline.
 pub const MIN_DEADLINE_MARGIN_MS: u64 = 1_000;
 
 impl BatchOptions {
-    /// `MAX_CONCURRENCY` (16, 1-1000), `FIFO_SCOPE` (`batch` or `group`; `batch`),
-    /// `DEADLINE_MARGIN_MS` (5000, at least [`MIN_DEADLINE_MARGIN_MS`]), `MAX_RECEIVE_COUNT`
-    /// (0, unknown) and `FAIL_ON_ENTIRE_BATCH_FAILURE` (false). `abandoned_hold_ms`
+    /// `SQS_BATCH_MAX_CONCURRENCY` (16, 1-1000), `SQS_BATCH_FIFO_SCOPE` (`batch` or `group`; `batch`),
+    /// `SQS_BATCH_DEADLINE_MARGIN_MS` (5000, at least [`MIN_DEADLINE_MARGIN_MS`]), `SQS_BATCH_MAX_RECEIVE_COUNT`
+    /// (0, unknown) and `SQS_BATCH_FAIL_ON_ENTIRE_BATCH_FAILURE` (false). `abandoned_hold_ms`
     /// starts at the deadline margin; a caller that holds leases sets its own.
     pub fn from_env(env: &Env<'_>) -> Result<Self, EnvError> {
-        let max_concurrency: usize = env.ranged("MAX_CONCURRENCY", 16, 1, 1_000)?;
-        let fifo_scope = match env.text("FIFO_SCOPE").as_deref() {
+        let env = &crate::with_old_names(env);
+        let max_concurrency: usize = env.ranged("SQS_BATCH_MAX_CONCURRENCY", 16, 1, 1_000)?;
+        let fifo_scope = match env.text("SQS_BATCH_FIFO_SCOPE").as_deref() {
             None => FifoScope::Batch,
             Some(v) if v.eq_ignore_ascii_case("batch") => FifoScope::Batch,
             Some(v) if v.eq_ignore_ascii_case("group") => FifoScope::Group,
-            Some(v) => return Err(EnvError::invalid("FIFO_SCOPE", v, "batch or group")),
+            Some(v) => {
+                return Err(EnvError::invalid(
+                    "SQS_BATCH_FIFO_SCOPE",
+                    v,
+                    "batch or group",
+                ));
+            }
         };
-        let deadline_margin_ms: u64 =
-            env.ranged("DEADLINE_MARGIN_MS", 5_000, MIN_DEADLINE_MARGIN_MS, 900_000)?;
+        let deadline_margin_ms: u64 = env.ranged(
+            "SQS_BATCH_DEADLINE_MARGIN_MS",
+            5_000,
+            MIN_DEADLINE_MARGIN_MS,
+            900_000,
+        )?;
         // The queue's maxReceiveCount, when the deployment states it (0: unknown).
-        let max_receive_count: u32 = env.ranged("MAX_RECEIVE_COUNT", 0, 0, 1_000)?;
-        let fail_on_entire_batch_failure = env.flag("FAIL_ON_ENTIRE_BATCH_FAILURE", false)?;
+        let max_receive_count: u32 = env.ranged("SQS_BATCH_MAX_RECEIVE_COUNT", 0, 0, 1_000)?;
+        let fail_on_entire_batch_failure =
+            env.flag("SQS_BATCH_FAIL_ON_ENTIRE_BATCH_FAILURE", false)?;
         Ok(Self {
             fail_on_entire_batch_failure,
             max_concurrency: NonZeroUsize::new(max_concurrency).unwrap_or(NonZeroUsize::MIN),
@@ -450,19 +453,19 @@ pub enum RecordStatus {
 
 impl RecordStatus {
     /// What it comes to (skipped records are RETRY; a moved one stays POISON).
-    pub fn outcome(&self) -> Outcome {
+    pub fn outcome(&self) -> Decision {
         match self {
             Self::Handled(v) => v.outcome,
-            Self::Moved(_) => Outcome::Poison,
+            Self::Moved(_) => Decision::Poison,
             Self::SkippedDeadline | Self::SkippedStopping | Self::SkippedAfter { .. } => {
-                Outcome::Retry
+                Decision::Retry
             }
         }
     }
 
     /// Deleted by Lambda: acknowledged, or moved to the dead-letter queue.
     pub fn is_ack(&self) -> bool {
-        matches!(self, Self::Moved(_)) || self.outcome() == Outcome::Ack
+        matches!(self, Self::Moved(_)) || self.outcome() == Decision::Ack
     }
 }
 
@@ -498,9 +501,9 @@ impl BatchReport {
         for status in &self.statuses {
             match status {
                 RecordStatus::Handled(v) => match v.outcome {
-                    Outcome::Ack => counts.ack += 1,
-                    Outcome::Retry => counts.retry += 1,
-                    Outcome::Poison => counts.poison += 1,
+                    Decision::Ack => counts.ack += 1,
+                    Decision::Retry => counts.retry += 1,
+                    Decision::Poison => counts.poison += 1,
                 },
                 RecordStatus::Moved(_) => {
                     counts.poison += 1;
@@ -575,7 +578,7 @@ tokio::task_local! {
 /// task-local, so a record's future nests one scope deep.
 #[derive(Debug)]
 struct InScope {
-    current: Current,
+    current: CurrentRecord,
     turns: Arc<KeyTurns>,
 }
 
@@ -600,11 +603,15 @@ pub async fn key_turn(key: &str) -> KeyTurn {
     }
 }
 
+/// The old name of [`CurrentRecord`], kept for one release.
+#[deprecated(since = "0.2.0", note = "renamed `CurrentRecord`")]
+pub type Current = CurrentRecord;
+
 /// The record a [`BatchProcessor`] is handling, as the code its handler runs can know it
 /// without being handed it ([`current`]): what bounds work done for it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
-pub struct Current {
+pub struct CurrentRecord {
     /// The invocation's deadline, epoch ms.
     pub deadline_ms: u64,
     /// When an attempt at the record's work may already have been made, as the record itself
@@ -616,13 +623,13 @@ pub struct Current {
 /// runs (and in everything that handler awaits); `None` elsewhere.
 ///
 /// ```
-/// use sqs_batch::{BatchOptions, BatchProcessor, Message, processor::RecordContext, RecordHandler, Verdict};
+/// use sqs_batch::{BatchOptions, BatchProcessor, Message, processor::Invocation, RecordHandler, Verdict};
 /// use sqs_batch::processor::current;
 ///
 /// struct Deadlines;
 ///
 /// impl RecordHandler for Deadlines {
-///     async fn handle(&self, _message: &Message<'_>, context: RecordContext) -> Verdict {
+///     async fn handle(&self, _message: &Message<'_>, context: Invocation) -> Verdict {
 ///         match current() {
 ///             Some(record) if record.deadline_ms == context.deadline_ms => Verdict::ack("known"),
 ///             _ => Verdict::retry("unknown"),
@@ -639,7 +646,7 @@ pub struct Current {
 /// assert_eq!(processed.report.reasons(), [("known", 1)]);
 /// # });
 /// ```
-pub fn current() -> Option<Current> {
+pub fn current() -> Option<CurrentRecord> {
     CURRENT.try_with(|scope| scope.current).ok()
 }
 
@@ -819,7 +826,7 @@ impl<H: RecordHandler, C: Clock> BatchProcessor<H, C> {
                 now_ms = started_ms,
                 deadline_margin_ms = self.options.deadline_margin_ms,
                 "the invocation starts inside the deadline margin, so no record can run: \
-                 keep DEADLINE_MARGIN_MS well below the function timeout"
+                 keep SQS_BATCH_DEADLINE_MARGIN_MS well below the function timeout"
             );
         }
         let statuses = match (kind, self.options.fifo_scope) {
@@ -847,7 +854,7 @@ impl<H: RecordHandler, C: Clock> BatchProcessor<H, C> {
         if self.is_stopping() {
             return RecordStatus::SkippedStopping;
         }
-        let context = RecordContext::of(limits.invocation);
+        let context = limits.invocation.clone();
         // The record's trace span (DEBUG: free unless a trace exporter is on), linked to the
         // producer's trace (`AWSTraceHeader`); its outcome is recorded once decided.
         let span = tracing::debug_span!(
@@ -868,7 +875,7 @@ impl<H: RecordHandler, C: Clock> BatchProcessor<H, C> {
         // synchronisation (stores lock, clients are stateless), so no broken invariant leaks.
         // The record is known to the code the handler runs (`current`): an idempotent claim
         // takes the deadline and the earlier attempt from it without being handed the record.
-        let current = Current {
+        let current = CurrentRecord {
             deadline_ms,
             earlier_attempt_ms: crate::dead_letter::earlier_attempt_ms(message),
         };
@@ -944,7 +951,7 @@ fn give_up_if_exhausted(
     give_up_at_receive: Option<u32>,
 ) -> Verdict {
     match (give_up_at_receive, receive_count) {
-        (Some(last), Some(n)) if n >= last && verdict.outcome == Outcome::Retry => {
+        (Some(last), Some(n)) if n >= last && verdict.outcome == Decision::Retry => {
             let detail = format!(
                 "{} at receive {n}, the last before the queue's redrive{}",
                 verdict.reason,
@@ -955,7 +962,7 @@ fn give_up_if_exhausted(
                     .unwrap_or_default()
             );
             Verdict {
-                outcome: Outcome::Poison,
+                outcome: Decision::Poison,
                 reason: GAVE_UP,
                 detail: Some(detail.into()),
                 retry_after_ms: None,
@@ -1090,7 +1097,7 @@ impl Hold {
         match self {
             Self::AnyFailure => !status.is_ack(),
             Self::RetryOnly => {
-                status.outcome() == Outcome::Retry
+                status.outcome() == Decision::Retry
                     || matches!(status, RecordStatus::Handled(v) if v.reason == GAVE_UP)
             }
         }
@@ -1130,7 +1137,7 @@ fn log_report<H: RecordHandler>(
             ),
             RecordStatus::SkippedDeadline => warn!(
                 message_id = message.message_id,
-                outcome = Outcome::Retry.as_str(),
+                outcome = Decision::Retry.as_str(),
                 reason = "deadline",
                 receive_count,
                 first_receive_ms = message.first_receive_ms,
@@ -1139,7 +1146,7 @@ fn log_report<H: RecordHandler>(
             ),
             RecordStatus::SkippedStopping => warn!(
                 message_id = message.message_id,
-                outcome = Outcome::Retry.as_str(),
+                outcome = Decision::Retry.as_str(),
                 reason = crate::worker::SHUTTING_DOWN,
                 receive_count,
                 first_receive_ms = message.first_receive_ms,
@@ -1148,7 +1155,7 @@ fn log_report<H: RecordHandler>(
             ),
             RecordStatus::SkippedAfter { culprit } => warn!(
                 message_id = message.message_id,
-                outcome = Outcome::Retry.as_str(),
+                outcome = Decision::Retry.as_str(),
                 reason = "after_failure",
                 caused_by = batch[*culprit].message_id,
                 receive_count,
@@ -1224,7 +1231,7 @@ mod tests {
                 ..base
             }
         );
-        assert_eq!(RecordContext::new(42).deadline_ms, 42);
+        assert_eq!(Invocation::new(42).deadline_ms, 42);
     }
 
     /// Decides by body: "ack", "retry", "poison", "panic", "slow:<ms>" (advances the clock, acks),
@@ -1238,7 +1245,7 @@ mod tests {
     }
 
     impl RecordHandler for Scripted {
-        async fn handle(&self, message: &Message<'_>, _context: RecordContext) -> Verdict {
+        async fn handle(&self, message: &Message<'_>, _context: Invocation) -> Verdict {
             self.started
                 .lock()
                 .expect("lock")
@@ -1439,7 +1446,7 @@ mod tests {
             RecordStatus::Handled(v) => {
                 assert_eq!(
                     (v.outcome, v.reason),
-                    (Outcome::Poison, "retries_exhausted")
+                    (Decision::Poison, "retries_exhausted")
                 );
                 assert!(
                     v.detail
@@ -1454,7 +1461,7 @@ mod tests {
             RecordStatus::SkippedAfter { culprit: 0 },
             "b ran behind the given-up record"
         );
-        assert_eq!(report.statuses[2].outcome(), Outcome::Retry);
+        assert_eq!(report.statuses[2].outcome(), Decision::Retry);
         assert!(matches!(
             report.statuses[3],
             RecordStatus::SkippedAfter { culprit: 2 }
@@ -1506,7 +1513,7 @@ mod tests {
         assert_eq!(report.failed_ids(&messages).collect::<Vec<_>>(), ["b"]);
         match &report.statuses[1] {
             RecordStatus::Handled(v) => {
-                assert_eq!((v.outcome, v.reason), (Outcome::Retry, "abandoned"));
+                assert_eq!((v.outcome, v.reason), (Decision::Retry, "abandoned"));
                 // Its claim may live until the deadline plus the lease margin: not due before.
                 assert_eq!(v.retry_after_ms, Some(5_000 + p.options.abandoned_hold_ms));
             }
@@ -1541,7 +1548,7 @@ mod tests {
         assert_eq!(started.elapsed(), std::time::Duration::from_millis(1_000));
         match &report.statuses[0] {
             RecordStatus::Handled(v) => {
-                assert_eq!((v.outcome, v.reason), (Outcome::Retry, ABANDONED));
+                assert_eq!((v.outcome, v.reason), (Decision::Retry, ABANDONED));
             }
             other => panic!("expected an abandoned record, got {other:?}"),
         }
@@ -1615,14 +1622,14 @@ mod tests {
     /// What the logs and metrics call each outcome.
     #[test]
     fn outcomes_are_named_for_logs() {
-        let names: Vec<&str> = [Outcome::Ack, Outcome::Retry, Outcome::Poison]
+        let names: Vec<&str> = [Decision::Ack, Decision::Retry, Decision::Poison]
             .into_iter()
-            .map(Outcome::as_str)
+            .map(Decision::as_str)
             .collect();
         assert_eq!(names, ["ack", "retry", "poison"]);
     }
 
-    /// `FIFO_SCOPE` in any case, and the give-up one receive before the stated redrive.
+    /// `SQS_BATCH_FIFO_SCOPE` in any case, and the give-up one receive before the stated redrive.
     #[test]
     fn options_are_read_from_the_environment() {
         let options = |vars: &'static [(&'static str, &'static str)]| {
@@ -1642,12 +1649,14 @@ mod tests {
             ("GROUP", FifoScope::Group),
             ("Batch", FifoScope::Batch),
         ] {
-            let vars: &'static [(&str, &str)] = Box::leak(Box::new([("FIFO_SCOPE", scope)]));
+            let vars: &'static [(&str, &str)] =
+                Box::leak(Box::new([("SQS_BATCH_FIFO_SCOPE", scope)]));
             assert_eq!(options(vars).expect("a scope").fifo_scope, expected);
         }
-        assert!(options(&[("FIFO_SCOPE", "grouped")]).is_err());
+        assert!(options(&[("SQS_BATCH_FIFO_SCOPE", "grouped")]).is_err());
         for (count, give_up) in [("5", Some(4)), ("2", Some(1)), ("1", None), ("0", None)] {
-            let vars: &'static [(&str, &str)] = Box::leak(Box::new([("MAX_RECEIVE_COUNT", count)]));
+            let vars: &'static [(&str, &str)] =
+                Box::leak(Box::new([("SQS_BATCH_MAX_RECEIVE_COUNT", count)]));
             assert_eq!(options(vars).expect("a count").give_up_at_receive, give_up);
         }
     }
@@ -1695,7 +1704,7 @@ mod tests {
     fn a_retry_given_up_keeps_no_retry_time() {
         let verdict = Verdict::retry("busy").with_retry_after_ms(5_000);
         let given_up = give_up_if_exhausted(verdict.clone(), Some(4), Some(4));
-        assert_eq!(given_up.outcome, Outcome::Poison);
+        assert_eq!(given_up.outcome, Decision::Poison);
         assert_eq!(given_up.reason, "retries_exhausted");
         assert_eq!(given_up.retry_after_ms, None);
         assert_eq!(

@@ -35,7 +35,7 @@ use serde::de::DeserializeOwned;
 
 use crate::dead_letter;
 use crate::edge::Message;
-use crate::processor::{RecordContext, RecordHandler, Verdict};
+use crate::processor::{Invocation, RecordHandler, Verdict};
 
 /// What a typed handler knows of its record besides the body.
 ///
@@ -44,10 +44,10 @@ use crate::processor::{RecordContext, RecordHandler, Verdict};
 /// # Example
 ///
 /// ```
-/// use sqs_batch::{Message, Record, processor::RecordContext};
+/// use sqs_batch::{Message, Record, processor::Invocation};
 ///
 /// let message = Message::new("m-1", "{}").with_receive_count(Some(3));
-/// let record = Record::new(&message, RecordContext::new(1_767_225_600_000));
+/// let record = Record::new(&message, Invocation::new(1_767_225_600_000));
 /// assert_eq!((record.message_id.as_str(), record.receive_count), ("m-1", Some(3)));
 /// assert_eq!(record.earlier_attempt_ms, None, "never in a DLQ");
 /// ```
@@ -74,7 +74,7 @@ pub struct Record {
 impl Record {
     /// The record of `message`, processed with `context` (its invocation's deadline, request id
     /// and function ARN).
-    pub fn new(message: &Message<'_>, context: RecordContext) -> Self {
+    pub fn new(message: &Message<'_>, context: Invocation) -> Self {
         Self {
             message_id: message.message_id.to_owned(),
             deadline_ms: context.deadline_ms,
@@ -96,7 +96,7 @@ impl Record {
 /// # Example
 ///
 /// ```
-/// use sqs_batch::{Message, Record, RecordHandler, Verdict, processor::RecordContext};
+/// use sqs_batch::{Message, Record, RecordHandler, Verdict, processor::Invocation};
 ///
 /// #[derive(serde::Deserialize)]
 /// struct Welcome { user_id: String }
@@ -108,9 +108,9 @@ impl Record {
 ///     Verdict::ack("welcomed")
 /// });
 /// # tokio::runtime::Builder::new_current_thread().enable_time().build().unwrap().block_on(async {
-/// let ok = handler.handle(&Message::new("m-1", r#"{"user_id": "u-1"}"#), RecordContext::new(0)).await;
+/// let ok = handler.handle(&Message::new("m-1", r#"{"user_id": "u-1"}"#), Invocation::new(0)).await;
 /// assert_eq!(ok.reason, "welcomed");
-/// let bad = handler.handle(&Message::new("m-2", r#"{"name": "x"}"#), RecordContext::new(0)).await;
+/// let bad = handler.handle(&Message::new("m-2", r#"{"name": "x"}"#), Invocation::new(0)).await;
 /// assert_eq!(bad.reason, "invalid_body");
 /// # });
 /// ```
@@ -133,7 +133,7 @@ pub trait BodyHandler<T, A>: Send + Sync {
     type Future: Future<Output = Verdict> + Send;
 
     /// Calls the closure with `body`, and the record when it takes one.
-    fn call(&self, body: T, message: &Message<'_>, context: RecordContext) -> Self::Future;
+    fn call(&self, body: T, message: &Message<'_>, context: Invocation) -> Self::Future;
 }
 
 impl<T, F, Fut> BodyHandler<T, (T,)> for F
@@ -143,7 +143,7 @@ where
 {
     type Future = Fut;
 
-    fn call(&self, body: T, _message: &Message<'_>, _context: RecordContext) -> Fut {
+    fn call(&self, body: T, _message: &Message<'_>, _context: Invocation) -> Fut {
         self(body)
     }
 }
@@ -155,7 +155,7 @@ where
 {
     type Future = Fut;
 
-    fn call(&self, body: T, message: &Message<'_>, context: RecordContext) -> Fut {
+    fn call(&self, body: T, message: &Message<'_>, context: Invocation) -> Fut {
         self(body, Record::new(message, context))
     }
 }
@@ -181,7 +181,7 @@ where
     T: DeserializeOwned + Send,
     F: BodyHandler<T, A>,
 {
-    async fn handle(&self, message: &Message<'_>, context: RecordContext) -> Verdict {
+    async fn handle(&self, message: &Message<'_>, context: Invocation) -> Verdict {
         match serde_json::from_str::<T>(message.body) {
             Ok(body) => self.handler.call(body, message, context).await,
             Err(error) => Verdict::poison("invalid_body").with_detail(why_not(&error)),
@@ -207,7 +207,7 @@ fn why_not(error: &serde_json::Error) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::processor::Outcome;
+    use crate::processor::Decision;
 
     #[derive(Debug, serde::Deserialize)]
     struct Welcome {
@@ -227,10 +227,10 @@ mod tests {
         let verdict = handler()
             .handle(
                 &Message::new("m-1", r#"{"user_id":"u-1","extra":true}"#),
-                RecordContext::new(42),
+                Invocation::new(42),
             )
             .await;
-        assert_eq!(verdict.outcome, Outcome::Ack);
+        assert_eq!(verdict.outcome, Decision::Ack);
         assert_eq!(verdict.key.as_deref(), Some("u-1"));
         assert_eq!(verdict.detail.as_deref(), Some("m-1 42"));
     }
@@ -248,9 +248,9 @@ mod tests {
             ),
         ] {
             let verdict = handler()
-                .handle(&Message::new("m-1", body), RecordContext::new(0))
+                .handle(&Message::new("m-1", body), Invocation::new(0))
                 .await;
-            assert_eq!(verdict.outcome, Outcome::Poison, "{body}");
+            assert_eq!(verdict.outcome, Decision::Poison, "{body}");
             assert_eq!(verdict.reason, "invalid_body");
             let detail = verdict.detail.unwrap_or_default();
             assert!(
@@ -269,15 +269,15 @@ mod tests {
         let verdict = handler
             .handle(
                 &Message::new("m-1", r#"{"user_id":"u-2"}"#),
-                RecordContext::new(42),
+                Invocation::new(42),
             )
             .await;
         assert_eq!(
             (verdict.outcome, verdict.key.as_deref()),
-            (Outcome::Ack, Some("u-2"))
+            (Decision::Ack, Some("u-2"))
         );
         let verdict = handler
-            .handle(&Message::new("m-2", "[]"), RecordContext::new(42))
+            .handle(&Message::new("m-2", "[]"), Invocation::new(42))
             .await;
         assert_eq!(verdict.reason, "invalid_body");
     }
@@ -290,7 +290,7 @@ mod tests {
             "req-1",
             "arn:aws:lambda:eu-west-1:123456789012:function:f:live",
         );
-        let record = Record::new(&message, RecordContext::of(&invocation));
+        let record = Record::new(&message, invocation.clone());
         assert_eq!(
             record,
             Record {

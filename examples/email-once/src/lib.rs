@@ -81,7 +81,7 @@ use std::future::Future;
 use idempotency::guard::{self, Claim, Effect, Failed, Found, GuardPolicy, Guarded, GuardedWork};
 use idempotency::{Fingerprint, IdempotencyStore, LeasePolicy, StoreSettings, once};
 use lambda_kit::{Clock, Env, EnvError};
-use sqs_batch::{BatchOptions, Message, RecordHandler, Verdict, processor::RecordContext};
+use sqs_batch::{BatchOptions, Message, RecordHandler, Verdict, processor::Invocation};
 
 /// One message's body, checked as it is decoded (serde's `try_from`): a body that is not a
 /// welcome never reaches the handler.
@@ -272,7 +272,7 @@ impl<S, M, C> WelcomeEmails<S, M, C> {
 impl<S: idempotency::guard::EffectStore, M: Mailer, C: Clock> RecordHandler
     for WelcomeEmails<S, M, C>
 {
-    async fn handle(&self, message: &Message<'_>, context: RecordContext) -> Verdict {
+    async fn handle(&self, message: &Message<'_>, context: Invocation) -> Verdict {
         let Some(welcome) = Welcome::decode(message.body) else {
             return Verdict::poison("invalid_body");
         };
@@ -306,7 +306,7 @@ impl<S: idempotency::guard::EffectStore, M: Mailer, C: Clock> RecordHandler
 /// function adds one.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Settings {
-    /// `MAX_CONCURRENCY`, `FIFO_SCOPE`, `DEADLINE_MARGIN_MS`.
+    /// `SQS_BATCH_MAX_CONCURRENCY`, `SQS_BATCH_FIFO_SCOPE`, `SQS_BATCH_DEADLINE_MARGIN_MS`.
     pub batch: BatchOptions,
     /// `IDEMPOTENCY_LEASE_SECONDS`, `IDEMPOTENCY_LEASE_MARGIN_MS`.
     pub lease: LeasePolicy,

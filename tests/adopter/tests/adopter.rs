@@ -81,12 +81,12 @@ async fn a_table_without_an_http_client_is_refused_at_start_up_naming_the_featur
 /// The same for the runner's SQS ports (visibility backoff, DLQ moves).
 #[tokio::test]
 async fn the_runners_sqs_ports_without_an_http_client_are_refused_naming_the_feature() {
-    let refused = sqs_batch::lambda::Ports::load(&env(&[("MOVE_POISON_TO_DLQ", "true")]))
+    let refused = sqs_batch::lambda::Ports::load(&env(&[("SQS_BATCH_MOVE_POISON_TO_DLQ", "true")]))
         .await
         .expect_err("no HTTP client in this build")
         .to_string();
     assert!(
-        refused.starts_with("MOVE_POISON_TO_DLQ=") && refused.contains("`default-https-client`"),
+        refused.starts_with("SQS_BATCH_MOVE_POISON_TO_DLQ=") && refused.contains("`default-https-client`"),
         "{refused}"
     );
     let none = sqs_batch::lambda::Ports::load(&env(&[])).await.expect("no port asked for");

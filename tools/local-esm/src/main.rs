@@ -190,9 +190,9 @@ async fn run_demo(flags: &Demo) -> Result<(), String> {
     }
 
     let config = Config::from_lookup(|name| match name {
-        "FIFO_SCOPE" => Some("group".into()),
+        "SQS_BATCH_FIFO_SCOPE" => Some("group".into()),
         // Margins that fit the 5 s function timeout below.
-        "IDEMPOTENCY_LEASE_MARGIN_MS" | "DEADLINE_MARGIN_MS" => Some("1000".into()),
+        "IDEMPOTENCY_LEASE_MARGIN_MS" | "SQS_BATCH_DEADLINE_MARGIN_MS" => Some("1000".into()),
         _ => None,
     })
     .map_err(|e| e.to_string())?;
@@ -226,7 +226,7 @@ async fn run_demo(flags: &Demo) -> Result<(), String> {
                 port: SqsVisibility::new(sqs.clone()),
                 policy,
             }))
-            // POISON leaves at its first receive, as deployed (MOVE_POISON_TO_DLQ).
+            // POISON leaves at its first receive, as deployed (SQS_BATCH_MOVE_POISON_TO_DLQ).
             .with_dead_letters(Some(DeadLetters {
                 port: SqsDeadLetters::on_first_use(move || moves.clone()),
                 moved_by: "local-esm demo".to_owned(),

@@ -707,11 +707,11 @@ fn failure_key(attributes: &crate::queue::Attrs) -> Option<String> {
 /// plus up to `base` of jitter, never under b(n)/2; always under SQS's 12 hours.
 #[derive(Debug, Clone, Copy)]
 pub struct Schedule {
-    /// `BACKOFF_BASE_SECONDS`.
+    /// `SQS_BATCH_BACKOFF_BASE_SECONDS`.
     pub base_s: u64,
-    /// `BACKOFF_CAP_SECONDS`.
+    /// `SQS_BATCH_BACKOFF_CAP_SECONDS`.
     pub cap_s: u64,
-    /// `DEADLINE_MARGIN_MS`: a record still running this close to the deadline may be abandoned.
+    /// `SQS_BATCH_DEADLINE_MARGIN_MS`: a record still running this close to the deadline may be abandoned.
     pub deadline_margin_ms: u64,
 }
 

@@ -717,12 +717,12 @@ struct Deployment {
 }
 
 impl Deployment {
-    /// Whether a FIFO queue's batch is one group for the function (`FIFO_SCOPE`, `batch` by
+    /// Whether a FIFO queue's batch is one group for the function (`SQS_BATCH_FIFO_SCOPE`, `batch` by
     /// default): Lambda's own FIFO contract, which the world then holds each response to.
     fn batch_scope(&self) -> bool {
         self.shipped
             .env
-            .get("FIFO_SCOPE")
+            .get("SQS_BATCH_FIFO_SCOPE")
             .is_none_or(|scope| scope.eq_ignore_ascii_case("batch"))
     }
 
@@ -861,7 +861,9 @@ async fn simulate(settings: SimSettings) -> Report {
             .insert("IDEMPOTENCY_LEASE_MARGIN_MS".into(), margin_ms.to_string());
     }
     if settings.fifo_batch_scope {
-        shipped.env.insert("FIFO_SCOPE".into(), "batch".into());
+        shipped
+            .env
+            .insert("SQS_BATCH_FIFO_SCOPE".into(), "batch".into());
     }
     if settings.lookup_durable {
         shipped
@@ -1079,7 +1081,7 @@ struct Answered<'m, 'a> {
 /// asked to claim their order; a body that is not an order is decided without it).
 ///
 /// In batch scope (Lambda's FIFO contract) the batch is one group and any failure holds the
-/// rest; in group scope (`FIFO_SCOPE=group`, shipped) a failure holds only its message group,
+/// rest; in group scope (`SQS_BATCH_FIFO_SCOPE=group`, shipped) a failure holds only its message group,
 /// and only a RETRY or a give-up holds it (a POISON does not, docs/design.md: a failed move of
 /// one is reported and its group goes on). Behind a record that holds, nothing may be
 /// acknowledged (it would run before it); a record reported without being started, with
@@ -1546,7 +1548,7 @@ async fn poll(index: usize, d: Rc<Deployment>) {
                     .map(|s| s.visible_at_ms);
                 if let (RecordStatus::Handled(verdict), Some(visible_at_ms), Some(come_back)) =
                     (status, visible_at_ms, come_back)
-                    && verdict.outcome == sqs_batch::processor::Outcome::Retry
+                    && verdict.outcome == sqs_batch::processor::Decision::Retry
                     // A record the processor abandoned at the deadline: its handler never
                     // finished with the answer, and the abandoned record's own rule (back once
                     // its claim can have ended) is the one that holds (seen in the million-order
@@ -1581,9 +1583,9 @@ async fn poll(index: usize, d: Rc<Deployment>) {
 /// The retry schedule as the world reads the deployment's settings, with the design's defaults.
 fn schedule(d: &Deployment) -> check::Schedule {
     check::Schedule {
-        base_s: d.setting_ms("BACKOFF_BASE_SECONDS", 5),
-        cap_s: d.setting_ms("BACKOFF_CAP_SECONDS", 900),
-        deadline_margin_ms: d.setting_ms("DEADLINE_MARGIN_MS", 5_000),
+        base_s: d.setting_ms("SQS_BATCH_BACKOFF_BASE_SECONDS", 5),
+        cap_s: d.setting_ms("SQS_BATCH_BACKOFF_CAP_SECONDS", 900),
+        deadline_margin_ms: d.setting_ms("SQS_BATCH_DEADLINE_MARGIN_MS", 5_000),
     }
 }
 
@@ -1597,7 +1599,7 @@ fn long_visibility(
     set_s: u64,
     later_ms: u64,
 ) -> Option<String> {
-    if verdict.outcome != sqs_batch::processor::Outcome::Retry {
+    if verdict.outcome != sqs_batch::processor::Decision::Retry {
         return None;
     }
     let bound_s = schedule.bound_s(m.receive_count);
@@ -1622,7 +1624,7 @@ fn short_visibility(
     clock: &SimClock,
     truth: &SimClock,
 ) -> Option<String> {
-    if verdict.outcome != sqs_batch::processor::Outcome::Retry {
+    if verdict.outcome != sqs_batch::processor::Decision::Retry {
         return None;
     }
     let floor_s = schedule.bound_s(m.receive_count) / 2;

@@ -213,7 +213,7 @@ pub struct SimSettings {
     /// The lease an operator set (`IDEMPOTENCY_LEASE_SECONDS`, `IDEMPOTENCY_LEASE_MARGIN_MS`)
     /// in place of the template's (`None`: the template's).
     pub lease: Option<(u64, u64)>,
-    /// The deployment runs its FIFO batches as one group (`FIFO_SCOPE=batch`, Lambda's own FIFO
+    /// The deployment runs its FIFO batches as one group (`SQS_BATCH_FIFO_SCOPE=batch`, Lambda's own FIFO
     /// contract) instead of the template's group scope.
     pub fifo_batch_scope: bool,
     /// Producers that send orders again days later (`None`: none do).

@@ -609,7 +609,7 @@ impl SimSqs {
                 .dlq
                 .iter()
                 .any(|d| d.payload == payload && d.at_ms >= received_ms);
-            let acked = outcome == Some(Some(sqs_batch::processor::Outcome::Ack));
+            let acked = outcome == Some(Some(sqs_batch::processor::Decision::Ack));
             if !acked && !moved {
                 queue.deleted_undecided.push((
                     payload,

@@ -18,7 +18,7 @@ use std::time::Duration;
 
 use lambda_kit::Clock;
 use sqs_batch::worker::WorkerOptions;
-use sqs_batch::{Message, RecordHandler, Verdict, processor::RecordContext};
+use sqs_batch::{Message, RecordHandler, Verdict, processor::Invocation};
 
 use crate::world::{Shared, SimClock};
 use crate::{Deployment, LONG_POLL_MS};
@@ -35,7 +35,7 @@ pub struct Observed<H> {
 }
 
 impl<H: RecordHandler> RecordHandler for Observed<H> {
-    async fn handle(&self, message: &Message<'_>, context: RecordContext) -> Verdict {
+    async fn handle(&self, message: &Message<'_>, context: Invocation) -> Verdict {
         let tried = (
             message.message_id.to_owned(),
             message.receive_count.unwrap_or(0),
@@ -48,7 +48,7 @@ impl<H: RecordHandler> RecordHandler for Observed<H> {
         // leave as `retries_exhausted`: the queue model holds the record to that at its next
         // receive.
         let count = self.learned.known(world.sim_ms());
-        if verdict.outcome == sqs_batch::processor::Outcome::Retry
+        if verdict.outcome == sqs_batch::processor::Decision::Retry
             && count >= 2
             && tried.1 >= count - 1
         {

@@ -564,7 +564,7 @@ pub struct World {
     /// count): started (`None`), then the outcome it answered. Recorded at the handler's door
     /// ([`crate::worker::Observed`]), so that the world, not the processor, says which records
     /// were tried.
-    pub tried: HashMap<(String, u32), Option<sqs_batch::processor::Outcome>>,
+    pub tried: HashMap<(String, u32), Option<sqs_batch::processor::Decision>>,
     /// Records a worker's handler answered RETRY at or past the give-up's receive as the
     /// container had learned it (its last `maxReceiveCount` from the queue's redrive policy),
     /// by (message id, receive count): the container, and the handler's reason. The design has

@@ -305,13 +305,22 @@ impl fmt::Debug for Val<'_> {
 }
 
 /// A DynamoDB client for the store's conditional writes, without the SDK's orchestrator.
-/// Built once per container from the SDK client's own configuration; clones share it.
-#[derive(Debug, Clone)]
+/// Built once per container from the SDK client's own configuration; clones share it. Its
+/// `Debug` names the region and the endpoint override only: no credential, no signing key.
+#[derive(Clone)]
 pub struct DirectClient {
     inner: Arc<Inner>,
 }
 
-#[derive(Debug)]
+impl fmt::Debug for DirectClient {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("DirectClient")
+            .field("region", &self.inner.region)
+            .field("endpoint_override", &self.inner.endpoint_override)
+            .finish_non_exhaustive()
+    }
+}
+
 struct Inner {
     transport: Box<dyn Transport>,
     region: String,
@@ -1214,6 +1223,55 @@ mod tests {
         let mut requests = capture.0.lock().expect("not poisoned");
         assert_eq!(requests.len(), 1);
         requests.remove(0)
+    }
+
+    /// After a signed request, neither the client's `Debug` nor its store's shows the secret key,
+    /// the session token or the day's signing key (derived from the secret: it signs for a day),
+    /// and the store's is short (it printed the whole SDK configuration).
+    #[test]
+    fn no_secret_reaches_a_debug_line_and_the_stores_is_short() {
+        use aws_credential_types::Credentials;
+        const SECRET: &str = "wJalrXUtnFEMI-known-secret-K7MDENG";
+        const TOKEN: &str = "IQoJb3JpZ2luX2VjEXAMPLE-known-session-token";
+        let capture = Capture::default();
+        let sdk = aws_types::SdkConfig::builder()
+            .region(aws_types::region::Region::new("eu-west-1"))
+            .credentials_provider(SharedCredentialsProvider::new(Credentials::new(
+                "AKIDEXAMPLE",
+                SECRET,
+                Some(TOKEN.into()),
+                None,
+                "test",
+            )))
+            .behavior_version(aws_sdk_dynamodb::config::BehaviorVersion::latest())
+            .build();
+        let client =
+            DirectClient::new(&sdk, SharedHttpConnector::new(capture.clone())).expect("a client");
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_time()
+            .build()
+            .expect("a runtime");
+        runtime.block_on(client.write(&delete())).expect("applied");
+        let day_key = client
+            .inner
+            .signer
+            .day_key()
+            .expect("the day's key, after a signature");
+        let hex: String = day_key.iter().map(|b| format!("{b:02x}")).collect();
+        let listed = format!("{day_key:?}");
+        let listed = &listed[1..listed.len() - 1];
+        let store = crate::DynamoDbStore::direct(client.clone(), "orders", Duration::from_secs(60));
+        for text in [
+            format!("{client:?}"),
+            format!("{store:?}"),
+            format!("{store:#?}"),
+        ] {
+            for secret in [SECRET, TOKEN, hex.as_str(), listed] {
+                assert!(!text.contains(secret), "{secret} in {text}");
+            }
+        }
+        let short = format!("{store:?}");
+        assert!(short.len() < 300 && short.contains("orders"), "{short}");
     }
 
     /// The client's own signer takes an endpoint's root only; a path goes to aws-sigv4's.

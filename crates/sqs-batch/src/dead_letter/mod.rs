@@ -41,7 +41,7 @@ use serde::Serialize;
 use tracing::warn;
 
 use crate::edge::Message;
-use crate::processor::{BatchReport, Outcome, RecordStatus};
+use crate::processor::{BatchReport, Decision, RecordStatus};
 
 #[cfg(feature = "dead-letter")]
 pub use sqs::SqsDeadLetters;
@@ -327,7 +327,7 @@ pub async fn apply<D: DeadLetterPort>(
         .iter()
         .enumerate()
         .filter(|(_, status)| {
-            matches!(status, RecordStatus::Handled(v) if v.outcome == Outcome::Poison)
+            matches!(status, RecordStatus::Handled(v) if v.outcome == Decision::Poison)
         })
         .map(|(index, _)| index)
         .collect();
@@ -424,7 +424,7 @@ mod tests {
     use crate::visibility::{Change, ChangeFailure, VisibilityPort};
     use crate::{
         BatchOptions, BatchProcessor, RecordHandler, Verdict, edge::Batch, edge::QueueKind,
-        processor::Backoff, processor::RecordContext, processor::process_batch,
+        processor::Backoff, processor::Invocation, processor::process_batch,
     };
     use lambda_kit::ManualClock;
     use std::sync::Mutex;
@@ -433,7 +433,7 @@ mod tests {
     struct Bodies;
 
     impl RecordHandler for Bodies {
-        async fn handle(&self, message: &Message<'_>, _context: RecordContext) -> Verdict {
+        async fn handle(&self, message: &Message<'_>, _context: Invocation) -> Verdict {
             match message.body {
                 "ok" => Verdict::ack("ok"),
                 "later" => Verdict::retry("later"),
@@ -706,7 +706,7 @@ mod tests {
         let (failed, report, port, visibility) =
             run(&[("m1", "ok"), ("m2", "bad")], refusing).await;
         assert_eq!(failed, ["m2"]);
-        assert_eq!(report.statuses[1].outcome(), Outcome::Retry);
+        assert_eq!(report.statuses[1].outcome(), Decision::Retry);
         assert!(port.sent.lock().unwrap().is_empty());
         let changes = visibility.0.lock().unwrap();
         assert_eq!(changes.len(), 1);

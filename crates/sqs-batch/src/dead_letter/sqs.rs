@@ -381,7 +381,7 @@ impl super::DeadLetterPort for SqsDeadLetters {
                 tracing::warn!(
                     queue = source_arn,
                     reason,
-                    "the queue's maxReceiveCount could not be learned; MAX_RECEIVE_COUNT applies"
+                    "the queue's maxReceiveCount could not be learned; SQS_BATCH_MAX_RECEIVE_COUNT applies"
                 );
                 None
             }

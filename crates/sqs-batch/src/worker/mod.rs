@@ -120,37 +120,50 @@ impl Default for WorkerOptions {
 
 /// The variables [`WorkerOptions::from_env`] reads, with their defaults.
 pub const VARIABLES: &[(&str, Option<&str>)] = &[
-    ("WORKER_WAIT_TIME_SECONDS", Some("20")),
-    ("WORKER_MAX_MESSAGES", Some("10")),
-    ("WORKER_RECEIVES_IN_FLIGHT", Some("2")),
-    ("WORKER_VISIBILITY_EXTENSION_SECONDS", Some("60")),
-    ("WORKER_BATCH_TIMEOUT_SECONDS", Some("900")),
-    ("WORKER_DRAIN_TIMEOUT_SECONDS", Some("25")),
-    ("WORKER_METRICS_INTERVAL_SECONDS", Some("60")),
+    ("SQS_BATCH_WORKER_WAIT_TIME_SECONDS", Some("20")),
+    ("SQS_BATCH_WORKER_MAX_MESSAGES", Some("10")),
+    ("SQS_BATCH_WORKER_RECEIVES_IN_FLIGHT", Some("2")),
+    ("SQS_BATCH_WORKER_VISIBILITY_EXTENSION_SECONDS", Some("60")),
+    ("SQS_BATCH_WORKER_BATCH_TIMEOUT_SECONDS", Some("900")),
+    ("SQS_BATCH_WORKER_DRAIN_TIMEOUT_SECONDS", Some("25")),
+    ("SQS_BATCH_WORKER_METRICS_INTERVAL_SECONDS", Some("60")),
 ];
 
 impl WorkerOptions {
     /// The options from the environment ([`VARIABLES`]); a value out of range names its variable.
     pub fn from_env(env: &Env<'_>) -> Result<Self, EnvError> {
-        let extension_s: u64 = env.ranged("WORKER_VISIBILITY_EXTENSION_SECONDS", 60, 3, 43_200)?;
+        let env = &crate::with_old_names(env);
+        let extension_s: u64 = env.ranged(
+            "SQS_BATCH_WORKER_VISIBILITY_EXTENSION_SECONDS",
+            60,
+            3,
+            43_200,
+        )?;
         // A divisor of a minute: target tracking sums `Consumers` per minute, so each minute must
         // hold the same number of documents from a worker.
-        let metrics_interval_s: u64 = env.ranged("WORKER_METRICS_INTERVAL_SECONDS", 60, 1, 60)?;
+        let metrics_interval_s: u64 =
+            env.ranged("SQS_BATCH_WORKER_METRICS_INTERVAL_SECONDS", 60, 1, 60)?;
         if 60 % metrics_interval_s != 0 {
             return Err(EnvError::invalid(
-                "WORKER_METRICS_INTERVAL_SECONDS",
+                "SQS_BATCH_WORKER_METRICS_INTERVAL_SECONDS",
                 &metrics_interval_s.to_string(),
                 "a divisor of 60 (1, 2, 3, 4, 5, 6, 10, 12, 15, 20, 30 or 60), so every minute \
                  holds whole backlog documents",
             ));
         }
         Ok(Self {
-            wait_time_seconds: env.ranged("WORKER_WAIT_TIME_SECONDS", 20, 0, 20)?,
-            max_messages: env.ranged("WORKER_MAX_MESSAGES", 10, 1, 10)?,
-            receives_in_flight: env.ranged("WORKER_RECEIVES_IN_FLIGHT", 2, 1, 64)?,
+            wait_time_seconds: env.ranged("SQS_BATCH_WORKER_WAIT_TIME_SECONDS", 20, 0, 20)?,
+            max_messages: env.ranged("SQS_BATCH_WORKER_MAX_MESSAGES", 10, 1, 10)?,
+            receives_in_flight: env.ranged("SQS_BATCH_WORKER_RECEIVES_IN_FLIGHT", 2, 1, 64)?,
             visibility_extension_s: extension_s,
-            batch_timeout_ms: env.ranged("WORKER_BATCH_TIMEOUT_SECONDS", 900, 1, 43_200)? * 1_000,
-            drain_timeout_ms: env.ranged("WORKER_DRAIN_TIMEOUT_SECONDS", 25, 1, 3_600)? * 1_000,
+            batch_timeout_ms: env.ranged(
+                "SQS_BATCH_WORKER_BATCH_TIMEOUT_SECONDS",
+                900,
+                1,
+                43_200,
+            )? * 1_000,
+            drain_timeout_ms: env.ranged("SQS_BATCH_WORKER_DRAIN_TIMEOUT_SECONDS", 25, 1, 3_600)?
+                * 1_000,
             metrics_interval_ms: metrics_interval_s * 1_000,
             ..Self::default()
         })

@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicU64, AtomicUsize};
 
 use super::*;
 use crate::dead_letter::NoDeadLetters;
-use crate::processor::{RecordContext, Verdict};
+use crate::processor::{Invocation, Verdict};
 use crate::visibility::ChangeFailure;
 use crate::{BatchOptions, lambda_kit::ManualClock};
 
@@ -200,7 +200,7 @@ struct Sleeper {
 }
 
 impl RecordHandler for Sleeper {
-    async fn handle(&self, message: &Message<'_>, _context: RecordContext) -> Verdict {
+    async fn handle(&self, message: &Message<'_>, _context: Invocation) -> Verdict {
         self.started
             .lock()
             .unwrap()
@@ -715,8 +715,8 @@ fn the_stop_timeout_covers_a_receive_and_the_drain() {
 #[test]
 fn options_from_the_environment_name_a_bad_variable() {
     let env = Env::new(|name| match name {
-        "WORKER_VISIBILITY_EXTENSION_SECONDS" => Some("90".to_owned()),
-        "WORKER_DRAIN_TIMEOUT_SECONDS" => Some("40".to_owned()),
+        "SQS_BATCH_WORKER_VISIBILITY_EXTENSION_SECONDS" => Some("90".to_owned()),
+        "SQS_BATCH_WORKER_DRAIN_TIMEOUT_SECONDS" => Some("40".to_owned()),
         _ => None,
     });
     let options = WorkerOptions::from_env(&env).unwrap();
@@ -724,21 +724,24 @@ fn options_from_the_environment_name_a_bad_variable() {
     assert_eq!(options.drain_timeout_ms, 40_000);
     assert_eq!(options.wait_time_seconds, 20);
     assert_eq!(options.metrics_interval_ms, 60_000);
-    let bad = Env::new(|name| (name == "WORKER_WAIT_TIME_SECONDS").then(|| "21".to_owned()));
+    let bad =
+        Env::new(|name| (name == "SQS_BATCH_WORKER_WAIT_TIME_SECONDS").then(|| "21".to_owned()));
     let error = WorkerOptions::from_env(&bad).unwrap_err();
     assert!(
-        error.to_string().starts_with("WORKER_WAIT_TIME_SECONDS="),
+        error
+            .to_string()
+            .starts_with("SQS_BATCH_WORKER_WAIT_TIME_SECONDS="),
         "{error}"
     );
 }
 
-/// Issue 49, worker item 4. `WORKER_METRICS_INTERVAL_SECONDS` sets the backlog's interval; a
+/// Issue 49, worker item 4. `SQS_BATCH_WORKER_METRICS_INTERVAL_SECONDS` sets the backlog's interval; a
 /// value that is not a divisor of a minute, or out of 1-60, stops start-up naming it.
 #[test]
 fn the_metrics_interval_is_a_divisor_of_a_minute() {
     let with = |value: &'static str| {
         WorkerOptions::from_env(&Env::new(move |name| {
-            (name == "WORKER_METRICS_INTERVAL_SECONDS").then(|| value.to_owned())
+            (name == "SQS_BATCH_WORKER_METRICS_INTERVAL_SECONDS").then(|| value.to_owned())
         }))
     };
     assert_eq!(with("15").unwrap().metrics_interval_ms, 15_000);
@@ -746,7 +749,9 @@ fn the_metrics_interval_is_a_divisor_of_a_minute() {
     for bad in ["7", "0", "61", "120", "ten"] {
         let error = with(bad).unwrap_err().to_string();
         assert!(
-            error.starts_with(&format!("WORKER_METRICS_INTERVAL_SECONDS=\"{bad}\"")),
+            error.starts_with(&format!(
+                "SQS_BATCH_WORKER_METRICS_INTERVAL_SECONDS=\"{bad}\""
+            )),
             "{error}"
         );
     }
@@ -759,7 +764,7 @@ struct Counting<H> {
 }
 
 impl<H: RecordHandler> RecordHandler for Counting<H> {
-    async fn handle(&self, message: &Message<'_>, context: RecordContext) -> Verdict {
+    async fn handle(&self, message: &Message<'_>, context: Invocation) -> Verdict {
         self.given.fetch_add(1, Ordering::SeqCst);
         self.inner.handle(message, context).await
     }

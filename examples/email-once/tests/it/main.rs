@@ -129,7 +129,9 @@ fn function<S: EffectStore>(
     can_tell: bool,
     concurrent: bool,
 ) -> Function<S> {
-    let env = Env::new(|name| (name == "MAX_CONCURRENCY" && !concurrent).then(|| "1".to_owned()));
+    let env = Env::new(|name| {
+        (name == "SQS_BATCH_MAX_CONCURRENCY" && !concurrent).then(|| "1".to_owned())
+    });
     let settings = Settings::from_env(&env).expect("defaults");
     let provider = Provider::new(clock, can_tell);
     let handler = WelcomeEmails::new(store, provider, clock.clone(), settings.guard());
@@ -312,7 +314,7 @@ fn one_screen<'a, S: IdempotencyStore>(
     store: &'a S,
     provider: &'a Provider,
 ) -> BatchProcessor<impl sqs_batch::RecordHandler + 'a, SystemClock> {
-    let env = Env::new(|name| (name == "MAX_CONCURRENCY").then(|| "1".to_owned()));
+    let env = Env::new(|name| (name == "SQS_BATCH_MAX_CONCURRENCY").then(|| "1".to_owned()));
     let options = BatchOptions::from_env(&env).expect("options");
     let handler = sqs_batch::json(move |welcome: Welcome| send_once(store, provider, welcome));
     BatchProcessor::new(handler, SystemClock, options)

@@ -118,7 +118,7 @@ const FUNCTION_TIMEOUT: Duration = Duration::from_secs(3);
 /// 2 x 3%, abandoned batches, busy duplicates, a charge still in flight): 0.3^20 < 4e-11. On the FIFO queue a record is
 /// also received, and held back, each time a RETRY ahead of it in the same batch and group holds
 /// the group; FIFO batches of 3 keep that to at most 2 extra receives per failure ahead.
-const MAX_RECEIVE_COUNT: u32 = 20;
+const SQS_BATCH_MAX_RECEIVE_COUNT: u32 = 20;
 const FIFO_BATCH_SIZE: usize = 3;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -155,7 +155,7 @@ async fn every_valid_order_is_charged_exactly_once_and_only_poison_reaches_the_d
     stub.set_key_window(Some(Duration::from_secs(2)));
 
     let mut env = vec![
-        ("FIFO_SCOPE", "group"),
+        ("SQS_BATCH_FIFO_SCOPE", "group"),
         // Its EMF documents would go to the real stdout, past the test harness's capture.
         ("METRICS_ENABLED", "false"),
         ("IDEMPOTENCY_LEASE_MARGIN_MS", "1000"),
@@ -165,7 +165,7 @@ async fn every_valid_order_is_charged_exactly_once_and_only_poison_reaches_the_d
         ("PAYMENT_LOOKUP_DURABLE", "true"),
         ("PAYMENT_CLOCK_SKEW_MS", "50"),
     ];
-    env.push(("DEADLINE_MARGIN_MS", "1000"));
+    env.push(("SQS_BATCH_DEADLINE_MARGIN_MS", "1000"));
     let config = Config::from_lookup(|k| {
         env.iter()
             .find(|(n, _)| *n == k)
@@ -197,7 +197,7 @@ async fn every_valid_order_is_charged_exactly_once_and_only_poison_reaches_the_d
 
     let settings = QueueSettings {
         visibility_timeout_s: 4,
-        max_receive_count: MAX_RECEIVE_COUNT,
+        max_receive_count: SQS_BATCH_MAX_RECEIVE_COUNT,
     };
     let mut queues = Vec::new();
     for (fifo, prefix) in [(false, "std"), (true, "fifo")] {

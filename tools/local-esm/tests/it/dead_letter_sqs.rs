@@ -225,7 +225,7 @@ async fn a_move_that_fails_leaves_the_record_retry() {
     assert_eq!(report.counts().moved, 0);
     assert_eq!(
         report.statuses[0].outcome(),
-        sqs_batch::processor::Outcome::Retry
+        sqs_batch::processor::Decision::Retry
     );
 }
 
@@ -279,8 +279,8 @@ async fn a_fifo_record_only_a_person_can_settle_leaves_alone_and_its_group_goes_
     // Two days ago an attempt at c-1 ended without an answer; the provider has forgotten it.
     let config = Config::from_lookup(|k| match k {
         "METRICS_ENABLED" => Some("false".into()),
-        "FIFO_SCOPE" => Some("group".into()),
-        "DEADLINE_MARGIN_MS" => Some("1000".into()),
+        "SQS_BATCH_FIFO_SCOPE" => Some("group".into()),
+        "SQS_BATCH_DEADLINE_MARGIN_MS" => Some("1000".into()),
         _ => None,
     })
     .expect("config");
@@ -583,7 +583,7 @@ async fn the_queues_redrive_policy_decides_when_a_retry_gives_up() {
         .expect("queues");
     let config = Config::from_lookup(|k| match k {
         "METRICS_ENABLED" => Some("false".into()),
-        "MAX_RECEIVE_COUNT" => Some("201".into()),
+        "SQS_BATCH_MAX_RECEIVE_COUNT" => Some("201".into()),
         _ => None,
     })
     .expect("config");

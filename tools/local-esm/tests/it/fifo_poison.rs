@@ -77,7 +77,8 @@ async fn valid_orders_in_dlq(name: &str, poison: usize, fifo_scope: &str, backof
         .unwrap();
 
     let scope = fifo_scope.to_owned();
-    let config = Config::from_lookup(|k| (k == "FIFO_SCOPE").then(|| scope.clone())).unwrap();
+    let config =
+        Config::from_lookup(|k| (k == "SQS_BATCH_FIFO_SCOPE").then(|| scope.clone())).unwrap();
     let app = App::with_ports(
         &config,
         MemoryStore::new(config.store.retention),

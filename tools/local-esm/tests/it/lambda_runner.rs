@@ -1,6 +1,6 @@
 //! The one-screen runner (`sqs_batch::lambda`) against moto's SQS, through its public API: what
-//! its docs promise. With `MOVE_POISON_TO_DLQ` a POISON record leaves at once for its queue's
-//! DLQ with its reason; with `VISIBILITY_BACKOFF` a RETRY stays away for its delay; without
+//! its docs promise. With `SQS_BATCH_MOVE_POISON_TO_DLQ` a POISON record leaves at once for its queue's
+//! DLQ with its reason; with `SQS_BATCH_VISIBILITY_BACKOFF` a RETRY stays away for its delay; without
 //! either, neither happens. And `idempotency::once` inside it takes the record's deadline and
 //! the store's lease settings without being told.
 
@@ -96,8 +96,8 @@ async fn the_runner_moves_poison_and_backs_off_retries_as_the_environment_says()
         send(&client, &queues.url, r#"{"id":"j-1","fail":"poison"}"#).await;
         send(&client, &queues.url, r#"{"id":"j-2","fail":"retry"}"#).await;
         let vars = [
-            ("VISIBILITY_BACKOFF", on.to_string()),
-            ("MOVE_POISON_TO_DLQ", on.to_string()),
+            ("SQS_BATCH_VISIBILITY_BACKOFF", on.to_string()),
+            ("SQS_BATCH_MOVE_POISON_TO_DLQ", on.to_string()),
             ("AWS_LAMBDA_FUNCTION_NAME", "welcome".to_owned()),
             ("AWS_LAMBDA_FUNCTION_VERSION", "3".to_owned()),
         ];

@@ -7,8 +7,8 @@
 //! The scale: the template ships base 5 s, cap 900 s and 200 receives (at least 24.2 h). SQS
 //! counts visibility in whole seconds, so the test cannot divide those evenly; it keeps the
 //! shape instead: base 1 s and cap 2 s give floors of 0, 1, 1, 1, ... seconds; a record gives
-//! up at receive `MAX_RECEIVE_COUNT - 1`, after `MAX_RECEIVE_COUNT - 2` delays, so it is
-//! guaranteed `MAX_RECEIVE_COUNT - 3` seconds, and the outage lasts 80% of that.
+//! up at receive `SQS_BATCH_MAX_RECEIVE_COUNT - 1`, after `SQS_BATCH_MAX_RECEIVE_COUNT - 2` delays, so it is
+//! guaranteed `SQS_BATCH_MAX_RECEIVE_COUNT - 3` seconds, and the outage lasts 80% of that.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -30,13 +30,16 @@ use sqs_batch::processor::Backoff;
 use sqs_batch::visibility::SqsVisibility;
 
 const ORDERS: usize = 20;
-const MAX_RECEIVE_COUNT: u32 = 16;
+const SQS_BATCH_MAX_RECEIVE_COUNT: u32 = 16;
 const POLICY: BackoffPolicy = BackoffPolicy::new(1, 2);
 
 /// 80% of what the schedule guarantees.
 fn outage() -> Duration {
-    let survival_ms = POLICY.guaranteed_survival_s(MAX_RECEIVE_COUNT - 2) * 1_000;
-    assert_eq!(survival_ms, 13_000, "MAX_RECEIVE_COUNT - 3 seconds");
+    let survival_ms = POLICY.guaranteed_survival_s(SQS_BATCH_MAX_RECEIVE_COUNT - 2) * 1_000;
+    assert_eq!(
+        survival_ms, 13_000,
+        "SQS_BATCH_MAX_RECEIVE_COUNT - 3 seconds"
+    );
     Duration::from_millis(survival_ms * 4 / 5)
 }
 
@@ -44,7 +47,7 @@ async fn queue(name: &str) -> (aws_sdk_sqs::Client, QueuePair) {
     let sqs = aws_sdk_sqs::Client::new(&sdk_config(&moto_endpoint()));
     let settings = QueueSettings {
         visibility_timeout_s: 6,
-        max_receive_count: MAX_RECEIVE_COUNT,
+        max_receive_count: SQS_BATCH_MAX_RECEIVE_COUNT,
     };
     let queue = setup::queue_pair(
         &sqs,
@@ -79,15 +82,15 @@ fn app<S: idempotency::guard::EffectStore>(
         Some(
             match k {
                 "METRICS_ENABLED" => "false",
-                "DEADLINE_MARGIN_MS" => "1000",
+                "SQS_BATCH_DEADLINE_MARGIN_MS" => "1000",
                 "IDEMPOTENCY_LEASE_MARGIN_MS" => "1000",
-                "VISIBILITY_BACKOFF" => "true",
+                "SQS_BATCH_VISIBILITY_BACKOFF" => "true",
                 "AWS_REGION" => "us-east-1",
-                "BACKOFF_BASE_SECONDS" => "1",
-                "BACKOFF_CAP_SECONDS" => "2",
-                "MAX_RECEIVE_COUNT" => "16",
+                "SQS_BATCH_BACKOFF_BASE_SECONDS" => "1",
+                "SQS_BATCH_BACKOFF_CAP_SECONDS" => "2",
+                "SQS_BATCH_MAX_RECEIVE_COUNT" => "16",
                 // 13 s of the 16 receives, scaled from the template's 24 hours.
-                "RETRY_SURVIVAL_HOURS" => "0",
+                "SQS_BATCH_RETRY_SURVIVAL_HOURS" => "0",
                 _ => return None,
             }
             .to_owned(),

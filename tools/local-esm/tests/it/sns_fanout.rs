@@ -173,8 +173,8 @@ async fn fan_out(raw: bool, fifo: bool) {
         .await
         .expect("put back");
 
-    let config =
-        Config::from_lookup(|k| (k == "FIFO_SCOPE").then(|| "group".to_owned())).expect("config");
+    let config = Config::from_lookup(|k| (k == "SQS_BATCH_FIFO_SCOPE").then(|| "group".to_owned()))
+        .expect("config");
     let app = Arc::new(App::with_ports(
         &config,
         MemoryStore::new(config.store.retention),

@@ -228,7 +228,7 @@ async fn a_blackholed_sqs_cannot_hold_the_response_past_the_deadline() {
         };
         let config = Config::from_lookup(|k| match k {
             "METRICS_ENABLED" => Some("false".into()),
-            "DEADLINE_MARGIN_MS" => Some(margin.into()),
+            "SQS_BATCH_DEADLINE_MARGIN_MS" => Some(margin.into()),
             _ => None,
         })
         .unwrap();

@@ -19,7 +19,7 @@ use process_orders::config::Config;
 use process_orders::payment::SimulatedGateway;
 use process_orders::testkit::dynamo::moto_endpoint;
 use sqs_batch::edge::Message;
-use sqs_batch::processor::Outcome;
+use sqs_batch::processor::Decision;
 
 const LIMIT: u64 = 1_000_000;
 
@@ -155,7 +155,7 @@ async fn a_300_000_byte_order_round_trips_through_s3_and_is_charged_once() {
 }
 
 /// The verdict for one pointer message handled directly by the function.
-async fn outcome(app: &TestApp, pointer_kind: &str, body: &str) -> (Outcome, String) {
+async fn outcome(app: &TestApp, pointer_kind: &str, body: &str) -> (Decision, String) {
     // The attributes as Lambda's payload carries them.
     let attributes = serde_json::value::RawValue::from_string(
         serde_json::json!({
@@ -203,14 +203,14 @@ async fn each_way_a_pointer_fails_has_its_outcome() {
     };
 
     let ok = outcome(&app, POINTER_S3, &pointer(&bucket, "payloads/ok", 1_000)).await;
-    assert_eq!(ok, (Outcome::Ack, "charged".to_owned()));
+    assert_eq!(ok, (Decision::Ack, "charged".to_owned()));
     assert_eq!(
         outcome(&app, POINTER_S3, &pointer(&bucket, "payloads/missing", 10)).await,
-        (Outcome::Poison, "payload_missing".to_owned())
+        (Decision::Poison, "payload_missing".to_owned())
     );
     assert_eq!(
         outcome(&app, POINTER_S3, &pointer(&bucket, "payloads/ok", 999)).await,
-        (Outcome::Poison, "payload_invalid".to_owned()),
+        (Decision::Poison, "payload_invalid".to_owned()),
         "a size that does not match the pointer"
     );
     assert_eq!(
@@ -220,7 +220,7 @@ async fn each_way_a_pointer_fails_has_its_outcome() {
             &pointer(&bucket, "payloads/ok", LIMIT + 1)
         )
         .await,
-        (Outcome::Poison, "payload_invalid".to_owned()),
+        (Decision::Poison, "payload_invalid".to_owned()),
         "larger than the limit"
     );
     assert_eq!(
@@ -230,12 +230,12 @@ async fn each_way_a_pointer_fails_has_its_outcome() {
             &pointer("someone-elses", "payloads/ok", 1_000)
         )
         .await,
-        (Outcome::Poison, "payload_invalid".to_owned()),
+        (Decision::Poison, "payload_invalid".to_owned()),
         "another bucket"
     );
     assert_eq!(
         outcome(&app, "ftp", &pointer(&bucket, "payloads/ok", 1_000)).await,
-        (Outcome::Poison, "payload_invalid".to_owned()),
+        (Decision::Poison, "payload_invalid".to_owned()),
         "an unknown pointer kind"
     );
 
@@ -252,7 +252,7 @@ async fn each_way_a_pointer_fails_has_its_outcome() {
     let app = self::app(Payloads::S3(S3Payloads::new(unreachable, &bucket, LIMIT)));
     assert_eq!(
         outcome(&app, POINTER_S3, &pointer(&bucket, "payloads/other", 1_000)).await,
-        (Outcome::Retry, "payload_unavailable".to_owned())
+        (Decision::Retry, "payload_unavailable".to_owned())
     );
     assert_eq!(app.ports().gateway.effective_charges(), 0);
 
@@ -265,6 +265,6 @@ async fn each_way_a_pointer_fails_has_its_outcome() {
             &pointer(&bucket, "payloads/ok", 1_000)
         )
         .await,
-        (Outcome::Poison, "payload_invalid".to_owned())
+        (Decision::Poison, "payload_invalid".to_owned())
     );
 }

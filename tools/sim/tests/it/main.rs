@@ -1121,14 +1121,20 @@ fn a_table_per_container_is_caught_charging_twice() {
 fn the_function_runs_with_the_templates_settings() {
     let shipped = sim::Shipped::read().expect("template.yaml");
     assert_eq!(
-        shipped.env.get("MOVE_POISON_TO_DLQ").map(String::as_str),
+        shipped
+            .env
+            .get("SQS_BATCH_MOVE_POISON_TO_DLQ")
+            .map(String::as_str),
         Some("true")
     );
     assert_eq!(
-        shipped.env.get("VISIBILITY_BACKOFF").map(String::as_str),
+        shipped
+            .env
+            .get("SQS_BATCH_VISIBILITY_BACKOFF")
+            .map(String::as_str),
         Some("true")
     );
-    assert!(shipped.env.contains_key("MAX_RECEIVE_COUNT"));
+    assert!(shipped.env.contains_key("SQS_BATCH_MAX_RECEIVE_COUNT"));
     assert!(shipped.timeout_ms > 0 && shipped.visibility_ms > shipped.timeout_ms);
     assert!(shipped.max_receive >= 5 && shipped.batch_size >= shipped.fifo_batch_size);
 }

@@ -17,21 +17,47 @@ use sha2::{Digest, Sha256};
 const ALGORITHM: &str = "AWS4-HMAC-SHA256";
 const SERVICE: &str = "dynamodb";
 
-/// The headers a request gains from its signature.
-#[derive(Debug, PartialEq, Eq)]
+/// The headers a request gains from its signature. Its `Debug` redacts the session token and
+/// the authorization, as the SDK's request `Debug` does.
+#[derive(PartialEq, Eq)]
 pub(super) struct Signature {
     pub date: String,
     pub security_token: Option<String>,
     pub authorization: String,
 }
 
-/// The day's signing key, for one secret in one region.
-#[derive(Debug)]
+impl std::fmt::Debug for Signature {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Signature")
+            .field("date", &self.date)
+            .field(
+                "security_token",
+                &self.security_token.as_ref().map(|_| "** redacted **"),
+            )
+            .field("authorization", &"** redacted **")
+            .finish()
+    }
+}
+
+/// The day's signing key, for one secret in one region. Its `Debug` shows neither the secret
+/// nor the key derived from it (which signs anything for a day), as the SDK's `Credentials`
+/// redacts its secret.
 struct DayKey {
     day: u64,
     region: String,
     secret: String,
     key: Vec<u8>,
+}
+
+impl std::fmt::Debug for DayKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DayKey")
+            .field("day", &self.day)
+            .field("region", &self.region)
+            .field("secret", &"** redacted **")
+            .field("key", &"** redacted **")
+            .finish()
+    }
 }
 
 /// Signs the client's requests; keeps the signing key of the day.
@@ -41,6 +67,13 @@ pub(super) struct Signer {
 }
 
 impl Signer {
+    /// The day's signing key, once one was derived: for a test that searches text for it.
+    #[cfg(test)]
+    pub(super) fn day_key(&self) -> Option<Vec<u8>> {
+        let key = self.key.lock().ok()?;
+        Some(key.as_ref()?.key.clone())
+    }
+
     /// The signature of a POST of `body` to `host`'s root with the JSON API's content type and
     /// `target`, at `now`, with `credentials`, in `region`.
     pub fn sign(
