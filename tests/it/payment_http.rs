@@ -405,6 +405,21 @@ async fn a_crash_between_charge_and_complete_still_charges_once() {
     assert_eq!(stub.lookups("o-1"), 1);
 }
 
+/// Order `o-1` as message `m1`, handled in the background: each test's first delivery.
+fn first_delivery<S>(
+    app: &Arc<App<S, HttpGateway, ManualClock>>,
+) -> tokio::task::JoinHandle<sqs_batch::edge::SqsBatchResponse>
+where
+    S: idempotency::guard::EffectStore + 'static,
+{
+    let app = Arc::clone(app);
+    tokio::spawn(async move {
+        app.handle_json(&event(&[("m1", "o-1")]), T0 + 60_000)
+            .await
+            .unwrap()
+    })
+}
+
 /// The same order delivered twice to two containers while the first charge is in flight: one
 /// charge; the second container meets the first's live claim and retries later.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -423,14 +438,7 @@ async fn the_same_order_twice_in_flight_in_two_containers_is_charged_once() {
         ))
     };
     let (app, other) = (container(), container());
-    let first = tokio::spawn({
-        let app = Arc::clone(&app);
-        async move {
-            app.handle_json(&event(&[("m1", "o-1")]), T0 + 60_000)
-                .await
-                .unwrap()
-        }
-    });
+    let first = first_delivery(&app);
     tokio::time::sleep(Duration::from_millis(100)).await;
     let second = other
         .handle_json(&event(&[("m2", "o-1")]), T0 + 60_000)
@@ -466,14 +474,7 @@ async fn the_same_order_twice_in_flight_in_one_process_waits_its_turn() {
         gateway(&stub.url()),
         ManualClock::at(T0),
     ));
-    let first = tokio::spawn({
-        let app = Arc::clone(&app);
-        async move {
-            app.handle_json(&event(&[("m1", "o-1")]), T0 + 60_000)
-                .await
-                .unwrap()
-        }
-    });
+    let first = first_delivery(&app);
     tokio::time::sleep(Duration::from_millis(100)).await;
     let second = app
         .handle_json(&event(&[("m2", "o-1")]), T0 + 60_000)

@@ -1185,21 +1185,30 @@ mod tests {
         }
     }
 
-    fn sent(sdk: aws_types::sdk_config::Builder) -> HttpRequest {
+    /// A client on `sdk` with a secret and a session token, sending into `capture`.
+    fn captured_client(
+        sdk: aws_types::sdk_config::Builder,
+        secret: &str,
+        token: &str,
+        capture: &Capture,
+    ) -> DirectClient {
         use aws_credential_types::Credentials;
-        let capture = Capture::default();
         let sdk = sdk
             .credentials_provider(SharedCredentialsProvider::new(Credentials::new(
                 "AKID",
-                "secret",
-                Some("session-token".into()),
+                secret,
+                Some(token.into()),
                 None,
                 "test",
             )))
             .behavior_version(aws_sdk_dynamodb::config::BehaviorVersion::latest())
             .build();
-        let client =
-            DirectClient::new(&sdk, SharedHttpConnector::new(capture.clone())).expect("a client");
+        DirectClient::new(&sdk, SharedHttpConnector::new(capture.clone())).expect("a client")
+    }
+
+    fn sent(sdk: aws_types::sdk_config::Builder) -> HttpRequest {
+        let capture = Capture::default();
+        let client = captured_client(sdk, "secret", "session-token", &capture);
         let write = Write {
             table: "t",
             key: Key {
@@ -1230,23 +1239,12 @@ mod tests {
     /// and the store's is short (it printed the whole SDK configuration).
     #[test]
     fn no_secret_reaches_a_debug_line_and_the_stores_is_short() {
-        use aws_credential_types::Credentials;
         const SECRET: &str = "wJalrXUtnFEMI-known-secret-K7MDENG";
         const TOKEN: &str = "IQoJb3JpZ2luX2VjEXAMPLE-known-session-token";
         let capture = Capture::default();
-        let sdk = aws_types::SdkConfig::builder()
-            .region(aws_types::region::Region::new("eu-west-1"))
-            .credentials_provider(SharedCredentialsProvider::new(Credentials::new(
-                "AKIDEXAMPLE",
-                SECRET,
-                Some(TOKEN.into()),
-                None,
-                "test",
-            )))
-            .behavior_version(aws_sdk_dynamodb::config::BehaviorVersion::latest())
-            .build();
-        let client =
-            DirectClient::new(&sdk, SharedHttpConnector::new(capture.clone())).expect("a client");
+        let sdk =
+            aws_types::SdkConfig::builder().region(aws_types::region::Region::new("eu-west-1"));
+        let client = captured_client(sdk, SECRET, TOKEN, &capture);
         let runtime = tokio::runtime::Builder::new_current_thread()
             .enable_time()
             .build()
