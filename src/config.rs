@@ -125,6 +125,24 @@ pub enum ConfigError {
         /// reads of it and the call retried after a refusal.
         longest_record_ms: u64,
     },
+    /// An item that can expire while its message may still come back lets that receive charge
+    /// again without a look-up (an order whose charge answer was lost, say).
+    #[error(
+        "{var}={value} keeps an order's item {retention_s} s, shorter than its message can come \
+         back: at least {bound_s} s (SQS_BATCH_RETRY_SURVIVAL_HOURS, the retry schedule's \
+         survival, plus PAYMENT_KEY_WINDOW_SECONDS, the provider's key window); an item gone \
+         before the last receive lets that receive charge again without a look-up"
+    )]
+    RetentionTooShort {
+        /// The variable that set it (`IDEMPOTENCY_RETENTION_SECONDS` or `_DAYS`).
+        var: &'static str,
+        /// Its value as given (the default's, when unset).
+        value: String,
+        /// The retention, seconds.
+        retention_s: u64,
+        /// The least that is safe, seconds.
+        bound_s: u64,
+    },
 }
 
 impl From<crate::payment::SettingsError> for ConfigError {
@@ -253,6 +271,25 @@ impl Config {
                 longest_record_ms,
             });
         }
+        // A key's item must outlive every receive of its message: the retry schedule keeps a
+        // failing record for its survival, and a look-up inside the provider's key window is
+        // what an expired item would skip. A copy that went through the DLQ carries its history
+        // and is looked up at any age (docs/design.md), so the DLQ's retention is not part of it.
+        let bound_s = redrive.survival_hours * 3_600 + key_window_s;
+        let retention_s = store.retention.as_secs();
+        if retention_s < bound_s {
+            let var = if env.text("IDEMPOTENCY_RETENTION_SECONDS").is_some() {
+                "IDEMPOTENCY_RETENTION_SECONDS"
+            } else {
+                "IDEMPOTENCY_RETENTION_DAYS"
+            };
+            return Err(ConfigError::RetentionTooShort {
+                var,
+                value: env.text(var).unwrap_or_else(|| "18".to_owned()),
+                retention_s,
+                bound_s,
+            });
+        }
         let config = Self {
             store,
             lease,
@@ -316,6 +353,38 @@ mod tests {
             .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
             .collect();
         Config::from_lookup(|name| map.get(name).cloned())
+    }
+
+    /// A retention shorter than a message's life lets the item of an order whose charge answer
+    /// was lost expire between two receives: the next receive finds no item and charges again
+    /// without a look-up. Refused at start-up, naming the setting and the bound: the retry
+    /// schedule's survival plus the provider's key window.
+    #[test]
+    fn a_retention_shorter_than_a_messages_life_is_refused() {
+        let seconds = config(&[("IDEMPOTENCY_RETENTION_SECONDS", "60")])
+            .expect_err("a minute")
+            .to_string();
+        assert!(
+            seconds.starts_with("IDEMPOTENCY_RETENTION_SECONDS=60")
+                && seconds.contains("172800")
+                && seconds.contains("SQS_BATCH_RETRY_SURVIVAL_HOURS")
+                && seconds.contains("PAYMENT_KEY_WINDOW_SECONDS"),
+            "{seconds}"
+        );
+        let days = config(&[("IDEMPOTENCY_RETENTION_DAYS", "1")])
+            .expect_err("a day")
+            .to_string();
+        assert!(days.starts_with("IDEMPOTENCY_RETENTION_DAYS=1"), "{days}");
+        assert!(config(&[("IDEMPOTENCY_RETENTION_SECONDS", "172799")]).is_err());
+        assert!(config(&[("IDEMPOTENCY_RETENTION_SECONDS", "172800")]).is_ok());
+        assert!(config(&[("IDEMPOTENCY_RETENTION_DAYS", "2")]).is_ok());
+        let shorter = [
+            ("SQS_BATCH_RETRY_SURVIVAL_HOURS", "1"),
+            ("PAYMENT_KEY_WINDOW_SECONDS", "3600"),
+        ];
+        let mut at_bound = shorter.to_vec();
+        at_bound.push(("IDEMPOTENCY_RETENTION_SECONDS", "7200"));
+        assert!(config(&at_bound).is_ok(), "the bound follows the settings");
     }
 
     #[test]
