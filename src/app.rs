@@ -4,9 +4,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use claim_check::{ClaimCheck, Payloads};
+use idempotency::MemoryStore;
 use idempotency::guard::EffectStore;
 use idempotency::guard::GuardPolicy;
-use idempotency::{DynamoDbStore, MemoryStore};
 use lambda_kit::{Clock, SystemClock};
 use sqs_batch::dead_letter::SqsDeadLetters;
 use sqs_batch::visibility::SqsVisibility;
@@ -205,11 +205,13 @@ impl App {
         };
         let store = match (&config.store.table, &sdk) {
             (Some(table), Some(sdk)) => AnyStore::dynamodb(
-                DynamoDbStore::direct(
-                    aws::dynamodb_direct(sdk, &config.dynamodb)?,
+                aws::dynamodb_store(
+                    sdk,
+                    &config.dynamodb,
+                    config.dynamodb_client,
                     table,
                     config.store.retention,
-                )
+                )?
                 .with_key_prefix(&config.store.key_prefix),
                 config.lease,
             ),

@@ -172,6 +172,8 @@ pub struct Config {
     pub claim_check: Option<ClaimCheckSettings>,
     /// Retry and timeout bounds for DynamoDB calls.
     pub dynamodb: SdkSettings,
+    /// The client the store writes through (`DYNAMODB_CLIENT`).
+    pub dynamodb_client: crate::aws::DynamoDbClient,
     /// The HTTP payment gateway; `None` selects the simulated one (local only).
     pub payment: Option<HttpSettings>,
     /// How long the payment provider remembers an idempotency key after its first use.
@@ -236,6 +238,7 @@ impl Config {
             return Err(ConfigError::ClaimCheckNotBuilt);
         }
         let dynamodb = SdkSettings::dynamodb_from_env(env)?;
+        let dynamodb_client = crate::aws::DynamoDbClient::from_env(env)?;
         let payment = HttpSettings::from_env(env)?;
         match &payment {
             None if deployed => return Err(ConfigError::PaymentUrlRequiredInLambda),
@@ -298,6 +301,7 @@ impl Config {
             redrive,
             claim_check,
             dynamodb,
+            dynamodb_client,
             payment,
             payment_key_window: Duration::from_secs(key_window_s),
             payment_key_window_margin: Duration::from_millis(charge_reach_ms + clock_skew_ms),

@@ -302,3 +302,236 @@ async fn an_order_id_never_meets_another_functions_key_in_a_shared_table() {
         "the email function's key was taken by an order"
     );
 }
+
+/// `DYNAMODB_CLIENT` switches the store between its own client and the SDK's, with no code
+/// change; both are held to the same behaviour on one server.
+mod client_switch {
+    use super::*;
+    use idempotency::dynamodb::attr;
+    use idempotency::guard::EffectStore as _;
+    use idempotency::store::{Begin, ClaimRequest};
+    use idempotency::{Fingerprint, StoreError};
+    use process_orders::aws::{self, DynamoDbClient};
+    use process_orders::testkit::dynamo::TEST_SDK;
+    use std::collections::BTreeMap;
+
+    const BOTH: [DynamoDbClient; 2] = [DynamoDbClient::Direct, DynamoDbClient::Sdk];
+
+    fn store_via(which: DynamoDbClient, endpoint: &str, table: &str) -> DynamoDbStore {
+        aws::dynamodb_store(
+            &aws::local_config(endpoint),
+            &TEST_SDK,
+            which,
+            table,
+            RETENTION,
+        )
+        .expect("a region and credentials")
+    }
+
+    /// `direct` by default, `sdk` on request, anything else refused naming the variable.
+    #[test]
+    fn the_variable_names_the_client_and_refuses_anything_else() {
+        let read = |value: Option<&'static str>| {
+            Config::from_lookup(move |name| {
+                (name == "DYNAMODB_CLIENT")
+                    .then(|| value.map(str::to_owned))
+                    .flatten()
+            })
+        };
+        assert_eq!(
+            read(None).expect("default").dynamodb_client,
+            DynamoDbClient::Direct
+        );
+        assert_eq!(
+            read(Some("direct")).expect("direct").dynamodb_client,
+            DynamoDbClient::Direct
+        );
+        assert_eq!(
+            read(Some("sdk")).expect("sdk").dynamodb_client,
+            DynamoDbClient::Sdk
+        );
+        let refused = read(Some("SDK")).expect_err("unknown").to_string();
+        assert!(refused.starts_with("DYNAMODB_CLIENT=\"SDK\""), "{refused}");
+    }
+
+    /// The function charges once and acknowledges the duplicate through either client, and the
+    /// store's `Debug` names which one it writes through.
+    #[tokio::test]
+    async fn the_function_charges_once_through_either_client() {
+        let server = Dynoxide::start().await;
+        let (client, _) = client(&server.endpoint());
+        for which in BOTH {
+            let table = unique_table();
+            create_table(&client, &table).await;
+            let store = store_via(which, &server.endpoint(), &table);
+            let kind = match which {
+                DynamoDbClient::Direct => "\"direct\"",
+                DynamoDbClient::Sdk => "\"sdk\"",
+            };
+            assert!(format!("{store:?}").contains(kind), "{store:?}");
+            let config = Config::from_lookup(|_| None).expect("defaults");
+            let gateway = Arc::new(ScriptedGateway::default());
+            let app = App::with_ports(&config, store, Arc::clone(&gateway), ManualClock::at(t0()));
+            let event = json!({ "Records": [
+                { "messageId": "m1", "body": r#"{"order_id": "o-1", "amount": 10}"# }
+            ]})
+            .to_string();
+            for delivery in 0..2 {
+                let answer = app
+                    .handle_json(&event, t0() + 60_000)
+                    .await
+                    .expect("an event");
+                assert!(
+                    failed_ids(&answer).is_empty(),
+                    "{which:?}, delivery {delivery}"
+                );
+            }
+            assert!(gateway.inner.charged("o-1"), "{which:?}");
+            assert_eq!(
+                gateway.inner.requests(),
+                1,
+                "{which:?}: the duplicate sent nothing"
+            );
+        }
+    }
+
+    /// `text` with every lease token (a hyphenated UUID: each claim draws a fresh one) masked.
+    fn masked(text: &str) -> String {
+        let is_uuid = |w: &str| {
+            w.len() == 36
+                && w.char_indices().all(|(i, c)| match i {
+                    8 | 13 | 18 | 23 => c == '-',
+                    _ => c.is_ascii_hexdigit(),
+                })
+        };
+        let mut out = String::new();
+        let mut rest = text;
+        while !rest.is_empty() {
+            if rest.len() >= 36 && rest.is_char_boundary(36) && is_uuid(&rest[..36]) {
+                out.push_str("<token>");
+                rest = &rest[36..];
+            } else {
+                let c = rest.chars().next().expect("not empty");
+                out.push(c);
+                rest = &rest[c.len_utf8()..];
+            }
+        }
+        out
+    }
+
+    /// What one sequence of operations came to: each answer, as text, lease tokens masked.
+    async fn answers(store: &DynamoDbStore) -> Vec<String> {
+        let now = t0();
+        let other = Fingerprint::of(&[b"another payload"]);
+        let mut out = Vec::new();
+        let mut say = |what: String| out.push(masked(&what));
+        let begin = |request: ClaimRequest<'static>| async move { store.begin(&request).await };
+        // A fresh key, busy while held, done with its output, then a conflict for another payload.
+        let Ok(Begin::Started { lease: held, .. }) = begin(claim("k-1", now)).await else {
+            panic!("a fresh key starts");
+        };
+        say(format!("{:?}", begin(claim("k-1", now + 1)).await));
+        say(format!(
+            "{:?}",
+            store.complete("k-1", &held, now + 2, Some("out")).await
+        ));
+        say(format!("{:?}", begin(claim("k-1", now + 3)).await));
+        let mut conflict = claim("k-1", now + 4);
+        conflict.fingerprint = other;
+        say(format!("{:?}", begin(conflict).await));
+        // An attempt that may have happened, taken over by its own payload, then refused for good.
+        let Ok(Begin::Started { lease, .. }) = begin(claim("k-2", now)).await else {
+            panic!("a fresh key starts");
+        };
+        say(format!(
+            "{:?}",
+            store.mark_attempted("k-2", &lease, now + 1).await
+        ));
+        let taken = begin(claim("k-2", now + 2)).await;
+        say(format!("{taken:?}"));
+        let Ok(Begin::Started { lease, .. }) = taken else {
+            panic!("an attempted key is taken over by its payload");
+        };
+        say(format!(
+            "{:?}",
+            store.reject("k-2", &lease, now + 3, "card_declined").await
+        ));
+        say(format!("{:?}", begin(claim("k-2", now + 4)).await));
+        // Given back, then claimed afresh; the first holder's writes are refused.
+        let Ok(Begin::Started { lease: first, .. }) = begin(claim("k-3", now)).await else {
+            panic!("a fresh key starts");
+        };
+        say(format!("{:?}", store.release("k-3", &first).await));
+        let again = begin(claim("k-3", now + 1)).await;
+        say(format!(
+            "{:?}",
+            again.as_ref().map(|b| matches!(b, Begin::Started { .. }))
+        ));
+        say(format!(
+            "{:?}",
+            matches!(
+                store.complete("k-3", &first, now + 2, None).await,
+                Err(StoreError::LeaseLost)
+            )
+        ));
+        out
+    }
+
+    /// Every item of `table`, its lease token masked (each claim draws a fresh one).
+    async fn items(client: &aws_sdk_dynamodb::Client, table: &str) -> BTreeMap<String, String> {
+        let scanned = client
+            .scan()
+            .table_name(table)
+            .send()
+            .await
+            .expect("a scan");
+        scanned
+            .items()
+            .iter()
+            .map(|item| {
+                let mut item = item.clone();
+                if item.contains_key(attr::LEASE_TOKEN) {
+                    item.insert(
+                        attr::LEASE_TOKEN.to_owned(),
+                        aws_sdk_dynamodb::types::AttributeValue::S("<token>".to_owned()),
+                    );
+                }
+                let key = format!("{:?}", item.get(attr::KEY));
+                let sorted: BTreeMap<_, _> = item.into_iter().collect();
+                (key, format!("{sorted:?}"))
+            })
+            .collect()
+    }
+
+    /// The same operations through each client, each on a table of its own on one server: the
+    /// same answers and, attribute by attribute, the same items.
+    #[tokio::test]
+    async fn both_clients_give_the_same_answers_and_leave_the_same_items() {
+        let server = Dynoxide::start().await;
+        let (client, _) = client(&server.endpoint());
+        let mut seen = Vec::new();
+        for which in BOTH {
+            let table = unique_table();
+            create_table(&client, &table).await;
+            let store = store_via(which, &server.endpoint(), &table);
+            seen.push((which, answers(&store).await, items(&client, &table).await));
+        }
+        let (_, direct_answers, direct_items) = &seen[0];
+        let (_, sdk_answers, sdk_items) = &seen[1];
+        assert_eq!(direct_answers, sdk_answers);
+        // Not two empty lists: every kind of answer the sequence asks for is there.
+        let all = direct_answers.join("\n");
+        for answer in [
+            "Busy",
+            "Done { output: Some(\"out\") }",
+            "Conflict",
+            "prior: Some",
+            "Rejected",
+        ] {
+            assert!(all.contains(answer), "{answer} not in {all}");
+        }
+        assert!(!all.contains("Err("), "{all}");
+        assert_eq!(direct_items.len(), 3, "{direct_items:#?}");
+        assert_eq!(direct_items, sdk_items);
+    }
+}

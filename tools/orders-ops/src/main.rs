@@ -540,8 +540,22 @@ async fn run(cli: Cli) -> Result<(), Failure> {
             if !yes && !confirm(json)? {
                 return Err(Failure::NotDone("not confirmed; nothing changed".into()));
             }
-            let store = idempotency::DynamoDbStore::new(dynamodb, table, std::time::Duration::ZERO)
-                .with_key_prefix(key_prefix);
+            // Through the client the function writes with (`DYNAMODB_CLIENT`, direct unless sdk).
+            let env = lambda_kit::Env::process();
+            let which = process_orders::aws::DynamoDbClient::from_env(&env)
+                .and_then(|which| {
+                    process_orders::aws::SdkSettings::dynamodb_from_env(&env).map(|s| (which, s))
+                })
+                .map_err(|e| Failure::Configuration(e.to_string()))?;
+            let store = process_orders::aws::dynamodb_store(
+                &sdk,
+                &which.1,
+                which.0,
+                &table,
+                std::time::Duration::ZERO,
+            )
+            .map_err(|e| Failure::Configuration(lambda_kit::error_chain(&e)))?
+            .with_key_prefix(key_prefix);
             match store.clear_rejected(&order_id).await {
                 Ok(Some(reason)) => {
                     say(&format!(
