@@ -30,7 +30,10 @@ fn env(pairs: &'static [(&'static str, &'static str)]) -> Env<'static> {
 }
 
 /// Runs `bodies` as one batch; the reasons, and the ids reported for retry.
-async fn batch(handler: impl RecordHandler, bodies: &[&str]) -> (Vec<(&'static str, usize)>, usize) {
+async fn batch(
+    handler: impl RecordHandler,
+    bodies: &[&str],
+) -> (Vec<(&'static str, usize)>, usize) {
     let records: Vec<String> = bodies
         .iter()
         .enumerate()
@@ -86,10 +89,13 @@ async fn the_runners_sqs_ports_without_an_http_client_are_refused_naming_the_fea
         .expect_err("no HTTP client in this build")
         .to_string();
     assert!(
-        refused.starts_with("SQS_BATCH_MOVE_POISON_TO_DLQ=") && refused.contains("`default-https-client`"),
+        refused.starts_with("SQS_BATCH_MOVE_POISON_TO_DLQ=")
+            && refused.contains("`default-https-client`"),
         "{refused}"
     );
-    let none = sqs_batch::lambda::Ports::load(&env(&[])).await.expect("no port asked for");
+    let none = sqs_batch::lambda::Ports::load(&env(&[]))
+        .await
+        .expect("no port asked for");
     assert!(!none.backoff() && !none.moves());
 }
 
@@ -150,10 +156,44 @@ async fn the_handler_on_an_embedded_dynamodb() {
     assert!(store.is_dynamodb());
     let posted = Posted::default();
     let event = r#"{"event_id": "e-1", "text": "hello"}"#;
-    assert_eq!(batch(handler(&store, &posted), &[event]).await.0, [("done", 1)]);
+    assert_eq!(
+        batch(handler(&store, &posted), &[event]).await.0,
+        [("done", 1)]
+    );
     assert_eq!(
         batch(handler(&store, &posted), &[event]).await.0,
         [("duplicate", 1)]
     );
     assert_eq!(posted.0.lock().unwrap().len(), 1);
+}
+
+/// The runner's variables carry the crate's prefix, so they never meet the team's own
+/// `MAX_CONCURRENCY`; the name from before 0.2 is still read where the new one is unset.
+#[test]
+fn the_runners_variables_carry_the_crates_prefix() {
+    let new = sqs_batch::BatchOptions::from_env(&env(&[("SQS_BATCH_MAX_CONCURRENCY", "4")]))
+        .expect("a value in range");
+    assert_eq!(new.max_concurrency.get(), 4);
+    let old = sqs_batch::BatchOptions::from_env(&env(&[("MAX_CONCURRENCY", "3")]))
+        .expect("the old name, with a warning");
+    assert_eq!(old.max_concurrency.get(), 3);
+}
+
+/// The store's `Debug` is one short line, and Powertools' switch turns it off on a developer's
+/// machine.
+#[tokio::test]
+async fn the_stores_debug_is_short_and_the_powertools_switch_works() {
+    let server = idempotency::testkit::dynoxide::Dynoxide::start().await;
+    let store = ConfiguredStore::from_env_with_client(
+        &env(&[("IDEMPOTENCY_TABLE", "events")]),
+        server.client(),
+    )
+    .await
+    .expect("a table with a client");
+    let line = format!("{store:?}");
+    assert!(line.len() < 400 && line.contains("events"), "{line}");
+    let off = ConfiguredStore::from_env_with(&env(&[("POWERTOOLS_IDEMPOTENCY_DISABLED", "true")]))
+        .await
+        .expect("off on a developer's machine");
+    assert!(off.is_disabled());
 }
