@@ -117,6 +117,76 @@ pub fn moto_endpoint() -> String {
     }
 }
 
+/// Keys moto knows once its IAM authentication is on ([`signing_moto`]).
+#[derive(Debug, Clone, serde::Deserialize)]
+pub struct SigningKeys {
+    /// An IAM user's long-term access key id.
+    pub access_key_id: String,
+    /// Its secret.
+    pub secret_access_key: String,
+    /// Session credentials from a role the user assumed.
+    pub session: SessionKeys,
+}
+
+/// Session credentials: a key, a secret and a session token.
+#[derive(Debug, Clone, serde::Deserialize)]
+pub struct SessionKeys {
+    /// The temporary access key id.
+    pub access_key_id: String,
+    /// Its secret.
+    pub secret_access_key: String,
+    /// The session token every request must carry (signed).
+    pub session_token: String,
+}
+
+/// A moto server of its own (one per test binary), with its IAM authentication on: every
+/// request must carry a SigV4 signature by a key it knows (`scripts/moto_iam.py` made them). The
+/// one server in these tests that checks signatures, as AWS does.
+///
+/// # Panics
+///
+/// When moto cannot be started or set up (a test set-up failure).
+pub fn signing_moto() -> &'static (String, SigningKeys) {
+    static SIGNING: OnceLock<Result<(String, SigningKeys), String>> = OnceLock::new();
+    let started = SIGNING.get_or_init(|| {
+        let (tx, rx) = std::sync::mpsc::channel();
+        // Spawned from a thread that never ends, so the kernel stops it with the test process.
+        std::thread::spawn(move || match spawn_moto() {
+            Ok((child, port)) => {
+                let _ = tx.send(Ok(port));
+                let _keep = child;
+                loop {
+                    std::thread::park();
+                }
+            }
+            Err(e) => {
+                let _ = tx.send(Err(e));
+            }
+        });
+        let port = rx.recv().map_err(|e| e.to_string())??;
+        let endpoint = format!("http://127.0.0.1:{port}");
+        let python = moto_program()?.with_file_name("python");
+        let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/moto_iam.py");
+        let output = std::process::Command::new(&python)
+            .arg(script)
+            .arg(&endpoint)
+            .output()
+            .map_err(|e| format!("{}: {e}", python.display()))?;
+        if !output.status.success() {
+            return Err(format!(
+                "scripts/moto_iam.py: {}",
+                String::from_utf8_lossy(&output.stderr)
+            ));
+        }
+        let keys = serde_json::from_slice(&output.stdout).map_err(|e| e.to_string())?;
+        Ok((endpoint, keys))
+    });
+    match started {
+        Ok(started) => started,
+        Err(e) => panic!("{e}"),
+    }
+}
+
 /// moto's server: `MOTO_SERVER`, else `moto_server` on `PATH`, else the project's venv (where
 /// `make test` installs it), so a plain `cargo test` finds it after one `make test`.
 fn moto_program() -> Result<std::path::PathBuf, String> {

@@ -22,6 +22,7 @@ mod properties;
 mod provider_boundary;
 mod schedule;
 mod secret_key;
+mod signed;
 mod store;
 mod template;
 mod traces;
