@@ -308,16 +308,25 @@ impl Transport for HyperTransport {
                 .get("x-amzn-errortype")
                 .and_then(|v| v.to_str().ok())
                 .map(str::to_owned);
+            let date = response
+                .headers()
+                .get(http::header::DATE)
+                .and_then(|v| v.to_str().ok())
+                .map(str::to_owned);
             let body = response
                 .into_body()
                 .collect()
                 .await
                 .map_err(|e| DirectError::Body(Box::new(e)))?
                 .to_bytes();
-            Ok(Answer {
-                status,
-                error_type,
-                body: body.into(),
+            let answer = Answer::new(status, body);
+            let answer = match error_type {
+                Some(error_type) => answer.with_error_type(error_type),
+                None => answer,
+            };
+            Ok(match date {
+                Some(date) => answer.with_date(date),
+                None => answer,
             })
         })
     }

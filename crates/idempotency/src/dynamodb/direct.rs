@@ -100,6 +100,18 @@ pub enum DirectError {
     /// may or may not have been applied, as an I/O error is.
     #[error("DynamoDB's answer broke off")]
     Body(#[source] Box<dyn std::error::Error + Send + Sync>),
+    /// DynamoDB refused the request's signature for its time: this host's clock is
+    /// `skew_ms` off the server's. The next attempt is signed by the server's time, as the SDK
+    /// does.
+    #[error(
+        "DynamoDB refused the request's time ({kind}): this clock is {skew_ms} ms off the server's"
+    )]
+    ClockSkew {
+        /// The error's type (`InvalidSignatureException`, `RequestTimeTooSkewed`, ...).
+        kind: String,
+        /// The server's time minus this host's, as learned from the answer's `Date`.
+        skew_ms: i64,
+    },
     /// An answer that is not the JSON DynamoDB sends.
     #[error("unreadable DynamoDB answer ({status})")]
     Unreadable {
@@ -137,13 +149,18 @@ pub struct Header<'a> {
     pub sensitive: bool,
 }
 
-/// DynamoDB's whole answer to an [`Outgoing`] request.
+/// DynamoDB's whole answer to an [`Outgoing`] request. Built with [`Answer::new`] and the
+/// `with_` methods; fields may be added.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct Answer {
     /// The HTTP status.
     pub status: u16,
     /// The `x-amzn-errortype` header, when it was sent.
     pub error_type: Option<String>,
+    /// The `Date` header (an HTTP date), when it was sent: the server's clock, which a request
+    /// refused for clock skew is signed again by.
+    pub date: Option<String>,
     /// The whole body.
     pub body: Vec<u8>,
 }
@@ -154,8 +171,16 @@ impl Answer {
         Self {
             status,
             error_type: None,
+            date: None,
             body: body.into(),
         }
+    }
+
+    /// The answer with its `Date` header.
+    #[must_use]
+    pub fn with_date(mut self, date: impl Into<String>) -> Self {
+        self.date = Some(date.into());
+        self
     }
 
     /// The answer with its `x-amzn-errortype` header.
@@ -204,6 +229,7 @@ impl Transport for SharedHttpConnector {
                 .headers()
                 .get("x-amzn-errortype")
                 .map(str::to_owned);
+            let date = response.headers().get("date").map(str::to_owned);
             let body = ByteStream::new(response.into_body())
                 .collect()
                 .await
@@ -212,6 +238,7 @@ impl Transport for SharedHttpConnector {
             Ok(Answer {
                 status,
                 error_type,
+                date,
                 body: body.into(),
             })
         })
@@ -338,6 +365,37 @@ struct Inner {
     retry: RetryConfig,
     attempt_timeout: Option<Duration>,
     operation_timeout: Option<Duration>,
+    /// The server's time minus this host's, ms, learned from an answer that refused a request
+    /// for its time: every request is signed at the host's time plus this.
+    skew_ms: std::sync::atomic::AtomicI64,
+}
+
+/// How far a signature's time may be off the server's before a refusal of it is read as clock
+/// skew: AWS accepts five minutes; four leaves room for the answer's own travel.
+const SKEW_TOLERANCE: Duration = Duration::from_secs(240);
+
+/// The errors AWS answers a request whose signature's time is off the server's (the SDKs'
+/// clock-skew family).
+fn is_clock_skew(kind: &str) -> bool {
+    matches!(
+        kind,
+        "InvalidSignatureException"
+            | "SignatureDoesNotMatch"
+            | "RequestTimeTooSkewed"
+            | "RequestExpired"
+            | "RequestInTheFuture"
+            | "AuthFailure"
+    )
+}
+
+/// `time` moved by `skew_ms` (either way).
+fn shifted(time: std::time::SystemTime, skew_ms: i64) -> std::time::SystemTime {
+    let by = Duration::from_millis(skew_ms.unsigned_abs());
+    if skew_ms >= 0 {
+        time.checked_add(by).unwrap_or(time)
+    } else {
+        time.checked_sub(by).unwrap_or(time)
+    }
 }
 
 /// Credentials are used until this long before they expire (the SDK's identity cache's buffer).
@@ -400,6 +458,7 @@ impl DirectClient {
                     .timeout_config()
                     .and_then(|t| t.operation_attempt_timeout()),
                 operation_timeout: sdk.timeout_config().and_then(|t| t.operation_timeout()),
+                skew_ms: std::sync::atomic::AtomicI64::new(0),
             }),
         })
     }
@@ -460,7 +519,12 @@ impl DirectClient {
     async fn attempt(&self, target: &str, body: &[u8]) -> Result<Written, DirectError> {
         let (url, host) = self.endpoint()?;
         let identity = self.identity().await?;
-        let now = self.inner.time.now();
+        let local = self.inner.time.now();
+        let skew_ms = self
+            .inner
+            .skew_ms
+            .load(std::sync::atomic::Ordering::Relaxed);
+        let now = shifted(local, skew_ms);
         // The shape every request here has, signed by the client's own signer; anything else
         // (an endpoint override with a path) by aws-sigv4's general one.
         let signature: Vec<(&'static str, String, bool)> =
@@ -510,7 +574,17 @@ impl DirectClient {
         });
         let exchange = async {
             let answer = sending.await?;
-            read_answer(answer.status, answer.error_type.as_deref(), &answer.body)
+            let read = read_answer(answer.status, answer.error_type.as_deref(), &answer.body);
+            match read {
+                Err(DirectError::Service { kind, .. }) if is_clock_skew(&kind) => {
+                    match self.learn_skew(answer.date.as_deref(), local, skew_ms) {
+                        Some(skew_ms) => Err(DirectError::ClockSkew { kind, skew_ms }),
+                        // The server's clock agrees with the signature's: a real refusal.
+                        None => read_answer(answer.status, Some(&kind), &answer.body),
+                    }
+                }
+                read => read,
+            }
         };
         match self.inner.attempt_timeout {
             Some(limit) => Timeout::new(exchange, self.inner.sleep.sleep(limit))
@@ -518,6 +592,34 @@ impl DirectClient {
                 .map_err(|_| DirectError::AttemptTimeout(limit))?,
             None => exchange.await,
         }
+    }
+
+    /// The server's time minus this host's, from an answer's `Date` received for a request
+    /// signed at `local` shifted by `skew_ms`: `Some` (and kept for every later request) when
+    /// the signature's time was more than [`SKEW_TOLERANCE`] off the server's, `None` when they
+    /// agree or the answer has no readable date.
+    fn learn_skew(
+        &self,
+        date: Option<&str>,
+        local: std::time::SystemTime,
+        skew_ms: i64,
+    ) -> Option<i64> {
+        let server = aws_smithy_types::DateTime::from_str(
+            date?,
+            aws_smithy_types::date_time::Format::HttpDate,
+        )
+        .ok()?;
+        let server_ms = server.to_millis().ok()?;
+        let local_ms = aws_smithy_types::DateTime::from(local).to_millis().ok()?;
+        let signed_ms = local_ms.saturating_add(skew_ms);
+        if server_ms.abs_diff(signed_ms) <= SKEW_TOLERANCE.as_millis() as u64 {
+            return None;
+        }
+        let learned = server_ms.saturating_sub(local_ms);
+        self.inner
+            .skew_ms
+            .store(learned, std::sync::atomic::Ordering::Relaxed);
+        Some(learned)
     }
 
     /// The SigV4 headers for a POST of `body` to `url` with these headers.
@@ -693,6 +795,8 @@ fn resolve_now(
 fn retryable(error: &DirectError) -> bool {
     match error {
         DirectError::Connector(e) => e.is_io() || e.is_timeout(),
+        // Signed again by the server's time, which the failed attempt taught.
+        DirectError::ClockSkew { .. } => true,
         DirectError::AttemptTimeout(_) | DirectError::Body(_) => true,
         DirectError::Service { status, kind, .. } => {
             matches!(status, 429 | 500 | 502 | 503 | 504)
@@ -1491,6 +1595,113 @@ mod tests {
         let _ = block_on(client.write(&delete()));
         let slept = delays.0.lock().expect("not poisoned").clone();
         (sent.load(std::sync::atomic::Ordering::SeqCst), slept)
+    }
+
+    /// DynamoDB as a server whose clock is `ahead` of this host's answers: a request whose
+    /// signature's time is more than five minutes off its clock is refused
+    /// (`InvalidSignatureException`, "Signature expired", with its `Date`), and with
+    /// `refuse_all` every request is refused so (a wrong secret); anything else is applied.
+    #[derive(Debug, Clone)]
+    struct SkewedServer {
+        ahead: Duration,
+        refuse_all: bool,
+        answers: Arc<Mutex<Vec<&'static str>>>,
+    }
+
+    impl SkewedServer {
+        fn new(ahead: Duration, refuse_all: bool) -> Self {
+            Self {
+                ahead,
+                refuse_all,
+                answers: Arc::default(),
+            }
+        }
+
+        fn answers(&self) -> Vec<&'static str> {
+            self.answers.lock().expect("not poisoned").clone()
+        }
+    }
+
+    impl Transport for SkewedServer {
+        fn send(&self, request: Outgoing<'_>) -> Sending {
+            use aws_smithy_types::date_time::Format;
+            let server_now = std::time::SystemTime::now() + self.ahead;
+            let server = aws_smithy_types::DateTime::from(server_now);
+            // x-amz-date is ISO 8601 basic (20261207T150849Z): read as RFC 3339.
+            let signed = request
+                .headers
+                .iter()
+                .find(|h| h.name == "x-amz-date")
+                .map(|h| h.value)
+                .filter(|v| v.len() == 16)
+                .and_then(|v| {
+                    let extended = format!(
+                        "{}-{}-{}T{}:{}:{}Z",
+                        &v[0..4],
+                        &v[4..6],
+                        &v[6..8],
+                        &v[9..11],
+                        &v[11..13],
+                        &v[13..15]
+                    );
+                    aws_smithy_types::DateTime::from_str(&extended, Format::DateTime).ok()
+                });
+            let off = signed.is_none_or(|signed| signed.secs().abs_diff(server.secs()) > 300);
+            let answer = if self.refuse_all || off {
+                self.answers.lock().expect("not poisoned").push("refused");
+                Answer::new(
+                    400,
+                    r#"{"__type":"com.amazon.coral.service#InvalidSignatureException","message":"Signature expired"}"#,
+                )
+            } else {
+                self.answers.lock().expect("not poisoned").push("applied");
+                Answer::new(200, "{}")
+            };
+            let date = server.fmt(Format::HttpDate).expect("an HTTP date");
+            Box::pin(std::future::ready(Ok(answer.with_date(date))))
+        }
+    }
+
+    fn skewed_client(server: &SkewedServer) -> DirectClient {
+        let sdk = config(
+            Delays::default(),
+            Duration::from_secs(3_600),
+            SharedCredentialsProvider::new(aws_credential_types::Credentials::new(
+                "AKID", "secret", None, None, "test",
+            )),
+        );
+        DirectClient::with_transport(&sdk, server.clone()).expect("a client")
+    }
+
+    /// A host whose clock is 20 minutes behind the server's: its first request is refused for
+    /// its time, the next is signed by the server's (the answer's `Date`) and applied, and every
+    /// later request is signed so from the start, as the SDK corrects clock skew.
+    #[test]
+    fn a_request_refused_for_clock_skew_is_signed_again_by_the_servers_time() {
+        let server = SkewedServer::new(Duration::from_secs(20 * 60), false);
+        let client = skewed_client(&server);
+        block_on(client.write(&delete())).expect("applied once signed by the server's time");
+        assert_eq!(server.answers(), ["refused", "applied"]);
+        block_on(client.write(&delete())).expect("applied");
+        assert_eq!(
+            server.answers(),
+            ["refused", "applied", "applied"],
+            "the skew is kept"
+        );
+    }
+
+    /// A signature refused by a server whose clock agrees with this host's is a real refusal (a
+    /// wrong secret): one request, the service's error, no retry.
+    #[test]
+    fn a_signature_refused_with_the_same_time_is_not_retried() {
+        let server = SkewedServer::new(Duration::ZERO, true);
+        let client = skewed_client(&server);
+        let refused = block_on(client.write(&delete())).expect_err("a wrong secret");
+        assert!(
+            matches!(&refused, DirectError::Service { kind, .. } if kind == "InvalidSignatureException"),
+            "{refused:?}"
+        );
+        assert_eq!(server.answers(), ["refused"]);
     }
 
     /// Standard mode: every attempt the configuration allows, the delay doubling from the
