@@ -110,6 +110,30 @@ fn no_dependency_points_from_a_lower_layer_to_a_higher_one() {
     }
 }
 
+/// The function built alone (`cargo build -p process-orders`, no other crate's features
+/// unified in) resolves credentials as the AWS CLI does: SSO and `credential_process` profiles
+/// for local runs (`signed::the_binary_signs_with_a_credential_process_profile` runs one).
+#[test]
+fn the_function_alone_reads_sso_and_credential_process_profiles() {
+    let tree = cargo(&[
+        "tree",
+        "-p",
+        "process-orders",
+        "-e",
+        "normal,features",
+        "-i",
+        "aws-config",
+        "--depth",
+        "1",
+    ]);
+    for feature in ["sso", "credentials-process"] {
+        assert!(
+            tree.contains(&format!("aws-config feature \"{feature}\"")),
+            "{feature} missing for process-orders alone:\n{tree}"
+        );
+    }
+}
+
 /// The on-call tool builds neither the emulator nor the batch testkit.
 #[test]
 fn the_on_call_tool_does_not_compile_the_emulator() {

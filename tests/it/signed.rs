@@ -125,3 +125,95 @@ async fn the_secrets_manager_client_signs_as_secrets_manager_checks() {
     }
     passed(results);
 }
+
+/// The binary resolves its credentials as the AWS CLI does: a `credential_process` profile
+/// (`AWS_PROFILE`, `AWS_CONFIG_FILE`) signs every store request, checked by a server that
+/// verifies them; the same profile printing a wrong secret gets every record retried.
+#[tokio::test]
+async fn the_binary_signs_with_a_credential_process_profile() {
+    let (endpoint, keys) = signing_moto();
+    let table = unique_table();
+    create_table(&aws::dynamodb(&sdk(Signed::User), &TEST_SDK), &table).await;
+    let run = |secret: &str| {
+        let dir = std::env::temp_dir().join(format!("profile-{}-{secret}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("a folder");
+        let process = dir.join("credentials.sh");
+        std::fs::write(
+            &process,
+            format!(
+                "#!/bin/sh\necho '{{\"Version\": 1, \"AccessKeyId\": \"{}\", \"SecretAccessKey\": \"{secret}\"}}'\n",
+                keys.access_key_id
+            ),
+        )
+        .expect("the process");
+        let config = dir.join("config");
+        std::fs::write(
+            &config,
+            format!(
+                "[profile signer]\nregion = us-east-1\ncredential_process = /bin/sh {}\n",
+                process.display()
+            ),
+        )
+        .expect("the profile");
+        let output = std::process::Command::new(env!("CARGO_BIN_EXE_process-orders"))
+            .args([
+                "--event",
+                &format!("{}/events/standard.json", env!("CARGO_MANIFEST_DIR")),
+            ])
+            .env_clear()
+            .envs([
+                ("AWS_CONFIG_FILE", config.display().to_string()),
+                (
+                    "AWS_SHARED_CREDENTIALS_FILE",
+                    dir.join("none").display().to_string(),
+                ),
+                ("AWS_PROFILE", "signer".to_owned()),
+                ("AWS_REGION", "us-east-1".to_owned()),
+                ("AWS_ENDPOINT_URL", endpoint.clone()),
+                ("AWS_EC2_METADATA_DISABLED", "true".to_owned()),
+                ("IDEMPOTENCY_TABLE", table.clone()),
+                ("METRICS_ENABLED", "false".to_owned()),
+            ])
+            .output()
+            .expect("the binary runs");
+        assert!(
+            output.status.success(),
+            "{}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        let response: serde_json::Value =
+            serde_json::from_slice(&output.stdout).expect("the response");
+        response["batchItemFailures"]
+            .as_array()
+            .expect("failures")
+            .len()
+    };
+    let in_memory = std::process::Command::new(env!("CARGO_BIN_EXE_process-orders"))
+        .args([
+            "--event",
+            &format!("{}/events/standard.json", env!("CARGO_MANIFEST_DIR")),
+        ])
+        .env_clear()
+        .env("METRICS_ENABLED", "false")
+        .output()
+        .expect("the binary runs");
+    let expected = serde_json::from_slice::<serde_json::Value>(&in_memory.stdout)
+        .expect("the response")["batchItemFailures"]
+        .as_array()
+        .expect("failures")
+        .len();
+    let records = std::fs::read_to_string(format!(
+        "{}/events/standard.json",
+        env!("CARGO_MANIFEST_DIR")
+    ))
+    .expect("the event")
+    .matches("\"messageId\"")
+    .count();
+    assert!(expected < records, "some records are charged");
+    assert_eq!(
+        run(&keys.secret_access_key),
+        expected,
+        "signed by the profile's key"
+    );
+    assert_eq!(run("not-the-secret"), records, "every record retried");
+}
