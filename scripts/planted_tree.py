@@ -9,7 +9,8 @@ ever published or deployed.
 
 Prints the copy's path. The copy is kept between runs and a file is written only when its
 content changed, so cargo rebuilds only what changed. A patch that no longer applies (the code
-around a check site moved) stops here with patch's own message: put the site back in the copy
+around a check site moved) stops here with git apply's message and the rejected hunks, the copy
+holding every hunk that applied: put the rest in the copy
 by hand, then `scripts/planted_tree.py --write-patch` writes the patch again as the difference
 between this tree and the copy.
 """
@@ -74,12 +75,13 @@ def main():
         for name in files:
             os.makedirs(os.path.dirname(os.path.join(stage, name)), exist_ok=True)
             shutil.copy2(os.path.join(ROOT, name), os.path.join(stage, name))
-        with open(PATCH, "rb") as patch:
-            applied = subprocess.run(
-                ["patch", "-p1", "--batch", "--forward", "--no-backup-if-mismatch", "-s",
-                 "-d", stage],
-                stdin=patch, capture_output=True,
-            )
+        # git's own apply (the clone has git; GNU patch is not on every fresh machine), outside
+        # any repository: every hunk that applies is applied, the rest left in .rej files.
+        applied = subprocess.run(
+            ["git", "apply", "--reject", "--whitespace=nowarn", PATCH],
+            cwd=stage, capture_output=True,
+            env={**os.environ, "GIT_CEILING_DIRECTORIES": os.path.dirname(stage)},
+        )
         rejected = []
         wanted = set()
         for folder, _, names in os.walk(stage):

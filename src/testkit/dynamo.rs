@@ -95,22 +95,7 @@ pub async fn create_table(client: &Client, name: &str) {
 /// when the test process exits, whether the tests passed, failed or panicked.
 pub fn moto_endpoint() -> String {
     static MOTO: OnceLock<Result<u16, String>> = OnceLock::new();
-    let port = MOTO.get_or_init(|| {
-        let (tx, rx) = std::sync::mpsc::channel();
-        std::thread::spawn(move || match spawn_moto() {
-            Ok((child, port)) => {
-                let _ = tx.send(Ok(port));
-                let _keep = child;
-                loop {
-                    std::thread::park();
-                }
-            }
-            Err(e) => {
-                let _ = tx.send(Err(e));
-            }
-        });
-        rx.recv().unwrap_or_else(|e| Err(e.to_string()))
-    });
+    let port = MOTO.get_or_init(kept_moto);
     match port {
         Ok(port) => format!("http://127.0.0.1:{port}"),
         Err(e) => panic!("{e}"),
@@ -149,21 +134,7 @@ pub struct SessionKeys {
 pub fn signing_moto() -> &'static (String, SigningKeys) {
     static SIGNING: OnceLock<Result<(String, SigningKeys), String>> = OnceLock::new();
     let started = SIGNING.get_or_init(|| {
-        let (tx, rx) = std::sync::mpsc::channel();
-        // Spawned from a thread that never ends, so the kernel stops it with the test process.
-        std::thread::spawn(move || match spawn_moto() {
-            Ok((child, port)) => {
-                let _ = tx.send(Ok(port));
-                let _keep = child;
-                loop {
-                    std::thread::park();
-                }
-            }
-            Err(e) => {
-                let _ = tx.send(Err(e));
-            }
-        });
-        let port = rx.recv().map_err(|e| e.to_string())??;
+        let port = kept_moto()?;
         let endpoint = format!("http://127.0.0.1:{port}");
         let python = moto_program()?.with_file_name("python");
         let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/moto_iam.py");
@@ -185,6 +156,25 @@ pub fn signing_moto() -> &'static (String, SigningKeys) {
         Ok(started) => started,
         Err(e) => panic!("{e}"),
     }
+}
+
+/// A moto server of its own, its port: spawned from a thread that never ends, with
+/// PR_SET_PDEATHSIG, so the kernel stops it when the test process exits.
+fn kept_moto() -> Result<u16, String> {
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || match spawn_moto() {
+        Ok((child, port)) => {
+            let _ = tx.send(Ok(port));
+            let _keep = child;
+            loop {
+                std::thread::park();
+            }
+        }
+        Err(e) => {
+            let _ = tx.send(Err(e));
+        }
+    });
+    rx.recv().unwrap_or_else(|e| Err(e.to_string()))
 }
 
 /// moto's server: `MOTO_SERVER`, else `moto_server` on `PATH`, else the project's venv (where
