@@ -136,12 +136,12 @@ lint:
 # MUTATION a planted bug
 # to watch being caught (that run is built in the planted tree, the rest in this one); a summary
 # table at the end; a broken invariant prints the command that replays it and the story of its
-# order, and exits 1. docs/design.md "Deterministic simulation".
+# order, and exits 1. docs/simulation.md.
 SEEDS ?= 100
 FIRST_SEED ?= 1
 PROFILE ?= mixed
 MUTATION ?=
-# memory, or dynamodb: the shipped DynamoDB store through the AWS SDK on dynoxide's engine.
+# memory, or dynamodb: the shipped DynamoDB store (its own client) on dynoxide's engine.
 STORE ?= memory
 # How the simulated provider words its answers: draft, stripe, adyen, bare, or mixed (by seed).
 PROVIDER ?= draft
@@ -177,7 +177,7 @@ mutants: $(PY_STAMP) redis-server
 	    $(addprefix --test-package ,$(MUTANTS_ALSO_$(crate))) --test-package sim \
 	    --output mutants.out-$(crate) $(MUTANTS_ARGS) || status=$$?;) exit $$status
 
-# Mutants the simulator kills alone (issue 52; docs/design.md, "Mutants the simulator kills
+# Mutants the simulator kills alone (issue 52; docs/simulation.md, "Mutants the simulator kills
 # alone"): the money, store, give-up and backoff files, one cargo-mutants run a file (its own
 # results in mutants.out-sim/FILE/), each mutant tested by the simulator's fixed seeds and
 # nothing else: no crate's own tests, no planted bugs; the in-memory store's seeds, or the

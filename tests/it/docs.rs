@@ -571,3 +571,53 @@ fn the_readme_configuration_table_names_every_variable_the_function_reads() {
         "read by the function, missing from the README's configuration table: {missing:?}"
     );
 }
+
+/// The README and the pages under `docs/` state what is true now: a figure says what it was
+/// measured on and by which command, never when or in which round of work. History belongs to
+/// the CHANGELOG (and git), which is left out.
+#[test]
+fn no_page_dates_a_fact_by_when_it_was_made() {
+    let ordinals = [
+        "first", "second", "third", "fourth", "fifth", "sixth", "seventh", "eighth", "ninth",
+        "tenth", "later", "earlier", "this", "that", "last", "next",
+    ];
+    let mut dated = Vec::new();
+    for (name, text) in documents() {
+        if name == "docs/CHANGELOG.md" {
+            continue;
+        }
+        for (n, line) in text.lines().enumerate() {
+            let lower = line.to_lowercase();
+            let words: Vec<&str> = lower
+                .split(|c: char| !c.is_ascii_alphanumeric() && c != '-' && c != ':')
+                .filter(|w| !w.is_empty())
+                .collect();
+            let is_date = |w: &str| {
+                let b = w.as_bytes();
+                b.len() >= 10
+                    && b[..4].iter().all(u8::is_ascii_digit)
+                    && b[4] == b'-'
+                    && b[5..7].iter().all(u8::is_ascii_digit)
+                    && b[7] == b'-'
+                    && b[8..10].iter().all(u8::is_ascii_digit)
+            };
+            let is_clock = |w: &str| {
+                let b = w.as_bytes();
+                b.len() == 5 && b[2] == b':' && b.iter().filter(|c| c.is_ascii_digit()).count() == 4
+            };
+            let by_round = words.windows(2).any(|pair| {
+                (ordinals.contains(&pair[0]) && matches!(pair[1], "session" | "round"))
+                    || (pair[0] == "same" && pair[1] == "day")
+            });
+            if words.iter().any(|w| is_date(w) || is_clock(w)) || by_round {
+                dated.push(format!("{name}:{}: {line}", n + 1));
+            }
+        }
+    }
+    assert!(
+        dated.is_empty(),
+        "{} lines date a fact by when it was made:\n{}",
+        dated.len(),
+        dated.join("\n")
+    );
+}
