@@ -1025,14 +1025,14 @@ fn a_decline_found_by_the_look_up_is_final() {
     assert!(report.faults.pending_charges > 0 && report.declined > 0);
 }
 
-/// Every listed mutation is in docs/design.md's table, with what caught it.
+/// Every listed mutation is in docs/simulation.md's table, with what caught it.
 #[test]
-fn every_mutation_is_in_the_design() {
-    let design = include_str!("../../../../docs/design.md");
+fn every_mutation_is_in_the_simulations_table() {
+    let design = include_str!("../../../../docs/simulation.md");
     for (mutation, _) in MUTATIONS {
         assert!(
             design.contains(&format!("| `{mutation}` |")),
-            "{mutation} is not in docs/design.md's table"
+            "{mutation} is not in docs/simulation.md's table"
         );
     }
 }
