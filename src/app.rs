@@ -120,6 +120,9 @@ impl Reporting {
             redrive_mismatch: redrive_problem.is_some(),
         };
         sink.write(&metrics::document(settings, &invocation));
+        for rest in metrics::latency_documents(settings, &invocation) {
+            sink.write(&rest);
+        }
         if let Some(warm) = &self.warm
             && !warm.swap(true, Ordering::Relaxed)
         {

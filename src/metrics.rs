@@ -2,7 +2,6 @@
 //! written as a single line to the function's log. CloudWatch Logs turns it into metrics
 //! without any API call from the function (no `PutMetricData`, no added latency, no IAM).
 
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use serde_json::{Map, Value, json};
@@ -11,14 +10,14 @@ use sqs_batch::{
     edge::QueueKind, processor::BatchReport, processor::Decision, processor::RecordStatus,
 };
 
-/// The dimensions of every metric, in this order (alarms must name all four). `Service` holds
-/// `POWERTOOLS_SERVICE_NAME`, the variable Powertools reads; Powertools itself names its
-/// dimension `service`, in lower case, so its dashboards do not find these metrics as they are.
-pub const DIMENSIONS: [&str; 4] = ["Service", "FunctionName", "QueueName", "QueueKind"];
+/// The dimensions of every metric, in this order (alarms must name all four). `service` holds
+/// `POWERTOOLS_SERVICE_NAME` under the name Powertools for AWS Lambda gives it, in lower case, so
+/// a dashboard or query written for Powertools' metrics finds these.
+pub const DIMENSIONS: [&str; 4] = ["service", "FunctionName", "QueueName", "QueueKind"];
 
 /// The dimensions of the per-version metrics ([`VERSION_METRICS`]): what a canary deployment's
 /// rollback alarms watch, the new version's own records apart from the old one's.
-pub const VERSION_DIMENSIONS: [&str; 3] = ["Service", "FunctionName", "ExecutedVersion"];
+pub const VERSION_DIMENSIONS: [&str; 3] = ["service", "FunctionName", "ExecutedVersion"];
 
 /// The metrics also written per version, for the rollback alarms: the records, and the two
 /// outcomes a bad release causes (bodies misread, the provider refusing its configuration).
@@ -27,12 +26,19 @@ pub const VERSION_METRICS: [&str; 3] = ["Records", "Poisoned", "PaymentConfigErr
 /// The most metrics one EMF directive may define.
 pub const MAX_METRICS: usize = 100;
 
+/// The most values one metric may carry in one EMF document: an invocation with more calls
+/// writes the rest of its latencies in further documents ([`latency_documents`]).
+pub const MAX_VALUES: usize = 100;
+
+/// The latency metrics: one value per call, so CloudWatch gives percentiles over calls.
+pub const LATENCY_METRICS: [&str; 2] = ["StoreLatency", "PaymentLatency"];
+
 /// Where and under which names the metrics go (`METRICS_*` variables).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct MetricsSettings {
     /// The CloudWatch namespace (`POWERTOOLS_METRICS_NAMESPACE`).
     pub namespace: String,
-    /// The `Service` dimension: `POWERTOOLS_SERVICE_NAME`, or `process-orders`.
+    /// The `service` dimension: `POWERTOOLS_SERVICE_NAME`, or `process-orders`.
     pub service: String,
     /// The `FunctionName` dimension: `AWS_LAMBDA_FUNCTION_NAME`, or `process-orders` locally.
     pub function_name: String,
@@ -97,32 +103,39 @@ impl MetricsSettings {
     }
 }
 
-/// Latency of one kind of outbound call, accumulated over an invocation.
+/// Latency of one kind of outbound call: each call's time, kept until the invocation's
+/// documents take them.
 #[derive(Debug, Default)]
 pub struct Latency {
-    calls: AtomicU64,
-    sum_us: AtomicU64,
-    max_us: AtomicU64,
+    /// Microseconds per call. A lock per call costs nothing beside the call it times; the
+    /// vector keeps its capacity from one invocation to the next.
+    calls_us: std::sync::Mutex<Vec<u32>>,
 }
 
 /// What a [`Latency`] held when it was taken.
-#[derive(Debug, Clone, Copy, Default, PartialEq)]
+#[derive(Debug, Clone, Default, PartialEq)]
 pub struct LatencySnapshot {
+    /// Each call's time, ms, in the order the calls ended.
+    pub values_ms: Vec<f64>,
+}
+
+impl LatencySnapshot {
     /// Calls timed.
-    pub calls: u64,
-    /// Their total time, ms.
-    pub sum_ms: f64,
-    /// The longest, ms.
-    pub max_ms: f64,
+    pub fn calls(&self) -> usize {
+        self.values_ms.len()
+    }
 }
 
 impl Latency {
     /// Adds one call's time.
     pub fn record(&self, elapsed: Duration) {
-        let us = u64::try_from(elapsed.as_micros()).unwrap_or(u64::MAX);
-        self.calls.fetch_add(1, Ordering::Relaxed);
-        self.sum_us.fetch_add(us, Ordering::Relaxed);
-        self.max_us.fetch_max(us, Ordering::Relaxed);
+        let us = u32::try_from(elapsed.as_micros()).unwrap_or(u32::MAX);
+        // A poisoned lock only means a panic elsewhere held it: the samples are still numbers.
+        let mut calls = self
+            .calls_us
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        calls.push(us);
     }
 
     /// Times `call` and records it, whatever it returns.
@@ -134,15 +147,16 @@ impl Latency {
         out
     }
 
-    /// Returns what was accumulated and starts again from zero (one container runs one
+    /// Returns what was recorded and starts again from none (one container runs one
     /// invocation at a time, so this is the invocation's share).
     pub fn take(&self) -> LatencySnapshot {
-        let ms = |us: u64| us as f64 / 1_000.0;
-        LatencySnapshot {
-            calls: self.calls.swap(0, Ordering::Relaxed),
-            sum_ms: ms(self.sum_us.swap(0, Ordering::Relaxed)),
-            max_ms: ms(self.max_us.swap(0, Ordering::Relaxed)),
-        }
+        let mut calls = self
+            .calls_us
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let values_ms = calls.iter().map(|&us| f64::from(us) / 1_000.0).collect();
+        calls.clear();
+        LatencySnapshot { values_ms }
     }
 }
 
@@ -156,7 +170,7 @@ pub struct CallLatency {
 }
 
 /// One invocation, as the metrics see it.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub struct Invocation<'a> {
     /// Each record's status.
     pub report: &'a BatchReport,
@@ -251,27 +265,67 @@ fn counts(report: &BatchReport) -> [(&'static str, f64); COUNT_METRICS.len()] {
     std::array::from_fn(|i| (COUNT_METRICS[i], c[i] as f64))
 }
 
-/// The EMF document for one invocation, as one line of JSON.
-pub fn document(settings: &MetricsSettings, inv: &Invocation<'_>) -> String {
-    let mut metrics: Vec<(&str, &str, f64)> = counts(inv.report)
+/// The latency values of `chunk` (the 100 values a document may carry per metric): the
+/// metrics that have any, with their values.
+fn latency_chunk<'a>(inv: &'a Invocation<'_>, chunk: usize) -> Vec<(&'static str, &'a [f64])> {
+    [&inv.store, &inv.payment]
         .into_iter()
-        .map(|(name, value)| (name, "Count", value))
+        .zip(LATENCY_METRICS)
+        .filter_map(|(snapshot, name)| {
+            let values = snapshot.values_ms.chunks(MAX_VALUES).nth(chunk)?;
+            Some((name, values))
+        })
+        .collect()
+}
+
+/// The document's root: the directives' dimensions and the `level` Lambda's filter needs.
+fn root(settings: &MetricsSettings, inv: &Invocation<'_>, directives: Value) -> Map<String, Value> {
+    let mut doc = Map::new();
+    doc.insert(
+        "_aws".into(),
+        json!({ "Timestamp": inv.timestamp_ms, "CloudWatchMetrics": directives }),
+    );
+    doc.insert("service".into(), settings.service.clone().into());
+    doc.insert("FunctionName".into(), settings.function_name.clone().into());
+    doc.insert(
+        "ExecutedVersion".into(),
+        settings.function_version.clone().into(),
+    );
+    if let Some(level) = settings.level {
+        doc.insert("level".into(), level.into());
+    }
+    doc.insert("QueueName".into(), queue_name(inv.queue_arn).into());
+    doc.insert("QueueKind".into(), inv.kind.as_str().into());
+    doc
+}
+
+/// The EMF document for one invocation, as one line of JSON. Each store and payment call's
+/// latency is a value of `StoreLatency` / `PaymentLatency` (an EMF value array), the first
+/// [`MAX_VALUES`] here and the rest in [`latency_documents`].
+pub fn document(settings: &MetricsSettings, inv: &Invocation<'_>) -> String {
+    let mut metrics: Vec<(&str, &str, Value)> = counts(inv.report)
+        .into_iter()
+        .map(|(name, value)| (name, "Count", value.into()))
         .collect();
     metrics.extend([
-        ("InvocationDuration", "Milliseconds", inv.duration_ms),
-        ("StoreCalls", "Count", inv.store.calls as f64),
-        ("StoreLatencySum", "Milliseconds", inv.store.sum_ms),
-        ("StoreLatencyMax", "Milliseconds", inv.store.max_ms),
-        ("PaymentCalls", "Count", inv.payment.calls as f64),
-        ("PaymentLatencySum", "Milliseconds", inv.payment.sum_ms),
-        ("PaymentLatencyMax", "Milliseconds", inv.payment.max_ms),
-        ("PaymentKeyRefreshes", "Count", inv.key_refreshes as f64),
+        ("InvocationDuration", "Milliseconds", inv.duration_ms.into()),
+        ("StoreCalls", "Count", (inv.store.calls() as f64).into()),
+        ("PaymentCalls", "Count", (inv.payment.calls() as f64).into()),
+        (
+            "PaymentKeyRefreshes",
+            "Count",
+            (inv.key_refreshes as f64).into(),
+        ),
         (
             "RedrivePolicyMismatch",
             "Count",
-            f64::from(u8::from(inv.redrive_mismatch)),
+            f64::from(u8::from(inv.redrive_mismatch)).into(),
         ),
     ]);
+    // A metric with no call this invocation is left out: EMF has no empty value array.
+    for (name, values) in latency_chunk(inv, 0) {
+        metrics.push((name, "Milliseconds", values.into()));
+    }
     debug_assert!(metrics.len() <= MAX_METRICS);
     let definitions: Vec<Value> = metrics
         .iter()
@@ -283,37 +337,45 @@ pub fn document(settings: &MetricsSettings, inv: &Invocation<'_>) -> String {
         .iter()
         .map(|name| json!({ "Name": name, "Unit": "Count" }))
         .collect();
-    let mut doc = Map::new();
-    doc.insert(
-        "_aws".into(),
-        json!({
-            "Timestamp": inv.timestamp_ms,
-            "CloudWatchMetrics": [{
+    let directives = json!([{
+        "Namespace": settings.namespace,
+        "Dimensions": [DIMENSIONS],
+        "Metrics": definitions,
+    }, {
+        "Namespace": settings.namespace,
+        "Dimensions": [VERSION_DIMENSIONS],
+        "Metrics": per_version,
+    }]);
+    let mut doc = root(settings, inv, directives);
+    for (name, _, value) in metrics {
+        doc.insert(name.into(), value);
+    }
+    Value::Object(doc).to_string()
+}
+
+/// The latencies beyond the first [`MAX_VALUES`] of each kind, [`MAX_VALUES`] a document, with
+/// the same dimensions and timestamp as [`document`]: none for a batch of SQS's default size.
+pub fn latency_documents(settings: &MetricsSettings, inv: &Invocation<'_>) -> Vec<String> {
+    (1..)
+        .map(|chunk| latency_chunk(inv, chunk))
+        .take_while(|metrics| !metrics.is_empty())
+        .map(|metrics| {
+            let definitions: Vec<Value> = metrics
+                .iter()
+                .map(|(name, _)| json!({ "Name": name, "Unit": "Milliseconds" }))
+                .collect();
+            let directives = json!([{
                 "Namespace": settings.namespace,
                 "Dimensions": [DIMENSIONS],
                 "Metrics": definitions,
-            }, {
-                "Namespace": settings.namespace,
-                "Dimensions": [VERSION_DIMENSIONS],
-                "Metrics": per_version,
-            }],
-        }),
-    );
-    doc.insert("Service".into(), settings.service.clone().into());
-    doc.insert("FunctionName".into(), settings.function_name.clone().into());
-    doc.insert(
-        "ExecutedVersion".into(),
-        settings.function_version.clone().into(),
-    );
-    if let Some(level) = settings.level {
-        doc.insert("level".into(), level.into());
-    }
-    doc.insert("QueueName".into(), queue_name(inv.queue_arn).into());
-    doc.insert("QueueKind".into(), inv.kind.as_str().into());
-    for (name, _, value) in metrics {
-        doc.insert(name.into(), value.into());
-    }
-    Value::Object(doc).to_string()
+            }]);
+            let mut doc = root(settings, inv, directives);
+            for (name, values) in metrics {
+                doc.insert(name.into(), values.into());
+            }
+            Value::Object(doc).to_string()
+        })
+        .collect()
 }
 
 /// The cold start's own EMF document, written once per container at its first invocation, as

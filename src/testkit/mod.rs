@@ -150,15 +150,18 @@ pub fn emitted_metrics() -> std::collections::BTreeSet<String> {
     };
     let report =
         sqs_batch::processor::BatchReport::new(sqs_batch::edge::QueueKind::Standard, Vec::new());
-    let none = crate::metrics::LatencySnapshot::default();
+    // One call of each kind, so the latency metrics are written.
+    let one = crate::metrics::LatencySnapshot {
+        values_ms: vec![1.0],
+    };
     let invocation = crate::metrics::Invocation {
         report: &report,
         queue_arn: Some("arn:aws:sqs:us-east-1:123456789012:orders"),
         kind: sqs_batch::edge::QueueKind::Standard,
         timestamp_ms: 0,
         duration_ms: 0.0,
-        store: none,
-        payment: none,
+        store: one.clone(),
+        payment: one,
         key_refreshes: 0,
         redrive_mismatch: false,
     };

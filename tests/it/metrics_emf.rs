@@ -220,7 +220,9 @@ async fn one_valid_emf_document_per_invocation_counts_what_happened() {
             "Orders/Test"
         );
         assert_eq!(doc["_aws"]["Timestamp"], 1_767_225_600_000_u64);
-        assert_eq!(doc["Service"], "payments");
+        // The dimension as Powertools for AWS Lambda writes it, so its dashboards find these.
+        assert_eq!(doc["service"], "payments");
+        assert!(doc.get("Service").is_none(), "no second spelling");
         assert_eq!(doc["FunctionName"], "orders-fn");
         assert_eq!(
             doc["_aws"]["CloudWatchMetrics"][0]["Dimensions"][0],
@@ -245,10 +247,27 @@ async fn one_valid_emf_document_per_invocation_counts_what_happened() {
     // releases (2); the bad body never reaches the store.
     expect(&first, "StoreCalls", 6.0);
     expect(&first, "PaymentCalls", 3.0);
-    assert!(
-        first["StoreLatencyMax"].as_f64().expect("max")
-            <= first["StoreLatencySum"].as_f64().expect("sum")
-    );
+    // Each call's latency is one value of an EMF value array, so CloudWatch gives percentiles
+    // over calls.
+    let values = |doc: &Value, name: &str| -> Vec<f64> {
+        doc[name]
+            .as_array()
+            .unwrap_or_else(|| panic!("{name} is a value array in {doc}"))
+            .iter()
+            .map(|v| v.as_f64().expect("a number"))
+            .collect()
+    };
+    assert_eq!(values(&first, "StoreLatency").len(), 6);
+    assert_eq!(values(&first, "PaymentLatency").len(), 3);
+    assert!(values(&first, "StoreLatency").iter().all(|ms| *ms >= 0.0));
+    let defined = |doc: &Value, name: &str| {
+        doc["_aws"]["CloudWatchMetrics"][0]["Metrics"]
+            .as_array()
+            .expect("metrics")
+            .iter()
+            .any(|m| m["Name"] == name && m["Unit"] == "Milliseconds")
+    };
+    assert!(defined(&first, "StoreLatency") && defined(&first, "PaymentLatency"));
     assert!(first["InvocationDuration"].as_f64().expect("duration") >= 0.0);
     let second: Value = serde_json::from_str(&docs[1]).expect("JSON");
     expect(&second, "Duplicates", 1.0);
@@ -257,6 +276,61 @@ async fn one_valid_emf_document_per_invocation_counts_what_happened() {
     // The duplicate's claim and the conflict's (1 each): a refused claim reads nothing more.
     expect(&second, "StoreCalls", 2.0);
     expect(&second, "PaymentCalls", 0.0);
+    assert_eq!(values(&second, "StoreLatency").len(), 2);
+    // No payment call: no empty array, and no definition without a value.
+    assert!(second.get("PaymentLatency").is_none() && !defined(&second, "PaymentLatency"));
+}
+
+/// More calls than one EMF metric may carry values (100): the rest go in further documents,
+/// each valid on its own, and every call is written exactly once.
+#[test]
+fn latencies_beyond_a_hundred_go_in_further_documents() {
+    use process_orders::metrics::{self, Invocation, LatencySnapshot, MetricsSettings};
+    let settings = MetricsSettings {
+        namespace: "Orders/Test".into(),
+        service: "payments".into(),
+        function_name: "orders-fn".into(),
+        function_version: "3".into(),
+        level: None,
+    };
+    let report =
+        sqs_batch::processor::BatchReport::new(sqs_batch::edge::QueueKind::Standard, Vec::new());
+    let store: Vec<f64> = (0..250).map(f64::from).collect();
+    let invocation = Invocation {
+        report: &report,
+        queue_arn: Some("arn:aws:sqs:us-east-1:123456789012:orders"),
+        kind: sqs_batch::edge::QueueKind::Standard,
+        timestamp_ms: 1_767_225_600_000,
+        duration_ms: 1.0,
+        store: LatencySnapshot {
+            values_ms: store.clone(),
+        },
+        payment: LatencySnapshot {
+            values_ms: vec![7.5; 30],
+        },
+        key_refreshes: 0,
+        redrive_mismatch: false,
+    };
+    let mut docs = vec![metrics::document(&settings, &invocation)];
+    docs.extend(metrics::latency_documents(&settings, &invocation));
+    assert_eq!(docs.len(), 3, "100 + 100 + 50 store values");
+    let (mut seen_store, mut seen_payment) = (Vec::new(), Vec::new());
+    for line in &docs {
+        let doc: Value = serde_json::from_str(line).expect("JSON");
+        check_emf(&doc).unwrap_or_else(|e| panic!("{e}: {line}"));
+        assert_eq!(doc["service"], "payments");
+        assert_eq!(doc["_aws"]["Timestamp"], 1_767_225_600_000_u64);
+        let take = |name: &str| -> Vec<f64> {
+            doc[name]
+                .as_array()
+                .map(|a| a.iter().map(|v| v.as_f64().expect("a number")).collect())
+                .unwrap_or_default()
+        };
+        seen_store.extend(take("StoreLatency"));
+        seen_payment.extend(take("PaymentLatency"));
+    }
+    assert_eq!(seen_store, store);
+    assert_eq!(seen_payment, vec![7.5; 30]);
 }
 
 #[tokio::test]
@@ -309,5 +383,58 @@ fn the_checker_rejects_what_the_specification_forbids() {
         let mut doc = good.clone();
         mutate(&mut doc);
         assert!(check_emf(&doc).is_err(), "{what} was accepted");
+    }
+}
+
+/// The EMF example in docs/operations.md is what the one-shot run writes for
+/// `events/fifo.json`: the same documents, keys, directives and dimension values, each metric
+/// a number or a value array as there (the values and the timestamp are that run's).
+#[test]
+fn the_operations_page_shows_what_the_code_writes() {
+    let page = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/operations.md"))
+        .expect("docs/operations.md");
+    let start = page
+        .find("```json\n{\"Busy\"")
+        .expect("the EMF example's block")
+        + "```json\n".len();
+    let block = &page[start..start + page[start..].find("```").expect("its end")];
+    let shown: Vec<Value> = serde_json::Deserializer::from_str(block)
+        .into_iter::<Value>()
+        .collect::<Result<_, _>>()
+        .expect("the example is JSON documents");
+    let output = std::process::Command::new(env!("CARGO_BIN_EXE_process-orders"))
+        .args([
+            "--event",
+            concat!(env!("CARGO_MANIFEST_DIR"), "/events/fifo.json"),
+        ])
+        .env_clear()
+        .output()
+        .expect("the one-shot run");
+    assert!(output.status.success());
+    let written: Vec<Value> = String::from_utf8_lossy(&output.stderr)
+        .lines()
+        .filter(|line| line.contains("\"_aws\""))
+        .map(|line| serde_json::from_str(line).expect("a document"))
+        .collect();
+    assert_eq!(shown.len(), written.len(), "one example per document");
+    // Everything but the numbers and the timestamp, which are the run's own.
+    fn shape(value: &Value) -> Value {
+        match value {
+            Value::Number(_) => "a number".into(),
+            Value::Array(items) if items.iter().all(Value::is_number) && !items.is_empty() => {
+                "numbers".into()
+            }
+            Value::Array(items) => items.iter().map(shape).collect(),
+            Value::Object(fields) => fields
+                .iter()
+                .filter(|(key, _)| *key != "Timestamp")
+                .map(|(key, value)| (key.clone(), shape(value)))
+                .collect::<serde_json::Map<_, _>>()
+                .into(),
+            other => other.clone(),
+        }
+    }
+    for (shown, written) in shown.iter().zip(&written) {
+        assert_eq!(shape(shown), shape(written));
     }
 }

@@ -654,7 +654,7 @@ fn an_alarm_for_each_queue(metric: &str) {
         let dims = a["Dimensions"].as_sequence().unwrap();
         let names: Vec<&str> = dims.iter().map(|d| d["Name"].as_str().unwrap()).collect();
         assert_eq!(names, process_orders::metrics::DIMENSIONS);
-        // The Service the function writes is the one the alarm watches.
+        // The service the function writes is the one the alarm watches.
         assert_eq!(target(&dims[0]["Value"]), "ServiceName");
         let service = &function(&t)["Environment"]["Variables"]["POWERTOOLS_SERVICE_NAME"];
         assert_eq!(target(service), "ServiceName");
@@ -1325,8 +1325,8 @@ fn the_dashboard_shows_only_metrics_the_function_writes() {
         "Poisoned",
         "Reconciled",
         "NeedsReconciliation",
-        "StoreLatencyMax",
-        "PaymentLatencyMax",
+        "StoreLatency",
+        "PaymentLatency",
     ] {
         assert!(shown.contains(name), "{name} is not on the dashboard");
     }
