@@ -1,4 +1,4 @@
-//! Traces over OpenTelemetry's protocol (OTLP/HTTP, JSON encoding), off by default.
+//! Traces over OpenTelemetry's protocol (OTLP/HTTP, protobuf or JSON), off by default.
 //!
 //! When `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT` (a full URL) or `OTEL_EXPORTER_OTLP_ENDPOINT` (a
 //! base, `/v1/traces` appended) is set, a [`tracing`] layer turns the code's trace spans into
@@ -7,7 +7,7 @@
 //!
 //! | span | kind | what |
 //! |---|---|---|
-//! | the function's name | SERVER | the invocation: `faas.invocation_id`, `faas.trigger` `pubsub`, `cloud.resource_id` (the function's ARN); a child of Lambda's own X-Ray segment (`_X_AMZN_TRACE_ID`) |
+//! | the function's name | SERVER | the invocation: `faas.invocation_id`, `faas.trigger` `pubsub`, `aws.lambda.invoked_arn`, `cloud.account.id`, `cloud.resource_id` (the function's ARN with the running version in place of an alias); a child of Lambda's own X-Ray segment (`_X_AMZN_TRACE_ID`) |
 //! | `process <queue>` | CONSUMER | the batch: `messaging.system` `aws_sqs`, `messaging.operation.*` `process`, `messaging.destination.name`, `messaging.batch.message_count`, a link to each producer's trace |
 //! | `process <queue>` | CONSUMER | each record: `messaging.message.id`, `process_orders.key` (the order id), `.outcome` and `.reason`; a link to its producer's trace (`AWSTraceHeader`); status ERROR with its reason unless acknowledged |
 //! | `order` | INTERNAL | the order (`process_orders.order_id`) |
@@ -15,18 +15,25 @@
 //!
 //! The exporter reads the OpenTelemetry SDK's variables: `OTEL_SDK_DISABLED`, the endpoint,
 //! `OTEL_EXPORTER_OTLP_[TRACES_]HEADERS`, `_TIMEOUT` (1 s by default here, not the SDK's 10 s:
-//! the export runs inside the invocation's billed time) and `_PROTOCOL` (only `http/json` is
-//! spoken: `http/protobuf` is sent as JSON, which OTLP/HTTP receivers take, and `grpc` turns the
-//! traces off with a warning), `OTEL_SERVICE_NAME`, `OTEL_RESOURCE_ATTRIBUTES`, and
+//! the export runs inside the invocation's billed time) and `_PROTOCOL` (`http/protobuf`, the
+//! SDK's default, or `http/json`; `grpc` turns the traces off with a warning, and a value that
+//! is none of them is the default, with a warning), `OTEL_SERVICE_NAME`, `OTEL_RESOURCE_ATTRIBUTES`, and
 //! `OTEL_TRACES_SAMPLER` with `OTEL_TRACES_SAMPLER_ARG` (default `parentbased_always_on`: Lambda's
 //! `Sampled` flag decides).
 //!
 //! Off, there is no layer: the trace spans are DEBUG spans of the workspace's crates, which the
 //! log filter (INFO by default) disables where they are written, so they cost a check each.
 //!
-//! The endpoint is a collector that takes OTLP/HTTP JSON without signing: the ADOT Lambda
+//! The exporter is this module's own, not `opentelemetry-otlp`'s: the SDK's pipeline
+//! (`opentelemetry_sdk`'s batch processor, `tracing-opentelemetry`, its HTTP client) is a second
+//! runtime of spans beside `tracing`'s, for a request that is one fixed shape sent once per
+//! invocation; the measured reason is in docs/performance.md, "Traces: the exporter".
+//!
+//! The endpoint is a collector that takes OTLP/HTTP without signing: the ADOT Lambda
 //! layer's (`http://localhost:4318/v1/traces`) or the CloudWatch agent's, which forward to
 //! X-Ray's OTLP endpoint with the function's credentials (docs/operations.md, "Traces").
+
+mod protobuf;
 
 use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -71,6 +78,45 @@ pub struct TraceSettings {
     pub resource: Vec<(String, String)>,
     /// `OTEL_TRACES_SAMPLER` and its argument.
     pub sampler: Sampler,
+    /// `OTEL_EXPORTER_OTLP_[TRACES_]PROTOCOL`: how the request is encoded.
+    pub protocol: Protocol,
+}
+
+/// OTLP/HTTP's two encodings, as `OTEL_EXPORTER_OTLP_PROTOCOL` names them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Protocol {
+    /// `http/protobuf`: the SDK's default.
+    #[default]
+    Protobuf,
+    /// `http/json`.
+    Json,
+}
+
+impl Protocol {
+    /// The protocol a variable's value names; `None` for gRPC and for what is no protocol.
+    fn named(value: &str) -> Option<Self> {
+        match value.trim() {
+            "http/protobuf" => Some(Self::Protobuf),
+            "http/json" => Some(Self::Json),
+            _ => None,
+        }
+    }
+
+    /// The request's `Content-Type`.
+    pub fn content_type(self) -> &'static str {
+        match self {
+            Self::Protobuf => "application/x-protobuf",
+            Self::Json => "application/json",
+        }
+    }
+
+    /// `request` in this encoding.
+    fn body(self, request: &Value) -> Vec<u8> {
+        match self {
+            Self::Protobuf => protobuf::encode(request),
+            Self::Json => request.to_string().into_bytes(),
+        }
+    }
 }
 
 /// Which traces are kept, as `OTEL_TRACES_SAMPLER` names them. The parent of every trace here is
@@ -139,10 +185,17 @@ pub fn unsupported_protocol(var: impl Fn(&str) -> Option<String>) -> Option<&'st
         var("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT").or_else(|| var("OTEL_EXPORTER_OTLP_ENDPOINT"));
     let protocol =
         var("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL").or_else(|| var("OTEL_EXPORTER_OTLP_PROTOCOL"));
-    (endpoint.is_some() && protocol.is_some_and(|p| p.trim() == "grpc")).then_some(
+    let protocol = protocol.filter(|p| !p.trim().is_empty())?;
+    if endpoint.is_none() || Protocol::named(&protocol).is_some() {
+        return None;
+    }
+    Some(if protocol.trim() == "grpc" {
         "OTEL_EXPORTER_OTLP_PROTOCOL is grpc, which this exporter does not speak: traces are off \
-         (use http/json or http/protobuf and the collector's HTTP port)",
-    )
+         (use http/protobuf or http/json and the collector's HTTP port)"
+    } else {
+        "OTEL_EXPORTER_OTLP_PROTOCOL is none of grpc, http/protobuf, http/json: traces go as \
+         http/protobuf, the default"
+    })
 }
 
 /// `key=value` pairs separated by commas, percent-decoded, as the OpenTelemetry SDK reads its
@@ -267,6 +320,11 @@ impl TraceSettings {
                 var("OTEL_TRACES_SAMPLER").as_deref(),
                 var("OTEL_TRACES_SAMPLER_ARG").as_deref(),
             ),
+            // Unset or unknown: the SDK's default ([`unsupported_protocol`] warns of the latter).
+            protocol: protocol
+                .as_deref()
+                .and_then(Protocol::named)
+                .unwrap_or_default(),
         })
     }
 }
@@ -347,15 +405,16 @@ pub async fn flush(deadline_ms: u64) {
     }
     let send = async {
         for chunk in spans.chunks(SPANS_PER_REQUEST) {
-            let body = request(&exporter.settings, chunk);
+            let protocol = exporter.settings.protocol;
+            let body = protocol.body(&request(&exporter.settings, chunk));
             let mut post = exporter
                 .client
                 .post(&exporter.settings.endpoint)
-                .header(reqwest::header::CONTENT_TYPE, "application/json");
+                .header(reqwest::header::CONTENT_TYPE, protocol.content_type());
             for (name, value) in &exporter.settings.headers {
                 post = post.header(name.as_str(), value.as_str());
             }
-            post.body(body.to_string())
+            post.body(body)
                 .send()
                 .await
                 .and_then(reqwest::Response::error_for_status)?;
@@ -601,7 +660,40 @@ fn string(text: &str) -> Value {
 /// its batch came from, when it belongs to one. The code's own fields keep their meaning under
 /// this crate's namespace (`process_orders.*`), or under the convention's name where there is
 /// one (`messaging.message.id`).
-fn conventional(open: &Open, queue: Option<&str>, function_name: Option<&str>) -> Conventional {
+/// The function this process runs, as the resource variables Lambda sets name it.
+#[derive(Debug, Clone, Copy, Default)]
+struct Function<'a> {
+    /// `AWS_LAMBDA_FUNCTION_NAME`.
+    name: Option<&'a str>,
+    /// `AWS_LAMBDA_FUNCTION_VERSION` (`$LATEST` or a number).
+    version: Option<&'a str>,
+}
+
+/// The FaaS convention's identity of an invocation, from the ARN it was invoked by (Lambda's
+/// `Lambda-Runtime-Invoked-Function-Arn`): `aws.lambda.invoked_arn` as given,
+/// `cloud.account.id` (its fifth field), and `cloud.resource_id`, the function's ARN qualified
+/// with the version that runs. An alias is replaced by the version, as the convention asks: one
+/// container serves every alias that points at its version, so an alias names no resource.
+fn invoked(arn: &str, version: Option<&str>) -> Vec<Value> {
+    let mut attributes = vec![attribute("aws.lambda.invoked_arn", string(arn))];
+    // arn:partition:lambda:region:account:function:name[:qualifier]
+    let fields: Vec<&str> = arn.split(':').collect();
+    if fields.len() < 7 || fields[0] != "arn" || fields[2] != "lambda" || fields[5] != "function" {
+        return attributes;
+    }
+    if !fields[4].is_empty() {
+        attributes.push(attribute("cloud.account.id", string(fields[4])));
+    }
+    let function = fields[..7].join(":");
+    let resource = match version.or(fields.get(7).copied()) {
+        Some(version) => format!("{function}:{version}"),
+        None => function,
+    };
+    attributes.push(attribute("cloud.resource_id", string(&resource)));
+    attributes
+}
+
+fn conventional(open: &Open, queue: Option<&str>, function: Function<'_>) -> Conventional {
     let text = |key: &str| {
         open.attributes
             .iter()
@@ -623,9 +715,9 @@ fn conventional(open: &Open, queue: Option<&str>, function_name: Option<&str>) -
                 attributes.push(attribute("faas.invocation_id", string(id)));
             }
             if let Some(arn) = text("function_arn").filter(|arn| !arn.is_empty()) {
-                attributes.push(attribute("cloud.resource_id", string(arn)));
+                attributes.extend(invoked(arn, function.version));
             }
-            (function_name.unwrap_or("invocation").to_owned(), SERVER)
+            (function.name.unwrap_or("invocation").to_owned(), SERVER)
         }
         "batch" => {
             let queue = text("queue").map_or("unknown", queue_name);
@@ -752,6 +844,11 @@ fn request(settings: &TraceSettings, spans: &[Finished]) -> Value {
         }
     }
     let function_name = std::env::var("AWS_LAMBDA_FUNCTION_NAME").ok();
+    let function_version = std::env::var("AWS_LAMBDA_FUNCTION_VERSION").ok();
+    let function = Function {
+        name: function_name.as_deref(),
+        version: function_version.as_deref().filter(|v| !v.is_empty()),
+    };
     let link = |(trace_id, span_id): &(u128, u64)| {
         json!({
             "traceId": format!("{trace_id:032x}"),
@@ -763,7 +860,7 @@ fn request(settings: &TraceSettings, spans: &[Finished]) -> Value {
         .map(|f| {
             let open = &f.open;
             let queue = open.parent_id.and_then(|p| queues.get(&p).copied());
-            let c = conventional(open, queue, function_name.as_deref());
+            let c = conventional(open, queue, function);
             let mut links: Vec<Value> = open.links.iter().map(link).collect();
             if open.name == "batch" {
                 links.extend(
@@ -899,6 +996,93 @@ mod tests {
             None,
             "gRPC is not spoken"
         );
+        // The protocol: the SDK's default is protobuf; JSON when asked; the traces' own
+        // variable before the general one; what is no protocol is the default.
+        assert_eq!(base.protocol, Protocol::Protobuf);
+        let protocol = |vars: &[(&str, &str)]| {
+            let mut all = vec![("OTEL_EXPORTER_OTLP_ENDPOINT", "http://c")];
+            all.extend_from_slice(vars);
+            from(&all).expect("on").protocol
+        };
+        assert_eq!(
+            protocol(&[("OTEL_EXPORTER_OTLP_PROTOCOL", "http/json")]),
+            Protocol::Json
+        );
+        assert_eq!(
+            protocol(&[
+                ("OTEL_EXPORTER_OTLP_PROTOCOL", "http/json"),
+                ("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", "http/protobuf")
+            ]),
+            Protocol::Protobuf
+        );
+        assert_eq!(
+            protocol(&[("OTEL_EXPORTER_OTLP_PROTOCOL", "http/xml")]),
+            Protocol::Protobuf
+        );
+        let warning = |protocol: &'static str| {
+            unsupported_protocol(|name| match name {
+                "OTEL_EXPORTER_OTLP_ENDPOINT" => Some("http://c".to_owned()),
+                "OTEL_EXPORTER_OTLP_PROTOCOL" => Some(protocol.to_owned()),
+                _ => None,
+            })
+        };
+        assert!(warning("grpc").is_some_and(|w| w.contains("traces are off")));
+        assert!(warning("http/xml").is_some_and(|w| w.contains("the default")));
+        assert_eq!(warning("http/json"), None);
+        assert_eq!(warning("http/protobuf"), None);
+    }
+
+    #[test]
+    fn the_invocation_names_its_function_as_the_faas_convention_does() {
+        let open = Open {
+            sampled: true,
+            trace_id: 1,
+            span_id: 2,
+            parent_id: None,
+            name: "invocation",
+            start: UNIX_EPOCH,
+            attributes: vec![
+                ("function_request_id", string("r-1")),
+                (
+                    "function_arn",
+                    string("arn:aws:lambda:eu-west-1:123456789012:function:orders-fn:live"),
+                ),
+            ],
+            links: Vec::new(),
+        };
+        let function = Function {
+            name: Some("orders-fn"),
+            version: Some("7"),
+        };
+        let c = conventional(&open, None, function);
+        let value = |key: &str| {
+            c.attributes
+                .iter()
+                .find(|a| a["key"] == key)
+                .and_then(|a| a["value"]["stringValue"].as_str())
+        };
+        assert_eq!(c.name, "orders-fn");
+        assert_eq!(
+            value("aws.lambda.invoked_arn"),
+            Some("arn:aws:lambda:eu-west-1:123456789012:function:orders-fn:live")
+        );
+        assert_eq!(value("cloud.account.id"), Some("123456789012"));
+        // The alias `live` is replaced by the version that runs.
+        assert_eq!(
+            value("cloud.resource_id"),
+            Some("arn:aws:lambda:eu-west-1:123456789012:function:orders-fn:7")
+        );
+        // Unqualified, with no version known: the ARN as it is.
+        let plain = invoked(
+            "arn:aws:lambda:eu-west-1:123456789012:function:orders-fn",
+            None,
+        );
+        assert_eq!(
+            plain[2]["value"]["stringValue"],
+            "arn:aws:lambda:eu-west-1:123456789012:function:orders-fn"
+        );
+        // Not a Lambda ARN: only the invoked ARN, as given.
+        assert_eq!(invoked("local", Some("7")).len(), 1);
     }
 
     #[test]

@@ -17,37 +17,78 @@ const LAMBDA_TRACE: &str =
 const PRODUCER_TRACE: &str =
     "Root=1-5759e988-bd862e3fe1be46a994272793;Parent=1234567890abcdef;Sampled=1";
 
-/// What the receiver got: each request's body, and its `x-api-key` header.
-type Received = Arc<Mutex<Vec<(Value, Option<String>)>>>;
+/// One request the receiver got: its `Content-Type`, its body, and its `x-api-key` header.
+#[derive(Clone)]
+struct Export {
+    content_type: String,
+    body: bytes::Bytes,
+    api_key: Option<String>,
+}
 
-/// A local OTLP/HTTP receiver: every request body it got.
+/// What the receiver got.
+type Received = Arc<Mutex<Vec<Export>>>;
+
+/// A local OTLP/HTTP receiver: every request it got.
 async fn receiver() -> (String, Received) {
     let received: Received = Arc::new(Mutex::new(Vec::new()));
-    let app =
-        Router::new()
-            .route(
-                "/v1/traces",
-                post(
-                    |State(received): State<Received>,
-                     headers: axum::http::HeaderMap,
-                     body: String| async move {
-                        let value: Value = serde_json::from_str(&body).unwrap_or(Value::Null);
-                        let key = headers
-                            .get("x-api-key")
+    let app = Router::new()
+        .route(
+            "/v1/traces",
+            post(
+                |State(received): State<Received>,
+                 headers: axum::http::HeaderMap,
+                 body: bytes::Bytes| async move {
+                    let header = |name: &str| {
+                        headers
+                            .get(name)
                             .and_then(|v| v.to_str().ok())
-                            .map(str::to_owned);
-                        received.lock().expect("lock").push((value, key));
-                        "{}"
-                    },
-                ),
-            )
-            .with_state(received.clone());
+                            .map(str::to_owned)
+                    };
+                    received.lock().expect("lock").push(Export {
+                        content_type: header("content-type").unwrap_or_default(),
+                        body,
+                        api_key: header("x-api-key"),
+                    });
+                    "{}"
+                },
+            ),
+        )
+        .with_state(received.clone());
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
         .await
         .expect("bind");
     let addr = listener.local_addr().expect("addr");
     tokio::spawn(async move { axum::serve(listener, app).await });
     (format!("http://{addr}/v1/traces"), received)
+}
+
+/// The export as OTLP/JSON: as sent when it is JSON; decoded by OpenTelemetry's own generated
+/// types (`scripts/otlp_decode.py`, `opentelemetry-proto` from PyPI) when it is protobuf, so the
+/// hand-written encoding is checked against the protocol's definition.
+fn decoded(export: &Export) -> Value {
+    match export.content_type.as_str() {
+        "application/json" => serde_json::from_slice(&export.body).expect("a JSON export"),
+        "application/x-protobuf" => {
+            let script = concat!(env!("CARGO_MANIFEST_DIR"), "/scripts/otlp_decode.py");
+            let mut child = std::process::Command::new("python3")
+                .arg(script)
+                .stdin(std::process::Stdio::piped())
+                .stdout(std::process::Stdio::piped())
+                .stderr(std::process::Stdio::piped())
+                .spawn()
+                .expect("python3 (make test puts the venv's first on PATH)");
+            std::io::Write::write_all(&mut child.stdin.take().expect("stdin"), &export.body)
+                .expect("the body reaches the decoder");
+            let output = child.wait_with_output().expect("the decoder ran");
+            assert!(
+                output.status.success(),
+                "the protobuf export does not decode as an ExportTraceServiceRequest: {}",
+                String::from_utf8_lossy(&output.stderr)
+            );
+            serde_json::from_slice(&output.stdout).expect("the decoder's JSON")
+        }
+        other => panic!("an OTLP/HTTP export is protobuf or JSON, not {other:?}"),
+    }
 }
 
 fn record(id: &str, body: &str, trace_header: Option<&str>) -> Value {
@@ -79,11 +120,22 @@ fn attribute<'a>(span: &'a Value, key: &str) -> Option<&'a str> {
         .as_str()
 }
 
+/// The tree below, sent as the SDK sends by default: OTLP/HTTP protobuf.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_batch_is_one_tree_of_spans_in_protobuf_by_default() {
+    one_batch_is_one_tree_of_spans(None, "application/x-protobuf").await;
+}
+
+/// The same tree, as JSON when `OTEL_EXPORTER_OTLP_PROTOCOL` asks for it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_batch_is_one_tree_of_spans_in_json_when_asked() {
+    one_batch_is_one_tree_of_spans(Some("http/json"), "application/json").await;
+}
+
 /// One batch of a valid order (from a traced producer) and a body that is not an order: the
 /// spans form one tree under Lambda's segment, each record links to its producer, and each call
 /// is a child of the order it serves.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn one_batch_is_one_tree_of_spans_linked_to_its_producers() {
+async fn one_batch_is_one_tree_of_spans(protocol: Option<&str>, content_type: &str) {
     let (endpoint, received) = receiver().await;
     let event = json!({
         "Records": [
@@ -92,11 +144,19 @@ async fn one_batch_is_one_tree_of_spans_linked_to_its_producers() {
         ]
     })
     .to_string();
-    let path = std::env::temp_dir().join(format!("traces-{}.json", std::process::id()));
+    let path = std::env::temp_dir().join(format!(
+        "traces-{}-{}.json",
+        std::process::id(),
+        content_type.len()
+    ));
     std::fs::write(&path, event).expect("event file");
-    let output = tokio::process::Command::new(env!("CARGO_BIN_EXE_process-orders"))
+    let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_process-orders"));
+    command.env_clear();
+    if let Some(protocol) = protocol {
+        command.env("OTEL_EXPORTER_OTLP_PROTOCOL", protocol);
+    }
+    let output = command
         .args(["--event", path.to_str().expect("a path")])
-        .env_clear()
         .env("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", &endpoint)
         .env("OTEL_EXPORTER_OTLP_HEADERS", "x-api-key=k%3D1")
         .env("OTEL_RESOURCE_ATTRIBUTES", "deployment.environment=test")
@@ -116,9 +176,10 @@ async fn one_batch_is_one_tree_of_spans_linked_to_its_producers() {
     );
     let requests = received.lock().expect("lock").clone();
     assert_eq!(requests.len(), 1, "one export at the end of the invocation");
-    let (request, api_key) = &requests[0];
+    assert_eq!(requests[0].content_type, content_type);
+    let request = &decoded(&requests[0]);
     assert_eq!(
-        api_key.as_deref(),
+        requests[0].api_key.as_deref(),
         Some("k=1"),
         "OTEL_EXPORTER_OTLP_HEADERS, decoded"
     );
@@ -248,11 +309,13 @@ async fn one_batch_is_one_tree_of_spans_linked_to_its_producers() {
     );
     // Linked to the producer's trace; a record without a header has no link. The batch links to
     // every producer.
+    // (Protobuf's JSON mapping leaves an empty list out.)
+    let links = |span: &Value| span.get("links").cloned().unwrap_or_else(|| json!([]));
     let producer =
         json!([{ "traceId": "5759e988bd862e3fe1be46a994272793", "spanId": "1234567890abcdef" }]);
-    assert_eq!(charged["links"], producer);
-    assert_eq!(poison["links"], json!([]));
-    assert_eq!(batch[0]["links"], producer);
+    assert_eq!(links(charged), producer);
+    assert_eq!(links(poison), json!([]));
+    assert_eq!(links(batch[0]), producer);
 
     // The order's span under its record, and each call under the order.
     let order = named("order");
