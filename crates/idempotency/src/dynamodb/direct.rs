@@ -10,10 +10,10 @@
 //! (in code, `AWS_ENDPOINT_URL_DYNAMODB`, `AWS_ENDPOINT_URL`, in the SDK's order), the credentials provider (credentials cached until ten seconds before they
 //! expire), the retry settings (standard mode: attempts, exponential backoff with full jitter
 //! unless the static base is asked for, throttling, 5xx, timeouts and I/O errors retried), the
-//! attempt and operation timeouts, the sleep and the time source (the simulator's clock). It
-//! leaves out the retry quota (the token bucket that stops retries during a long outage: each
-//! call here is bounded by its operation timeout), adaptive retry mode's rate limiter (read as
-//! standard), `x-amz-retry-after`, and clock-skew correction.
+//! attempt and operation timeouts, the sleep and the time source (the simulator's clock), the
+//! retry quota (the token bucket that stops retries while most calls fail: [`quota`]), and
+//! clock-skew correction. It leaves out adaptive retry mode's rate limiter (read as standard)
+//! and `x-amz-retry-after`.
 
 use std::collections::HashMap;
 use std::fmt;
@@ -37,12 +37,13 @@ use aws_smithy_runtime_api::client::orchestrator::HttpRequest;
 use aws_smithy_runtime_api::client::result::ConnectorError;
 use aws_smithy_types::body::SdkBody;
 use aws_smithy_types::byte_stream::ByteStream;
-use aws_smithy_types::retry::RetryConfig;
+use aws_smithy_types::retry::{RetryConfig, RetrySpec};
 use aws_types::SdkConfig;
 use aws_types::service_config::ServiceConfigKey;
 use serde::ser::{Serialize, SerializeMap, Serializer};
 use serde_json::Value;
 
+mod quota;
 mod sigv4;
 
 /// An item as the store reads it.
@@ -368,6 +369,8 @@ struct Inner {
     /// The server's time minus this host's, ms, learned from an answer that refused a request
     /// for its time: every request is signed at the host's time plus this.
     skew_ms: std::sync::atomic::AtomicI64,
+    /// The tokens a retry takes ([`quota`]).
+    quota: quota::RetryQuota,
 }
 
 /// How far a signature's time may be off the server's before a refusal of it is read as clock
@@ -450,6 +453,17 @@ impl DirectClient {
                     .or_else(aws_smithy_async::rt::sleep::default_async_sleep)
                     .ok_or(DirectClientError::NoSleep)?,
                 time: sdk.time_source().unwrap_or_default(),
+                quota: quota::RetryQuota::new(
+                    if sdk
+                        .retry_config()
+                        .and_then(RetryConfig::retry_spec)
+                        .is_some_and(|spec| spec.is_at_least(RetrySpec::V2_1))
+                    {
+                        quota::Costs::V2_1
+                    } else {
+                        quota::Costs::LEGACY
+                    },
+                ),
                 retry: sdk
                     .retry_config()
                     .cloned()
@@ -483,17 +497,50 @@ impl DirectClient {
         }
     }
 
+    /// A client whose retries take nothing from a quota: every retry the configuration
+    /// allows, however many calls fail. For measuring what the quota saves (the simulator's
+    /// store brownout); the function never builds one. Call it on a new client, before it is
+    /// cloned (a clone shares the quota it has).
+    #[must_use]
+    pub fn without_retry_quota(mut self) -> Self {
+        if let Some(inner) = Arc::get_mut(&mut self.inner) {
+            inner.quota = quota::RetryQuota::unlimited();
+        }
+        self
+    }
+
+    /// The retry quota's tokens left (500 when full).
+    pub fn retry_quota_tokens(&self) -> u32 {
+        self.inner.quota.tokens()
+    }
+
     async fn with_retries(&self, target: &str, body: Vec<u8>) -> Result<Written, DirectError> {
         let attempts = self.inner.retry.max_attempts().max(1);
         let mut attempt = 1;
+        // What the last retry took from the quota, given back if the call then succeeds.
+        let mut held = 0;
         loop {
             let result = self.attempt(target, &body).await;
-            let retry = match &result {
-                Ok(_) => false,
-                Err(e) => retryable(e),
+            let kind = match &result {
+                Ok(_) => {
+                    self.inner.quota.succeeded(held);
+                    return result;
+                }
+                Err(e) => retry_kind(e),
             };
-            if !retry || attempt >= attempts {
+            let Some(kind) = kind.filter(|_| attempt < attempts) else {
                 return result;
+            };
+            // The SDK's rule: what an earlier retry took is spent, not given back.
+            match self.inner.quota.acquire(kind) {
+                Some(cost) => held = cost,
+                None => {
+                    tracing::debug!(
+                        attempt,
+                        "DynamoDB call not retried: the retry quota is spent"
+                    );
+                    return result;
+                }
             }
             self.inner.sleep.sleep(self.backoff(attempt)).await;
             attempt += 1;
@@ -789,41 +836,56 @@ fn resolve_now(
     }
 }
 
-/// What the SDK's standard mode retries: I/O errors and timeouts, a broken-off answer, 500,
-/// 502, 503 and 504, and its throttling and transient error codes (and 429, throttling by
-/// another name: every write here is conditional, so a retry is always safe).
+#[cfg(test)]
 fn retryable(error: &DirectError) -> bool {
+    retry_kind(error).is_some()
+}
+
+/// What the SDK's standard mode retries, and as what (a retry's cost to the quota depends on
+/// it): I/O errors and timeouts, a broken-off answer, 500, 502, 503 and 504 (transient), its
+/// throttling codes and 429 (throttling: every write here is conditional, so a retry is always
+/// safe), and a refusal for clock skew.
+fn retry_kind(error: &DirectError) -> Option<quota::RetryKind> {
+    use quota::RetryKind::{Other, Throttling, Transient};
     match error {
-        DirectError::Connector(e) => e.is_io() || e.is_timeout(),
+        DirectError::Connector(e) if e.is_io() || e.is_timeout() => Some(Transient),
         // Signed again by the server's time, which the failed attempt taught.
-        DirectError::ClockSkew { .. } => true,
-        DirectError::AttemptTimeout(_) | DirectError::Body(_) => true,
+        DirectError::ClockSkew { .. } => Some(Other),
+        DirectError::AttemptTimeout(_) | DirectError::Body(_) => Some(Transient),
+        DirectError::Service { status: 429, .. } => Some(Throttling),
         DirectError::Service { status, kind, .. } => {
-            matches!(status, 429 | 500 | 502 | 503 | 504)
-                || matches!(
-                    kind.as_str(),
-                    // Throttling, as the SDK lists it.
-                    "Throttling"
-                        | "ThrottlingException"
-                        | "ThrottledException"
-                        | "RequestThrottledException"
-                        | "TooManyRequestsException"
-                        | "ProvisionedThroughputExceededException"
-                        | "TransactionInProgressException"
-                        | "RequestLimitExceeded"
-                        | "BandwidthLimitExceeded"
-                        | "LimitExceededException"
-                        | "RequestThrottled"
-                        | "SlowDown"
-                        | "PriorRequestNotComplete"
-                        | "EC2ThrottledException"
-                        // Transient.
-                        | "RequestTimeout"
-                        | "RequestTimeoutException"
-                )
+            if matches!(kind.as_str(), "RequestTimeout" | "RequestTimeoutException") {
+                return Some(Transient);
+            }
+            let throttling = matches!(
+                kind.as_str(),
+                // Throttling, as the SDK lists it.
+                "Throttling"
+                    | "ThrottlingException"
+                    | "ThrottledException"
+                    | "RequestThrottledException"
+                    | "TooManyRequestsException"
+                    | "ProvisionedThroughputExceededException"
+                    | "TransactionInProgressException"
+                    | "RequestLimitExceeded"
+                    | "BandwidthLimitExceeded"
+                    | "LimitExceededException"
+                    | "RequestThrottled"
+                    | "SlowDown"
+                    | "PriorRequestNotComplete"
+                    | "EC2ThrottledException"
+            );
+            if throttling {
+                Some(Throttling)
+            } else {
+                matches!(status, 500 | 502 | 503 | 504).then_some(Transient)
+            }
         }
-        DirectError::Unreadable { status, .. } => matches!(status, 429 | 500 | 502 | 503 | 504),
-        _ => false,
+        DirectError::Unreadable { status: 429, .. } => Some(Throttling),
+        DirectError::Unreadable { status, .. } => {
+            matches!(status, 500 | 502 | 503 | 504).then_some(Transient)
+        }
+        _ => None,
     }
 }
 
@@ -1517,6 +1579,66 @@ mod tests {
                 ),
             ))
         }
+    }
+
+    /// Answers every request with the status it holds now (`{}` as the body), counting them.
+    #[derive(Debug, Clone, Default)]
+    struct Switchable {
+        status: Arc<std::sync::atomic::AtomicU16>,
+        sent: Arc<std::sync::atomic::AtomicUsize>,
+    }
+
+    impl HttpConnector for Switchable {
+        fn call(
+            &self,
+            _request: HttpRequest,
+        ) -> aws_smithy_runtime_api::client::http::HttpConnectorFuture {
+            use std::sync::atomic::Ordering::SeqCst;
+            self.sent.fetch_add(1, SeqCst);
+            aws_smithy_runtime_api::client::http::HttpConnectorFuture::ready(Ok(
+                aws_smithy_runtime_api::client::orchestrator::HttpResponse::new(
+                    self.status.load(SeqCst).try_into().expect("a status"),
+                    SdkBody::from("{}"),
+                ),
+            ))
+        }
+    }
+
+    /// The SDK's retry quota: while every call fails, retries drain the 500 tokens (a retry
+    /// after a 5xx takes 10) and then stop, so a failing table gets one request a call instead
+    /// of four; first-attempt successes refill it a token each.
+    #[test]
+    fn a_failing_table_spends_the_retry_quota_then_gets_one_request_a_call() {
+        use std::sync::atomic::Ordering::SeqCst;
+        let run = |quota: bool| {
+            let server = Switchable::default();
+            server.status.store(503, SeqCst);
+            let sdk = config(
+                Delays::default(),
+                Duration::from_secs(3_600),
+                SharedCredentialsProvider::new(aws_credential_types::Credentials::new(
+                    "AKID", "secret", None, None, "test",
+                )),
+            );
+            let client = DirectClient::new(&sdk, SharedHttpConnector::new(server.clone()))
+                .expect("a client");
+            let client = if quota {
+                client
+            } else {
+                client.without_retry_quota()
+            };
+            for _ in 0..40 {
+                assert!(block_on(client.write(&delete())).is_err());
+            }
+            let failing = server.sent.load(SeqCst);
+            server.status.store(200, SeqCst);
+            block_on(client.write(&delete())).expect("the table is back");
+            (failing, client.retry_quota_tokens())
+        };
+        // 16 calls retried in full (4 requests, 30 tokens each), the 17th twice (20 tokens
+        // left), the other 23 not at all.
+        assert_eq!(run(true), (16 * 4 + 3 + 23, 1));
+        assert_eq!(run(false).0, 40 * 4, "every retry without the quota");
     }
 
     /// A configuration with `sleep`, 4 attempts from 100 ms doubling to 300 ms, and `attempt`
