@@ -26,7 +26,7 @@ AUDITABLE_BIN := $(CARGO_BIN_DIR)/cargo-auditable
 SBOM_BIN := $(CARGO_BIN_DIR)/auditable2cdx
 AUDITABLE := RUSTC_WORKSPACE_WRAPPER="$(AUDITABLE_BIN)" CARGO_AUDITABLE_ORIG_ARGS='{"offline":false,"locked":false,"frozen":false,"config":[]}'
 
-.PHONY: run run-dynamodb demo ops-demo test adopter planted-bugs redis-server chaos sim mutants mutants-sim bench bench-cpu lint package semver msrv deny fuzz invoke check-template build build-lambda check-lambda deploy clean-venv
+.PHONY: run run-dynamodb demo ops-demo test adopter planted-bugs redis-server chaos sim mutants mutants-sim bench bench-otel bench-cpu lint package semver msrv deny fuzz invoke check-template build build-lambda check-lambda deploy clean-venv
 
 run:
 	@$(CARGO) build --quiet --bin process-orders
@@ -106,6 +106,20 @@ bench: $(BENCH_STAMP)
 		BENCH_PYTHON=$(VENV)/bin/python $(CARGO) bench -p process-orders --bench records --bench system --bench tail
 	$(CARGO) test -p process-orders --test it store::each_path_costs_its_budget_of_requests -- --nocapture
 
+# Traces' cold start (docs/performance.md, "Traces: the exporter"): the function with its own
+# exporter against OpenTelemetry's SDK exporter (`opentelemetry-otlp`) in a hello-world
+# (benches/otel-sdk, a crate outside the workspace), each against the bare hello-world, spans
+# sent to a local OTLP receiver. Binaries copied aside: cargo bench rebuilds the release folder.
+BENCH_OTEL_DIR = $${CARGO_TARGET_DIR:-target}/bench-otel
+bench-otel:
+	$(CARGO) build --release --manifest-path benches/otel-sdk/Cargo.toml
+	$(CARGO) build --release -p process-orders --example hello --bin process-orders
+	mkdir -p $(BENCH_OTEL_DIR)/examples
+	cp $${CARGO_TARGET_DIR:-target}/release/hello-otel $${CARGO_TARGET_DIR:-target}/release/process-orders $(BENCH_OTEL_DIR)/
+	cp $${CARGO_TARGET_DIR:-target}/release/examples/hello $(BENCH_OTEL_DIR)/examples/
+	BENCH_BIN_DIR=$(BENCH_OTEL_DIR) BENCH_FUNCTION=$(BENCH_OTEL_DIR)/process-orders \
+		BENCH_OTEL_HELLO=$(BENCH_OTEL_DIR)/hello-otel $(CARGO) bench -p process-orders --bench system
+
 # CPU per order on the shipped path (docs/performance.md): the release bootstrap as shipped, over
 # the local Runtime API, events of 10 new orders through moto (a counting proxy in front) and the
 # payment stub; the same orders through Powertools for AWS Lambda (Python) beside it; allocations
@@ -131,8 +145,8 @@ lint:
 	RUSTDOCFLAGS="-D warnings" $(CARGO) doc --workspace --no-deps --all-features --quiet
 
 # The deterministic simulation at scale (tools/sim): ORDERS orders over SEEDS seeds from
-# FIRST_SEED, PROFILE standard, fifo, fifo-batch, brownout, skewed, lowered, archived, worker, money or mixed
-# (the first six in turn),
+# FIRST_SEED, PROFILE standard, fifo, fifo-batch, brownout, store-brownout, skewed, lowered, archived,
+# worker, money or mixed (the first six in turn),
 # MUTATION a planted bug
 # to watch being caught (that run is built in the planted tree, the rest in this one); a summary
 # table at the end; a broken invariant prints the command that replays it and the story of its
@@ -141,8 +155,11 @@ SEEDS ?= 100
 FIRST_SEED ?= 1
 PROFILE ?= mixed
 MUTATION ?=
-# memory, or dynamodb: the shipped DynamoDB store (its own client) on dynoxide's engine.
-STORE ?= memory
+# memory, or dynamodb: the shipped DynamoDB store (its own client) on dynoxide's engine; empty,
+# the profile's own (memory; dynamodb for store-brownout).
+STORE ?=
+# off: the DynamoDB store's client without its retry quota, to measure what the quota saves.
+RETRY_QUOTA ?= on
 # How the simulated provider words its answers: draft, stripe, adyen, bare, or mixed (by seed).
 PROVIDER ?= draft
 # Seeds run at once, a thread each (empty: the machine's cores); the table is the same for any.
@@ -150,7 +167,7 @@ JOBS ?=
 # ORDERS as given (`make sim ORDERS=...`), else a million (the chaos run's default is not ours).
 SIM_ORDERS = $(if $(filter command line environment,$(origin ORDERS)),$(ORDERS),1000000)
 sim:
-	$(if $(MUTATION),$(PLANTED)) ORDERS=$(SIM_ORDERS) SEEDS=$(SEEDS) FIRST_SEED=$(FIRST_SEED) PROFILE=$(PROFILE) MUTATION=$(MUTATION) STORE=$(STORE) PROVIDER=$(PROVIDER) JOBS=$(JOBS) $(CARGO) run --quiet --release -p sim
+	$(if $(MUTATION),$(PLANTED)) ORDERS=$(SIM_ORDERS) SEEDS=$(SEEDS) FIRST_SEED=$(FIRST_SEED) PROFILE=$(PROFILE) MUTATION=$(MUTATION) STORE=$(STORE) RETRY_QUOTA=$(RETRY_QUOTA) PROVIDER=$(PROVIDER) JOBS=$(JOBS) $(CARGO) run --quiet --release -p sim
 
 # Mutants nobody chose (docs/design.md): cargo-mutants over the money and delivery paths
 # (.cargo/mutants.toml), each crate's mutants tested by its own tests, the tests that use it from

@@ -87,6 +87,11 @@ pub struct HttpFaults {
     /// whose answer is lost, besides `lost_rate`. Judged on the same draw as the other faults,
     /// so the random stream is the same as without it.
     pub lost_at_takeover_rate: f64,
+    /// The table's brownout, simulated ms (from, to): inside it, `brownout_throttle_rate` of
+    /// the requests are throttled instead of `throttle_rate`.
+    pub brownout: (u64, u64),
+    /// Share of requests throttled during the brownout.
+    pub brownout_throttle_rate: f64,
 }
 
 /// The items whose write one container's client sent and whose answer this layer lost, by their
@@ -272,8 +277,13 @@ impl Serve for SimConnector {
                 .map(|b| String::from_utf8_lossy(b).into_owned())
                 .unwrap_or_default();
             this.world.latency(20).await;
+            this.world.count(|c| c.store_requests += 1);
             let roll = this.world.roll();
-            let f = this.faults;
+            let mut f = this.faults;
+            // Judged on the same draw: a run without a brownout keeps its random stream.
+            if (f.brownout.0..f.brownout.1).contains(&this.world.lock().sim_ms()) {
+                f.throttle_rate = f.throttle_rate.max(f.brownout_throttle_rate);
+            }
             if roll < f.throttle_rate {
                 this.world.count(|c| c.store_throttled += 1);
                 return Ok(answer(

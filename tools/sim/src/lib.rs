@@ -711,6 +711,8 @@ struct Deployment {
     /// Invocations.
     invocations: RefCell<usize>,
     windows: [(u64, u64); 3],
+    /// The DynamoDB table's brownout, simulated ms (from, to); (0, 0) for none.
+    store_brownout: (u64, u64),
     decisions: RefCell<std::collections::BTreeMap<&'static str, usize>>,
     violations: RefCell<Vec<Violation>>,
     producer_done: RefCell<bool>,
@@ -768,6 +770,8 @@ impl Deployment {
                     lost_rate: self.settings.store_lost_rate,
                     throttle_rate: self.settings.store_slow_rate,
                     lost_at_takeover_rate: self.settings.store_lost_at_takeover_rate,
+                    brownout: self.store_brownout,
+                    brownout_throttle_rate: self.settings.store_brownout_throttle_rate,
                 };
                 let expiry = dynamodb::ExpiryRule {
                     clock: clock.clone(),
@@ -783,6 +787,11 @@ impl Deployment {
                     lost_below.clone(),
                     expiry,
                 );
+                let client = if self.settings.retry_quota {
+                    client
+                } else {
+                    client.without_retry_quota()
+                };
                 Table::DynamoDb(
                     idempotency::DynamoDbStore::direct(
                         client,
@@ -933,6 +942,9 @@ async fn simulate(settings: SimSettings) -> Report {
         },
     };
     world.log(&format!("{provider_settings:?}"));
+    // After the provider's windows, and drawn only when there is one: the other profiles'
+    // random streams stay as they were.
+    let store_brownout = window(settings.store_brownout_ms, 0..=span_ms / 2);
     let fifo = matches!(settings.queue, QueueShape::Fifo { .. });
     let deployment = Rc::new(Deployment {
         table: Arc::new(MemoryStore::new(config.store.retention)),
@@ -961,6 +973,7 @@ async fn simulate(settings: SimSettings) -> Report {
             provider_settings.brownout,
             provider_settings.rotation,
         ],
+        store_brownout,
         decisions: RefCell::default(),
         violations: RefCell::new(Vec::new()),
         producer_done: RefCell::new(false),

@@ -6,8 +6,10 @@
 //!   `mixed` (the default: the first six in turn);
 //! - `MUTATION`: a planted bug to switch on (`sim::MUTATIONS`), to watch the checks catch it;
 //!   only in the planted tree (`make sim MUTATION=...` runs there), else refused;
-//! - `STORE`: `memory` (the default) or `dynamodb`, the shipped DynamoDB store through the AWS
-//!   SDK on dynoxide's engine in the process;
+//! - `STORE`: `memory` (the default; `dynamodb` for `store-brownout`) or `dynamodb`, the shipped
+//!   DynamoDB store on its own client on dynoxide's engine in the process;
+//! - `RETRY_QUOTA`: `off` builds the DynamoDB store's client without its retry quota, to
+//!   measure what the quota saves (`on`, the default, is the shipped client);
 //! - `PROVIDER`: how the simulated provider words its answers: `draft` (the default), `stripe`,
 //!   `adyen`, `bare`, or `mixed` (the four in turn by seed);
 //! - `JOBS`: seeds run at once, each on a thread of its own (default: the machine's cores). A
@@ -58,13 +60,24 @@ fn main() {
             }
         },
     };
-    let store_name = std::env::var("STORE")
-        .ok()
-        .filter(|s| !s.is_empty())
-        .unwrap_or_else(|| "memory".into());
-    let Some(store) = StoreKind::parse(&store_name) else {
-        eprintln!("STORE={store_name} is not one of memory, dynamodb");
-        std::process::exit(2);
+    // Unset: the profile's own store.
+    let store = match std::env::var("STORE").ok().filter(|s| !s.is_empty()) {
+        None => None,
+        Some(name) => match StoreKind::parse(&name) {
+            Some(store) => Some(store),
+            None => {
+                eprintln!("STORE={name} is not one of memory, dynamodb");
+                std::process::exit(2);
+            }
+        },
+    };
+    let retry_quota = match std::env::var("RETRY_QUOTA").ok().as_deref().map(str::trim) {
+        None | Some("" | "on") => true,
+        Some("off") => false,
+        Some(other) => {
+            eprintln!("RETRY_QUOTA={other} is not one of on, off");
+            std::process::exit(2);
+        }
     };
     let provider_name = std::env::var("PROVIDER")
         .ok()
@@ -81,7 +94,7 @@ fn main() {
     let per_seed = usize::try_from(orders / seeds).unwrap_or(usize::MAX).max(1);
     if SimSettings::profile(&profile, first_seed, per_seed).is_none() {
         eprintln!(
-            "PROFILE={profile} is not one of standard, fifo, brownout, skewed, lowered, archived, worker, mixed"
+            "PROFILE={profile} is not one of standard, fifo, fifo-batch, brownout, store-brownout, skewed, lowered, archived, worker, money, mixed"
         );
         std::process::exit(2);
     }
@@ -100,7 +113,8 @@ fn main() {
     let settings_of = |seed: u64| {
         SimSettings::profile(&profile, seed, per_seed).map(|settings| SimSettings {
             mutation,
-            store,
+            store: store.unwrap_or(settings.store),
+            retry_quota,
             provider: dialect(seed).unwrap_or_default(),
             ..settings
         })
@@ -189,6 +203,13 @@ fn main() {
     println!("| invocations | {invocations} |");
     for (kind, count) in faults.rows() {
         println!("| {kind} | {count} |");
+    }
+    if faults.store_requests > 0 {
+        println!(
+            "| store requests per order (retry quota {}) | {:.2} |",
+            if retry_quota { "on" } else { "off" },
+            faults.store_requests as f64 / total.max(1) as f64
+        );
     }
     for (reason, count) in &decisions {
         println!("| decisions: {reason} | {count} |");

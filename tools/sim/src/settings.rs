@@ -151,6 +151,15 @@ pub struct SimSettings {
     /// Share of store calls for a record at the give-up's receive (Lambda containers only)
     /// that outlast the invocation: the processor abandons the record at its last receive.
     pub store_hang_at_give_up_rate: f64,
+    /// The DynamoDB table's brownout (`STORE=dynamodb` only), ms: a window in the first half
+    /// of the traffic in which [`Self::store_brownout_throttle_rate`] of the store's requests
+    /// are throttled. 0: none.
+    pub store_brownout_ms: u64,
+    /// Share of the store's requests throttled during its brownout.
+    pub store_brownout_throttle_rate: f64,
+    /// The store client's retry quota (`RETRY_QUOTA=off` turns it off, to measure what it
+    /// saves).
+    pub retry_quota: bool,
     /// Share of charges made whose answer is lost (a reset, a timeout after sending).
     pub charge_lost_rate: f64,
     /// One order in this many (picked by a hash of its key, no draw from the random stream) has
@@ -347,6 +356,9 @@ impl SimSettings {
             store_lost_at_takeover_rate: 0.5,
             store_slow_rate: 0.01,
             store_hang_at_give_up_rate: 0.0,
+            store_brownout_ms: 0,
+            store_brownout_throttle_rate: 0.0,
+            retry_quota: true,
             charge_lost_rate: 0.03,
             first_charge_lost_on_the_way_every: 16,
             pending_rate: 0.02,
@@ -403,6 +415,22 @@ impl SimSettings {
         Self {
             outage_ms: 0,
             rotation_ms: 0,
+            ..Self::faulty(seed, orders)
+        }
+    }
+
+    /// As [`SimSettings::faulty`], with the DynamoDB table the only dependency in trouble
+    /// beyond the base rates (no provider outage, brownout or rotation): for ten minutes, nine
+    /// store requests in ten are throttled. Run on the DynamoDB store (`STORE=dynamodb`, its
+    /// default for this profile), where the client's retries and its retry quota meet it.
+    pub fn store_brownout(seed: u64, orders: usize) -> Self {
+        Self {
+            outage_ms: 0,
+            rotation_ms: 0,
+            brownout_ms: 0,
+            store_brownout_ms: 600_000,
+            store_brownout_throttle_rate: 0.9,
+            store: StoreKind::DynamoDb,
             ..Self::faulty(seed, orders)
         }
     }
@@ -504,7 +532,8 @@ impl SimSettings {
     }
 
     /// The settings a profile gives a seed (`make sim PROFILE=...`): `standard`, `fifo` (8
-    /// groups), `fifo-batch` (the same in batch scope), `brownout`, `skewed`, `lowered` (`maxReceiveCount` edited to 5 mid-run),
+    /// groups), `fifo-batch` (the same in batch scope), `brownout`, `store-brownout` (the
+    /// DynamoDB table throttled), `skewed`, `lowered` (`maxReceiveCount` edited to 5 mid-run),
     /// `archived` (the DLQ sent again after its items expired, refused copies among them, and
     /// look-ups that word amounts otherwise), `worker` (a fleet of long-polling workers stopped
     /// at the worst moments), `money` (amounts at money's edges), or `mixed` (the first six in
@@ -516,6 +545,7 @@ impl SimSettings {
             "fifo" => Some(Self::fifo(seed, orders, 8)),
             "fifo-batch" => Some(Self::fifo_batch(seed, orders)),
             "brownout" => Some(Self::brownout(seed, orders)),
+            "store-brownout" => Some(Self::store_brownout(seed, orders)),
             "skewed" => Some(Self::skewed(seed, orders)),
             "archived" => Some(Self::archived(seed, orders)),
             "worker" => Some(Self::worker(seed, orders)),
@@ -540,16 +570,24 @@ impl SimSettings {
             .mutation
             .map(|m| format!(" MUTATION={m}"))
             .unwrap_or_default();
+        // Named when it is not the profile's own.
+        let own = Self::profile(profile, self.seed, self.orders).map(|p| p.store);
         let store = match self.store {
-            StoreKind::Memory => "",
+            store if Some(store) == own => "",
+            StoreKind::Memory => " STORE=memory",
             StoreKind::DynamoDb => " STORE=dynamodb",
         };
         let provider = match self.provider {
             Dialect::Draft => String::new(),
             other => format!(" PROVIDER={}", other.name()),
         };
+        let quota = if self.retry_quota {
+            ""
+        } else {
+            " RETRY_QUOTA=off"
+        };
         format!(
-            "make sim SEEDS=1 FIRST_SEED={} ORDERS={} PROFILE={profile}{mutation}{store}{provider}",
+            "make sim SEEDS=1 FIRST_SEED={} ORDERS={} PROFILE={profile}{mutation}{store}{provider}{quota}",
             self.seed, self.orders
         )
     }

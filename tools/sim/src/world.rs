@@ -46,6 +46,9 @@ pub struct Faults {
     pub store_answers_lost_retried: usize,
     /// Store calls slowed by throttling (the SDK's retries).
     pub store_throttled: usize,
+    /// Requests the DynamoDB store's clients sent (`STORE=dynamodb`): each attempt of each
+    /// call, retries included.
+    pub store_requests: usize,
     /// Writes of a holder whose lease was taken over, refused by the lease token's fence.
     pub fenced_writes: usize,
     /// Charges made whose answer was lost.
@@ -107,6 +110,7 @@ impl Faults {
         self.store_answers_lost += other.store_answers_lost;
         self.store_answers_lost_retried += other.store_answers_lost_retried;
         self.store_throttled += other.store_throttled;
+        self.store_requests += other.store_requests;
         self.fenced_writes += other.fenced_writes;
         self.charge_answers_lost += other.charge_answers_lost;
         self.charges_lost_on_the_way += other.charges_lost_on_the_way;
@@ -133,7 +137,7 @@ impl Faults {
     }
 
     /// Each kind with its count, for tables.
-    pub fn rows(&self) -> [(&'static str, usize); 27] {
+    pub fn rows(&self) -> [(&'static str, usize); 28] {
         [
             ("crashes", self.crashes),
             ("store errors", self.store_errors),
@@ -143,6 +147,7 @@ impl Faults {
                 self.store_answers_lost_retried,
             ),
             ("store calls throttled", self.store_throttled),
+            ("store requests sent", self.store_requests),
             (
                 "stale holders' writes refused by the fence",
                 self.fenced_writes,

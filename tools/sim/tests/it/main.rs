@@ -212,6 +212,12 @@ fn fixed_seeds_on(
         ),
         "fifo" | "fifo-batch" => assert!(reasons.get("after_failure").is_some_and(|n| *n > 0)),
         "skewed" => assert!(faults.fenced_writes > 0, "no stale holder ever wrote"),
+        // Nine requests in ten throttled for ten minutes, against 1% outside (45% of all the
+        // requests in the fixed seeds, the rest mostly after it).
+        "store-brownout" => assert!(
+            faults.store_throttled * 3 > faults.store_requests,
+            "the table's brownout throttled too little: {faults:?}"
+        ),
         "lowered" => {
             assert!(
                 reasons.get("retries_exhausted").is_some_and(|n| *n > 0),
@@ -498,6 +504,43 @@ fn brownout_seeds_on_the_dynamodb_store() {
         (StoreKind::DynamoDb, Dialect::Draft),
         3 * DYNAMODB_SEEDS,
         DYNAMODB_ORDERS,
+    );
+}
+
+/// The DynamoDB table throttles nine requests in ten for ten minutes: every order is still
+/// charged once or moved with its reason, while the client's retry quota runs dry.
+#[test]
+fn store_brownout_seeds_on_the_dynamodb_store() {
+    fixed_seeds_on(
+        "store-brownout",
+        (StoreKind::DynamoDb, Dialect::Draft),
+        DYNAMODB_SEEDS,
+        DYNAMODB_ORDERS,
+    );
+}
+
+/// What the retry quota is for: the same seed of the table's brownout sends the table fewer
+/// requests with it than without it (docs/performance.md, "The retry quota"), and holds every
+/// invariant both ways.
+#[test]
+fn the_retry_quota_sends_a_throttled_table_fewer_requests() {
+    let run_with = |retry_quota: bool| {
+        let settings = SimSettings {
+            retry_quota,
+            ..SimSettings::profile("store-brownout", 1, DYNAMODB_ORDERS).expect("a profile")
+        };
+        let report = run(&settings);
+        assert!(
+            report.holds(),
+            "{}",
+            explain(&settings, "store-brownout", &report)
+        );
+        report.faults.store_requests
+    };
+    let (with, without) = (run_with(true), run_with(false));
+    assert!(
+        with < without,
+        "{with} requests with the quota, {without} without"
     );
 }
 
