@@ -3,9 +3,13 @@
 //!
 //! The release bootstrap (`BENCH_FUNCTION`) serves events of 10 records (SQS's default batch
 //! size) one after another over the local Runtime API, as a warm container does, with the
-//! template's environment: the DynamoDB store on moto (a separate process) through a counting
-//! proxy, the HTTP gateway on the payment stub (it applies `Idempotency-Key`). Every order is
-//! new and charged once. Its CPU is the process's own (user and system, every thread), read
+//! template's environment and each of the store's two clients (`DYNAMODB_CLIENT=direct`, the
+//! default, and `sdk`): the HTTP gateway on the payment stub (it applies `Idempotency-Key`),
+//! and the DynamoDB table on two servers, each through a counting proxy: moto (a separate
+//! Python process answering one request at a time) and a stand-in that answers as DynamoDB
+//! does (dynoxide's server in this process, each request held 4 ms, many at once). Every order
+//! is new and charged once. With `BENCH_CPU_REPORT` set, the tables are also written to that
+//! file (`make bench-cpu`: `docs/results/bench-cpu.md`, which docs/performance.md links). Its CPU is the process's own (user and system, every thread), read
 //! after 200 and after 1,000 orders: the slope over the 800 between leaves start-up out. Beside
 //! it, in the same rounds, the same orders' shape through Powertools for AWS Lambda (Python)
 //! (`benches/powertools_cpu.py`, run with `BENCH_PYTHON`), with the same slope of its
@@ -58,15 +62,38 @@ struct PerOrder {
     body_bytes: f64,
 }
 
+/// A DynamoDB-compatible server the orders' table lives on, behind a counting proxy.
+struct Backend {
+    /// As the table names it.
+    name: &'static str,
+    /// The server itself (set-up goes straight to it: only the orders' requests are counted).
+    server: String,
+    proxy: CountingProxy,
+    /// The function's environment on it (the template's).
+    env: Vec<(String, String)>,
+}
+
 /// The servers every run shares.
 struct World {
     api: RuntimeApi,
-    moto: String,
-    proxy: CountingProxy,
     stub: PaymentStub,
-    env: Vec<(String, String)>,
+    backends: Vec<Backend>,
+    /// The backend the next run uses.
+    on: usize,
     next_order: usize,
 }
+
+impl World {
+    fn backend(&self) -> &Backend {
+        &self.backends[self.on]
+    }
+}
+
+/// The stand-in's latency per request: DynamoDB's own in a region is a few milliseconds.
+const STAND_IN_DELAY: Duration = Duration::from_millis(4);
+
+/// The store's two clients, as `DYNAMODB_CLIENT` names them.
+const CLIENTS: [&str; 2] = ["direct", "sdk"];
 
 fn main() {
     if let Ok(plan) = std::env::var("BENCH_FLOOR_CHILD") {
@@ -105,46 +132,88 @@ async fn run(full: bool) {
         .unwrap_or_else(|_| env!("CARGO_BIN_EXE_process-orders").to_owned());
     let counting = std::env::var("BENCH_COUNTING_FUNCTION").ok();
     let python = std::env::var("BENCH_PYTHON").ok();
-    let moto = moto_endpoint();
     let table = "bench-cpu-orders";
-    create_table(&moto_client(), table).await;
-    let proxy = CountingProxy::start(&moto).await;
     let stub = PaymentStub::start().await;
-    let env = template_environment(table, &stub.url(), &proxy.endpoint());
+    // moto (a separate Python process, one request at a time) and the stand-in: dynoxide's
+    // server in this process answering after STAND_IN_DELAY, many requests at once, as
+    // DynamoDB does.
+    let moto = moto_endpoint();
+    create_table(&moto_client(), table).await;
+    let dynoxide = process_orders::testkit::dynamo::Dynoxide::start().await;
+    create_table(
+        &process_orders::testkit::dynamo::client(&dynoxide.endpoint()).0,
+        table,
+    )
+    .await;
+    let mut backends = Vec::new();
+    for (name, server, delay) in [
+        ("moto", moto, Duration::ZERO),
+        (
+            "stand-in (dynoxide, 4 ms a request)",
+            dynoxide.endpoint(),
+            STAND_IN_DELAY,
+        ),
+    ] {
+        let proxy = CountingProxy::start_with_delay(&server, delay).await;
+        let env = template_environment(table, &stub.url(), &proxy.endpoint());
+        backends.push(Backend {
+            name,
+            server,
+            proxy,
+            env,
+        });
+    }
     let mut world = World {
         api: RuntimeApi::start().await,
-        moto,
-        proxy,
         stub,
-        env,
+        backends,
+        on: 0,
         next_order: 0,
     };
-    let (mut ours, mut theirs, mut allocations) = (Vec::new(), Vec::new(), Vec::new());
-    let mut floors = Vec::new();
+    let kinds = world.backends.len();
+    // Per backend: each client's runs, the floor's, Powertools'.
+    let mut ours = vec![[Vec::new(), Vec::new()]; kinds];
+    let mut floors = vec![Vec::new(); kinds];
+    let mut theirs = vec![Vec::new(); kinds];
+    let mut allocations = Vec::new();
     let mut powertools_version = None;
     for round in 0..rounds {
-        // Alternate, so drift on the machine touches both alike.
-        ours.push(bootstrap(&mut world, &function, marks).await.0);
-        floors.push(floor(&mut world, table, marks).await);
-        if let Some(python) = &python {
-            let (per_order, version) = powertools(&mut world, python, marks, round).await;
-            theirs.push(per_order);
-            powertools_version = Some(version);
+        for on in 0..kinds {
+            world.on = on;
+            // Alternate, so drift on the machine touches every run alike.
+            for (c, client) in CLIENTS.iter().enumerate() {
+                let run = bootstrap(&mut world, &function, marks, client).await.0;
+                ours[on][c].push(run);
+            }
+            floors[on].push(floor(&mut world, table, marks).await);
+            if let Some(python) = &python {
+                let (per_order, version) = powertools(&mut world, python, marks, round).await;
+                theirs[on].push(per_order);
+                powertools_version = Some(version);
+            }
         }
         if let Some(counting) = &counting {
-            let (_, stderr) = bootstrap(&mut world, counting, marks).await;
+            world.on = 0;
+            let (_, stderr) = bootstrap(&mut world, counting, marks, CLIENTS[0]).await;
             allocations.push(allocations_per_order(&stderr, marks));
         }
         eprintln!("round {} of {rounds} done", round + 1);
     }
-    report(
+    let text = report(
         marks,
+        &world,
         &ours,
         &floors,
         &theirs,
         &allocations,
         powertools_version,
     );
+    println!("{text}");
+    // `make bench-cpu` names the page's results file: no figure is copied by hand.
+    if let Ok(path) = std::env::var("BENCH_CPU_REPORT") {
+        std::fs::write(&path, text).unwrap_or_else(|e| panic!("cannot write {path}: {e}"));
+        eprintln!("written to {path}");
+    }
 }
 
 /// The floor: the same three round trips an order costs, made by a bare client in a process of
@@ -154,12 +223,13 @@ async fn floor(world: &mut World, table: &str, marks: Marks) -> PerOrder {
     world.next_order += marks.total;
     let plan = format!(
         "{} {} {table} {first} {} {}",
-        world.proxy.endpoint(),
+        world.backend().proxy.endpoint(),
         world.stub.url(),
         marks.warm,
         marks.total
     );
-    let (requests, bytes) = (world.proxy.requests(), world.proxy.body_bytes());
+    let proxy = &world.backend().proxy;
+    let (requests, bytes) = (proxy.requests(), proxy.body_bytes());
     let exe = std::env::current_exe().expect("the bench's own path");
     let output = tokio::process::Command::new(exe)
         .env("BENCH_FLOOR_CHILD", plan)
@@ -180,10 +250,11 @@ async fn floor(world: &mut World, table: &str, marks: Marks) -> PerOrder {
         .map(|i| format!("floor-{i}"))
         .collect();
     check_charged_once(world, &orders);
+    let proxy = &world.backend().proxy;
     PerOrder {
         cpu_us: marks.per_order(cpu[0], cpu[1]) * 1e6,
-        requests: (world.proxy.requests() - requests) as f64 / marks.total as f64,
-        body_bytes: (world.proxy.body_bytes() - bytes) as f64 / marks.total as f64,
+        requests: (proxy.requests() - requests) as f64 / marks.total as f64,
+        body_bytes: (proxy.body_bytes() - bytes) as f64 / marks.total as f64,
     }
 }
 
@@ -293,16 +364,19 @@ fn check_charged_once(world: &World, orders: &[String]) {
     }
 }
 
-/// One bootstrap of `bin` serving `marks.total` new orders; per order between the marks, and
-/// what it wrote to stderr.
-async fn bootstrap(world: &mut World, bin: &str, marks: Marks) -> (PerOrder, String) {
+/// One bootstrap of `bin` serving `marks.total` new orders through the store's `client`
+/// (`DYNAMODB_CLIENT`); per order between the marks, and what it wrote to stderr.
+async fn bootstrap(world: &mut World, bin: &str, marks: Marks, client: &str) -> (PerOrder, String) {
     let (events, orders) = events(world, marks.total);
-    let env: Vec<(&str, &str)> = world
+    let mut env: Vec<(&str, &str)> = world
+        .backend()
         .env
         .iter()
         .map(|(k, v)| (k.as_str(), v.as_str()))
         .collect();
-    let (requests, bytes) = (world.proxy.requests(), world.proxy.body_bytes());
+    env.push(("DYNAMODB_CLIENT", client));
+    let proxy = world.backend().proxy.clone();
+    let (requests, bytes) = (proxy.requests(), proxy.body_bytes());
     let mut process = world.api.spawn(bin, &env).await;
     let mut cpu_warm = Duration::ZERO;
     for (n, event) in events.iter().enumerate() {
@@ -324,8 +398,8 @@ async fn bootstrap(world: &mut World, bin: &str, marks: Marks) -> (PerOrder, Str
     let per_order = PerOrder {
         cpu_us: marks.per_order(cpu_warm.as_secs_f64(), cpu_total.as_secs_f64()) * 1e6,
         // The function makes no request at start-up: every one belongs to an order.
-        requests: (world.proxy.requests() - requests) as f64 / marks.total as f64,
-        body_bytes: (world.proxy.body_bytes() - bytes) as f64 / marks.total as f64,
+        requests: (proxy.requests() - requests) as f64 / marks.total as f64,
+        body_bytes: (proxy.body_bytes() - bytes) as f64 / marks.total as f64,
     };
     (per_order, stderr)
 }
@@ -360,8 +434,9 @@ async fn powertools(
     round: usize,
 ) -> (PerOrder, String) {
     let (events, orders) = events(world, marks.total);
+    let backend = world.backend();
     let var = |name: &str| {
-        let value = world.env.iter().find(|(n, _)| n == name);
+        let value = backend.env.iter().find(|(n, _)| n == name);
         value.expect("a template variable").1.clone()
     };
     let seconds = |name: &str| var(name).parse::<f64>().expect("milliseconds") / 1000.0;
@@ -372,9 +447,9 @@ async fn powertools(
     let plan = serde_json::json!({
         "events": events,
         "marks": [marks.warm / BATCH, marks.total / BATCH],
-        "table": format!("bench-cpu-powertools-{round}"),
-        "server": world.moto,
-        "dynamodb": world.proxy.endpoint(),
+        "table": format!("bench-cpu-powertools-{round}-{}", world.on),
+        "server": backend.server,
+        "dynamodb": backend.proxy.endpoint(),
         "payment_url": world.stub.url(),
         "currency": var("DEFAULT_CURRENCY"),
         "connect_timeout_s": seconds("PAYMENT_CONNECT_TIMEOUT_MS"),
@@ -386,7 +461,8 @@ async fn powertools(
     ));
     std::fs::write(&path, plan.to_string()).expect("write the plan");
     let script = concat!(env!("CARGO_MANIFEST_DIR"), "/benches/powertools_cpu.py");
-    let (requests, bytes) = (world.proxy.requests(), world.proxy.body_bytes());
+    let proxy = backend.proxy.clone();
+    let (requests, bytes) = (proxy.requests(), proxy.body_bytes());
     let output = tokio::process::Command::new(python)
         .arg(script)
         .arg(&path)
@@ -405,8 +481,8 @@ async fn powertools(
     let cpu = |i: usize| result["cpu_s"][i].as_f64().expect("a CPU time");
     let per_order = PerOrder {
         cpu_us: marks.per_order(cpu(0), cpu(1)) * 1e6,
-        requests: (world.proxy.requests() - requests) as f64 / marks.total as f64,
-        body_bytes: (world.proxy.body_bytes() - bytes) as f64 / marks.total as f64,
+        requests: (proxy.requests() - requests) as f64 / marks.total as f64,
+        body_bytes: (proxy.body_bytes() - bytes) as f64 / marks.total as f64,
     };
     let version = format!(
         "Powertools {} (Python {})",
@@ -423,12 +499,14 @@ fn median(mut values: Vec<f64>) -> f64 {
 
 fn report(
     marks: Marks,
-    ours: &[PerOrder],
-    floors: &[PerOrder],
-    theirs: &[PerOrder],
+    world: &World,
+    ours: &[[Vec<PerOrder>; 2]],
+    floors: &[Vec<PerOrder>],
+    theirs: &[Vec<PerOrder>],
     allocations: &[[f64; 3]],
     powertools_version: Option<String>,
-) {
+) -> String {
+    use std::fmt::Write as _;
     let summary = |runs: &[PerOrder]| PerOrder {
         cpu_us: median(runs.iter().map(|r| r.cpu_us).collect()),
         requests: median(runs.iter().map(|r| r.requests).collect()),
@@ -438,19 +516,16 @@ fn report(
         let values: Vec<String> = runs.iter().map(|r| format!("{:.1}", r.cpu_us)).collect();
         values.join(", ")
     };
-    println!(
-        "\nCPU per order on the shipped path: events of {BATCH} new orders, CPU from {} to {} \
-         orders over {}, median of {} rounds",
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "CPU per order on the shipped path (`make bench-cpu`): events of {BATCH} new orders, CPU \
+         from {} to {} orders over {}, median of {} rounds.\n",
         marks.warm,
         marks.total,
         marks.total - marks.warm,
-        ours.len()
+        floors.first().map_or(0, Vec::len)
     );
-    println!(
-        "| function | CPU per order | DynamoDB requests per order | DynamoDB request body bytes \
-         per order | allocations per order |\n|---|---|---|---|---|"
-    );
-    let ours_summary = summary(ours);
     let counted = if allocations.is_empty() {
         "not counted (BENCH_COUNTING_FUNCTION is not set)".to_owned()
     } else {
@@ -462,44 +537,70 @@ fn report(
             at(2)
         )
     };
-    println!(
-        "| process-orders (Rust) | {:.1} us | {:.2} | {:.0} | {counted} |",
-        ours_summary.cpu_us, ours_summary.requests, ours_summary.body_bytes
-    );
-    let floor = summary(floors);
-    println!(
-        "| floor: the same round trips, bare hyper | {:.1} us | {:.2} | {:.0} | |",
-        floor.cpu_us, floor.requests, floor.body_bytes
-    );
-    println!(
-        "| process-orders / floor | **{:.2}** | | | |",
-        ours_summary.cpu_us / floor.cpu_us
-    );
-    println!("\nThe floor in each round, us: {}", list(floors));
-    match powertools_version {
-        Some(version) => {
-            let theirs_summary = summary(theirs);
-            println!(
+    let mut rounds = Vec::new();
+    for (on, backend) in world.backends.iter().enumerate() {
+        let _ = writeln!(
+            out,
+            "On {}:\n\n| function | CPU per order | DynamoDB requests per order | DynamoDB request \
+             body bytes per order | allocations per order |\n|---|---|---|---|---|",
+            backend.name
+        );
+        let direct = summary(&ours[on][0]);
+        let floor = summary(&floors[on]);
+        for (c, client) in CLIENTS.iter().enumerate() {
+            let mine = summary(&ours[on][c]);
+            let counted = if on == 0 && c == 0 {
+                counted.as_str()
+            } else {
+                ""
+            };
+            let _ = writeln!(
+                out,
+                "| process-orders, `DYNAMODB_CLIENT={client}` | {:.1} us | {:.2} | {:.0} | {counted} |",
+                mine.cpu_us, mine.requests, mine.body_bytes
+            );
+            rounds.push(format!("{} {client}: {}", backend.name, list(&ours[on][c])));
+        }
+        let _ = writeln!(
+            out,
+            "| floor: the same round trips, bare hyper | {:.1} us | {:.2} | {:.0} | |",
+            floor.cpu_us, floor.requests, floor.body_bytes
+        );
+        let sdk = summary(&ours[on][1]);
+        let _ = writeln!(
+            out,
+            "| direct / floor; sdk / direct | **{:.2}**; {:.2} | | | |",
+            direct.cpu_us / floor.cpu_us,
+            sdk.cpu_us / direct.cpu_us
+        );
+        rounds.push(format!("{} floor: {}", backend.name, list(&floors[on])));
+        if let Some(version) = &powertools_version {
+            let theirs_summary = summary(&theirs[on]);
+            let _ = writeln!(
+                out,
                 "| {version} | {:.1} us | {:.2} | {:.0} | |",
                 theirs_summary.cpu_us, theirs_summary.requests, theirs_summary.body_bytes
             );
-            println!(
-                "| Powertools / process-orders | **{:.1}** | | {:.2} | |",
-                theirs_summary.cpu_us / ours_summary.cpu_us,
-                theirs_summary.body_bytes / ours_summary.body_bytes
+            let _ = writeln!(
+                out,
+                "| Powertools / direct; Powertools / sdk | **{:.1}**; {:.1} | | | |",
+                theirs_summary.cpu_us / direct.cpu_us,
+                theirs_summary.cpu_us / sdk.cpu_us,
             );
-            println!(
-                "\nCPU per order in each round, us: process-orders {}; Powertools {}",
-                list(ours),
-                list(theirs)
-            );
+            rounds.push(format!(
+                "{} Powertools: {}",
+                backend.name,
+                list(&theirs[on])
+            ));
         }
-        None => {
-            println!("\nPowertools skipped: BENCH_PYTHON is not set (make bench-cpu sets it)");
-            println!(
-                "\nCPU per order in each round, us: process-orders {}",
-                list(ours)
-            );
-        }
+        out.push('\n');
     }
+    if powertools_version.is_none() {
+        out.push_str("Powertools skipped: BENCH_PYTHON is not set (make bench-cpu sets it).\n\n");
+    }
+    let _ = writeln!(out, "CPU per order in each round, us:\n");
+    for line in rounds {
+        let _ = writeln!(out, "- {line}");
+    }
+    out
 }

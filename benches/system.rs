@@ -5,7 +5,10 @@
 //!   API, with every variable `template.yaml` sets, against a hello-world `lambda_runtime`
 //!   binary built with the same profile;
 //! - (c) peak RSS with the largest generated event that fits Lambda's 6 MB payload;
-//! - (d) concurrency speedup with a store that adds 10 ms to every call.
+//! - (d) concurrency speedup with a store that adds 10 ms to every call;
+//! - traces: init with traces on, the function's own exporter against OpenTelemetry's SDK
+//!   (`opentelemetry-otlp`) in a hello-world, each against the bare hello-world, when
+//!   `BENCH_OTEL_HELLO` names the SDK's build (`make bench-otel`, which runs this part alone).
 //!
 //! (b) and (c) run the release binaries found in `BENCH_BIN_DIR` (`make bench` builds them).
 //! Under `cargo test --all-targets` (no `--bench` argument) this runs a small smoke version.
@@ -36,10 +39,18 @@ fn main() {
         .build()
         .expect("runtime");
     runtime.block_on(async {
+        let runs = if full { 21 } else { 3 };
+        if let (Ok(dir), Ok(otel)) = (
+            std::env::var("BENCH_BIN_DIR"),
+            std::env::var("BENCH_OTEL_HELLO"),
+        ) {
+            traces_init(&RuntimeApi::start().await, &dir, &otel, runs).await;
+            return;
+        }
         match std::env::var("BENCH_BIN_DIR") {
             Ok(dir) => {
                 let api = RuntimeApi::start().await;
-                init(&api, &dir, if full { 21 } else { 3 }).await;
+                init(&api, &dir, runs).await;
                 peak_rss(&api, &dir, if full { PAYLOAD_LIMIT } else { 200_000 }).await;
             }
             Err(_) => eprintln!(
@@ -160,6 +171,84 @@ async fn init(api: &RuntimeApi, dir: &str, runs: usize) {
         ms(ffs),
         ffs.as_secs_f64() / hf.as_secs_f64()
     );
+}
+
+/// A local OTLP/HTTP receiver that takes every export (200, an empty answer): its traces URL.
+async fn otlp_receiver() -> String {
+    let app = axum::Router::new().route("/v1/traces", axum::routing::post(|| async { "" }));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    format!("http://{addr}/v1/traces")
+}
+
+/// Init with traces on: spawn to the answer of an empty batch (its invocation's span exported
+/// before the answer), for the hello-world bare, the hello-world with OpenTelemetry's SDK
+/// exporter (`otel`), and the function with its own exporter and with traces off.
+async fn traces_init(api: &RuntimeApi, dir: &str, otel: &str, runs: usize) {
+    let hello = format!("{dir}/examples/hello");
+    let function =
+        std::env::var("BENCH_FUNCTION").unwrap_or_else(|_| format!("{dir}/process-orders"));
+    let receiver = otlp_receiver().await;
+    let dynoxide = process_orders::testkit::dynamo::Dynoxide::start().await;
+    let stub = process_orders::testkit::payment_stub::PaymentStub::start().await;
+    let env = template_environment("orders", &stub.url(), &dynoxide.endpoint());
+    let mut traced = env.clone();
+    traced.push((
+        "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT".to_owned(),
+        receiver.clone(),
+    ));
+    let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+    let traced: Vec<(&str, &str)> = traced
+        .iter()
+        .map(|(k, v)| (k.as_str(), v.as_str()))
+        .collect();
+    let sdk_env = [("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", receiver.as_str())];
+    let empty = r#"{"Records":[]}"#;
+    let (mut h, mut o, mut f, mut t) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    for _ in 0..runs {
+        // Alternate, so drift on the machine touches every variant alike.
+        h.push(serve_one(api, &hello, &[], empty).await.0);
+        o.push(serve_one(api, otel, &sdk_env, empty).await.0);
+        f.push(serve_one(api, &function, &env, empty).await.0);
+        t.push(serve_one(api, &function, &traced, empty).await.0);
+    }
+    let size = |path: &str| std::fs::metadata(path).map_or(0, |m| m.len());
+    let h = median(h);
+    println!(
+        "
+traces: init with traces on, spawn to the answer of an empty batch (its span exported \
+         over OTLP/HTTP protobuf to a local receiver before the answer), median of {runs}"
+    );
+    println!("| binary | ms | ratio to hello-world | size, bytes |\n|---|---|---|---|");
+    println!(
+        "| hello-world `lambda_runtime` | {} | 1.00 | {} |",
+        ms(h),
+        size(&hello)
+    );
+    for (name, path, runs) in [
+        (
+            "hello-world + OpenTelemetry's SDK (`opentelemetry-otlp`, batch processor)",
+            otel,
+            o,
+        ),
+        ("process-orders, traces off", function.as_str(), f),
+        (
+            "process-orders, traces on (its own exporter)",
+            function.as_str(),
+            t,
+        ),
+    ] {
+        let took = median(runs);
+        println!(
+            "| {name} | {} | {:.2} | {} |",
+            ms(took),
+            took.as_secs_f64() / h.as_secs_f64(),
+            size(path)
+        );
+    }
 }
 
 /// A secret holding a payment API key, on the Secrets Manager at `endpoint`; its ARN.

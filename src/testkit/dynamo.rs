@@ -264,6 +264,9 @@ pub struct CountingProxy {
 struct Upstream {
     client: reqwest::Client,
     url: String,
+    /// Added before each request is forwarded: a server's own latency, requests waiting side
+    /// by side.
+    delay: std::time::Duration,
     requests: Arc<AtomicUsize>,
     body_bytes: Arc<AtomicUsize>,
 }
@@ -271,6 +274,12 @@ struct Upstream {
 impl CountingProxy {
     /// A proxy to `upstream` (`http://host:port`) on a free loopback port.
     pub async fn start(upstream: &str) -> Self {
+        Self::start_with_delay(upstream, std::time::Duration::ZERO).await
+    }
+
+    /// [`Self::start`], each request held `delay` before it is forwarded (many at once): a
+    /// fast local server answering in DynamoDB's time.
+    pub async fn start_with_delay(upstream: &str, delay: std::time::Duration) -> Self {
         let tls = crate::tls::client_config().expect("a TLS configuration");
         let state = Upstream {
             client: reqwest::Client::builder()
@@ -279,6 +288,7 @@ impl CountingProxy {
                 .build()
                 .expect("an HTTP client"),
             url: upstream.trim_end_matches('/').to_owned(),
+            delay,
             requests: Arc::default(),
             body_bytes: Arc::default(),
         };
@@ -323,6 +333,9 @@ async fn forward(
     };
     upstream.requests.fetch_add(1, Ordering::SeqCst);
     upstream.body_bytes.fetch_add(body.len(), Ordering::SeqCst);
+    if !upstream.delay.is_zero() {
+        tokio::time::sleep(upstream.delay).await;
+    }
     let mut headers = parts.headers;
     // The client's signature covers the original host; DynamoDB-compatible servers do not check it.
     headers.remove(http::header::HOST);
