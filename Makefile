@@ -121,8 +121,10 @@ bench-otel:
 		BENCH_OTEL_HELLO=$(BENCH_OTEL_DIR)/hello-otel $(CARGO) bench -p process-orders --bench system
 
 # CPU per order on the shipped path (docs/performance.md): the release bootstrap as shipped, over
-# the local Runtime API, events of 10 new orders through moto (a counting proxy in front) and the
-# payment stub; the same orders through Powertools for AWS Lambda (Python) beside it; allocations
+# the local Runtime API, with each store client (DYNAMODB_CLIENT=direct, sdk), events of 10 new
+# orders through moto and through a stand-in answering as DynamoDB does (a counting proxy in front
+# of each) and the payment stub; the same orders through Powertools for AWS Lambda (Python) beside
+# it; the tables written to docs/results/bench-cpu.md, which the page links; allocations
 # from a second build with a counting allocator (--features count-allocations, never shipped).
 # Both bootstraps are copied aside first: cargo bench builds the binaries into the same release
 # folder with the bench profile. One table; nothing passes or fails on time.
@@ -135,6 +137,7 @@ bench-cpu: $(PY_STAMP) $(BENCH_VENV_STAMP)
 	cp $${CARGO_TARGET_DIR:-target}/release/process-orders $(BENCH_CPU_DIR)/process-orders
 	PATH="$(VENV)/bin:$$PATH" BENCH_FUNCTION=$(BENCH_CPU_DIR)/process-orders \
 		BENCH_COUNTING_FUNCTION=$(BENCH_CPU_DIR)/process-orders-counting \
+		BENCH_CPU_REPORT=$(CURDIR)/docs/results/bench-cpu.md \
 		BENCH_PYTHON=$(BENCH_VENV)/bin/python $(CARGO) bench -p process-orders --bench cpu
 
 lint:

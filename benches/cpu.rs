@@ -58,6 +58,8 @@ impl Marks {
 #[derive(Clone, Copy, Default)]
 struct PerOrder {
     cpu_us: f64,
+    /// Time to the answer, per order (an event's time over its orders).
+    wall_ms: f64,
     requests: f64,
     body_bytes: f64,
 }
@@ -116,7 +118,11 @@ async fn run(full: bool) {
                 warm: 200,
                 total: 1_000,
             },
-            5,
+            // Fewer for a quick look; the page's tables are made with 5.
+            std::env::var("BENCH_ROUNDS")
+                .ok()
+                .and_then(|n| n.parse().ok())
+                .unwrap_or(5),
         )
     } else {
         (
@@ -253,6 +259,7 @@ async fn floor(world: &mut World, table: &str, marks: Marks) -> PerOrder {
     let proxy = &world.backend().proxy;
     PerOrder {
         cpu_us: marks.per_order(cpu[0], cpu[1]) * 1e6,
+        wall_ms: f64::NAN,
         requests: (proxy.requests() - requests) as f64 / marks.total as f64,
         body_bytes: (proxy.body_bytes() - bytes) as f64 / marks.total as f64,
     }
@@ -379,6 +386,7 @@ async fn bootstrap(world: &mut World, bin: &str, marks: Marks, client: &str) -> 
     let (requests, bytes) = (proxy.requests(), proxy.body_bytes());
     let mut process = world.api.spawn(bin, &env).await;
     let mut cpu_warm = Duration::ZERO;
+    let mut wall_warm = std::time::Instant::now();
     for (n, event) in events.iter().enumerate() {
         let answer = process.invoke(event).await;
         let answer = answer.unwrap_or_else(|e| panic!("{bin} failed: {e}"));
@@ -390,13 +398,16 @@ async fn bootstrap(world: &mut World, bin: &str, marks: Marks, client: &str) -> 
         );
         if (n + 1) * BATCH == marks.warm {
             cpu_warm = process.cpu_time();
+            wall_warm = std::time::Instant::now();
         }
     }
     let cpu_total = process.cpu_time();
+    let wall = wall_warm.elapsed();
     let (_, stderr) = process.stop().await;
     check_charged_once(world, &orders);
     let per_order = PerOrder {
         cpu_us: marks.per_order(cpu_warm.as_secs_f64(), cpu_total.as_secs_f64()) * 1e6,
+        wall_ms: marks.per_order(0.0, wall.as_secs_f64()) * 1e3,
         // The function makes no request at start-up: every one belongs to an order.
         requests: (proxy.requests() - requests) as f64 / marks.total as f64,
         body_bytes: (proxy.body_bytes() - bytes) as f64 / marks.total as f64,
@@ -479,8 +490,10 @@ async fn powertools(
     assert_eq!(result["failures"], 0, "every order acknowledged: {result}");
     check_charged_once(world, &orders);
     let cpu = |i: usize| result["cpu_s"][i].as_f64().expect("a CPU time");
+    let wall = |i: usize| result["wall_s"][i].as_f64().expect("a wall time");
     let per_order = PerOrder {
         cpu_us: marks.per_order(cpu(0), cpu(1)) * 1e6,
+        wall_ms: marks.per_order(wall(0), wall(1)) * 1e3,
         requests: (proxy.requests() - requests) as f64 / marks.total as f64,
         body_bytes: (proxy.body_bytes() - bytes) as f64 / marks.total as f64,
     };
@@ -509,6 +522,7 @@ fn report(
     use std::fmt::Write as _;
     let summary = |runs: &[PerOrder]| PerOrder {
         cpu_us: median(runs.iter().map(|r| r.cpu_us).collect()),
+        wall_ms: median(runs.iter().map(|r| r.wall_ms).collect()),
         requests: median(runs.iter().map(|r| r.requests).collect()),
         body_bytes: median(runs.iter().map(|r| r.body_bytes).collect()),
     };
@@ -541,8 +555,9 @@ fn report(
     for (on, backend) in world.backends.iter().enumerate() {
         let _ = writeln!(
             out,
-            "On {}:\n\n| function | CPU per order | DynamoDB requests per order | DynamoDB request \
-             body bytes per order | allocations per order |\n|---|---|---|---|---|",
+            "On {}:\n\n| function | CPU per order | time per order | DynamoDB requests per order \
+             | DynamoDB request body bytes per order | allocations per order |\n\
+             |---|---|---|---|---|---|",
             backend.name
         );
         let direct = summary(&ours[on][0]);
@@ -556,20 +571,20 @@ fn report(
             };
             let _ = writeln!(
                 out,
-                "| process-orders, `DYNAMODB_CLIENT={client}` | {:.1} us | {:.2} | {:.0} | {counted} |",
-                mine.cpu_us, mine.requests, mine.body_bytes
+                "| process-orders, `DYNAMODB_CLIENT={client}` | {:.1} us | {:.2} ms | {:.2} | {:.0} | {counted} |",
+                mine.cpu_us, mine.wall_ms, mine.requests, mine.body_bytes
             );
             rounds.push(format!("{} {client}: {}", backend.name, list(&ours[on][c])));
         }
         let _ = writeln!(
             out,
-            "| floor: the same round trips, bare hyper | {:.1} us | {:.2} | {:.0} | |",
+            "| floor: the same round trips, bare hyper | {:.1} us | | {:.2} | {:.0} | |",
             floor.cpu_us, floor.requests, floor.body_bytes
         );
         let sdk = summary(&ours[on][1]);
         let _ = writeln!(
             out,
-            "| direct / floor; sdk / direct | **{:.2}**; {:.2} | | | |",
+            "| direct / floor; sdk / direct | **{:.2}**; {:.2} | | | | |",
             direct.cpu_us / floor.cpu_us,
             sdk.cpu_us / direct.cpu_us
         );
@@ -578,12 +593,15 @@ fn report(
             let theirs_summary = summary(&theirs[on]);
             let _ = writeln!(
                 out,
-                "| {version} | {:.1} us | {:.2} | {:.0} | |",
-                theirs_summary.cpu_us, theirs_summary.requests, theirs_summary.body_bytes
+                "| {version} | {:.1} us | {:.2} ms | {:.2} | {:.0} | |",
+                theirs_summary.cpu_us,
+                theirs_summary.wall_ms,
+                theirs_summary.requests,
+                theirs_summary.body_bytes
             );
             let _ = writeln!(
                 out,
-                "| Powertools / direct; Powertools / sdk | **{:.1}**; {:.1} | | | |",
+                "| Powertools / direct; Powertools / sdk | **{:.1}**; {:.1} | | | | |",
                 theirs_summary.cpu_us / direct.cpu_us,
                 theirs_summary.cpu_us / sdk.cpu_us,
             );

@@ -83,6 +83,7 @@ def main() -> None:
 
     marks = set(plan["marks"])
     cpu_s = []
+    wall_s = []
     failures = 0
     for n, event in enumerate(plan["events"], start=1):
         response = process_partial_response(
@@ -94,12 +95,14 @@ def main() -> None:
         failures += len(response["batchItemFailures"])
         if n in marks:
             cpu_s.append(time.process_time())
+            wall_s.append(time.perf_counter())
     print(
         json.dumps(
             {
                 "powertools": version("aws-lambda-powertools"),
                 "python": platform.python_version(),
                 "cpu_s": cpu_s,
+                "wall_s": wall_s,
                 "failures": failures,
             }
         )

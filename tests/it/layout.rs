@@ -527,3 +527,49 @@ fn the_functions_modules_form_no_circle() {
         "the graph is read: {edges:?}"
     );
 }
+
+/// Each library's README has a Layout section naming every source file of its `src/`, and only
+/// files that exist: a module added, moved or removed without its line fails here.
+#[test]
+fn each_librarys_layout_names_every_source_file() {
+    fn sources(dir: &Path, root: &Path, out: &mut Vec<String>) {
+        for entry in std::fs::read_dir(dir).expect("a source folder") {
+            let path = entry.expect("an entry").path();
+            if path.is_dir() {
+                sources(&path, root, out);
+            } else if path.extension().is_some_and(|e| e == "rs") {
+                let relative = path.strip_prefix(root).expect("under src");
+                out.push(relative.to_string_lossy().replace('\\', "/"));
+            }
+        }
+    }
+    for crate_name in ["lambda-kit", "sqs-batch", "idempotency", "claim-check"] {
+        let dir = Path::new(ROOT).join("crates").join(crate_name);
+        let readme = std::fs::read_to_string(dir.join("README.md")).expect("a README");
+        let section = readme
+            .split("\n## Layout\n")
+            .nth(1)
+            .unwrap_or_else(|| panic!("{crate_name}'s README has no Layout section"));
+        let section = section.split("\n## ").next().unwrap_or_default();
+        let named: Vec<&str> = section
+            .split('`')
+            .skip(1)
+            .step_by(2)
+            .filter(|span| span.ends_with(".rs"))
+            .collect();
+        let mut files = Vec::new();
+        sources(&dir.join("src"), &dir.join("src"), &mut files);
+        for file in &files {
+            assert!(
+                named.contains(&file.as_str()),
+                "{crate_name}'s Layout does not name src/{file}"
+            );
+        }
+        for name in &named {
+            assert!(
+                files.iter().any(|f| f == name),
+                "{crate_name}'s Layout names src/{name}, which does not exist"
+            );
+        }
+    }
+}
