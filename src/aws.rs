@@ -5,10 +5,10 @@
 //! SDK's own `AWS_ENDPOINT_URL` / `AWS_ENDPOINT_URL_<SERVICE>`.
 //!
 //! The SDK's HTTP client is [`http_client`]: reqwest on the compiled-in roots of
-//! `tls`, the same stack as the payment gateway. The SDK's default client would read
-//! the system trust store, and parse it again for every connector it builds (one per timeout
-//! setting, and one for the STS client of the default credentials chain): about 2 to 4 ms of
-//! each cold start.
+//! `tls`, the same stack as the payment gateway. The SDK's default client would read and parse
+//! the system trust store at the first connector it builds (once a process, as
+//! aws-smithy-http-client 1.5 caches the roots) and keep a second TLS stack beside reqwest's: a
+//! few milliseconds of each cold start (docs/performance.md, "Init and first response").
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};

@@ -318,7 +318,7 @@ pub enum StoreKind {
     /// `memory`: the in-memory store, faults injected around each call.
     #[default]
     Memory,
-    /// `dynamodb`: the shipped DynamoDB store, through the AWS SDK, on dynoxide's engine in the
+    /// `dynamodb`: the shipped DynamoDB store, through its own client, on dynoxide's engine in the
     /// process ([`crate::dynamodb`]), faults injected at the HTTP layer.
     DynamoDb,
 }

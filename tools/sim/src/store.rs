@@ -1,6 +1,6 @@
 //! The table as one container's client sees it: the in-memory store's conditional rules behind
 //! latency, failures, and writes applied whose answer is lost; or the real `DynamoDbStore`,
-//! through the SDK, on dynoxide's engine ([`crate::dynamodb`], whose HTTP layer injects those
+//! through its own client (as the function builds it), on dynoxide's engine ([`crate::dynamodb`], whose HTTP layer injects those
 //! faults where DynamoDB's would be).
 
 use std::sync::Arc;
