@@ -26,7 +26,7 @@ AUDITABLE_BIN := $(CARGO_BIN_DIR)/cargo-auditable
 SBOM_BIN := $(CARGO_BIN_DIR)/auditable2cdx
 AUDITABLE := RUSTC_WORKSPACE_WRAPPER="$(AUDITABLE_BIN)" CARGO_AUDITABLE_ORIG_ARGS='{"offline":false,"locked":false,"frozen":false,"config":[]}'
 
-.PHONY: run run-dynamodb demo ops-demo test adopter planted-bugs redis-server chaos sim mutants mutants-sim bench bench-otel bench-cpu lint package semver msrv deny fuzz invoke check-template build build-lambda check-lambda deploy clean-venv
+.PHONY: run run-dynamodb demo ops-demo test check adopter planted-bugs redis-server chaos sim mutants mutants-sim bench bench-otel bench-cpu lint package semver msrv deny fuzz invoke check-template build build-lambda check-lambda deploy clean-venv
 
 run:
 	@$(CARGO) build --quiet --bin process-orders
@@ -62,6 +62,14 @@ test: $(PY_STAMP) redis-server
 	PATH="$(VENV)/bin:$$PATH" $(CARGO) test -p orders-ops --features s3-claim-check --test it
 	$(MAKE) --no-print-directory planted-bugs
 	$(MAKE) --no-print-directory adopter
+
+# The inner loop: format, lint, and every crate's unit tests (the code's own #[cfg(test)]
+# modules, which start no server), without the integration tests, the doctests or the other
+# feature sets `make test` builds.
+check:
+	$(CARGO) fmt --all -- --check
+	$(CARGO) clippy --workspace --all-targets -- -D warnings
+	$(CARGO) test --workspace --lib --bins
 
 # The simulator's planted-bug tests (ignored in this tree, which has no bug), in the planted
 # tree: each planted bug must be caught within a bounded number of seeds.

@@ -297,7 +297,9 @@ fn floor_child(plan: &str) {
         let request = http::Request::post(dynamodb.clone())
             .header("content-type", "application/x-amz-json-1.0")
             .header("x-amz-target", target)
-            // moto reads the region and the account from it; nothing checks the signature.
+            // moto reads the region and the account from it; nothing checks the signature, and
+            // dynoxide only that it is dated.
+            .header("x-amz-date", "20260101T000000Z")
             .header(
                 "authorization",
                 "AWS4-HMAC-SHA256 Credential=test/20260101/us-east-1/dynamodb/aws4_request, \
@@ -316,8 +318,9 @@ fn floor_child(plan: &str) {
                 "Item": {"pk": {"S": &id}, "status": {"S": "IN_PROGRESS"}, "expiry": {"N": "9999999999"}},
                 "ConditionExpression": "attribute_not_exists(pk)",
             });
-            let (status, _) = dynamodb_call("DynamoDB_20120810.PutItem", claim.to_string()).await;
-            assert!(status.is_success(), "claimed: {status}");
+            let (status, answer) =
+                dynamodb_call("DynamoDB_20120810.PutItem", claim.to_string()).await;
+            assert!(status.is_success(), "claimed: {status} {answer:?}");
             let body = serde_json::json!({"order_id": &id, "amount": 1000, "currency": "EUR"});
             let charge = http::Request::post(charges.clone())
                 .header("idempotency-key", &id)
@@ -333,9 +336,9 @@ fn floor_child(plan: &str) {
                 "ExpressionAttributeNames": {"#s": "status"},
                 "ExpressionAttributeValues": {":c": {"S": "COMPLETED"}},
             });
-            let (status, _) =
+            let (status, answer) =
                 dynamodb_call("DynamoDB_20120810.UpdateItem", complete.to_string()).await;
-            assert!(status.is_success(), "completed: {status}");
+            assert!(status.is_success(), "completed: {status} {answer:?}");
             if n + 1 == warm || n + 1 == total {
                 cpu.push(process_cpu_time(std::process::id()).as_secs_f64());
             }
