@@ -621,3 +621,32 @@ fn no_page_dates_a_fact_by_when_it_was_made() {
         dated.join("\n")
     );
 }
+
+/// The README's configuration table gives each variable the default the code applies (the
+/// crates' and the function's registries, `config::variables()` and the worker's, whose values
+/// the configuration's own tests hold to what is applied): a default changed in the code and not
+/// in the table fails here.
+#[test]
+fn the_readme_gives_each_variable_the_default_the_code_applies() {
+    let readme = read(Path::new(env!("CARGO_MANIFEST_DIR")).join("README.md"));
+    let mut registered = process_orders::config::variables();
+    registered.extend_from_slice(sqs_batch::worker::VARIABLES);
+    let mut wrong = Vec::new();
+    for (name, default) in registered {
+        let Some(default) = default else { continue };
+        let row = readme
+            .lines()
+            .find(|line| line.starts_with(&format!("| `{name}` |")));
+        let Some(row) = row else {
+            wrong.push(format!("{name}: no row of its own in the README's table"));
+            continue;
+        };
+        let cell = row.split('|').nth(2).unwrap_or_default().trim();
+        if !cell.starts_with(&format!("`{default}`")) {
+            wrong.push(format!(
+                "{name}: the code's default is {default}, the README says {cell}"
+            ));
+        }
+    }
+    assert!(wrong.is_empty(), "{wrong:#?}");
+}
