@@ -430,6 +430,10 @@ impl BatchOptions {
     }
 }
 
+/// The reason a record not started because its runtime is stopping is reported with
+/// ([`RecordStatus::SkippedStopping`]; the worker then releases it).
+pub const SHUTTING_DOWN: &str = "shutting_down";
+
 /// What happened to one record.
 #[derive(Debug, Clone, PartialEq)]
 #[non_exhaustive]
@@ -527,7 +531,7 @@ impl BatchReport {
             let reason = match status {
                 RecordStatus::Handled(v) | RecordStatus::Moved(v) => v.reason,
                 RecordStatus::SkippedDeadline => "deadline",
-                RecordStatus::SkippedStopping => crate::worker::SHUTTING_DOWN,
+                RecordStatus::SkippedStopping => SHUTTING_DOWN,
                 RecordStatus::SkippedAfter { .. } => "after_failure",
             };
             match reasons.iter_mut().find(|(r, _)| *r == reason) {
@@ -1147,7 +1151,7 @@ fn log_report<H: RecordHandler>(
             RecordStatus::SkippedStopping => warn!(
                 message_id = message.message_id,
                 outcome = Decision::Retry.as_str(),
-                reason = crate::worker::SHUTTING_DOWN,
+                reason = SHUTTING_DOWN,
                 receive_count,
                 first_receive_ms = message.first_receive_ms,
                 group_id = message.group_id,

@@ -74,8 +74,10 @@ use crate::{Processed, processor::Backoff};
 /// SQS keeps a received message invisible for at most 12 hours from the receive.
 pub const VISIBILITY_CAP_MS: u64 = 12 * 3_600_000;
 
-/// The reason a record not started before shutdown is reported with (then released).
-pub const SHUTTING_DOWN: &str = "shutting_down";
+/// The reason a record not started before shutdown is reported with (then released). Defined
+/// beside the status it names ([`crate::processor::RecordStatus::SkippedStopping`]), so the
+/// processor never reads from the worker above it.
+pub use crate::processor::SHUTTING_DOWN;
 
 /// How the worker polls and stops. Built with [`WorkerOptions::default`] or
 /// [`WorkerOptions::from_env`]; fields may be added.
