@@ -93,6 +93,7 @@ pub mod worker;
 
 mod batch;
 mod env_names;
+mod failure;
 mod turns;
 
 // The root holds what a handler's author meets first; the rest is in its module (edge,

@@ -881,7 +881,7 @@ impl<H: RecordHandler, C: Clock> BatchProcessor<H, C> {
         // takes the deadline and the earlier attempt from it without being handed the record.
         let current = CurrentRecord {
             deadline_ms,
-            earlier_attempt_ms: crate::dead_letter::earlier_attempt_ms(message),
+            earlier_attempt_ms: crate::failure::earlier_attempt_ms(message),
         };
         let scope = InScope {
             current,

@@ -33,7 +33,6 @@ use std::sync::Arc;
 
 use serde::de::DeserializeOwned;
 
-use crate::dead_letter;
 use crate::edge::Message;
 use crate::processor::{Invocation, RecordHandler, Verdict};
 
@@ -61,7 +60,7 @@ pub struct Record {
     /// `ApproximateReceiveCount`, when SQS sent it.
     pub receive_count: Option<u32>,
     /// When an attempt at this message's work may already have been made, as the message itself
-    /// says: a copy moved to the DLQ by this crate ([`dead_letter`]) and redriven carries its
+    /// says: a copy moved to the DLQ by this crate ([`crate::dead_letter`]) and redriven carries its
     /// first failure's time. `None` for most messages.
     pub earlier_attempt_ms: Option<u64>,
     /// The Lambda request id of the invocation, under Lambda (for logs that Powertools users
@@ -79,7 +78,7 @@ impl Record {
             message_id: message.message_id.to_owned(),
             deadline_ms: context.deadline_ms,
             receive_count: message.receive_count,
-            earlier_attempt_ms: dead_letter::earlier_attempt_ms(message),
+            earlier_attempt_ms: crate::failure::earlier_attempt_ms(message),
             request_id: context.request_id,
             function_arn: context.function_arn,
         }
