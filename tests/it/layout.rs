@@ -435,114 +435,13 @@ fn the_functions_modules_form_no_circle() {
             modules.push((name, std::fs::read_to_string(&path).expect("read")));
         }
     }
-    let names: Vec<String> = modules.iter().map(|(m, _)| m.clone()).collect();
-    // The longest module name a path starts with (`payment::http` before `payment`).
-    let target = |path: &str| {
-        names
-            .iter()
-            .filter(|n| path == n.as_str() || path.starts_with(&format!("{n}::")))
-            .max_by_key(|n| n.len())
-            .cloned()
-    };
-    let mut edges: Vec<(String, String)> = Vec::new();
-    for (module, text) in &modules {
-        // Code only: not the tests, not comments (a doc link is no dependency).
-        let code: String = text
-            .split("#[cfg(test)]")
-            .next()
-            .unwrap_or_default()
-            .lines()
-            .filter(|line| !line.trim_start().starts_with("//"))
-            .collect::<Vec<_>>()
-            .join("\n");
-        let parent = module.split("::").next().unwrap_or_default();
-        let mut refer = |path: &str| {
-            if let Some(to) = target(path).filter(|to| to != module) {
-                edges.push((module.clone(), to));
-            }
-        };
-        for (prefix, base) in [
-            ("crate::", String::new()),
-            ("super::", format!("{parent}::")),
-        ] {
-            if prefix == "super::" && !module.contains("::") {
-                continue;
-            }
-            for (i, _) in code.match_indices(prefix) {
-                let rest = &code[i + prefix.len()..];
-                let path: String = rest
-                    .chars()
-                    .take_while(|c| c.is_ascii_alphanumeric() || *c == '_' || *c == ':')
-                    .collect();
-                let path = path.trim_end_matches(':');
-                refer(&format!("{base}{path}"));
-                // `use crate::payment::{http, key}`: each name in the braces.
-                if rest[path.len()..].starts_with("::{") {
-                    let inner = rest[path.len() + 3..].split('}').next().unwrap_or_default();
-                    for item in inner.split(',') {
-                        let item = item.trim().split("::").next().unwrap_or_default().trim();
-                        refer(&format!("{base}{path}::{item}"));
-                    }
-                }
-            }
-        }
-    }
-    edges.sort();
-    edges.dedup();
-    // Depth-first search for a circle, naming it when found.
-    fn visit(
-        node: &str,
-        edges: &[(String, String)],
-        path: &mut Vec<String>,
-        done: &mut Vec<String>,
-    ) -> Option<Vec<String>> {
-        if let Some(at) = path.iter().position(|p| p == node) {
-            let mut circle = path[at..].to_vec();
-            circle.push(node.to_owned());
-            return Some(circle);
-        }
-        if done.iter().any(|d| d == node) {
-            return None;
-        }
-        path.push(node.to_owned());
-        for (_, to) in edges.iter().filter(|(from, _)| from == node) {
-            if let Some(circle) = visit(to, edges, path, done) {
-                return Some(circle);
-            }
-        }
-        path.pop();
-        done.push(node.to_owned());
-        None
-    }
-    let mut done = Vec::new();
-    for name in &names {
-        if let Some(circle) = visit(name, &edges, &mut Vec::new(), &mut done) {
-            panic!("a circle of modules: {}", circle.join(" -> "));
-        }
-    }
-    assert!(
-        edges
-            .iter()
-            .any(|(from, to)| from == "config" && to == "payment::http"),
-        "the graph is read: {edges:?}"
-    );
+    no_circle(&modules, ("config", "payment::http"));
 }
 
 /// Each library's README has a Layout section naming every source file of its `src/`, and only
 /// files that exist: a module added, moved or removed without its line fails here.
 #[test]
 fn each_librarys_layout_names_every_source_file() {
-    fn sources(dir: &Path, root: &Path, out: &mut Vec<String>) {
-        for entry in std::fs::read_dir(dir).expect("a source folder") {
-            let path = entry.expect("an entry").path();
-            if path.is_dir() {
-                sources(&path, root, out);
-            } else if path.extension().is_some_and(|e| e == "rs") {
-                let relative = path.strip_prefix(root).expect("under src");
-                out.push(relative.to_string_lossy().replace('\\', "/"));
-            }
-        }
-    }
     for crate_name in ["lambda-kit", "sqs-batch", "idempotency", "claim-check"] {
         let dir = Path::new(ROOT).join("crates").join(crate_name);
         let readme = std::fs::read_to_string(dir.join("README.md")).expect("a README");
@@ -572,4 +471,144 @@ fn each_librarys_layout_names_every_source_file() {
             );
         }
     }
+}
+
+/// The `.rs` files under `dir`, as paths relative to `root` with `/` between folders.
+fn sources(dir: &Path, root: &Path, out: &mut Vec<String>) {
+    for entry in std::fs::read_dir(dir).expect("a source folder") {
+        let path = entry.expect("an entry").path();
+        if path.is_dir() {
+            sources(&path, root, out);
+        } else if path.extension().is_some_and(|e| e == "rs") {
+            let relative = path.strip_prefix(root).expect("under src");
+            out.push(relative.to_string_lossy().replace('\\', "/"));
+        }
+    }
+}
+
+// Depth-first search for a circle, naming it when found.
+fn visit(
+    node: &str,
+    edges: &[(String, String)],
+    path: &mut Vec<String>,
+    done: &mut Vec<String>,
+) -> Option<Vec<String>> {
+    if let Some(at) = path.iter().position(|p| p == node) {
+        let mut circle = path[at..].to_vec();
+        circle.push(node.to_owned());
+        return Some(circle);
+    }
+    if done.iter().any(|d| d == node) {
+        return None;
+    }
+    path.push(node.to_owned());
+    for (_, to) in edges.iter().filter(|(from, _)| from == node) {
+        if let Some(circle) = visit(to, edges, path, done) {
+            return Some(circle);
+        }
+    }
+    path.pop();
+    done.push(node.to_owned());
+    None
+}
+
+/// The idempotency crate's modules depend on one another without a circle (its tests and
+/// testkit left out): the graph the issue of its layering starts from, held. An edge is a
+/// `crate::m` or `super::m` in a module's code outside its tests.
+#[test]
+fn the_idempotency_crates_modules_form_no_circle() {
+    let src = Path::new(ROOT).join("crates/idempotency/src");
+    let mut files = Vec::new();
+    sources(&src, &src, &mut files);
+    let modules: Vec<(String, String)> = files
+        .iter()
+        .filter(|f| *f != "lib.rs" && !f.starts_with("testkit"))
+        .map(|f| {
+            let name = f
+                .trim_end_matches(".rs")
+                .trim_end_matches("/mod")
+                .replace('/', "::");
+            (name, std::fs::read_to_string(src.join(f)).expect("read"))
+        })
+        .collect();
+    no_circle(&modules, ("guard", "store"));
+}
+
+/// The edges between `modules` (each a name such as `payment::http` and its source): a
+/// `crate::m` or a `super::m` (from the module's parent) in its code outside its tests and
+/// comments, each name of a `{...}` group counted, to the longest module name the path starts
+/// with. Sorted, without repeats.
+fn module_edges(modules: &[(String, String)]) -> Vec<(String, String)> {
+    let names: Vec<&str> = modules.iter().map(|(m, _)| m.as_str()).collect();
+    let target = |path: &str| {
+        names
+            .iter()
+            .filter(|n| path == **n || path.starts_with(&format!("{n}::")))
+            .max_by_key(|n| n.len())
+            .map(|n| (*n).to_owned())
+    };
+    let mut edges: Vec<(String, String)> = Vec::new();
+    for (module, text) in modules {
+        // Code only: not the tests, not comments (a doc link is no dependency).
+        let code: String = text
+            .split("#[cfg(test)]")
+            .next()
+            .unwrap_or_default()
+            .lines()
+            .filter(|line| !line.trim_start().starts_with("//"))
+            .collect::<Vec<_>>()
+            .join("\n");
+        let parent = module.rsplit_once("::").map_or("", |(p, _)| p);
+        for (prefix, base) in [
+            ("crate::", String::new()),
+            ("super::", format!("{parent}::")),
+        ] {
+            if prefix == "super::" && parent.is_empty() {
+                continue;
+            }
+            for (i, _) in code.match_indices(prefix) {
+                let rest = &code[i + prefix.len()..];
+                let path: String = rest
+                    .chars()
+                    .take_while(|c| c.is_ascii_alphanumeric() || *c == '_' || *c == ':')
+                    .collect();
+                let path = path.trim_end_matches(':');
+                let mut paths = vec![format!("{base}{path}")];
+                // `use crate::payment::{http, key}`: each name in the braces.
+                if rest[path.len()..].starts_with("::{") {
+                    let inner = rest[path.len() + 3..].split('}').next().unwrap_or_default();
+                    for item in inner.split(',') {
+                        let item = item.trim().split("::").next().unwrap_or_default().trim();
+                        paths.push(format!("{base}{path}::{item}"));
+                    }
+                }
+                for to in paths.iter().filter_map(|p| target(p)) {
+                    if to != *module {
+                        edges.push((module.clone(), to));
+                    }
+                }
+            }
+        }
+    }
+    edges.sort();
+    edges.dedup();
+    edges
+}
+
+/// Fails naming the circle when `modules` depend on one another in one; `known` is an edge the
+/// graph must hold, so a reading that finds no edge cannot pass.
+fn no_circle(modules: &[(String, String)], known: (&str, &str)) {
+    let edges = module_edges(modules);
+    let mut done = Vec::new();
+    for (name, _) in modules {
+        if let Some(circle) = visit(name, &edges, &mut Vec::new(), &mut done) {
+            panic!("a circle of modules: {}", circle.join(" -> "));
+        }
+    }
+    assert!(
+        edges
+            .iter()
+            .any(|(from, to)| (from.as_str(), to.as_str()) == known),
+        "the graph is read: {edges:?}"
+    );
 }
