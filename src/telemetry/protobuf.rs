@@ -7,8 +7,8 @@
 //! types bring `prost`, `tonic`'s message types and their build into the bootstrap for a path
 //! that runs once per invocation when traces are on. The test that holds it
 //! (`tests/it/traces.rs`) decodes what it writes with the official generated Python types
-//! (`opentelemetry-proto` from PyPI) and compares the result with the JSON request, field by
-//! field.
+//! (`opentelemetry-proto` from PyPI) and runs on the result the span-tree assertions the JSON
+//! export passes.
 //!
 //! The mapping from OTLP/JSON is the protocol's own: ids are hex strings there and bytes here,
 //! 64-bit integers are decimal strings there, enums are numbers in both.
