@@ -568,7 +568,7 @@ async fn deadline() {
         process_orders::payment::SimulatedGateway::new(),
         SystemClock,
     )
-    .with_backoff(Some(sqs_batch::processor::Backoff {
+    .with_backoff(Some(sqs_batch::Backoff {
         port: SqsVisibility::new(sqs),
         policy: BackoffPolicy::new(5, 900),
     }));

@@ -13,9 +13,9 @@ use sqs_batch::visibility::SqsVisibility;
 use sqs_batch::worker::sqs::SqsQueue;
 use sqs_batch::worker::{QueueError, QueuePort, Worker, WorkerHooks, WorkerOptions};
 use sqs_batch::{
-    BatchProcessor, Processed, backoff::BackoffPolicy, backoff::RedriveCheck,
+    Backoff, BatchProcessor, Processed, backoff::BackoffPolicy, backoff::RedriveCheck,
     dead_letter::DeadLetters, edge::Batch, edge::EventError, edge::EventView,
-    edge::SqsBatchResponse, edge::SqsEvent, processor::Backoff, processor::BatchReport,
+    edge::SqsBatchResponse, edge::SqsEvent, processor::BatchReport,
 };
 
 use crate::aws::{self, SdkSettings};
@@ -441,12 +441,12 @@ where
             .handle_batch(&Batch::from_view(&event)?, invocation)
             .await?;
         if self.processor.options().fail_on_entire_batch_failure {
-            sqs_batch::processor::check_entire_batch(&report)?;
+            sqs_batch::check_entire_batch(&report)?;
         }
         Ok(response)
     }
 
-    /// Processes one batch ([`sqs_batch::processor::process_batch`]: the records, the response and its
+    /// Processes one batch ([`sqs_batch::process_batch`]: the records, the response and its
     /// check, the backoff), then writes the metrics.
     pub async fn handle_batch(
         &self,
@@ -457,7 +457,7 @@ where
         // A duration measurement only: the monotonic clock, not the injected one.
         let started = Instant::now();
         Reporting::starting(self.ports());
-        let processed = sqs_batch::processor::process_batch(
+        let processed = sqs_batch::process_batch(
             &self.processor,
             batch,
             invocation,

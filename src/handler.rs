@@ -31,7 +31,7 @@
 //!    correlation id, a detail for people, and when to retry (a configuration error waits
 //!    [`CONFIGURATION_RETRY_AFTER_MS`], a busy key until its lease ends, an in-flight charge as
 //!    the provider asked).
-//! 7. **After the batch** (`sqs_batch::processor::process_batch`): a RETRY at the receive before the
+//! 7. **After the batch** (`sqs_batch::process_batch`): a RETRY at the receive before the
 //!    queue's redrive becomes POISON `retries_exhausted`; POISON records are moved to the DLQ
 //!    with their reason when `SQS_BATCH_MOVE_POISON_TO_DLQ` is on; reported records get the visibility
 //!    backoff; the response lists exactly the records to retry (FIFO: from the first failure on)

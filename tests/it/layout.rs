@@ -512,17 +512,15 @@ fn visit(
     None
 }
 
-/// The idempotency crate's modules depend on one another without a circle (its tests and
-/// testkit left out): the graph the issue of its layering starts from, held. An edge is a
-/// `crate::m` or `super::m` in a module's code outside its tests.
-#[test]
-fn the_idempotency_crates_modules_form_no_circle() {
-    let src = Path::new(ROOT).join("crates/idempotency/src");
+/// A library crate's modules outside its tests and testkit, each a name such as
+/// `dynamodb::direct` and its source.
+fn library_modules(crate_name: &str) -> Vec<(String, String)> {
+    let src = Path::new(ROOT).join("crates").join(crate_name).join("src");
     let mut files = Vec::new();
     sources(&src, &src, &mut files);
-    let modules: Vec<(String, String)> = files
+    files
         .iter()
-        .filter(|f| *f != "lib.rs" && !f.starts_with("testkit"))
+        .filter(|f| *f != "lib.rs" && !f.starts_with("testkit") && !f.ends_with("tests.rs"))
         .map(|f| {
             let name = f
                 .trim_end_matches(".rs")
@@ -530,8 +528,85 @@ fn the_idempotency_crates_modules_form_no_circle() {
                 .replace('/', "::");
             (name, std::fs::read_to_string(src.join(f)).expect("read"))
         })
-        .collect();
+        .collect()
+}
+
+/// The idempotency crate in layers, lowest first: the store's contracts, the stores, the guarded
+/// run, `once`, the verdicts for `sqs-batch`. No module imports from a higher layer, and none
+/// circles back.
+#[test]
+fn the_idempotency_crates_modules_import_only_downwards() {
+    let modules = library_modules("idempotency");
     no_circle(&modules, ("guard", "store"));
+    layered(
+        &modules,
+        &[
+            &["store"],
+            &[
+                "memory",
+                "dynamodb",
+                "dynamodb::direct",
+                "dynamodb::direct::quota",
+                "dynamodb::direct::sigv4",
+                "redis",
+                "cached",
+                "configured",
+            ],
+            &["guard"],
+            &["once"],
+            &["verdict", "no_verdict"],
+        ],
+    );
+}
+
+/// The batch crate in layers, lowest first: the event's edge, the processor, settling
+/// (visibility, DLQ moves), one batch from event to response, the runners. No module imports
+/// from a higher layer, and none circles back.
+#[test]
+fn the_batch_crates_modules_import_only_downwards() {
+    let modules = library_modules("sqs-batch");
+    no_circle(&modules, ("processor", "edge"));
+    layered(
+        &modules,
+        &[
+            &["edge", "failure", "turns", "env_names", "sqs_entries"],
+            &["processor", "typed"],
+            &[
+                "backoff",
+                "visibility",
+                "visibility::sqs",
+                "dead_letter",
+                "dead_letter::sqs",
+            ],
+            &["batch"],
+            &["lambda", "worker", "worker::sqs"],
+        ],
+    );
+}
+
+/// Fails naming the import when a module of `modules` imports from a higher layer of `layers`
+/// (lowest first), or when a module is in no layer (a new file must be placed).
+fn layered(modules: &[(String, String)], layers: &[&[&str]]) {
+    let layer = |name: &str| {
+        layers
+            .iter()
+            .position(|l| l.contains(&name))
+            .unwrap_or_else(|| panic!("the module {name} is in no layer: place it"))
+    };
+    for (name, _) in modules {
+        layer(name);
+    }
+    let edges = module_edges(modules);
+    let upward: Vec<String> = edges
+        .iter()
+        .filter(|(from, to)| layer(from) < layer(to))
+        .map(|(from, to)| format!("{from} -> {to}"))
+        .collect();
+    assert!(upward.is_empty(), "imports from a higher layer: {upward:?}");
+    assert!(
+        edges.iter().any(|(from, to)| layer(from) > layer(to)),
+        "the graph is read: {edges:?}"
+    );
 }
 
 /// The edges between `modules` (each a name such as `payment::http` and its source): a
@@ -559,30 +634,15 @@ fn module_edges(modules: &[(String, String)]) -> Vec<(String, String)> {
             .collect::<Vec<_>>()
             .join("\n");
         let parent = module.rsplit_once("::").map_or("", |(p, _)| p);
-        for (prefix, base) in [
-            ("crate::", String::new()),
-            ("super::", format!("{parent}::")),
-        ] {
+        for (prefix, base) in [("crate::", String::new()), ("super::", parent.to_owned())] {
             if prefix == "super::" && parent.is_empty() {
                 continue;
             }
             for (i, _) in code.match_indices(prefix) {
-                let rest = &code[i + prefix.len()..];
-                let path: String = rest
-                    .chars()
-                    .take_while(|c| c.is_ascii_alphanumeric() || *c == '_' || *c == ':')
-                    .collect();
-                let path = path.trim_end_matches(':');
-                let mut paths = vec![format!("{base}{path}")];
-                // `use crate::payment::{http, key}`: each name in the braces.
-                if rest[path.len()..].starts_with("::{") {
-                    let inner = rest[path.len() + 3..].split('}').next().unwrap_or_default();
-                    for item in inner.split(',') {
-                        let item = item.trim().split("::").next().unwrap_or_default().trim();
-                        paths.push(format!("{base}{path}::{item}"));
-                    }
-                }
-                for to in paths.iter().filter_map(|p| target(p)) {
+                for to in use_paths(&base, &code[i + prefix.len()..])
+                    .iter()
+                    .filter_map(|p| target(p))
+                {
                     if to != *module {
                         edges.push((module.clone(), to));
                     }
@@ -593,6 +653,47 @@ fn module_edges(modules: &[(String, String)]) -> Vec<(String, String)> {
     edges.sort();
     edges.dedup();
     edges
+}
+
+/// The paths a use or a path expression names, from just after its `crate::` (or `super::`)
+/// under `base`: `payment::http` is one; `{edge::Batch, processor::{A, B}}` and
+/// `payment::{http, key}` are each of their names, nested groups included.
+fn use_paths(base: &str, rest: &str) -> Vec<String> {
+    let path: String = rest
+        .chars()
+        .take_while(|c| c.is_ascii_alphanumeric() || *c == '_' || *c == ':')
+        .collect();
+    let after = &rest[path.len()..];
+    let trimmed = path.trim_end_matches(':');
+    let full = match (base.is_empty(), trimmed.is_empty()) {
+        (_, true) => base.to_owned(),
+        (true, false) => trimmed.to_owned(),
+        (false, false) => format!("{base}::{trimmed}"),
+    };
+    let mut paths = vec![full.clone()];
+    if let Some(group) = after.strip_prefix('{') {
+        // The group's names at its own depth, each expanded in turn.
+        let mut depth = 0usize;
+        let mut item = String::new();
+        for c in group.chars() {
+            match c {
+                '{' => depth += 1,
+                '}' if depth == 0 => break,
+                '}' => depth -= 1,
+                ',' if depth == 0 => {
+                    paths.extend(use_paths(&full, item.trim()));
+                    item.clear();
+                    continue;
+                }
+                _ => {}
+            }
+            item.push(c);
+        }
+        if !item.trim().is_empty() {
+            paths.extend(use_paths(&full, item.trim()));
+        }
+    }
+    paths
 }
 
 /// Fails naming the circle when `modules` depend on one another in one; `known` is an edge the

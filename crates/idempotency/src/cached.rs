@@ -237,7 +237,7 @@ impl<S: IdempotencyStore> IdempotencyStore for CachedStore<S> {
     }
 }
 
-impl<S: crate::guard::EffectStore> crate::guard::EffectStore for CachedStore<S> {
+impl<S: crate::store::EffectStore> crate::store::EffectStore for CachedStore<S> {
     async fn mark_attempted(
         &self,
         key: &str,
@@ -266,7 +266,7 @@ impl<S: crate::guard::EffectStore> crate::guard::EffectStore for CachedStore<S> 
 mod tests {
     use super::*;
     use crate::MemoryStore;
-    use crate::guard::EffectStore as _;
+    use crate::store::EffectStore as _;
     use crate::testkit::{FP, RETENTION, claim, started, t0};
     use std::sync::atomic::{AtomicUsize, Ordering};
 
@@ -297,7 +297,7 @@ mod tests {
         }
     }
 
-    impl crate::guard::EffectStore for Counting {
+    impl crate::store::EffectStore for Counting {
         async fn mark_attempted(
             &self,
             key: &str,

@@ -268,7 +268,7 @@ impl IdempotencyStore for ConfiguredStore {
     }
 }
 
-impl crate::guard::EffectStore for ConfiguredStore {
+impl crate::store::EffectStore for ConfiguredStore {
     async fn mark_attempted(&self, key: &str, lease: &Lease, at_ms: u64) -> Result<(), StoreError> {
         match &self.backend {
             Backend::Memory(s) => s.mark_attempted(key, lease, at_ms).await,

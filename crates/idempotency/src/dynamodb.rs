@@ -847,7 +847,7 @@ impl IdempotencyStore for DynamoDbStore {
     }
 }
 
-impl crate::guard::EffectStore for DynamoDbStore {
+impl crate::store::EffectStore for DynamoDbStore {
     async fn mark_attempted(&self, key: &str, lease: &Lease, at_ms: u64) -> Result<(), StoreError> {
         self.holder_update(
             key,

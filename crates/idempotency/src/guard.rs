@@ -51,6 +51,9 @@ use super::{
     Fingerprint, IdempotencyStore, InvalidClaim, LeasePolicy, StoreError, store::Begin,
     store::ClaimRequest, store::Lease, store::LeaseToken, store::PriorAttempt,
 };
+/// The store's two writes beyond the core that [`run`] needs (defined with the other store
+/// contracts, so a store implements it without depending on this module).
+pub use crate::store::EffectStore;
 use crate::store::lease_end;
 use lambda_kit::Clock;
 
@@ -320,54 +323,6 @@ pub struct Run<T, E> {
     pub lease: Option<LeaseToken>,
     /// The earlier attempt the claim took over, if any.
     pub prior: Option<PriorAttempt>,
-}
-
-/// The two writes [`run`] needs beyond the core [`IdempotencyStore`]: an attempt that may have
-/// taken effect, and a refusal for good. A store that implements only the core serves
-/// [`once()`](fn@crate::once); one that implements this too serves `run`, its look-ups and its
-/// key windows. Both writes are fenced by the lease, as the core's are.
-pub trait EffectStore: IdempotencyStore {
-    /// Ends the lease and keeps the key `ATTEMPTED`: the work's effect may exist, so the next
-    /// claim (same payload only) must find out before doing it again. The retention starts over,
-    /// so the record outlives every delivery that may still come. Only the holder may.
-    fn mark_attempted(
-        &self,
-        key: &str,
-        lease: &Lease,
-        now_ms: u64,
-    ) -> impl Future<Output = Result<(), StoreError>> + Send;
-
-    /// Records that the work was refused for good (a declined payment), with `reason`: a later
-    /// claim with the same payload gets [`Begin::Rejected`] until the retention ends or a person
-    /// removes the item. Only the holder may.
-    fn reject(
-        &self,
-        key: &str,
-        lease: &Lease,
-        now_ms: u64,
-        reason: &str,
-    ) -> impl Future<Output = Result<(), StoreError>> + Send;
-}
-
-impl<S: EffectStore + ?Sized> EffectStore for std::sync::Arc<S> {
-    fn mark_attempted(
-        &self,
-        key: &str,
-        lease: &Lease,
-        now_ms: u64,
-    ) -> impl Future<Output = Result<(), StoreError>> + Send {
-        (**self).mark_attempted(key, lease, now_ms)
-    }
-
-    fn reject(
-        &self,
-        key: &str,
-        lease: &Lease,
-        now_ms: u64,
-        reason: &str,
-    ) -> impl Future<Output = Result<(), StoreError>> + Send {
-        (**self).reject(key, lease, now_ms, reason)
-    }
 }
 
 /// Claims `claim.key`, reconciles an earlier attempt if there may be one, performs `work`, and

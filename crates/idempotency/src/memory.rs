@@ -204,7 +204,7 @@ impl IdempotencyStore for MemoryStore {
     }
 }
 
-impl crate::guard::EffectStore for MemoryStore {
+impl crate::store::EffectStore for MemoryStore {
     async fn mark_attempted(&self, key: &str, lease: &Lease, at_ms: u64) -> Result<(), StoreError> {
         let expires_at_s = self.expires_at(at_ms);
         self.fenced(key, lease, Status::Attempted, |item| {

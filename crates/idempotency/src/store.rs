@@ -17,8 +17,9 @@
 //! ```
 
 use std::fmt;
+use std::future::Future;
 
-use crate::Fingerprint;
+use crate::{Fingerprint, StoreError};
 
 /// The unique token of one claim. Only its holder may complete or release the key.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -357,4 +358,52 @@ pub fn lease_end(now_ms: u64, lease_ms: u64, deadline_ms: u64, margin_ms: u64) -
     now_ms
         .saturating_add(lease_ms)
         .min(deadline_ms.saturating_add(margin_ms))
+}
+
+/// The two writes [`guard::run`](crate::guard::run) needs beyond the core [`IdempotencyStore`](crate::IdempotencyStore): an attempt that may have
+/// taken effect, and a refusal for good. A store that implements only the core serves
+/// [`once()`](fn@crate::once); one that implements this too serves [`guard::run`](crate::guard::run), its look-ups and its
+/// key windows. Both writes are fenced by the lease, as the core's are.
+pub trait EffectStore: crate::IdempotencyStore {
+    /// Ends the lease and keeps the key `ATTEMPTED`: the work's effect may exist, so the next
+    /// claim (same payload only) must find out before doing it again. The retention starts over,
+    /// so the record outlives every delivery that may still come. Only the holder may.
+    fn mark_attempted(
+        &self,
+        key: &str,
+        lease: &Lease,
+        now_ms: u64,
+    ) -> impl Future<Output = Result<(), StoreError>> + Send;
+
+    /// Records that the work was refused for good (a declined payment), with `reason`: a later
+    /// claim with the same payload gets [`Begin::Rejected`] until the retention ends or a person
+    /// removes the item. Only the holder may.
+    fn reject(
+        &self,
+        key: &str,
+        lease: &Lease,
+        now_ms: u64,
+        reason: &str,
+    ) -> impl Future<Output = Result<(), StoreError>> + Send;
+}
+
+impl<S: EffectStore + ?Sized> EffectStore for std::sync::Arc<S> {
+    fn mark_attempted(
+        &self,
+        key: &str,
+        lease: &Lease,
+        now_ms: u64,
+    ) -> impl Future<Output = Result<(), StoreError>> + Send {
+        (**self).mark_attempted(key, lease, now_ms)
+    }
+
+    fn reject(
+        &self,
+        key: &str,
+        lease: &Lease,
+        now_ms: u64,
+        reason: &str,
+    ) -> impl Future<Output = Result<(), StoreError>> + Send {
+        (**self).reject(key, lease, now_ms, reason)
+    }
 }

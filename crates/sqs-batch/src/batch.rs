@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use crate::backoff::BackoffPolicy;
 use crate::dead_letter::{self, DeadLetters};
+use crate::edge::EntireBatchFailed;
 use crate::edge::{Batch, EventError, EventView, SqsBatchResponse, check_response, response};
 use crate::processor::{
     BatchProcessor, BatchReport, Decision, Invocation, RecordHandler, RecordStatus,
@@ -85,19 +86,6 @@ pub fn check_entire_batch(report: &BatchReport) -> Result<(), EntireBatchFailed>
         records,
         reasons: reasons.join(", "),
     })
-}
-
-/// Every record of the invocation failed, and the function was asked to fail the invocation
-/// then ([`BatchOptions::fail_on_entire_batch_failure`](crate::BatchOptions::fail_on_entire_batch_failure)): Lambda returns the whole batch to the
-/// queue, as it would have with every record reported.
-#[derive(Debug, thiserror::Error)]
-#[error("all {records} records of the batch failed ({reasons})")]
-#[non_exhaustive]
-pub struct EntireBatchFailed {
-    /// How many records the batch had.
-    pub records: usize,
-    /// Records per reason, as the summary line has them.
-    pub reasons: String,
 }
 
 /// One invocation from Lambda's payload: parse ([`EventView`]), process, build and check the

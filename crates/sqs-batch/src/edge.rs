@@ -56,7 +56,20 @@ pub enum EventError {
     /// Every record failed, and the function was asked to fail the invocation then
     /// (`SQS_BATCH_FAIL_ON_ENTIRE_BATCH_FAILURE`).
     #[error(transparent)]
-    EntireBatchFailed(#[from] crate::processor::EntireBatchFailed),
+    EntireBatchFailed(#[from] EntireBatchFailed),
+}
+
+/// Every record of the invocation failed, and the function was asked to fail the invocation
+/// then ([`BatchOptions::fail_on_entire_batch_failure`](crate::BatchOptions::fail_on_entire_batch_failure)): Lambda returns the whole batch to the
+/// queue, as it would have with every record reported.
+#[derive(Debug, thiserror::Error)]
+#[error("all {records} records of the batch failed ({reasons})")]
+#[non_exhaustive]
+pub struct EntireBatchFailed {
+    /// How many records the batch had.
+    pub records: usize,
+    /// Records per reason, as the summary line has them.
+    pub reasons: String,
 }
 
 /// Typed access to the SQS system attributes Lambda puts on a record.

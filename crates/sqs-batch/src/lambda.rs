@@ -35,8 +35,7 @@ use crate::dead_letter::{DeadLetters, SqsDeadLetters};
 use crate::processor::{BatchOptions, BatchProcessor, Invocation, RecordHandler};
 use crate::visibility::SqsVisibility;
 use crate::{
-    edge::Batch, edge::EventView, edge::SqsBatchResponse, processor::Backoff,
-    processor::process_batch,
+    batch::Backoff, batch::process_batch, edge::Batch, edge::EventView, edge::SqsBatchResponse,
 };
 
 /// The ports a batch gets after processing, as the environment turns them on: the visibility

@@ -99,8 +99,8 @@ mod turns;
 // The root holds what a handler's author meets first; the rest is in its module (edge,
 // processor, backoff, dead_letter, typed), imported here privately so that `crate::` paths
 // inside the crate stay short.
-pub use batch::{Processed, process_event};
-pub use edge::Message;
+pub use batch::{Backoff, Processed, check_entire_batch, process_batch, process_event};
+pub use edge::{EntireBatchFailed, Message};
 pub use env_names::with_old_names;
 /// The clock and settings the API takes, so a user adds this crate alone.
 pub use lambda_kit;

@@ -53,10 +53,6 @@ use crate::edge::{Message, QueueKind};
 pub use crate::turns::KeyTurn;
 use crate::turns::KeyTurns;
 
-/// The processor with the ports around it (visibility backoff, DLQ moves), for a batch built by
-/// hand or an invocation's payload.
-pub use crate::batch::{Backoff, EntireBatchFailed, check_entire_batch, process_batch};
-
 /// The old name of [`Decision`], kept for one release.
 #[deprecated(
     since = "0.2.0",

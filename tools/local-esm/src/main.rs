@@ -18,7 +18,7 @@ use process_orders::config::Config;
 use process_orders::payment::SimulatedGateway;
 use sqs_batch::dead_letter::SqsDeadLetters;
 use sqs_batch::visibility::SqsVisibility;
-use sqs_batch::{backoff::BackoffPolicy, dead_letter::DeadLetters, processor::Backoff};
+use sqs_batch::{Backoff, backoff::BackoffPolicy, dead_letter::DeadLetters};
 
 /// Local tools for the order function: the whole system on moto, and generated events.
 #[derive(Debug, Parser)]

@@ -72,7 +72,7 @@ use process_orders::payment::answers::RetryableFailures;
 use sqs_batch::dead_letter::SqsDeadLetters;
 use sqs_batch::visibility::SqsVisibility;
 use sqs_batch::{
-    Message, edge::Batch, edge::MessageAttributes, edge::QueueKind, processor::Backoff,
+    Backoff, Message, edge::Batch, edge::MessageAttributes, edge::QueueKind,
     processor::RecordStatus,
 };
 

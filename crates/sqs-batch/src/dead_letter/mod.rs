@@ -87,7 +87,7 @@ pub trait DeadLetterPort: Send + Sync {
 
     /// The `maxReceiveCount` of the redrive policy of `source_arn`, if it can be learned now:
     /// the source of the give-up's receive and of the survival check, so that a policy edited
-    /// in the console cannot silently void them ([`crate::processor::process_batch`]). `None` by default.
+    /// in the console cannot silently void them ([`crate::process_batch`]). `None` by default.
     fn max_receive_count(&self, source_arn: &str) -> impl Future<Output = Option<u32>> + Send {
         let _ = source_arn;
         async { None }
@@ -230,8 +230,8 @@ mod tests {
     use crate::backoff::BackoffPolicy;
     use crate::visibility::{Change, ChangeFailure, VisibilityPort};
     use crate::{
-        BatchOptions, BatchProcessor, RecordHandler, Verdict, edge::Batch, edge::QueueKind,
-        processor::Backoff, processor::Invocation, processor::process_batch,
+        BatchOptions, BatchProcessor, RecordHandler, Verdict, batch::Backoff, batch::process_batch,
+        edge::Batch, edge::QueueKind, processor::Invocation,
     };
     use lambda_kit::ManualClock;
     use std::sync::Mutex;

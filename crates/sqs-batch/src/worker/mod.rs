@@ -65,11 +65,11 @@ use tokio::sync::Notify;
 use tracing::{error, info, warn};
 
 use crate::backoff::BackoffPolicy;
+use crate::batch::{Backoff, Processed};
 use crate::dead_letter::{DeadLetterPort, DeadLetters};
 use crate::edge::{Batch, Message};
 use crate::processor::{ABANDONED, BatchProcessor, RecordHandler, RecordStatus};
 use crate::visibility::{self, Change, VisibilityPort};
-use crate::{Processed, processor::Backoff};
 
 /// SQS keeps a received message invisible for at most 12 hours from the receive.
 pub const VISIBILITY_CAP_MS: u64 = 12 * 3_600_000;

@@ -25,8 +25,8 @@ use process_orders::payment::http::{HttpGateway, HttpSettings};
 use process_orders::testkit::dynamo::{Dynoxide, moto_endpoint};
 use process_orders::testkit::payment_stub::{Faults, PaymentStub};
 use process_orders::testkit::ports::FaultyStore;
+use sqs_batch::Backoff;
 use sqs_batch::backoff::BackoffPolicy;
-use sqs_batch::processor::Backoff;
 use sqs_batch::visibility::SqsVisibility;
 
 type ChaosApp = App<FaultyStore<DynamoDbStore>, HttpGateway, SystemClock>;

@@ -21,8 +21,8 @@ use process_orders::money::Currency;
 use process_orders::order::decode_order;
 use process_orders::payment::SimulatedGateway;
 use process_orders::testkit::dynamo::moto_endpoint;
+use sqs_batch::Backoff;
 use sqs_batch::backoff::BackoffPolicy;
-use sqs_batch::processor::Backoff;
 use sqs_batch::visibility::SqsVisibility;
 
 /// Orders sent round-robin over [`GROUPS`] message groups, so every receive of ten holds one

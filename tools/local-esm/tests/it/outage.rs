@@ -25,8 +25,8 @@ use process_orders::payment::HttpGateway;
 use process_orders::payment::http::HttpSettings;
 use process_orders::testkit::dynamo::{Dynoxide, moto_endpoint, unique_table};
 use process_orders::testkit::payment_stub::{Behaviour, PaymentStub};
+use sqs_batch::Backoff;
 use sqs_batch::backoff::BackoffPolicy;
-use sqs_batch::processor::Backoff;
 use sqs_batch::visibility::SqsVisibility;
 
 const ORDERS: usize = 20;

@@ -17,8 +17,8 @@ use process_orders::order::decode_order;
 use process_orders::testkit::dynamo::moto_endpoint;
 use process_orders::testkit::ports::{Script, ScriptedGateway};
 use serde_json::json;
+use sqs_batch::Backoff;
 use sqs_batch::backoff::BackoffPolicy;
-use sqs_batch::processor::Backoff;
 use sqs_batch::visibility::SqsVisibility;
 
 fn sqs_client(endpoint: &str) -> Client {
