@@ -650,3 +650,188 @@ fn the_readme_gives_each_variable_the_default_the_code_applies() {
     }
     assert!(wrong.is_empty(), "{wrong:#?}");
 }
+
+/// The workspace's Rust sources (and the simulator's planted-bug patch, whose names its page
+/// uses), as path and text.
+fn rust_sources() -> Vec<(String, String)> {
+    fn walk(dir: &Path, out: &mut Vec<(String, String)>) {
+        let Ok(entries) = std::fs::read_dir(dir) else {
+            return;
+        };
+        for entry in entries.flatten() {
+            let path = entry.path();
+            let name = entry.file_name();
+            if name == "target" || name.to_string_lossy().starts_with('.') {
+                continue;
+            }
+            if path.is_dir() {
+                walk(&path, out);
+            } else if path.extension().is_some_and(|e| e == "rs") {
+                let text = std::fs::read_to_string(&path).expect("a source file");
+                out.push((path.display().to_string(), text));
+            }
+        }
+    }
+    let mut out = Vec::new();
+    for top in [
+        "src", "crates", "examples", "tools", "tests", "benches", "fuzz",
+    ] {
+        walk(&Path::new(ROOT).join(top), &mut out);
+    }
+    out.push((
+        "tools/sim/planted.patch".to_owned(),
+        read("tools/sim/planted.patch"),
+    ));
+    out
+}
+
+/// The identifiers in code lines (comment lines left out, so a name only a comment keeps is
+/// not "in the code").
+fn code_identifiers(sources: &[(String, String)]) -> BTreeSet<String> {
+    let mut names = BTreeSet::new();
+    for (_, text) in sources {
+        for line in text.lines() {
+            let line = line.trim_start_matches(['+', '-', ' ']).trim_start();
+            if line.starts_with("//") {
+                continue;
+            }
+            names.extend(
+                line.split(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+                    .filter(|w| w.starts_with(|c: char| c.is_ascii_alphabetic() || c == '_'))
+                    .map(str::to_owned),
+            );
+        }
+    }
+    names
+}
+
+/// The crates the lock file names that are not this workspace's: a path starting with one of
+/// them (`http::Request`, `dynoxide::Database`) is theirs to keep, not ours.
+fn outside_crates() -> BTreeSet<String> {
+    let ours = [
+        "process-orders",
+        "sqs-batch",
+        "idempotency",
+        "lambda-kit",
+        "claim-check",
+    ];
+    read("Cargo.lock")
+        .lines()
+        .filter_map(|line| line.strip_prefix("name = \""))
+        .map(|name| name.trim_end_matches('"'))
+        .filter(|name| !ours.contains(name))
+        .map(|name| name.replace('-', "_"))
+        .chain(["std", "core", "alloc"].map(str::to_owned))
+        .collect()
+}
+
+/// A Rust path the README or a page names (`sqs_batch::process_batch`,
+/// `BatchOptions::fail_on_entire_batch_failure`, `guard::run`) names something the code has:
+/// every name in it after the first is in the workspace's code. Only paths that start in this
+/// workspace are read (a crate of ours, or a name our code uses that is no outside crate's);
+/// the CHANGELOG names what was, and is left out.
+#[test]
+fn every_rust_path_named_is_in_the_code() {
+    let sources = rust_sources();
+    let names = code_identifiers(&sources);
+    let outside = outside_crates();
+    let ours = [
+        "sqs_batch",
+        "idempotency",
+        "lambda_kit",
+        "claim_check",
+        "email_once",
+    ];
+    let mut checked = 0;
+    let mut missing = BTreeSet::new();
+    for (doc, span) in all_spans() {
+        if doc == "docs/CHANGELOG.md" {
+            continue;
+        }
+        let span = span.trim();
+        let path: String = span
+            .chars()
+            .take_while(|c| c.is_ascii_alphanumeric() || *c == '_' || *c == ':')
+            .collect();
+        let segments: Vec<&str> = path.trim_end_matches(':').split("::").collect();
+        if segments.len() < 2 || segments.iter().any(|s| s.is_empty()) {
+            continue;
+        }
+        let first = segments[0];
+        let starts_here = ours.contains(&first)
+            || (names.contains(first) && !outside.contains(first) && first != "crate");
+        if !starts_here {
+            continue;
+        }
+        checked += 1;
+        if let Some(gone) = segments[1..].iter().find(|s| !names.contains(**s)) {
+            missing.insert(format!("{doc}: `{span}` ({gone})"));
+        }
+    }
+    assert!(checked > 150, "only {checked} paths read");
+    assert!(
+        missing.is_empty(),
+        "paths naming what the code does not have: {missing:#?}"
+    );
+}
+
+/// The Rust blocks of the README and the pages are code that compiles: each is, line for line
+/// (indentation aside), in a source file of the workspace, which `cargo test` builds, or in a
+/// doc comment's example, which it runs as a doctest. The libraries' READMEs are doctests of
+/// their own.
+#[test]
+fn every_rust_block_in_the_docs_is_code_that_compiles() {
+    let normalise = |text: &str| -> Vec<String> {
+        text.lines()
+            .map(|line| {
+                let line = line.trim();
+                let line = line
+                    .strip_prefix("//!")
+                    .or_else(|| line.strip_prefix("///"))
+                    .unwrap_or(line);
+                line.trim().to_owned()
+            })
+            .filter(|line| !line.is_empty())
+            .collect()
+    };
+    let sources: Vec<Vec<String>> = rust_sources()
+        .iter()
+        .map(|(_, text)| normalise(text))
+        .collect();
+    let mut blocks = 0;
+    let mut loose = Vec::new();
+    for (doc, text) in documents() {
+        let mut block: Option<String> = None;
+        for line in text.lines() {
+            let fence = line.trim_start().strip_prefix("```");
+            match (&mut block, fence) {
+                (None, Some(info)) if info.starts_with("rust") => block = Some(String::new()),
+                (Some(code), Some(_)) => {
+                    let lines = normalise(code);
+                    blocks += 1;
+                    let found = sources.iter().any(|file| {
+                        file.windows(lines.len().max(1))
+                            .any(|window| window == lines.as_slice())
+                    });
+                    if !found {
+                        loose.push(format!(
+                            "{doc}: {}",
+                            lines.first().cloned().unwrap_or_default()
+                        ));
+                    }
+                    block = None;
+                }
+                (Some(code), None) => {
+                    code.push_str(line);
+                    code.push('\n');
+                }
+                _ => {}
+            }
+        }
+    }
+    assert!(blocks >= 4, "only {blocks} Rust blocks read");
+    assert!(
+        loose.is_empty(),
+        "Rust blocks that are in no compiled file (copy them from one): {loose:#?}"
+    );
+}

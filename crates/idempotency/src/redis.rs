@@ -164,14 +164,14 @@ const CLAIM_REMOVES: &[&str] = &[
 /// use std::time::Duration;
 /// use idempotency::{Outcome, RedisStore, once};
 ///
-/// # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
+/// # async fn welcome() -> Result<(), idempotency::StoreError> {
 /// let store = RedisStore::connect("redis://127.0.0.1:6379/", Duration::from_secs(18 * 86_400))
-///     .await
-///     .unwrap()
+///     .await?
 ///     .with_key_prefix("welcome#");
 /// let sent = once(&store, "u-1", &"welcome", || async { Ok::<_, String>(()) }).await;
 /// assert!(matches!(sent, Outcome::Performed(()) | Outcome::Duplicate));
-/// # });
+/// # Ok(())
+/// # }
 /// ```
 #[derive(Debug, Clone)]
 pub struct RedisStore {
@@ -505,7 +505,7 @@ impl IdempotencyStore for RedisStore {
     }
 }
 
-impl crate::guard::EffectStore for RedisStore {
+impl crate::store::EffectStore for RedisStore {
     async fn mark_attempted(&self, key: &str, lease: &Lease, at_ms: u64) -> Result<(), StoreError> {
         let write = Write::Patch {
             expires_at_s: self.expires_at(at_ms),
