@@ -26,7 +26,7 @@ AUDITABLE_BIN := $(CARGO_BIN_DIR)/cargo-auditable
 SBOM_BIN := $(CARGO_BIN_DIR)/auditable2cdx
 AUDITABLE := RUSTC_WORKSPACE_WRAPPER="$(AUDITABLE_BIN)" CARGO_AUDITABLE_ORIG_ARGS='{"offline":false,"locked":false,"frozen":false,"config":[]}'
 
-.PHONY: run run-dynamodb demo ops-demo test check adopter planted-bugs redis-server chaos sim mutants mutants-sim bench bench-otel bench-cpu lint package semver msrv deny fuzz invoke check-template build build-lambda check-lambda deploy clean-venv
+.PHONY: run run-dynamodb demo ops-demo test check adopter planted-bugs redis-server chaos sim mutants mutants-sim bench bench-otel bench-cpu lint package semver msrv deny fuzz invoke check-template build build-lambda check-lambda worker-image check-worker-image deploy clean-venv
 
 run:
 	@$(CARGO) build --quiet --bin process-orders
@@ -351,6 +351,17 @@ check-lambda: build-lambda
 	got=$$(env -i METRICS_ENABLED=false qemu-aarch64 -L /usr/aarch64-linux-gnu "$$dir/bootstrap" --event events/standard.json 2>/dev/null); \
 	[ "$$got" = "$$expected" ] || { echo "arm64 bootstrap answered $$got, expected $$expected"; exit 1; }; \
 	echo "arm64 bootstrap answers events/standard.json as the host build does"
+
+# The worker's container image (Containerfile) for arm64 and amd64, as the manifest list
+# process-orders-worker: `FROM scratch` and one static binary. WORKER_ARCHES=amd64 builds one.
+WORKER_ARCHES ?= arm64 amd64
+worker-image: $(PY_STAMP)
+	PATH="$(VENV)/bin:$$PATH" scripts/worker-image.sh $(WORKER_ARCHES)
+
+# The amd64 image's root file system exported and its entry point run there, against moto,
+# dynoxide and the payment stub: the worker tests of tests/it/worker.rs.
+check-worker-image: $(PY_STAMP)
+	PATH="$(VENV)/bin:$$PATH" scripts/check-worker-image.sh
 
 # The deployment build as SAM runs it (BuildMethod rust-cargolambda: cargo-lambda and zig from
 # the venv, no Docker): .aws-sam/build/OrdersFunction/bootstrap. Non-interactive on every SAM

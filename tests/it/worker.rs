@@ -106,7 +106,7 @@ impl World {
 
     /// The worker binary on this world, with `vars` on top.
     fn spawn(&self, vars: &[(&str, &str)]) -> Child {
-        Command::new(BIN)
+        worker_command()
             .args(["worker", "--queue-url", &self.queue_url])
             .env_clear()
             .envs([
@@ -128,6 +128,25 @@ impl World {
             .spawn()
             .expect("spawn the worker")
     }
+}
+
+/// The worker's program: this build's binary, or, with `WORKER_IMAGE_ROOTFS` set
+/// (`scripts/check-worker-image.sh`), the image's entry point started inside its extracted root
+/// file system as the image's user, so the image itself is what runs. Its arguments follow, as
+/// ECS puts a task's command after the entry point.
+fn worker_command() -> Command {
+    let Ok(rootfs) = std::env::var("WORKER_IMAGE_ROOTFS") else {
+        return Command::new(BIN);
+    };
+    let entrypoint = std::env::var("WORKER_IMAGE_ENTRYPOINT").expect("the image's entry point");
+    let user = std::env::var("WORKER_IMAGE_USER").expect("the image's user");
+    // chroot replaces itself with the entry point: its pid is the worker's, for the signals.
+    let mut command = Command::new("/usr/sbin/chroot");
+    command
+        .arg(format!("--userspec={user}"))
+        .arg(rootfs)
+        .args(entrypoint.split_whitespace());
+    command
 }
 
 /// Sends `signal` (`TERM`, `KILL`) to `child`.
