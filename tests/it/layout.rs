@@ -570,7 +570,14 @@ fn the_batch_crates_modules_import_only_downwards() {
         &modules,
         &[
             &["edge", "failure", "turns", "env_names", "sqs_entries"],
-            &["processor", "typed"],
+            &[
+                "processor::record",
+                "processor::options",
+                "processor::report",
+                "processor::scope",
+                "processor",
+                "typed",
+            ],
             &[
                 "backoff",
                 "visibility",
