@@ -586,7 +586,14 @@ fn the_batch_crates_modules_import_only_downwards() {
                 "dead_letter::sqs",
             ],
             &["batch"],
-            &["lambda", "worker", "worker::sqs"],
+            &[
+                "lambda",
+                "worker::options",
+                "worker::port",
+                "worker::scaling",
+                "worker",
+                "worker::sqs",
+            ],
         ],
     );
 }

@@ -51,8 +51,17 @@
 //! Running one (feature `worker`): [`Worker::new`] takes the record handler, a clock, the batch
 //! options, the queue's and the visibility's SQS adapters and these options.
 
+mod options;
+mod port;
+mod scaling;
 #[cfg(feature = "worker")]
 pub mod sqs;
+
+pub use options::{VARIABLES, WorkerOptions, stop_timeout_s};
+use port::Mapped;
+pub use port::{Delete, QueueError, QueuePort, WorkerHooks};
+use scaling::queue_name;
+pub use scaling::{backlog_document, backlog_per_consumer, desired_consumers};
 
 use std::future::Future;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -60,12 +69,12 @@ use std::time::Duration;
 
 use aws_lambda_events::sqs::{SqsEvent, SqsMessage};
 use futures_util::future::join_all;
-use lambda_kit::{Clock, Env, EnvError};
+use lambda_kit::Clock;
 use tokio::sync::Notify;
 use tracing::{error, info, warn};
 
 use crate::backoff::BackoffPolicy;
-use crate::batch::{Backoff, Processed};
+use crate::batch::Backoff;
 use crate::dead_letter::{DeadLetterPort, DeadLetters};
 use crate::edge::{Batch, Message};
 use crate::processor::{ABANDONED, BatchProcessor, RecordHandler, RecordStatus};
@@ -78,262 +87,6 @@ pub const VISIBILITY_CAP_MS: u64 = 12 * 3_600_000;
 /// beside the status it names ([`crate::processor::RecordStatus::SkippedStopping`]), so the
 /// processor never reads from the worker above it.
 pub use crate::processor::SHUTTING_DOWN;
-
-/// How the worker polls and stops. Built with [`WorkerOptions::default`] or
-/// [`WorkerOptions::from_env`]; fields may be added.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct WorkerOptions {
-    /// `ReceiveMessage`'s `WaitTimeSeconds` (20: the longest long poll).
-    pub wait_time_seconds: u8,
-    /// Messages per receive, 1-10 (10).
-    pub max_messages: u8,
-    /// Receives (and so batches) in flight at once (2).
-    pub receives_in_flight: usize,
-    /// The visibility each heartbeat sets, seconds; it is renewed every third of it (60).
-    pub visibility_extension_s: u64,
-    /// The longest a batch may run before its unfinished records are abandoned and reported,
-    /// ms (15 minutes, as Lambda's longest invocation).
-    pub batch_timeout_ms: u64,
-    /// After shutdown, how long started records may still run, ms (25 s: below ECS's default
-    /// stop timeout of 30 s, less the receive in flight).
-    pub drain_timeout_ms: u64,
-    /// Attempts at a `DeleteMessageBatch` entry before it is logged and left (3).
-    pub delete_attempts: u32,
-    /// How often the backlog document is written, ms (60 s; 0: never). Each document's
-    /// `Consumers` is this over a minute, so a minute's sum stays one per worker.
-    pub metrics_interval_ms: u64,
-}
-
-impl Default for WorkerOptions {
-    fn default() -> Self {
-        Self {
-            wait_time_seconds: 20,
-            max_messages: 10,
-            receives_in_flight: 2,
-            visibility_extension_s: 60,
-            batch_timeout_ms: 900_000,
-            drain_timeout_ms: 25_000,
-            delete_attempts: 3,
-            metrics_interval_ms: 60_000,
-        }
-    }
-}
-
-/// The variables [`WorkerOptions::from_env`] reads, with their defaults.
-pub const VARIABLES: &[(&str, Option<&str>)] = &[
-    ("SQS_BATCH_WORKER_WAIT_TIME_SECONDS", Some("20")),
-    ("SQS_BATCH_WORKER_MAX_MESSAGES", Some("10")),
-    ("SQS_BATCH_WORKER_RECEIVES_IN_FLIGHT", Some("2")),
-    ("SQS_BATCH_WORKER_VISIBILITY_EXTENSION_SECONDS", Some("60")),
-    ("SQS_BATCH_WORKER_BATCH_TIMEOUT_SECONDS", Some("900")),
-    ("SQS_BATCH_WORKER_DRAIN_TIMEOUT_SECONDS", Some("25")),
-    ("SQS_BATCH_WORKER_METRICS_INTERVAL_SECONDS", Some("60")),
-];
-
-impl WorkerOptions {
-    /// The options from the environment ([`VARIABLES`]); a value out of range names its variable.
-    pub fn from_env(env: &Env<'_>) -> Result<Self, EnvError> {
-        let env = &crate::with_old_names(env);
-        let extension_s: u64 = env.ranged(
-            "SQS_BATCH_WORKER_VISIBILITY_EXTENSION_SECONDS",
-            60,
-            3,
-            43_200,
-        )?;
-        // A divisor of a minute: target tracking sums `Consumers` per minute, so each minute must
-        // hold the same number of documents from a worker.
-        let metrics_interval_s: u64 =
-            env.ranged("SQS_BATCH_WORKER_METRICS_INTERVAL_SECONDS", 60, 1, 60)?;
-        if 60 % metrics_interval_s != 0 {
-            return Err(EnvError::invalid(
-                "SQS_BATCH_WORKER_METRICS_INTERVAL_SECONDS",
-                &metrics_interval_s.to_string(),
-                "a divisor of 60 (1, 2, 3, 4, 5, 6, 10, 12, 15, 20, 30 or 60), so every minute \
-                 holds whole backlog documents",
-            ));
-        }
-        Ok(Self {
-            wait_time_seconds: env.ranged("SQS_BATCH_WORKER_WAIT_TIME_SECONDS", 20, 0, 20)?,
-            max_messages: env.ranged("SQS_BATCH_WORKER_MAX_MESSAGES", 10, 1, 10)?,
-            receives_in_flight: env.ranged("SQS_BATCH_WORKER_RECEIVES_IN_FLIGHT", 2, 1, 64)?,
-            visibility_extension_s: extension_s,
-            batch_timeout_ms: env.ranged(
-                "SQS_BATCH_WORKER_BATCH_TIMEOUT_SECONDS",
-                900,
-                1,
-                43_200,
-            )? * 1_000,
-            drain_timeout_ms: env.ranged("SQS_BATCH_WORKER_DRAIN_TIMEOUT_SECONDS", 25, 1, 3_600)?
-                * 1_000,
-            metrics_interval_ms: metrics_interval_s * 1_000,
-            ..Self::default()
-        })
-    }
-
-    /// These options with `WaitTimeSeconds` = `seconds` (0-20).
-    pub fn with_wait_time_seconds(mut self, seconds: u8) -> Self {
-        self.wait_time_seconds = seconds.min(20);
-        self
-    }
-
-    /// These options with the heartbeat's extension.
-    pub fn with_visibility_extension_s(mut self, seconds: u64) -> Self {
-        self.visibility_extension_s = seconds.max(3);
-        self
-    }
-
-    /// These options with the longest a batch may run.
-    pub fn with_batch_timeout_ms(mut self, ms: u64) -> Self {
-        self.batch_timeout_ms = ms;
-        self
-    }
-
-    /// These options with the drain timeout.
-    pub fn with_drain_timeout_ms(mut self, ms: u64) -> Self {
-        self.drain_timeout_ms = ms;
-        self
-    }
-
-    /// These options with the backlog document's interval (0: never).
-    pub fn with_metrics_interval_ms(mut self, ms: u64) -> Self {
-        self.metrics_interval_ms = ms;
-        self
-    }
-
-    /// These options with `n` receives in flight.
-    pub fn with_receives_in_flight(mut self, n: usize) -> Self {
-        self.receives_in_flight = n.max(1);
-        self
-    }
-}
-
-/// The least stop timeout, seconds, for a platform that stops the worker (ECS `stopTimeout`,
-/// Kubernetes `terminationGracePeriodSeconds`): a receive in flight, the drain, and a margin
-/// for the last deletes.
-pub fn stop_timeout_s(options: &WorkerOptions) -> u64 {
-    u64::from(options.wait_time_seconds) + options.drain_timeout_ms.div_ceil(1_000) + 5
-}
-
-/// How many consumers keep the backlog within `acceptable_latency_s`, each taking
-/// `seconds_per_message`: the seeds' `desired_consumers` (1,500 visible, 0.1 s a message, 10 s
-/// acceptable: 15). At least 1 while anything is visible.
-pub fn desired_consumers(visible: u64, seconds_per_message: f64, acceptable_latency_s: f64) -> u64 {
-    if visible == 0 {
-        return 0;
-    }
-    let needed = (visible as f64 * seconds_per_message / acceptable_latency_s).ceil();
-    (needed as u64).max(1)
-}
-
-/// The backlog per consumer: what a target-tracking policy holds at `acceptable latency /
-/// seconds per message` (100 for the seeds' example). All of it on one consumer when none runs.
-pub fn backlog_per_consumer(visible: u64, consumers: u64) -> f64 {
-    visible as f64 / consumers.max(1) as f64
-}
-
-/// A queue failure, after the client's own retries.
-#[derive(Debug, thiserror::Error)]
-#[error("{action} failed")]
-pub struct QueueError {
-    /// The SQS action.
-    pub action: &'static str,
-    /// Why.
-    #[source]
-    pub source: Box<dyn std::error::Error + Send + Sync>,
-}
-
-/// A delete of one received message.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Delete<'a> {
-    /// The message id (the entry's id, and the log's).
-    pub message_id: &'a str,
-    /// The receive's handle.
-    pub receipt_handle: &'a str,
-}
-
-/// The queue a worker consumes: receive, delete, and its depth.
-pub trait QueuePort: Send + Sync {
-    /// The queue's ARN (its kind, the DLQ moves, the visibility changes go by it).
-    fn arn(&self) -> &str;
-
-    /// Up to `max` messages, waiting up to `wait_s` for the first, with every attribute, each
-    /// invisible for `visibility_s` from the receive (`ReceiveMessage`'s `VisibilityTimeout`,
-    /// at most 12 hours) whatever the queue's own visibility timeout.
-    fn receive(
-        &self,
-        max: u8,
-        wait_s: u8,
-        visibility_s: u32,
-    ) -> impl Future<Output = Result<Vec<SqsMessage>, QueueError>> + Send;
-
-    /// Deletes up to ten messages; returns the message ids of the entries SQS did not delete.
-    fn delete(
-        &self,
-        entries: &[Delete<'_>],
-    ) -> impl Future<Output = Result<Vec<String>, QueueError>> + Send;
-
-    /// `ApproximateNumberOfMessages`: visible, waiting to be received.
-    fn visible_messages(&self) -> impl Future<Output = Result<u64, QueueError>> + Send;
-}
-
-/// What the owner of a worker hears from it: each batch before its records run and once it is
-/// settled, and each metrics document. Every method has a default.
-pub trait WorkerHooks<H>: Send + Sync {
-    /// A batch is about to run on `handler`: for what the owner starts over per batch, as a
-    /// Lambda function does per invocation. Nothing by default.
-    fn batch_starting(&self, handler: &H, batch: &Batch<'_>) {
-        let _ = (handler, batch);
-    }
-
-    /// A batch was settled (its records run, POISON moved, the backoff set) `elapsed` after its
-    /// receive, before its deletes: for the owner's own metrics. Nothing by default.
-    fn batch_settled(
-        &self,
-        handler: &H,
-        batch: &Batch<'_>,
-        processed: &Processed,
-        elapsed: Duration,
-    ) {
-        let _ = (handler, batch, processed, elapsed);
-    }
-
-    /// Writes one metrics document (the backlog's): by default one line on stdout, where
-    /// CloudWatch Logs' embedded metric format finds it.
-    fn write_metrics(&self, document: &str) {
-        println!("{document}");
-    }
-}
-
-/// No hooks: the defaults.
-impl<H> WorkerHooks<H> for () {}
-
-/// The hooks of a handler, given a handler wrapped around it ([`Worker::map_handler`]).
-struct Mapped<H, H2> {
-    hooks: Box<dyn WorkerHooks<H>>,
-    inner: fn(&H2) -> &H,
-}
-
-impl<H, H2> WorkerHooks<H2> for Mapped<H, H2> {
-    fn batch_starting(&self, handler: &H2, batch: &Batch<'_>) {
-        self.hooks.batch_starting((self.inner)(handler), batch);
-    }
-
-    fn batch_settled(
-        &self,
-        handler: &H2,
-        batch: &Batch<'_>,
-        processed: &Processed,
-        elapsed: Duration,
-    ) {
-        self.hooks
-            .batch_settled((self.inner)(handler), batch, processed, elapsed);
-    }
-
-    fn write_metrics(&self, document: &str) {
-        self.hooks.write_metrics(document);
-    }
-}
 
 /// What a worker did, for its last log line and for tests.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -855,47 +608,6 @@ pub fn receive_backoff(failures: u32, random: u64) -> Duration {
         .min(60_000);
     let half = bound_ms / 2;
     Duration::from_millis(half + random % (half + 1))
-}
-
-/// The queue's name, the last part of its ARN.
-fn queue_name(arn: &str) -> &str {
-    arn.rsplit(':').next().unwrap_or(arn)
-}
-
-/// One EMF document: the queue's visible messages and this consumer's share of the minute
-/// (`consumers`: 1 for a document a minute, 0.5 for one every 30 s), per queue. CloudWatch
-/// divides the average of the first by the sum of the second over a minute: the backlog per
-/// consumer, the figure to scale the workers on.
-pub fn backlog_document(
-    namespace: &str,
-    queue: &str,
-    visible: u64,
-    consumers: f64,
-    now_ms: u64,
-) -> String {
-    // A whole share is written as an integer, as the document always had it.
-    let consumers = if consumers.fract() == 0.0 && consumers <= u32::MAX as f64 {
-        serde_json::json!(consumers as u32)
-    } else {
-        serde_json::json!(consumers)
-    };
-    serde_json::json!({
-        "_aws": {
-            "Timestamp": now_ms,
-            "CloudWatchMetrics": [{
-                "Namespace": namespace,
-                "Dimensions": [["QueueName"]],
-                "Metrics": [
-                    { "Name": "VisibleMessages", "Unit": "Count" },
-                    { "Name": "Consumers", "Unit": "Count" }
-                ]
-            }]
-        },
-        "QueueName": queue,
-        "VisibleMessages": visible,
-        "Consumers": consumers
-    })
-    .to_string()
 }
 
 /// Resolves on SIGTERM (ECS, Kubernetes) or SIGINT (a terminal's Ctrl-C).

@@ -10,7 +10,7 @@ use super::*;
 use crate::dead_letter::NoDeadLetters;
 use crate::processor::{Invocation, Verdict};
 use crate::visibility::ChangeFailure;
-use crate::{BatchOptions, lambda_kit::ManualClock};
+use crate::{BatchOptions, lambda_kit::Env, lambda_kit::ManualClock};
 
 const ARN: &str = "arn:aws:sqs:us-east-1:123456789012:work";
 
