@@ -68,7 +68,7 @@ pub struct PriorAttempt {
 
 /// The answer to a claim.
 ///
-/// `Rejected` is the look-up layer's state ([`EffectStore::reject`](crate::guard::EffectStore::reject))
+/// `Rejected` is the look-up layer's state ([`EffectStore::reject`])
 /// answered by the core's claim: a refusal lives on the key's one item, and the claim is one
 /// conditional write that must refuse it in the same step, so the answer cannot come from a
 /// second call. A store that serves only the core never writes `REJECTED` and never answers it;
