@@ -217,6 +217,7 @@ mutants: $(PY_STAMP) redis-server
 MUTANTS_SIM_FILES ?= src/money.rs src/order.rs src/handler.rs \
 	crates/idempotency/src/lib.rs crates/idempotency/src/store.rs crates/idempotency/src/guard.rs \
 	crates/idempotency/src/once.rs crates/idempotency/src/memory.rs crates/idempotency/src/dynamodb.rs \
+	crates/idempotency/src/dynamodb/item.rs \
 	crates/sqs-batch/src/processor/mod.rs crates/sqs-batch/src/backoff.rs
 MUTANTS_SIM_SEEDS ?= 3
 # cargo-mutants 27 runs its unmutated baseline on the mutated package's tests, not on

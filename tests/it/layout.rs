@@ -544,6 +544,9 @@ fn the_idempotency_crates_modules_import_only_downwards() {
             &["store"],
             &[
                 "memory",
+                "dynamodb::table",
+                "dynamodb::item",
+                "dynamodb::sdk",
                 "dynamodb",
                 "dynamodb::direct",
                 "dynamodb::direct::quota",

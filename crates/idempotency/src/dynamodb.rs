@@ -31,179 +31,32 @@
 //! # let _ = store; Ok(()) }
 //! ```
 
-use std::collections::HashMap;
 use std::time::Duration;
 
 use aws_sdk_dynamodb::Client;
-use aws_sdk_dynamodb::error::SdkError;
-use aws_sdk_dynamodb::operation::delete_item::DeleteItemError;
-use aws_sdk_dynamodb::operation::update_item::UpdateItemError;
-use aws_sdk_dynamodb::types::{AttributeValue, ReturnValue, ReturnValuesOnConditionCheckFailure};
+use aws_sdk_dynamodb::types::AttributeValue;
 
 mod direct;
+mod item;
+mod sdk;
+mod table;
 pub use direct::{
     Answer, DirectClient, DirectClientError, DirectError, Header, Outgoing, Sending, Transport,
 };
 use direct::{Key, Val, Write, Written};
 
 use super::{
-    Fingerprint, IdempotencyStore, StoreError, store::Begin, store::ClaimRequest, store::Lease,
-    store::LeaseToken, store::PriorAttempt,
+    IdempotencyStore, StoreError, store::Begin, store::ClaimRequest, store::Lease,
+    store::LeaseToken,
 };
-use crate::store::{
-    ClaimState, Status, decide, earlier_attempt, first_attempt_of_fresh, prior_attempt,
+use crate::store::{ClaimState, Status, decide, first_attempt_of_fresh, prior_attempt};
+
+use item::{claim_state, kept_output, own_claim_prior, written_by};
+use sdk::sdk_write;
+pub use table::{
+    ACTIONS, CreateTableError, KEY_ATTRIBUTE, SCHEMA_VERSION, TTL_ATTRIBUTE, attr, create_table,
+    create_table_with_keys,
 };
-
-/// The item schema. The table's key schema is [`KEY`](attr::KEY) as a string hash key, and its
-/// TTL attribute is [`EXPIRES_AT`](attr::EXPIRES_AT) ([`create_table`] makes such a table).
-pub mod attr {
-    /// Partition key (S): the business key.
-    pub const KEY: &str = "pk";
-    /// `IN_PROGRESS`, `ATTEMPTED`, `COMPLETED` or `REJECTED` (S).
-    pub const STATUS: &str = "status";
-    /// The holder's lease token (S); removed when the lease ends.
-    pub const LEASE_TOKEN: &str = "lease_token";
-    /// Lease end, epoch ms (N); removed when the lease ends.
-    pub const LEASE_UNTIL: &str = "lease_until";
-    /// Payload fingerprint, 16 hex digits (S).
-    pub const FINGERPRINT: &str = "fingerprint";
-    /// TTL, epoch seconds (N): the table's TimeToLiveSpecification attribute.
-    pub const EXPIRES_AT: &str = "expires_at";
-    /// The SQS message id of the latest claim (S), for forensics.
-    pub const MESSAGE_ID: &str = "message_id";
-    /// When the item was last claimed, epoch ms (N).
-    pub const CLAIMED_AT: &str = "claimed_at";
-    /// When the first attempt under the key began, epoch ms (N); kept across takeovers, removed
-    /// on completion.
-    pub const FIRST_ATTEMPT_AT: &str = "first_attempt_at";
-    /// Claims of the key so far (N); removed on completion.
-    pub const ATTEMPTS: &str = "attempts";
-    /// When the latest attempt ended without proof either way, epoch ms (N).
-    pub const ATTEMPTED_AT: &str = "attempted_at";
-    /// When the work completed, epoch ms (N).
-    pub const COMPLETED_AT: &str = "completed_at";
-    /// When the work was refused for good, epoch ms (N).
-    pub const REJECTED_AT: &str = "rejected_at";
-    /// The item format's version (N), [`SCHEMA_VERSION`](super::SCHEMA_VERSION), written by
-    /// every claim.
-    pub const SCHEMA: &str = "schema";
-    /// Why it was refused (S), for the person who may clear it.
-    pub const REJECTED_REASON: &str = "rejected_reason";
-    /// The work's output kept by the completion (S), returned to duplicates; removed by a claim.
-    pub const OUTPUT: &str = "output";
-    /// The completion that kept [`OUTPUT`], its [`COMPLETED_AT`] (N): an output whose time is
-    /// not the item's completion was left by a build that does not know outputs (a rollback
-    /// completing the key again), and is not returned.
-    pub const OUTPUT_AT: &str = "output_at";
-
-    /// Every attribute above: the names a table's own key attributes may not take
-    /// (`DynamoDbStore::with_key_attributes`).
-    pub const ITEM: &[&str] = &[
-        KEY,
-        STATUS,
-        LEASE_TOKEN,
-        LEASE_UNTIL,
-        FINGERPRINT,
-        EXPIRES_AT,
-        MESSAGE_ID,
-        CLAIMED_AT,
-        FIRST_ATTEMPT_AT,
-        ATTEMPTS,
-        ATTEMPTED_AT,
-        COMPLETED_AT,
-        REJECTED_AT,
-        SCHEMA,
-        REJECTED_REASON,
-        OUTPUT,
-        OUTPUT_AT,
-    ];
-}
-
-pub use attr::{EXPIRES_AT as TTL_ATTRIBUTE, KEY as KEY_ATTRIBUTE};
-
-/// The version of the item format this store writes ([`attr::SCHEMA`]). A claim never takes
-/// over an item of a later version (a rollback meeting a newer build's items): it is refused and
-/// read as malformed, so its record is retried rather than misread. A change of the format, the
-/// key or the fingerprint raises it, and ships only with a simulation of both versions side by
-/// side on one table.
-pub const SCHEMA_VERSION: u64 = 1;
-
-/// Why the table could not be created.
-#[derive(Debug, thiserror::Error)]
-#[non_exhaustive]
-pub enum CreateTableError {
-    /// A request could not be built (a bug, not an outage).
-    #[error("the request could not be built")]
-    Build(#[source] aws_sdk_dynamodb::error::BuildError),
-    /// DynamoDB refused or could not be reached.
-    #[error("DynamoDB refused to create the table or turn its TTL on")]
-    Aws(#[source] Box<dyn std::error::Error + Send + Sync>),
-}
-
-/// Creates a table with the key schema and TTL attribute this store writes: for local runs
-/// and tests (in AWS, the deployment's template creates it, with the same key and TTL).
-pub async fn create_table(client: &Client, name: &str) -> Result<(), CreateTableError> {
-    create_table_with_keys(client, name, attr::KEY, None).await
-}
-
-/// As [`create_table`], keyed by `partition` (a string hash key) and, for a single-table design,
-/// `sort` (a string range key): the table a store built with
-/// [`DynamoDbStore::with_key_attributes`] writes.
-pub async fn create_table_with_keys(
-    client: &Client,
-    name: &str,
-    partition: &str,
-    sort: Option<&str>,
-) -> Result<(), CreateTableError> {
-    use aws_sdk_dynamodb::types::{
-        AttributeDefinition, BillingMode, KeySchemaElement, KeyType, ScalarAttributeType,
-        TimeToLiveSpecification,
-    };
-    let mut request = client
-        .create_table()
-        .table_name(name)
-        .billing_mode(BillingMode::PayPerRequest);
-    for (attribute, key_type) in
-        std::iter::once((partition, KeyType::Hash)).chain(sort.map(|sort| (sort, KeyType::Range)))
-    {
-        request = request
-            .attribute_definitions(
-                AttributeDefinition::builder()
-                    .attribute_name(attribute)
-                    .attribute_type(ScalarAttributeType::S)
-                    .build()
-                    .map_err(CreateTableError::Build)?,
-            )
-            .key_schema(
-                KeySchemaElement::builder()
-                    .attribute_name(attribute)
-                    .key_type(key_type)
-                    .build()
-                    .map_err(CreateTableError::Build)?,
-            );
-    }
-    request
-        .send()
-        .await
-        .map_err(|e| CreateTableError::Aws(Box::new(e)))?;
-    client
-        .update_time_to_live()
-        .table_name(name)
-        .time_to_live_specification(
-            TimeToLiveSpecification::builder()
-                .attribute_name(attr::EXPIRES_AT)
-                .enabled(true)
-                .build()
-                .map_err(CreateTableError::Build)?,
-        )
-        .send()
-        .await
-        .map_err(|e| CreateTableError::Aws(Box::new(e)))?;
-    Ok(())
-}
-
-/// The DynamoDB actions this store calls; IAM grants exactly these on the table. No path reads.
-pub const ACTIONS: &[&str] = &["dynamodb:UpdateItem", "dynamodb:DeleteItem"];
 
 // The requests' placeholders are one or two letters: each is sent once in the expression and
 // once in its map, and the claim alone has 16 names and 14 values, so spelled-out ones
@@ -480,181 +333,6 @@ enum Api {
     Direct(DirectClient),
 }
 
-/// One conditional write through the SDK's client.
-async fn sdk_write(client: &Client, write: Write<'_>) -> Result<Written, StoreError> {
-    let names = Some(
-        write
-            .names
-            .iter()
-            .map(|(placeholder, name)| ((*placeholder).to_owned(), (*name).to_owned()))
-            .collect(),
-    );
-    let values = Some(
-        write
-            .values
-            .iter()
-            .map(|(placeholder, value)| ((*placeholder).to_owned(), value.to_attribute()))
-            .collect(),
-    );
-    let on_failure = write
-        .old_on_failure
-        .then_some(ReturnValuesOnConditionCheckFailure::AllOld);
-    let on_success = write.old_on_success.then_some(ReturnValue::AllOld);
-    match write.update {
-        Some(update) => {
-            let result = client
-                .update_item()
-                .table_name(write.table)
-                .set_key(Some(write.key.to_item()))
-                .update_expression(update)
-                .condition_expression(write.condition)
-                .set_expression_attribute_names(names)
-                .set_expression_attribute_values(values)
-                .set_return_values(on_success)
-                .set_return_values_on_condition_check_failure(on_failure)
-                .send()
-                .await;
-            match result {
-                Ok(output) => Ok(Written::Applied(output.attributes)),
-                Err(SdkError::ServiceError(e))
-                    if e.err().is_conditional_check_failed_exception() =>
-                {
-                    let UpdateItemError::ConditionalCheckFailedException(failed) = e.into_err()
-                    else {
-                        unreachable!("checked just above")
-                    };
-                    Ok(Written::Refused(failed.item))
-                }
-                Err(e) => Err(unavailable(e)),
-            }
-        }
-        None => {
-            let result = client
-                .delete_item()
-                .table_name(write.table)
-                .set_key(Some(write.key.to_item()))
-                .condition_expression(write.condition)
-                .set_expression_attribute_names(names)
-                .set_expression_attribute_values(values)
-                .set_return_values(on_success)
-                .set_return_values_on_condition_check_failure(on_failure)
-                .send()
-                .await;
-            match result {
-                Ok(output) => Ok(Written::Applied(output.attributes)),
-                Err(SdkError::ServiceError(e))
-                    if e.err().is_conditional_check_failed_exception() =>
-                {
-                    let DeleteItemError::ConditionalCheckFailedException(failed) = e.into_err()
-                    else {
-                        unreachable!("checked just above")
-                    };
-                    Ok(Written::Refused(failed.item))
-                }
-                Err(e) => Err(unavailable(e)),
-            }
-        }
-    }
-}
-
-/// Whether `item` (the old item a refused holder write got back) is the work of the holder of
-/// `token` that wrote `status`: its own earlier, applied attempt at the same write.
-fn written_by(
-    item: Option<&HashMap<String, AttributeValue>>,
-    token: &LeaseToken,
-    status: Status,
-) -> bool {
-    item.is_some_and(|item| {
-        matches!(item.get(attr::LEASE_TOKEN), Some(AttributeValue::S(t)) if *t == token.to_string())
-            && matches!(item.get(attr::STATUS), Some(AttributeValue::S(s)) if s == status.as_str())
-    })
-}
-
-fn unavailable<E, R>(error: SdkError<E, R>) -> StoreError
-where
-    E: std::error::Error + Send + Sync + 'static,
-    R: std::fmt::Debug + Send + Sync + 'static,
-{
-    StoreError::Unavailable(Box::new(error))
-}
-
-/// Reads the decision-relevant part of an item this store wrote.
-fn claim_state(item: &HashMap<String, AttributeValue>) -> Result<ClaimState, StoreError> {
-    let text = |name: &str| match item.get(name) {
-        Some(AttributeValue::S(v)) => Ok(v.as_str()),
-        _ => Err(StoreError::Malformed(format!(
-            "{name} is missing or not a string"
-        ))),
-    };
-    let number = |name: &str| match item.get(name) {
-        None => Ok(0),
-        Some(AttributeValue::N(v)) => v
-            .parse::<u64>()
-            .map_err(|_| StoreError::Malformed(format!("{name} is not an unsigned integer"))),
-        Some(_) => Err(StoreError::Malformed(format!("{name} is not a number"))),
-    };
-    // Absent on items from before the version was written, which read as version 1.
-    let schema = number(attr::SCHEMA)?;
-    if schema > SCHEMA_VERSION {
-        return Err(StoreError::Malformed(format!(
-            "the item is of format version {schema}, later than this build's {SCHEMA_VERSION}"
-        )));
-    }
-    let status = text(attr::STATUS)?;
-    let status = Status::parse(status)
-        .ok_or_else(|| StoreError::Malformed(format!("unknown status {status:?}")))?;
-    let fingerprint = text(attr::FINGERPRINT)?;
-    let first_attempt_ms = match item.get(attr::FIRST_ATTEMPT_AT) {
-        // Absent on completed items, and on items claimed before attempts were recorded.
-        None => None,
-        Some(_) => Some(number(attr::FIRST_ATTEMPT_AT)?),
-    };
-    Ok(ClaimState {
-        status,
-        fingerprint: Fingerprint::parse(fingerprint)
-            .ok_or_else(|| StoreError::Malformed("fingerprint is not hex".into()))?,
-        lease_until_ms: number(attr::LEASE_UNTIL)?,
-        expires_at_s: number(attr::EXPIRES_AT)?,
-        first_attempt_ms,
-        attempts: u32::try_from(number(attr::ATTEMPTS)?).unwrap_or(u32::MAX),
-    })
-}
-
-/// The output a completed item kept for duplicates: only when it was kept by the item's own
-/// completion ([`attr::OUTPUT_AT`]).
-fn kept_output(item: &HashMap<String, AttributeValue>) -> Option<String> {
-    match (
-        item.get(attr::OUTPUT),
-        item.get(attr::OUTPUT_AT),
-        item.get(attr::COMPLETED_AT),
-    ) {
-        (
-            Some(AttributeValue::S(output)),
-            Some(AttributeValue::N(at)),
-            Some(AttributeValue::N(completed)),
-        ) if at == completed => Some(output.clone()),
-        _ => None,
-    }
-}
-
-/// What our own claim took over, read back from the item it wrote (its first answer, which
-/// said so, was lost): a claim count above one means an earlier attempt, whose first time the
-/// item kept. A first time equal to this claim's own `now` with earlier attempts can only come
-/// from an item that had none recorded: unknown, so the oldest possible. A first claim of the
-/// key is fresh, unless the request knows of an earlier attempt that counts ([`earlier_attempt`]).
-fn own_claim_prior(state: &ClaimState, request: &ClaimRequest<'_>) -> Option<PriorAttempt> {
-    if state.attempts <= 1 {
-        return earlier_attempt(request);
-    }
-    Some(PriorAttempt {
-        first_attempt_ms: state
-            .first_attempt_ms
-            .filter(|first| *first != request.now_ms)
-            .unwrap_or(0),
-        attempts: state.attempts - 1,
-    })
-}
-
 impl IdempotencyStore for DynamoDbStore {
     async fn begin(&self, request: &ClaimRequest<'_>) -> Result<Begin, StoreError> {
         let lease = Lease {
@@ -900,6 +578,8 @@ impl crate::store::EffectStore for DynamoDbStore {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::Fingerprint;
+    use std::collections::HashMap;
 
     fn n(value: u64) -> AttributeValue {
         AttributeValue::N(value.to_string())
