@@ -14,6 +14,8 @@
 
 use std::sync::atomic::{AtomicU32, Ordering};
 
+use super::error::DirectError;
+
 /// A bucket's size, and the tokens it starts with.
 pub(super) const CAPACITY: u32 = 500;
 
@@ -117,6 +119,59 @@ impl RetryQuota {
     /// The tokens left.
     pub(super) fn tokens(&self) -> u32 {
         self.tokens.load(Ordering::Acquire)
+    }
+}
+
+#[cfg(test)]
+pub(super) fn retryable(error: &DirectError) -> bool {
+    retry_kind(error).is_some()
+}
+
+/// What the SDK's standard mode retries, and as what (a retry's cost to the quota depends on
+/// it): I/O errors and timeouts, a broken-off answer, 500, 502, 503 and 504 (transient), its
+/// throttling codes and 429 (throttling: every write here is conditional, so a retry is always
+/// safe), and a refusal for clock skew.
+pub(super) fn retry_kind(error: &DirectError) -> Option<RetryKind> {
+    use RetryKind::{Other, Throttling, Transient};
+    match error {
+        DirectError::Connector(e) if e.is_io() || e.is_timeout() => Some(Transient),
+        // Signed again by the server's time, which the failed attempt taught.
+        DirectError::ClockSkew { .. } => Some(Other),
+        DirectError::AttemptTimeout(_) | DirectError::Body(_) => Some(Transient),
+        DirectError::Service { status: 429, .. } => Some(Throttling),
+        DirectError::Service { status, kind, .. } => {
+            if matches!(kind.as_str(), "RequestTimeout" | "RequestTimeoutException") {
+                return Some(Transient);
+            }
+            let throttling = matches!(
+                kind.as_str(),
+                // Throttling, as the SDK lists it.
+                "Throttling"
+                    | "ThrottlingException"
+                    | "ThrottledException"
+                    | "RequestThrottledException"
+                    | "TooManyRequestsException"
+                    | "ProvisionedThroughputExceededException"
+                    | "TransactionInProgressException"
+                    | "RequestLimitExceeded"
+                    | "BandwidthLimitExceeded"
+                    | "LimitExceededException"
+                    | "RequestThrottled"
+                    | "SlowDown"
+                    | "PriorRequestNotComplete"
+                    | "EC2ThrottledException"
+            );
+            if throttling {
+                Some(Throttling)
+            } else {
+                matches!(status, 500 | 502 | 503 | 504).then_some(Transient)
+            }
+        }
+        DirectError::Unreadable { status: 429, .. } => Some(Throttling),
+        DirectError::Unreadable { status, .. } => {
+            matches!(status, 500 | 502 | 503 | 504).then_some(Transient)
+        }
+        _ => None,
     }
 }
 

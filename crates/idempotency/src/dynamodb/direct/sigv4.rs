@@ -99,7 +99,7 @@ impl Signer {
         // a blank line, the signed header names, the body's hash.
         let mut canonical = String::with_capacity(320 + host.len() + token.map_or(0, str::len));
         canonical.push_str("POST\n/\n\ncontent-type:");
-        canonical.push_str(super::CONTENT_TYPE);
+        canonical.push_str(super::wire::CONTENT_TYPE);
         canonical.push_str("\nhost:");
         canonical.push_str(host.trim());
         canonical.push_str("\nx-amz-date:");
