@@ -229,6 +229,9 @@ pub struct Report {
     /// Orders sent again under their id with the same number in another currency (a conflict
     /// only the currency tells apart).
     pub currency_only_conflicts: usize,
+    /// For each order refused during the provider's outage and charged after it: how long
+    /// after the outage's end its charge came, simulated ms.
+    pub recovery_delays_ms: Vec<u64>,
 }
 
 impl Report {
@@ -279,6 +282,18 @@ pub(crate) fn report(run: &Run<'_>, sim_ms: u64) -> Report {
         .filter(|o| seen.insert(o))
         .collect();
     report.orders = orders.len();
+    let outage_end_ms = crate::world::EPOCH_MS + run.windows[0].1;
+    for order in &orders {
+        let after_outage = ledger.charges.get(*order).and_then(|charges| {
+            charges
+                .iter()
+                .map(|(_, at)| *at)
+                .find(|at| *at >= outage_end_ms)
+        });
+        if let (true, Some(at)) = (ledger.refused_in_outage.contains(*order), after_outage) {
+            report.recovery_delays_ms.push(at - outage_end_ms);
+        }
+    }
     for (sent, _) in ledger.charges.values().flatten() {
         *report
             .charged_by_currency

@@ -109,6 +109,8 @@ fn main() {
     let mut dlq = std::collections::BTreeMap::<String, usize>::new();
     let mut decisions = std::collections::BTreeMap::<&str, usize>::new();
     let mut faults = Faults::default();
+    let mut recovery_delays: Vec<u64> = Vec::new();
+    let mut outage_container_ms = 0u64;
     let mut broken = Vec::new();
     let settings_of = |seed: u64| {
         SimSettings::profile(&profile, seed, per_seed).map(|settings| SimSettings {
@@ -157,6 +159,10 @@ fn main() {
                 *dlq.entry(reason.clone()).or_default() += count;
             }
             faults.add(&report.faults);
+            recovery_delays.extend_from_slice(&report.recovery_delays_ms);
+            // Container-minutes of outage: the fleet the provider's refusals are shared by.
+            outage_container_ms +=
+                (report.windows[0].1 - report.windows[0].0) * settings.containers as u64;
             for (reason, count) in &report.decisions {
                 *decisions.entry(reason).or_default() += count;
             }
@@ -203,6 +209,27 @@ fn main() {
     println!("| invocations | {invocations} |");
     for (kind, count) in faults.rows() {
         println!("| {kind} | {count} |");
+    }
+    if !recovery_delays.is_empty() {
+        recovery_delays.sort_unstable();
+        let at = |q: f64| {
+            let i = ((recovery_delays.len() - 1) as f64 * q).round() as usize;
+            recovery_delays[i] as f64 / 1_000.0
+        };
+        println!(
+            "| orders refused in the provider's outage, charged after it | {} |",
+            recovery_delays.len()
+        );
+        println!(
+            "| their charge after the outage's end, s: p50 / p99 / max | {:.0} / {:.0} / {:.0} |",
+            at(0.5),
+            at(0.99),
+            at(1.0)
+        );
+        println!(
+            "| provider calls in its outage, per container-minute | {:.1} |",
+            faults.outage_refusals as f64 / (outage_container_ms.max(1) as f64 / 60_000.0)
+        );
     }
     if faults.store_requests > 0 {
         println!(
