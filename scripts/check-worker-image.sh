@@ -26,5 +26,13 @@ user="$(podman inspect "$container" --format '{{.Config.User}}')"
 echo "worker image: entry point [$entrypoint], command [$command], user $user; root file system:"
 (cd "$rootfs" && find . -mindepth 1 | sort | sed 's/^/  /')
 [ "$command" = worker ] || { echo "the image's command is [$command], not [worker]" >&2; exit 1; }
+log="$rootfs.log"
 WORKER_IMAGE_ROOTFS="$rootfs" WORKER_IMAGE_ENTRYPOINT="$entrypoint" WORKER_IMAGE_USER="${user:-0:0}" \
-  cargo test --test it worker:: -- --test-threads 2
+  cargo test --test it worker:: -- --test-threads 2 2>&1 | tee "$log"
+# Fails closed: the tests that start the image's entry point must have run, not been filtered out.
+for name in sigterm_mid_batch_finishes_what_started_and_releases_the_rest \
+  the_heartbeat_holds_a_record_three_visibility_timeouts_long \
+  a_killed_workers_message_comes_back_and_is_charged_once; do
+  grep -q "^test worker::$name ... ok$" "$log" || { echo "worker::$name did not run against the image" >&2; exit 1; }
+done
+rm -f "$log"
