@@ -568,10 +568,10 @@ async fn deadline() {
         process_orders::payment::SimulatedGateway::new(),
         SystemClock,
     )
-    .with_backoff(Some(sqs_batch::Backoff {
-        port: SqsVisibility::new(sqs),
-        policy: BackoffPolicy::new(5, 900),
-    }));
+    .with_backoff(Some(sqs_batch::Backoff::new(
+        SqsVisibility::new(sqs),
+        BackoffPolicy::new(5, 900),
+    )));
     let records: Vec<_> = (0..100)
         .map(|i| {
             serde_json::json!({

@@ -222,10 +222,9 @@ impl App {
         };
         // The SQS client exists only when the backoff is on, and is built at its first use.
         let backoff = match (config.backoff, &sdk) {
-            (Some(policy), Some(sdk)) => Some(Backoff {
-                port: sqs_visibility(sdk.clone()),
-                policy,
-            }),
+            (Some(policy), Some(sdk)) => Some(
+                Backoff::new(sqs_visibility(sdk.clone()), policy).with_recovery(config.recovery),
+            ),
             _ => None,
         };
         let dead_letters = match (&sdk, config.move_poison) {
@@ -385,6 +384,11 @@ where
             .as_ref()
             .map_or("ProcessOrders", |(settings, _)| settings.namespace.as_str())
             .to_owned();
+        let recovery = self
+            .backoff
+            .as_ref()
+            .and_then(|backoff| backoff.recovery.as_ref())
+            .map(|recovery| *recovery.policy());
         let policy = self.backoff.map(|backoff| backoff.policy);
         let reporting = WorkerReporting {
             reporting: Reporting {
@@ -398,6 +402,9 @@ where
             .with_hooks(reporting);
         if let Some(policy) = policy {
             worker = worker.with_backoff(policy);
+            if let Some(recovery) = recovery {
+                worker = worker.with_recovery(recovery);
+            }
         }
         if let Some(dead_letters) = self.dead_letters {
             worker = worker.with_dead_letters(dead_letters);

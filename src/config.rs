@@ -9,7 +9,9 @@ use std::time::Duration;
 use claim_check::ClaimCheckSettings;
 use idempotency::{LeasePolicy, StoreSettings};
 use lambda_kit::{Env, EnvError};
-use sqs_batch::{BatchOptions, backoff::BackoffPolicy, backoff::RedriveCheck};
+use sqs_batch::{
+    BatchOptions, backoff::BackoffPolicy, backoff::RedriveCheck, recovery::RecoveryPolicy,
+};
 
 use crate::aws::SdkSettings;
 use crate::metrics::MetricsSettings;
@@ -165,6 +167,8 @@ pub struct Config {
     pub batch: BatchOptions,
     /// Visibility backoff for reported records; `None` when off.
     pub backoff: Option<BackoffPolicy>,
+    /// With the backoff: the probe and the wake while a dependency is down; `None` when off.
+    pub recovery: Option<RecoveryPolicy>,
     /// What the deployment expects of its queues' redrive policy (`SQS_BATCH_MAX_RECEIVE_COUNT`,
     /// `SQS_BATCH_RETRY_SURVIVAL_HOURS`), held against each queue's own when it is learned.
     pub redrive: RedriveCheck,
@@ -232,6 +236,7 @@ impl Config {
             return Err(ConfigError::TableRequiredInLambda);
         }
         let backoff = BackoffPolicy::from_env(env)?;
+        let recovery = RecoveryPolicy::from_env(env)?;
         let redrive = RedriveCheck::from_env(env)?;
         let claim_check = ClaimCheckSettings::from_env(env)?;
         if claim_check.is_some() && !cfg!(feature = "s3-claim-check") {
@@ -298,6 +303,7 @@ impl Config {
             lease,
             batch,
             backoff,
+            recovery,
             redrive,
             claim_check,
             dynamodb,

@@ -44,9 +44,10 @@ use tracing::Instrument;
 use idempotency::guard::{
     self, Claim, Failed, Found, GuardPolicy, Guarded, GuardedWork, Unsettled,
 };
-use idempotency::{guard::EffectStore, store::LeaseToken};
+use idempotency::{StoreError, guard::EffectStore, store::LeaseToken};
 use lambda_kit::{Clock, error_chain};
-use sqs_batch::{Message, RecordHandler, Verdict, processor::Decision, processor::Invocation};
+use sqs_batch::processor::{Decision, Health, Invocation};
+use sqs_batch::{Message, RecordHandler, Verdict};
 
 use crate::metrics::{CallLatency, Latency};
 use crate::money::Currency;
@@ -373,6 +374,38 @@ impl OrderDecision {
                 .is_some_and(PaymentError::is_configuration)
     }
 
+    /// What this order found of the dependencies every order needs, for the recovery after an
+    /// outage (`sqs_batch::recovery`): the table unreachable, or the provider not answering
+    /// (nothing sent, no definite answer: a timeout, a reset, 429, 5xx), is down for every
+    /// order; a definite answer from the provider means both are up (the order was claimed
+    /// first). A duplicate, a busy key or a decline recorded earlier never reached the provider
+    /// and says nothing of it.
+    pub(crate) fn health(&self) -> Option<Health> {
+        let Self::Guarded(outcome) = self else {
+            return None;
+        };
+        match outcome {
+            Guarded::Store(StoreError::Unavailable(_)) => Some(Health::Down(STORE)),
+            Guarded::Failed {
+                error: PaymentError::NotSent { .. } | PaymentError::Ambiguous { .. },
+                ..
+            }
+            | Guarded::NeedsReconciliation {
+                why:
+                    Unsettled::LookUpFailed(
+                        PaymentError::NotSent { .. } | PaymentError::Ambiguous { .. },
+                    ),
+                ..
+            } => Some(Health::Down(PAYMENT)),
+            Guarded::Performed(())
+            | Guarded::Reconciled
+            | Guarded::Pending
+            | Guarded::Failed { .. }
+            | Guarded::NeedsReconciliation { .. } => Some(Health::Up(PAYMENT)),
+            _ => None,
+        }
+    }
+
     /// Whether the provider's answer would be the same for every order (a refused key, a
     /// missing route): what the invocation's breaker counts. A 400 about one order's request
     /// is not: one malformed order must not stop the others.
@@ -381,6 +414,10 @@ impl OrderDecision {
             .is_some_and(PaymentError::is_endpoint_wide)
     }
 }
+
+/// The dependencies' names in a verdict's health.
+const STORE: &str = "store";
+const PAYMENT: &str = "payment";
 
 /// How long a record refused for our configuration (or not sent because of it) stays away: a key
 /// rotation or a URL fix takes a person minutes to hours, and every receive counts towards
@@ -396,12 +433,21 @@ fn verdict(
     now_ms: u64,
 ) -> Verdict {
     let verdict = match decision.outcome() {
-        Decision::Ack => return Verdict::ack(decision.reason()),
+        Decision::Ack => {
+            let ack = Verdict::ack(decision.reason());
+            return match decision.health() {
+                Some(health) => ack.with_health(health),
+                None => ack,
+            };
+        }
         Decision::Poison => Verdict::poison(decision.reason()),
         // RETRY, and an outcome a later sqs-batch adds: never deleted unnamed.
         _ => Verdict::retry(decision.reason()),
     };
     let mut verdict = verdict.with_key(order.order_id.into_owned());
+    if let Some(health) = decision.health() {
+        verdict = verdict.with_health(health);
+    }
     // The claim's lease token joins the log line to the table's item (`lease_token`).
     verdict.correlation_id = lease.map(|token| token.to_string());
     if decision.is_configuration_error() {
@@ -521,6 +567,72 @@ mod tests {
     /// reason, the words of its detail (what the log line and a DLQ copy carry) and its retry
     /// time. The end-to-end tests reach most of these through the provider stub; this table holds
     /// each arm to its words, so none can fall silently to the wildcard a later guard needs.
+    /// What each decision tells the recovery after an outage: only a dependency that failed for
+    /// every order is down, and only a definite answer from the provider says both are up.
+    #[test]
+    fn a_decision_says_a_dependency_is_down_only_when_every_order_would_meet_it() {
+        let not_sent = || PaymentError::NotSent {
+            reason: "connection refused".into(),
+            source: None,
+        };
+        let ambiguous = || PaymentError::Ambiguous {
+            reason: "503".into(),
+            source: None,
+        };
+        let declined = || PaymentError::Declined {
+            status: Some(402),
+            reason: "card".into(),
+        };
+        let failed = |error| Guarded::Failed {
+            error,
+            effect: Effect::None,
+        };
+        let lookup = |error| Guarded::NeedsReconciliation {
+            why: Unsettled::LookUpFailed(error),
+            first_attempt_ms: 7,
+        };
+        let down = |name| Some(Health::Down(name));
+        let up = Some(Health::Up("payment"));
+        let cases: Vec<(Guarded<(), PaymentError>, Option<Health>)> = vec![
+            (
+                Guarded::Store(StoreError::Unavailable("throttled".into())),
+                down("store"),
+            ),
+            (Guarded::Store(StoreError::Malformed("x".into())), None),
+            (failed(not_sent()), down("payment")),
+            (failed(ambiguous()), down("payment")),
+            (lookup(not_sent()), down("payment")),
+            (lookup(ambiguous()), down("payment")),
+            (Guarded::Performed(()), up),
+            (Guarded::Reconciled, up),
+            (Guarded::Pending, up),
+            (failed(declined()), up),
+            (failed(PaymentError::InFlight { retry_after: None }), up),
+            (lookup(declined()), up),
+            (Guarded::Duplicate, None),
+            (Guarded::Replayed(()), None),
+            (Guarded::Busy { until_ms: 9 }, None),
+            (Guarded::Rejected, None),
+            (Guarded::Conflict, None),
+            (Guarded::LeaseLost, None),
+        ];
+        for (outcome, health) in cases {
+            let name = format!("{outcome:?}");
+            let decision = OrderDecision::Guarded(outcome);
+            assert_eq!(decision.health(), health, "{name}");
+            let order = Order {
+                order_id: "o-1".into(),
+                amount: crate::money::Money::parse("10", Currency::EUR).expect("an amount"),
+            };
+            assert_eq!(
+                verdict(decision, order, None, 0).health,
+                health,
+                "{name}: carried by the verdict"
+            );
+        }
+        assert_eq!(OrderDecision::CircuitOpen.health(), None);
+    }
+
     #[test]
     fn every_decision_has_its_outcome_reason_detail_and_retry_time() {
         const NOW: u64 = 1_767_225_600_000;

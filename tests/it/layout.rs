@@ -591,6 +591,7 @@ fn the_batch_crates_modules_import_only_downwards() {
                 "backoff",
                 "visibility",
                 "visibility::sqs",
+                "recovery",
                 "dead_letter",
                 "dead_letter::sqs",
             ],

@@ -1,6 +1,7 @@
 //! One invocation's batch from start to response: learn the give-up's receive, run the
 //! records, settle (DLQ moves, the response and its check, the visibility backoff).
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use crate::backoff::BackoffPolicy;
@@ -10,16 +11,51 @@ use crate::edge::{Batch, EventError, EventView, SqsBatchResponse, check_response
 use crate::processor::{
     BatchProcessor, BatchReport, Decision, Invocation, RecordHandler, RecordStatus,
 };
+use crate::recovery::{Recovery, RecoveryPolicy};
 use crate::visibility;
 use lambda_kit::Clock;
 
-/// The visibility backoff a batch gets after processing: the port and the policy.
+/// The visibility backoff a batch gets after processing: the port, the policy and, when on, the
+/// container's recovery after an outage. Build it once per container: clones share the
+/// recovery's parked records.
+///
+/// ```
+/// use sqs_batch::{Backoff, backoff::BackoffPolicy, recovery::RecoveryPolicy};
+///
+/// // The port is SQS's (`visibility::SqsVisibility`) in a function; any value in this example.
+/// let backoff = Backoff::new("port", BackoffPolicy::new(5, 900))
+///     .with_recovery(Some(RecoveryPolicy::new(30)));
+/// let shared = backoff.clone();
+/// assert_eq!(shared.recovery.map(|r| r.policy().probe_s), Some(30));
+/// ```
 #[derive(Debug, Clone)]
+#[non_exhaustive]
 pub struct Backoff<V> {
     /// Where the visibility changes go.
     pub port: V,
     /// How long each reported record stays away.
     pub policy: BackoffPolicy,
+    /// Probing and waking while a dependency is down ([`crate::recovery`]), when on.
+    pub recovery: Option<Arc<Recovery>>,
+}
+
+impl<V> Backoff<V> {
+    /// Visibility changes through `port` under `policy`, without recovery.
+    pub fn new(port: V, policy: BackoffPolicy) -> Self {
+        Self {
+            port,
+            policy,
+            recovery: None,
+        }
+    }
+
+    /// With the container's recovery under `policy` (`None`: off).
+    pub fn with_recovery(self, policy: Option<RecoveryPolicy>) -> Self {
+        Self {
+            recovery: policy.map(|policy| Arc::new(Recovery::new(policy))),
+            ..self
+        }
+    }
 }
 
 /// What one invocation came to.
@@ -315,17 +351,33 @@ where
     if let Some(backoff) = backoff {
         let now_ms = processor.clock().now_ms();
         let budget = budget(now_ms);
-        visibility::apply(
-            &backoff.port,
-            &backoff.policy,
-            batch.queue_arn,
-            records,
-            &report,
-            now_ms,
-            budget,
-        )
-        .instrument(tracing::debug_span!(parent: &span, "sqs.change_visibility"))
-        .await;
+        let mut changes = visibility::changes(&backoff.policy, records, &report, now_ms, || {
+            fastrand::u64(..)
+        });
+        // While a dependency is down one record probes and the others are parked; once a record
+        // finds it up, parked records of earlier batches come back now.
+        let wake = backoff.recovery.as_deref().map(|recovery| {
+            let parked = recovery.settle_batch(
+                &backoff.policy,
+                batch,
+                &report.statuses,
+                &mut changes,
+                now_ms,
+                processor.options().max_concurrency.get(),
+            );
+            (recovery, parked)
+        });
+        let settle_visibility = async {
+            visibility::apply_changes(&backoff.port, batch.queue_arn, &changes, budget).await;
+            if let Some((recovery, parked)) = &wake {
+                recovery.wake(&backoff.port, parked).await;
+            }
+        };
+        // The wake shares the backoff's budget: past it, the parked records come back on
+        // their schedule.
+        let _ = tokio::time::timeout(budget, settle_visibility)
+            .instrument(tracing::debug_span!(parent: &span, "sqs.change_visibility"))
+            .await;
     }
     Ok(Processed {
         response,

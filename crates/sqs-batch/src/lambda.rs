@@ -55,9 +55,9 @@ impl Ports {
         sqs: impl Fn() -> aws_sdk_sqs::Client + Clone + Send + Sync + 'static,
     ) -> Result<Self, EnvError> {
         let env = &crate::with_old_names(env);
-        let backoff = BackoffPolicy::from_env(env)?.map(|policy| Backoff {
-            port: SqsVisibility::on_first_use(sqs.clone()),
-            policy,
+        let recovery = crate::recovery::RecoveryPolicy::from_env(env)?;
+        let backoff = BackoffPolicy::from_env(env)?.map(|policy| {
+            Backoff::new(SqsVisibility::on_first_use(sqs.clone()), policy).with_recovery(recovery)
         });
         let dead_letters = env
             .flag("SQS_BATCH_MOVE_POISON_TO_DLQ", false)?

@@ -25,6 +25,7 @@
 //! | [`processor`] | [`BatchProcessor`], [`RecordHandler`], [`Verdict`], [`Decision`](processor::Decision), [`BatchReport`](processor::BatchReport) |
 //! | [`backoff`] | [`BackoffPolicy`](backoff::BackoffPolicy) |
 //! | [`visibility`] | the visibility port and [`visibility::apply`]; its SQS adapter with feature `visibility` |
+//! | [`recovery`] | while a dependency is down: one record probes, the others are parked; woken when it is up |
 //! | [`dead_letter`] | POISON moved to the dead-letter queue by the function; its SQS adapter with feature `dead-letter` |
 //! | [`typed`] | [`json`]: a handler from a closure over typed (serde) bodies, with its [`Record`] |
 //! | `lambda` | `lambda::run`: Lambda's loop around a handler, the deadline from the context (feature `lambda`) |
@@ -83,6 +84,7 @@ pub mod edge;
 #[cfg(feature = "lambda")]
 pub mod lambda;
 pub mod processor;
+pub mod recovery;
 #[cfg(any(feature = "visibility", feature = "dead-letter"))]
 mod sqs_entries;
 #[cfg(feature = "testkit")]
@@ -125,4 +127,5 @@ pub const VARIABLES: &[(&str, Option<&str>)] = &[
     ("SQS_BATCH_BACKOFF_CAP_SECONDS", Some("900")),
     ("SQS_BATCH_MAX_RECEIVE_COUNT", Some("0")),
     ("SQS_BATCH_RETRY_SURVIVAL_HOURS", Some("24")),
+    ("SQS_BATCH_PROBE_SECONDS", Some("30")),
 ];

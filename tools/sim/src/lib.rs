@@ -838,9 +838,9 @@ impl Deployment {
             },
             holder.learned.clone(),
         );
-        let backoff = self.config.backoff.map(|policy| Backoff {
-            port: process_orders::app::sqs_visibility(sqs.clone()),
-            policy,
+        let backoff = self.config.backoff.map(|policy| {
+            Backoff::new(process_orders::app::sqs_visibility(sqs.clone()), policy)
+                .with_recovery(self.config.recovery)
         });
         let dead_letters = self
             .config

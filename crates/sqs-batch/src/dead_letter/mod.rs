@@ -318,13 +318,7 @@ mod tests {
             port,
             moved_by: "fn:3".to_owned(),
         };
-        let backoff = Backoff {
-            port: Visibility::default(),
-            policy: BackoffPolicy {
-                base_s: 5,
-                cap_s: 900,
-            },
-        };
+        let backoff = Backoff::new(Visibility::default(), BackoffPolicy::new(5, 900));
         let processed = process_batch(
             &processor,
             &batch,

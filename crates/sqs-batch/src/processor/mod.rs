@@ -57,7 +57,7 @@ use crate::turns::KeyTurns;
 
 pub use options::{BatchOptions, FifoScope, MIN_DEADLINE_MARGIN_MS};
 #[allow(deprecated)]
-pub use record::{Decision, Invocation, Outcome, RecordContext, RecordHandler, Verdict};
+pub use record::{Decision, Health, Invocation, Outcome, RecordContext, RecordHandler, Verdict};
 pub use report::{ABANDONED, BatchReport, Counts, RecordStatus, SHUTTING_DOWN};
 use scope::{CURRENT, InScope};
 #[allow(deprecated)]

@@ -71,6 +71,43 @@ pub struct Verdict {
     /// An id joining the log line to the handler's own records (an idempotency claim's lease
     /// token, for example). Logged as `correlation_id`.
     pub correlation_id: Option<String>,
+    /// What the handler learned of a dependency every record needs: down for all (the record
+    /// waits for its return, [`crate::recovery`]), or up again (records parked for it may come
+    /// back now).
+    pub health: Option<Health>,
+}
+
+/// The state of a dependency every record needs (a payment provider, a table), as one record's
+/// handling found it. A failure about one record (a decline, a busy key) is neither.
+///
+/// ```
+/// use sqs_batch::{Verdict, processor::Health};
+///
+/// let verdict = Verdict::retry("payment_not_sent").with_health(Health::Down("payment"));
+/// assert_eq!(verdict.health, Some(Health::Down("payment")));
+/// assert!(Health::Up("payment").is_up());
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Health {
+    /// It failed in a way every record would meet (unreachable, 5xx, a timeout), named.
+    Down(&'static str),
+    /// It answered, named: records that wait for it may come back.
+    Up(&'static str),
+}
+
+impl Health {
+    /// Whether it answered.
+    pub fn is_up(&self) -> bool {
+        matches!(self, Self::Up(_))
+    }
+
+    /// The dependency's name.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Self::Down(name) | Self::Up(name) => name,
+        }
+    }
 }
 
 impl Verdict {
@@ -97,6 +134,7 @@ impl Verdict {
             key: None,
             retry_after_ms: None,
             correlation_id: None,
+            health: None,
         }
     }
 
@@ -115,6 +153,12 @@ impl Verdict {
     /// When a retry makes sense again, epoch ms (the backoff waits until then).
     pub fn with_retry_after_ms(mut self, at_ms: u64) -> Self {
         self.retry_after_ms = Some(at_ms);
+        self
+    }
+
+    /// What the record's handling learned of a dependency every record needs.
+    pub fn with_health(mut self, health: Health) -> Self {
+        self.health = Some(health);
         self
     }
 }

@@ -158,6 +158,16 @@ pub async fn apply<V: VisibilityPort>(
     budget: Duration,
 ) {
     let changes = changes(policy, batch, report, now_ms, || fastrand::u64(..));
+    apply_changes(port, queue_arn, &changes, budget).await;
+}
+
+/// Applies `changes` to the queue of `queue_arn`, as [`apply`] does.
+pub(crate) async fn apply_changes<V: VisibilityPort>(
+    port: &V,
+    queue_arn: Option<&str>,
+    changes: &[Change<'_>],
+    budget: Duration,
+) {
     if changes.is_empty() {
         return;
     }

@@ -64,6 +64,7 @@ use scaling::queue_name;
 pub use scaling::{backlog_document, backlog_per_consumer, desired_consumers};
 
 use std::future::Future;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
@@ -78,6 +79,7 @@ use crate::batch::Backoff;
 use crate::dead_letter::{DeadLetterPort, DeadLetters};
 use crate::edge::{Batch, Message};
 use crate::processor::{ABANDONED, BatchProcessor, RecordHandler, RecordStatus};
+use crate::recovery::{Recovery, RecoveryPolicy};
 use crate::visibility::{self, Change, VisibilityPort};
 
 /// SQS keeps a received message invisible for at most 12 hours from the receive.
@@ -109,6 +111,7 @@ pub struct Worker<H, C, Q, V, D> {
     queue: Q,
     visibility: V,
     backoff: Option<BackoffPolicy>,
+    recovery: Option<Arc<Recovery>>,
     dead_letters: Option<DeadLetters<D>>,
     options: WorkerOptions,
     namespace: String,
@@ -165,6 +168,7 @@ where
             queue,
             visibility,
             backoff: None,
+            recovery: None,
             dead_letters: None,
             options,
             namespace: "SqsWorker".to_owned(),
@@ -186,6 +190,14 @@ where
     /// Reported records get their visibility from `policy`.
     pub fn with_backoff(mut self, policy: BackoffPolicy) -> Self {
         self.backoff = Some(policy);
+        self
+    }
+
+    /// With the backoff, while a dependency is down one record probes and the others are parked,
+    /// woken when a record finds it up ([`crate::recovery`]); meanwhile the worker receives only
+    /// its probe, one record per probe interval, and resumes at the first success.
+    pub fn with_recovery(mut self, policy: RecoveryPolicy) -> Self {
+        self.recovery = Some(Arc::new(Recovery::new(policy)));
         self
     }
 
@@ -222,6 +234,7 @@ where
             queue: self.queue,
             visibility: self.visibility,
             backoff: self.backoff,
+            recovery: self.recovery,
             dead_letters: self.dead_letters,
             options: self.options,
             namespace: self.namespace,
@@ -291,10 +304,26 @@ where
     async fn lane(&self, stop: &Stop, counters: &Counters) {
         let mut failures: u32 = 0;
         while !self.stopping() {
+            // While a dependency is down, only the probe is received: one record per interval
+            // for the container, the rest left in the queue on their schedule.
+            let mut max_messages = self.options.max_messages;
+            if let Some(recovery) = &self.recovery
+                && recovery.is_down()
+            {
+                if let Err(wait_ms) = recovery.receive_slot(self.processor.clock().now_ms()) {
+                    tokio::select! {
+                        biased;
+                        () = tokio::time::sleep(Duration::from_millis(wait_ms)) => {}
+                        () = self.stopped(stop) => {}
+                    }
+                    continue;
+                }
+                max_messages = 1;
+            }
             let received = self
                 .queue
                 .receive(
-                    self.options.max_messages,
+                    max_messages,
                     self.options.wait_time_seconds,
                     self.receive_visibility_s(),
                 )
@@ -364,8 +393,8 @@ where
             .now_ms()
             .saturating_add(self.options.batch_timeout_ms);
         let backoff = self.backoff.map(|policy| Backoff {
-            port: self.visibility.clone(),
-            policy,
+            recovery: self.recovery.clone(),
+            ..Backoff::new(self.visibility.clone(), policy)
         });
         let dead_letters = self.dead_letters.as_ref();
         self.hooks.batch_starting(self.processor.handler(), &batch);

@@ -186,10 +186,9 @@ async fn every_valid_order_is_charged_exactly_once_and_only_poison_reaches_the_d
         retryable_failures: process_orders::payment::answers::RetryableFailures::default(),
     })
     .unwrap();
-    let app = App::with_ports(&config, store, gateway, SystemClock).with_backoff(Some(Backoff {
-        port: SqsVisibility::new(sqs.clone()),
-        policy: BackoffPolicy::new(1, 2),
-    }));
+    let app = App::with_ports(&config, store, gateway, SystemClock).with_backoff(Some(
+        Backoff::new(SqsVisibility::new(sqs.clone()), BackoffPolicy::new(1, 2)),
+    ));
     let function = Arc::new(Lambda {
         app,
         history: std::sync::Mutex::new(Vec::new()),

@@ -85,10 +85,9 @@ async fn valid_orders_in_dlq(name: &str, poison: usize, fifo_scope: &str, backof
         SimulatedGateway::new(),
         SystemClock,
     )
-    .with_backoff(backoff.then(|| Backoff {
-        port: SqsVisibility::new(sqs.clone()),
-        policy: BackoffPolicy::new(1, 1),
-    }));
+    .with_backoff(
+        backoff.then(|| Backoff::new(SqsVisibility::new(sqs.clone()), BackoffPolicy::new(1, 1))),
+    );
     let app = Arc::new(app);
     let esm_settings = EsmSettings {
         batch_size: 10,

@@ -106,10 +106,8 @@ fn app<S: idempotency::guard::EffectStore>(
         retryable_failures: process_orders::payment::answers::RetryableFailures::default(),
     })
     .expect("gateway");
-    App::with_ports(&config, store, gateway, SystemClock).with_backoff(Some(Backoff {
-        port: SqsVisibility::new(sqs.clone()),
-        policy: POLICY,
-    }))
+    App::with_ports(&config, store, gateway, SystemClock)
+        .with_backoff(Some(Backoff::new(SqsVisibility::new(sqs.clone()), POLICY)))
 }
 
 const ESM: EsmSettings = EsmSettings {

@@ -143,10 +143,10 @@ async fn reported_records_come_back_on_their_own_schedule() {
     )
     // The function's own wiring: the SQS client built at the first change, on the shared SDK
     // configuration and the visibility calls' bounds.
-    .with_backoff(Some(Backoff {
-        port: process_orders::app::sqs_visibility(local_esm::sdk_config(&moto_endpoint())),
+    .with_backoff(Some(Backoff::new(
+        process_orders::app::sqs_visibility(local_esm::sdk_config(&moto_endpoint())),
         policy,
-    }));
+    )));
 
     let (event, bodies) = receive_event(&client, &url, &arn, 1).await;
     assert_eq!(order_ids(&bodies), ["o-ack", "o-busy", "o-flaky", "poison"]);
@@ -238,10 +238,10 @@ async fn a_blackholed_sqs_cannot_hold_the_response_past_the_deadline() {
             process_orders::payment::SimulatedGateway::new(),
             clock.clone(),
         )
-        .with_backoff(Some(Backoff {
-            port: SqsVisibility::new(client.clone()),
-            policy: BackoffPolicy::new(5, 900),
-        }));
+        .with_backoff(Some(Backoff::new(
+            SqsVisibility::new(client.clone()),
+            BackoffPolicy::new(5, 900),
+        )));
         let started_ms = clock.now_ms();
         let deadline_ms = started_ms + time_left_ms;
         let response = app.handle_json(&json, deadline_ms).await.expect("handled");
