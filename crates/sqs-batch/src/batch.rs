@@ -8,10 +8,11 @@ use crate::backoff::BackoffPolicy;
 use crate::dead_letter::{self, DeadLetters};
 use crate::edge::EntireBatchFailed;
 use crate::edge::{Batch, EventError, EventView, SqsBatchResponse, check_response, response};
+use crate::edge::{Message, QueueKind};
 use crate::processor::{
     BatchProcessor, BatchReport, Decision, Invocation, RecordHandler, RecordStatus,
 };
-use crate::recovery::{Recovery, RecoveryPolicy};
+use crate::recovery::{Admit, Recovery, RecoveryPolicy};
 use crate::visibility;
 use lambda_kit::Clock;
 
@@ -197,7 +198,8 @@ where
     let invocation = invocation.into();
     let deadline_ms = invocation.deadline_ms;
     let learned = learn(processor, batch, deadline_ms, dead_letters).await;
-    let report = run(processor, batch, invocation, &learned).await;
+    let recovery = backoff.and_then(|backoff| backoff.recovery.as_deref());
+    let report = run(processor, batch, invocation, &learned, recovery).await;
     settle(
         processor,
         batch,
@@ -277,27 +279,83 @@ where
     }
 }
 
-/// The second step of [`process_batch`]: the records, each to its status.
+/// The second step of [`process_batch`]: the records, each to its status. While a dependency
+/// is down ([`Recovery::admit`]) a standard queue's records are held back, not started, except
+/// the probe call and the records at their give-up receive (which must leave with their
+/// reason); once the probe finds the dependency up, the rest run.
 pub(crate) async fn run<H, C>(
     processor: &BatchProcessor<H, C>,
     batch: &Batch<'_>,
     invocation: Invocation,
     learned: &Learned,
+    recovery: Option<&Recovery>,
 ) -> BatchReport
 where
     H: RecordHandler,
     C: Clock,
 {
     use tracing::Instrument;
-    processor
-        .process_until(
-            &batch.messages,
-            batch.kind,
-            invocation,
-            learned.give_up_at_receive,
-        )
+    let give_up = learned.give_up_at_receive;
+    let admit = match (recovery, batch.kind) {
+        (Some(recovery), QueueKind::Standard) => recovery.admit(processor.clock().now_ms()),
+        _ => Admit::All,
+    };
+    let (dependency, mut probes) = match admit {
+        Admit::Probe { dependency } => (dependency, 1),
+        Admit::None { dependency } => (dependency, 0),
+        _ => {
+            return processor
+                .process_until(&batch.messages, batch.kind, invocation, give_up)
+                .instrument(learned.span.clone())
+                .await;
+        }
+    };
+    let at_give_up =
+        |m: &Message<'_>| give_up.is_some_and(|last| m.receive_count.is_some_and(|n| n >= last));
+    // The probe call first, with the records that must run anyway.
+    let mut first = Vec::new();
+    let mut rest = Vec::new();
+    for (i, message) in batch.messages.iter().enumerate() {
+        if at_give_up(message) {
+            first.push(i);
+        } else if probes > 0 {
+            probes -= 1;
+            first.push(i);
+        } else {
+            rest.push(i);
+        }
+    }
+    let mut statuses: Vec<Option<RecordStatus>> = vec![None; batch.messages.len()];
+    let subset = |indexes: &[usize]| -> Vec<Message<'_>> {
+        indexes.iter().map(|&i| batch.messages[i].clone()).collect()
+    };
+    let ran = processor
+        .process_until(&subset(&first), batch.kind, invocation.clone(), give_up)
         .instrument(learned.span.clone())
-        .await
+        .await;
+    let found_up = ran
+        .statuses
+        .iter()
+        .any(|s| matches!(s, RecordStatus::Handled(v) if v.health.is_some_and(|h| h.is_up())));
+    for (&i, status) in first.iter().zip(ran.statuses) {
+        statuses[i] = Some(status);
+    }
+    if found_up {
+        let ran = processor
+            .process_until(&subset(&rest), batch.kind, invocation, give_up)
+            .instrument(learned.span.clone())
+            .await;
+        for (&i, status) in rest.iter().zip(ran.statuses) {
+            statuses[i] = Some(status);
+        }
+    }
+    BatchReport {
+        kind: batch.kind,
+        statuses: statuses
+            .into_iter()
+            .map(|status| status.unwrap_or_else(|| crate::recovery::held(dependency)))
+            .collect(),
+    }
 }
 
 /// The last step of [`process_batch`], after the records: the DLQ moves, the response and its

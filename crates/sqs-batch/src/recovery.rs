@@ -21,10 +21,11 @@
 //!   they come back (at most [`RecoveryPolicy::max_parked`]; the one that comes back soonest is
 //!   dropped first, as it loses the least).
 //! - **Wake.** A batch with a record whose handler found the dependency up ([`Health::Up`])
-//!   makes parked records visible again (`ChangeMessageVisibilityBatch` to 0), at most
-//!   `SQS_BATCH_MAX_CONCURRENCY` of them per batch: a wake never sends the dependency more
-//!   records at once than one batch of this container runs; the others follow with the next
-//!   batches. A handle that is no longer valid (its record was received again meanwhile) fails
+//!   makes parked records visible again (`ChangeMessageVisibilityBatch` to 0), and so does
+//!   every later batch while the dependency is not down again: at most
+//!   `SQS_BATCH_MAX_CONCURRENCY` records for each second since the container's last wake (ten
+//!   seconds' worth at most, one at the return), so the queue refills at the pace a container
+//!   runs records, not all at once. A handle that is no longer valid (its record was received again meanwhile) fails
 //!   harmlessly: counted and dropped. A record another consumer holds is not charged twice
 //!   because of a wake: its work is claimed, and a copy received meanwhile finds the claim.
 //!
@@ -59,9 +60,14 @@ use crate::edge::Batch;
 use crate::processor::{Decision, Health, RecordStatus, Verdict};
 use crate::visibility::{self, Change, VisibilityPort};
 
-/// How far the container's clock may be from SQS's, which stamps the first receive: a probe is
-/// paid for with this much to spare.
-const CLOCK_MARGIN_MS: u64 = 5_000;
+/// Records in a row that must find a dependency down before a container holds its records back
+/// and probes it: one failure (a throttled write, a single 503) is the schedule's to retry.
+pub const TRIP_AFTER: u32 = 3;
+
+/// How far the container's clock may be from SQS's, which stamps the first receive: an early
+/// return is paid for with this much to spare (the function's clock-skew allowance between two
+/// clocks, `PAYMENT_CLOCK_SKEW_MS`'s default; the simulator's skewed containers are 30 s off).
+const CLOCK_MARGIN_MS: u64 = 60_000;
 
 /// How records that wait for a dependency come back: the probe interval and how many receipt
 /// handles a container keeps.
@@ -147,6 +153,41 @@ pub fn may_come_back_at(
         >= floors_ms
 }
 
+/// The reason of a record held back, not started, while the dependency it needs is down.
+pub const DEPENDENCY_DOWN: &str = "dependency_down";
+
+/// Which records of a batch may run ([`Recovery::admit`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Admit {
+    /// Nothing is down: every record.
+    All,
+    /// `dependency` is down and this container's probe call is due: one record, then the
+    /// others if it found the dependency up.
+    Probe {
+        /// What is down.
+        dependency: &'static str,
+    },
+    /// `dependency` is down and the probe call was made within the interval: none.
+    None {
+        /// What is down.
+        dependency: &'static str,
+    },
+}
+
+/// A record held back while `dependency` is down: RETRY [`DEPENDENCY_DOWN`], not started,
+/// parked with the others.
+pub fn held(dependency: &'static str) -> RecordStatus {
+    RecordStatus::Handled(
+        Verdict::retry(DEPENDENCY_DOWN)
+            .with_health(Health::Down(dependency))
+            .with_detail(format!(
+                "not started: {dependency} is down for every record; this container probes it \
+                 and wakes the records it holds when it is back"
+            )),
+    )
+}
+
 /// What a container's recovery has done since it started, for tests and metrics.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 #[non_exhaustive]
@@ -159,7 +200,8 @@ pub struct RecoveryCounts {
     pub woken: u64,
     /// Wakes SQS did not apply (a handle no longer valid, a failed call): dropped.
     pub wake_failed: u64,
-    /// Handles dropped unwoken: past the bound, or already back on their own.
+    /// Handles let go unwoken: past the bound, back on their own, or replaced by a later
+    /// receive of the same record.
     pub dropped: u64,
 }
 
@@ -177,8 +219,14 @@ struct State {
     parked: VecDeque<Parked>,
     /// Until when this container's probe is away: no other record probes before.
     probe_until_ms: u64,
-    /// Whether the last word of a dependency was that it is down.
-    down: bool,
+    /// The dependency whose last word was that it is down, if any.
+    down: Option<&'static str>,
+    /// Records that found a dependency down since one last found it up.
+    downs_in_a_row: u32,
+    /// When parked records were last woken, epoch ms.
+    last_wake_ms: u64,
+    /// When the next record may call it while it is down (the probe call), epoch ms.
+    next_call_ms: u64,
     /// When a worker may next receive its probe while a dependency is down, epoch ms.
     next_receive_ms: u64,
     counts: RecoveryCounts,
@@ -225,7 +273,23 @@ impl Recovery {
     /// Whether the last word of a dependency was that it is down: a record waits for it, and
     /// none found it up since.
     pub fn is_down(&self) -> bool {
-        self.lock().down
+        self.lock().down.is_some()
+    }
+
+    /// Which records of a standard queue's batch may run at `now_ms`: all while nothing is
+    /// down; while a dependency is down, one per probe interval per container (the probe call)
+    /// and none between, so a container sends the failing dependency at most one record per
+    /// interval whatever the batches bring.
+    pub fn admit(&self, now_ms: u64) -> Admit {
+        let mut state = self.lock();
+        let Some(dependency) = state.down else {
+            return Admit::All;
+        };
+        if now_ms < state.next_call_ms {
+            return Admit::None { dependency };
+        }
+        state.next_call_ms = now_ms.saturating_add(self.policy.probe_s.saturating_mul(1_000));
+        Admit::Probe { dependency }
     }
 
     /// For a consumer that chooses when to receive (the worker): while a dependency is down,
@@ -233,7 +297,7 @@ impl Recovery {
     /// `Ok` at once while nothing is down.
     pub fn receive_slot(&self, now_ms: u64) -> Result<(), u64> {
         let mut state = self.lock();
-        if !state.down {
+        if state.down.is_none() {
             return Ok(());
         }
         if now_ms < state.next_receive_ms {
@@ -250,8 +314,9 @@ impl Recovery {
 
     /// Adjusts a batch's visibility `changes` (in batch order, from [`visibility::changes`])
     /// for the records whose dependency is down: one may become the probe, the others are
-    /// parked. Returns the parked records to wake now, at most `wake_at_once`, when a record of
-    /// the batch found its dependency up. A record of this batch is never among them.
+    /// parked. Returns the parked records to wake now, while the dependency is not down: at most
+    /// `wake_per_second` for each second since the last wake. A record of this batch is never
+    /// among them.
     pub(crate) fn settle_batch(
         &self,
         schedule: &BackoffPolicy,
@@ -259,19 +324,35 @@ impl Recovery {
         statuses: &[RecordStatus],
         changes: &mut [Change<'_>],
         now_ms: u64,
-        wake_at_once: usize,
+        wake_per_second: usize,
     ) -> Vec<Parked> {
         let mut state = self.lock();
+        let health = |status: &RecordStatus| verdict(status).and_then(|v| v.health);
         let recovered = statuses
             .iter()
-            .any(|status| verdict(status).is_some_and(|v| v.health.is_some_and(|h| h.is_up())));
-        let mut wake = Vec::new();
-        let mut not_yet = Vec::new();
+            .any(|status| health(status).is_some_and(|h| h.is_up()));
         if recovered {
-            state.probe_until_ms = 0;
+            if state.down.is_some() {
+                // Back: the first wake brings one second's worth.
+                state.last_wake_ms = now_ms.saturating_sub(1_000);
+            }
+            // The probe's own slot is kept: a dependency that falls again within the interval
+            // gets its next probe when the interval ends.
             state.next_receive_ms = 0;
-            state.down = false;
-            while wake.len() < wake_at_once {
+            state.next_call_ms = 0;
+            state.down = None;
+            state.downs_in_a_row = 0;
+        }
+        // Parked records come back while their dependency is not down for this container: at a
+        // record that found it up, and at every later batch until it is down again; at most
+        // `wake_per_second` for each second since the last wake (ten seconds' worth at most).
+        let mut wake = Vec::new();
+        if (recovered || state.down.is_none()) && !state.parked.is_empty() {
+            let seconds = (now_ms.saturating_sub(state.last_wake_ms) / 1_000).clamp(1, 10);
+            let budget = wake_per_second.saturating_mul(seconds as usize);
+            state.last_wake_ms = now_ms;
+            let mut not_yet = Vec::new();
+            while wake.len() < budget {
                 let Some(parked) = state.parked.pop_front() else {
                     break;
                 };
@@ -309,13 +390,24 @@ impl Recovery {
             let Some(change) = changes.next_if(|c| c.receipt_handle == receipt_handle) else {
                 continue;
             };
+            // A batch that found the dependency both up and down says nothing for certain: its
+            // records are parked, and the next batch decides. Otherwise the dependency is down
+            // for this container once [`TRIP_AFTER`] records in a row found it so.
+            if !recovered && let Some(Health::Down(name)) = health(status) {
+                state.downs_in_a_row = state.downs_in_a_row.saturating_add(1);
+                if state.down.is_none() && state.downs_in_a_row >= TRIP_AFTER {
+                    // The records that found it down are this container's calls so far.
+                    state.next_call_ms =
+                        now_ms.saturating_add(self.policy.probe_s.saturating_mul(1_000));
+                    state.down = Some(name);
+                } else if state.down.is_some() {
+                    state.down = Some(name);
+                }
+            }
             if !verdict(status).is_some_and(waits_for_dependency) {
                 continue;
             }
-            // A batch that found the dependency both up and down says nothing for certain: its
-            // records are parked, and the next batch decides.
-            state.down |= !recovered;
-            let probe_free = state.probe_until_ms <= now_ms && !recovered;
+            let probe_free = state.probe_until_ms <= now_ms && state.down.is_some();
             if probe_free
                 && self.policy.probe_s < change.seconds
                 && self.policy.may_probe(
@@ -342,6 +434,7 @@ impl Recovery {
                     receive_count: message.receive_count.unwrap_or(1),
                     first_receive_ms: message.first_receive_ms,
                 },
+                now_ms,
             );
         }
         wake
@@ -410,12 +503,17 @@ fn waits_for_dependency(verdict: &Verdict) -> bool {
         && matches!(verdict.health, Some(Health::Down(_)))
 }
 
-/// Keeps a record's handle (replacing an older receive's), dropping the one that comes back
-/// soonest past the bound.
-fn park(state: &mut State, policy: &RecoveryPolicy, parked: Parked) {
-    state
-        .parked
-        .retain(|p| !(p.message_id == parked.message_id && p.queue_url == parked.queue_url));
+/// Keeps a record's handle (replacing an older receive's, and dropping those already back on
+/// their own, whose handles a wake has no use for), dropping the one that comes back soonest
+/// past the bound.
+fn park(state: &mut State, policy: &RecoveryPolicy, parked: Parked, now_ms: u64) {
+    let before = state.parked.len();
+    state.parked.retain(|p| {
+        p.back_at_ms > now_ms
+            && !(p.message_id == parked.message_id && p.queue_url == parked.queue_url)
+    });
+    let gone = before - state.parked.len();
+    state.counts.dropped += gone as u64;
     state.parked.push_back(parked);
     state.counts.parked += 1;
     while state.parked.len() > policy.max_parked.max(1) {
@@ -505,6 +603,20 @@ mod tests {
             )
         }
 
+        /// A standard queue's batch of these records with `bodies`.
+        fn batch(&self, bodies: &'static [&'static str]) -> Batch<'_> {
+            Batch {
+                messages: self
+                    .messages()
+                    .into_iter()
+                    .zip(bodies)
+                    .map(|(m, body)| Message { body, ..m })
+                    .collect(),
+                kind: crate::edge::QueueKind::Standard,
+                queue_arn: Some(ARN),
+            }
+        }
+
         fn messages(&self) -> Vec<Message<'_>> {
             self.0
                 .iter()
@@ -570,7 +682,9 @@ mod tests {
             &[down(), down(), down(), down(), down()],
             now,
         );
-        assert_eq!(seconds, [30, 600, 600, 600, 600]);
+        // The third record in a row that finds it down makes it down for the container: it
+        // probes; the two before it are parked like the rest.
+        assert_eq!(seconds, [600, 600, 30, 600, 600]);
         assert!(wake.is_empty());
         assert_eq!(recovery.parked(), 4);
         assert!(recovery.is_down());
@@ -635,7 +749,7 @@ mod tests {
         let (seconds, wake) = settle(&recovery, &batch, &[up(), down()], now + 31_000);
         assert_eq!(
             wake,
-            ["m1", "m2", "m3", "m4"],
+            ["m0", "m1", "m3", "m4"],
             "the oldest first, four at once"
         );
         assert_eq!(seconds, [600, 600], "no probe in a batch that found it up");
@@ -651,7 +765,10 @@ mod tests {
         let recovery = Recovery::new(RecoveryPolicy::new(30));
         let now = 10 * HOUR_MS;
         // m0 at its 10th receive, away long enough; m1 at its 10th, first received 20 minutes
-        // ago (floors 1,537 s); m2 at its 1st, back on its own after its 600 s.
+        // ago (floors 1,537 s); m2 at its 1st, back on its own after its 600 s. The provider is
+        // down for the container meanwhile, its probe away.
+        recovery.lock().probe_until_ms = u64::MAX;
+        recovery.lock().down = Some("payment");
         let statuses = [down()];
         settle(
             &recovery,
@@ -678,7 +795,7 @@ mod tests {
             &[up()],
             now + 1_000,
         );
-        assert_eq!(wake, Vec::<String>::new(), "m0 probed, m1 not yet, m2 back");
+        assert_eq!(wake, ["m0"], "m1 not yet paid for, m2 back on its own");
         assert_eq!(recovery.parked(), 1);
         assert_eq!(recovery.counts().dropped, 1);
         // Once m1's floors are paid, the next success wakes it.
@@ -693,7 +810,9 @@ mod tests {
             probe_s: 30,
             max_parked: 3,
         });
+        // Down, its probe away: nothing probes and nothing is woken.
         recovery.lock().probe_until_ms = u64::MAX;
+        recovery.lock().down = Some("payment");
         let now = 10 * HOUR_MS;
         let first = now - 3 * HOUR_MS;
         // m0 comes back in 100 s, the others in 600 s: m0 is dropped first.
@@ -791,7 +910,19 @@ mod tests {
         let now = 10 * HOUR_MS;
         assert_eq!(recovery.receive_slot(now), Ok(()));
         assert_eq!(recovery.receive_slot(now), Ok(()), "nothing down: no limit");
-        settle(&recovery, &Records::new(0..1, 1, now), &[down()], now);
+        settle(
+            &recovery,
+            &Records::new(0..2, 1, now),
+            &[down(), down()],
+            now,
+        );
+        assert_eq!(recovery.receive_slot(now), Ok(()));
+        assert_eq!(
+            recovery.receive_slot(now),
+            Ok(()),
+            "two failures: not yet down"
+        );
+        settle(&recovery, &Records::new(2..3, 1, now), &[down()], now);
         assert_eq!(recovery.receive_slot(now), Ok(()));
         assert_eq!(recovery.receive_slot(now + 10_000), Err(20_000));
         assert_eq!(recovery.receive_slot(now + 30_000), Ok(()));
@@ -840,27 +971,12 @@ mod tests {
         );
         let backoff = crate::Backoff::new(Sqs::default(), SCHEDULE)
             .with_recovery(Some(RecoveryPolicy::new(30)));
-        fn batch<'a>(
-            records: &'a Records,
-            bodies: &'static [&'static str],
-        ) -> crate::edge::Batch<'a> {
-            crate::edge::Batch {
-                messages: records
-                    .messages()
-                    .into_iter()
-                    .zip(bodies)
-                    .map(|(m, body)| Message { body, ..m })
-                    .collect(),
-                kind: crate::edge::QueueKind::Standard,
-                queue_arn: Some("arn:aws:sqs:us-east-1:1:q"),
-            }
-        }
         let none: Option<&crate::dead_letter::DeadLetters<crate::dead_letter::NoDeadLetters>> =
             None;
         let down = Records::new(0..4, 10, now - 3 * HOUR_MS);
         crate::process_batch(
             &processor,
-            &batch(&down, &["down"; 4]),
+            &down.batch(&["down"; 4]),
             now + 60_000,
             Some(&backoff),
             none,
@@ -869,9 +985,14 @@ mod tests {
         .expect("processed");
         let first: Vec<(String, u64)> = backoff.port.calls.lock().unwrap().concat();
         assert_eq!(first.len(), 4);
-        assert_eq!(first[0], ("rh0/10".to_owned(), 30), "the probe");
+        assert_eq!(
+            first[2],
+            ("rh2/10".to_owned(), 30),
+            "the probe: the third down in a row"
+        );
         assert!(
-            first[1..]
+            [&first[..2], &first[3..]]
+                .concat()
                 .iter()
                 .all(|(_, s)| (SCHEDULE.least_delay(10)..=SCHEDULE.cap_s).contains(s)),
             "the schedule: {first:?}"
@@ -880,7 +1001,7 @@ mod tests {
         let probe = Records::new(0..1, 11, now - 3 * HOUR_MS);
         crate::process_batch(
             &processor,
-            &batch(&probe, &["ok"]),
+            &probe.batch(&["ok"]),
             now + 91_000,
             Some(&backoff),
             none,
@@ -890,7 +1011,7 @@ mod tests {
         let calls = backoff.port.calls.lock().unwrap().clone();
         assert_eq!(
             calls.last().cloned(),
-            Some(vec![("rh1/10".to_owned(), 0), ("rh2/10".to_owned(), 0)]),
+            Some(vec![("rh0/10".to_owned(), 0), ("rh1/10".to_owned(), 0)]),
             "two at once (the concurrency), the oldest first: {calls:?}"
         );
         let counts = backoff.recovery.as_ref().map(|r| r.counts());
@@ -898,5 +1019,194 @@ mod tests {
             counts.map(|c| (c.probes, c.parked, c.woken)),
             Some((1, 3, 2))
         );
+    }
+
+    /// Counts the records it is given; RETRY with its dependency down for bodies "down".
+    #[derive(Default)]
+    struct Counting(std::sync::atomic::AtomicUsize);
+
+    impl crate::RecordHandler for Counting {
+        async fn handle(
+            &self,
+            message: &Message<'_>,
+            context: crate::processor::Invocation,
+        ) -> Verdict {
+            self.0.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            Provider.handle(message, context).await
+        }
+    }
+
+    /// While the provider is down a container calls it with one record per probe interval:
+    /// between probes every record is held back unstarted (RETRY `dependency_down`), except one
+    /// at its give-up receive, which must leave with its reason; a probe that finds the provider
+    /// down holds the rest of its batch, one that finds it up lets them run.
+    #[tokio::test]
+    async fn while_a_dependency_is_down_only_the_probe_call_and_the_give_up_run() {
+        let now = 10 * HOUR_MS;
+        let clock = lambda_kit::ManualClock::at(now);
+        let processor = crate::BatchProcessor::new(
+            Counting::default(),
+            clock.clone(),
+            crate::BatchOptions::default().with_give_up_at_receive(Some(20)),
+        );
+        let backoff = crate::Backoff::new(Sqs::default(), SCHEDULE)
+            .with_recovery(Some(RecoveryPolicy::new(30)));
+        let none: Option<&crate::dead_letter::DeadLetters<crate::dead_letter::NoDeadLetters>> =
+            None;
+        let first = now - 3 * HOUR_MS;
+        let run = |records: Records, bodies: &'static [&'static str], at_ms: u64| {
+            let processor = &processor;
+            let backoff = &backoff;
+            clock.set(at_ms);
+            async move {
+                let batch = records.batch(bodies);
+                let processed =
+                    crate::process_batch(processor, &batch, at_ms + 60_000, Some(backoff), none)
+                        .await
+                        .expect("processed");
+                processed
+                    .report
+                    .statuses
+                    .iter()
+                    .map(|s| match s {
+                        RecordStatus::Handled(v) | RecordStatus::Moved(v) => v.reason.to_owned(),
+                        other => format!("{other:?}"),
+                    })
+                    .collect::<Vec<_>>()
+            }
+        };
+        let calls = || {
+            processor
+                .handler()
+                .0
+                .load(std::sync::atomic::Ordering::SeqCst)
+        };
+        // The provider goes down: every record of the first batch meets it.
+        let reasons = run(Records::new(0..3, 10, first), &["down"; 3], now).await;
+        assert_eq!(reasons, ["payment_not_sent"; 3]);
+        assert_eq!(calls(), 3);
+        // Within the interval: held, except the record at its give-up receive.
+        let mut batch = Records::new(3..6, 10, first);
+        batch.0[2].2 = 20;
+        let reasons = run(batch, &["down"; 3], now + 10_000).await;
+        assert_eq!(
+            reasons,
+            [DEPENDENCY_DOWN, DEPENDENCY_DOWN, "retries_exhausted"]
+        );
+        assert_eq!(calls(), 4);
+        // The probe call, still down: the others are held.
+        let reasons = run(Records::new(6..9, 10, first), &["down"; 3], now + 30_000).await;
+        assert_eq!(
+            reasons,
+            ["payment_not_sent", DEPENDENCY_DOWN, DEPENDENCY_DOWN]
+        );
+        assert_eq!(calls(), 5);
+        let reasons = run(Records::new(9..11, 10, first), &["ok", "ok"], now + 45_000).await;
+        assert_eq!(
+            reasons, [DEPENDENCY_DOWN; 2],
+            "no call before the interval ends"
+        );
+        assert_eq!(calls(), 5);
+        // The next probe call finds it up: the whole batch runs.
+        let reasons = run(Records::new(11..14, 10, first), &["ok"; 3], now + 60_000).await;
+        assert_eq!(reasons, ["charged"; 3]);
+        assert_eq!(calls(), 8);
+        assert!(!backoff.recovery.as_ref().is_some_and(|r| r.is_down()));
+    }
+
+    /// One failure is the schedule's to retry: a container holds records back only after
+    /// [`TRIP_AFTER`] in a row found the dependency down. Once a record found it up, every later
+    /// batch that does not find it down goes on waking what is parked.
+    #[test]
+    fn it_is_down_after_three_failures_in_a_row_and_waking_goes_on_while_it_is_up() {
+        let recovery = Recovery::new(RecoveryPolicy::new(30));
+        let now = 10 * HOUR_MS;
+        let first = now - 3 * HOUR_MS;
+        let parked = |recovery: &Recovery| -> Vec<String> {
+            let state = recovery.lock();
+            state.parked.iter().map(|p| p.message_id.clone()).collect()
+        };
+        settle(
+            &recovery,
+            &Records::new(0..2, 10, first),
+            &[down(), down()],
+            now,
+        );
+        assert!(!recovery.is_down());
+        assert_eq!(recovery.admit(now), Admit::All);
+        assert_eq!(parked(&recovery), ["m0", "m1"]);
+        // A success between failures starts the count over; while nothing is down, each batch
+        // wakes what the one before parked.
+        let (_, wake) = settle(
+            &recovery,
+            &Records::new(2..4, 10, first),
+            &[up(), down()],
+            now,
+        );
+        assert_eq!(wake, ["m0", "m1"]);
+        let (_, wake) = settle(
+            &recovery,
+            &Records::new(4..6, 10, first),
+            &[down(), down()],
+            now + 1_000,
+        );
+        assert_eq!(wake, ["m3"]);
+        assert!(!recovery.is_down(), "two in a row since the success");
+        let (seconds, wake) = settle(
+            &recovery,
+            &Records::new(6..7, 10, first),
+            &[down()],
+            now + 2_000,
+        );
+        assert_eq!(wake, ["m4", "m5"]);
+        assert!(recovery.is_down());
+        assert_eq!(seconds, [30], "the third in a row probes");
+        assert_eq!(
+            recovery.admit(now + 3_000),
+            Admit::None {
+                dependency: "payment"
+            }
+        );
+        // While down nothing is woken; six more are parked.
+        let (_, wake) = settle(
+            &recovery,
+            &Records::new(20..26, 10, first),
+            &vec![down(); 6],
+            now + 4_000,
+        );
+        assert!(wake.is_empty());
+        // Back: one second's worth (four) at the success, four a second after.
+        let (_, wake) = settle(
+            &recovery,
+            &Records::new(7..8, 10, first),
+            &[up()],
+            now + 60_000,
+        );
+        assert_eq!(wake, ["m20", "m21", "m22", "m23"]);
+        // A batch that says nothing of the dependency (a duplicate) goes on.
+        let quiet = [RecordStatus::Handled(Verdict::ack("duplicate"))];
+        let (_, wake) = settle(
+            &recovery,
+            &Records::new(8..9, 10, first),
+            &quiet,
+            now + 61_000,
+        );
+        assert_eq!(wake, ["m24", "m25"]);
+        // Down again: what it parks waits.
+        let downs = [down(), down(), down()];
+        settle(
+            &recovery,
+            &Records::new(9..12, 10, first),
+            &downs,
+            now + 62_000,
+        );
+        let (_, wake) = settle(
+            &recovery,
+            &Records::new(12..13, 10, first),
+            &quiet,
+            now + 63_000,
+        );
+        assert!(wake.is_empty());
+        assert!(!parked(&recovery).is_empty());
     }
 }

@@ -27,7 +27,7 @@ pub const PERSON_REASONS: [&str; 6] = [
 /// here again as the world's own list (a test holds it to the document's table, not to the
 /// function's code): dashboards and alarms are built on them, so a decision under any other
 /// name is a violation.
-pub const DESIGN_REASONS: [&str; 23] = [
+pub const DESIGN_REASONS: [&str; 24] = [
     "charged",
     "reconciled",
     "duplicate",
@@ -43,6 +43,7 @@ pub const DESIGN_REASONS: [&str; 23] = [
     "payment_config",
     "payment_refused",
     "payment_circuit_open",
+    "dependency_down",
     "needs_reconciliation",
     "store_error",
     "lease_lost",
@@ -229,8 +230,9 @@ pub struct Report {
     /// Orders sent again under their id with the same number in another currency (a conflict
     /// only the currency tells apart).
     pub currency_only_conflicts: usize,
-    /// For each order refused during the provider's outage and charged after it: how long
-    /// after the outage's end its charge came, simulated ms.
+    /// For each order sent before the provider's outage ended and first charged after it (refused
+    /// by the outage or held back by the function): how long after the outage's end its charge
+    /// came, simulated ms.
     pub recovery_delays_ms: Vec<u64>,
 }
 
@@ -283,14 +285,26 @@ pub(crate) fn report(run: &Run<'_>, sim_ms: u64) -> Report {
         .collect();
     report.orders = orders.len();
     let outage_end_ms = crate::world::EPOCH_MS + run.windows[0].1;
+    // The orders waiting at the provider's return: sent before it, first charged after it
+    // (whether the outage refused them, or the function held them back unsent).
+    let mut first_sent: HashMap<&str, u64> = HashMap::new();
+    for payload in run.payloads {
+        let sent = first_sent
+            .entry(payload.order_id.as_str())
+            .or_insert(payload.sent_ms);
+        *sent = (*sent).min(payload.sent_ms);
+    }
     for order in &orders {
-        let after_outage = ledger.charges.get(*order).and_then(|charges| {
-            charges
-                .iter()
-                .map(|(_, at)| *at)
-                .find(|at| *at >= outage_end_ms)
-        });
-        if let (true, Some(at)) = (ledger.refused_in_outage.contains(*order), after_outage) {
+        let first_charge = ledger
+            .charges
+            .get(*order)
+            .and_then(|charges| charges.iter().map(|(_, at)| *at).min());
+        let waiting = first_sent
+            .get(order)
+            .is_some_and(|sent| *sent < run.windows[0].1);
+        if let (true, Some(at)) = (waiting, first_charge)
+            && at >= outage_end_ms
+        {
             report.recovery_delays_ms.push(at - outage_end_ms);
         }
     }
@@ -728,6 +742,9 @@ pub struct Schedule {
     pub cap_s: u64,
     /// `SQS_BATCH_DEADLINE_MARGIN_MS`: a record still running this close to the deadline may be abandoned.
     pub deadline_margin_ms: u64,
+    /// `SQS_BATCH_PROBE_SECONDS`: how often a container may probe a dependency that is down
+    /// (0: never).
+    pub probe_s: u64,
 }
 
 impl Schedule {
@@ -743,6 +760,30 @@ impl Schedule {
         bound
             .min(self.cap_s)
             .min(crate::queue::MAX_VISIBILITY_MS / 1_000 - 1)
+    }
+
+    /// Why a record failing at `receive`, first received at `first_receive_ms` (epoch ms),
+    /// back at `back_ms` (simulated ms), would reach the DLQ sooner than on the schedule, if it
+    /// would (docs/operations.md, "After an outage"): the time from its first receive to its
+    /// return must cover the floors of its delays so far, this receive's included.
+    pub fn early_return(
+        &self,
+        receive: u32,
+        first_receive_ms: Option<u64>,
+        back_ms: u64,
+    ) -> Option<String> {
+        let floors_ms: u64 = (1..=receive.max(1))
+            .map(|k| self.bound_s(k) / 2 * 1_000)
+            .sum();
+        let Some(first) = first_receive_ms else {
+            return Some("without a first receive".into());
+        };
+        let away_ms = (crate::world::EPOCH_MS + back_ms).saturating_sub(first);
+        (away_ms < floors_ms).then(|| {
+            format!(
+                "back {away_ms} ms after its first receive, at receive {receive}, whose floors                  sum to {floors_ms} ms"
+            )
+        })
     }
 }
 
@@ -772,6 +813,7 @@ mod tests {
     #[test]
     fn the_schedule_doubles_to_its_cap_and_stays_under_twelve_hours() {
         let template = Schedule {
+            probe_s: 30,
             base_s: 5,
             cap_s: 900,
             deadline_margin_ms: 5_000,
@@ -781,6 +823,7 @@ mod tests {
         let floors: u64 = (1..=5).map(|n| template.bound_s(n) / 2).sum();
         assert_eq!(floors, 77);
         let long = Schedule {
+            probe_s: 30,
             base_s: 40_000,
             cap_s: 50_000,
             ..template

@@ -314,6 +314,13 @@ fn environment(shipped: &Shipped, settings: &SimSettings) -> Config {
         settings.key_window_s.to_string(),
     );
     env.insert("AWS_REGION".into(), "us-east-1".into());
+    // The recovery after an outage may be turned off for a run, to measure what it saves.
+    if let Ok(probe_s) = std::env::var("SQS_BATCH_PROBE_SECONDS") {
+        env.insert("SQS_BATCH_PROBE_SECONDS".into(), probe_s);
+    }
+    if !settings.recovery {
+        env.insert("SQS_BATCH_PROBE_SECONDS".into(), "0".into());
+    }
     Config::from_lookup(|name| env.get(name).cloned()).expect("the template's configuration")
 }
 
@@ -1236,6 +1243,8 @@ async fn poll(index: usize, d: Rc<Deployment>) {
         offset_ms: 0,
     };
     let (mut app, mut clock, mut holder) = d.cold_start().await;
+    // When SQS took this container's latest probe, simulated ms (a new container starts over).
+    let mut last_probe_ms: Option<u64> = None;
     // The invocations of the current container, counted for the world's record of holders.
     let mut invocation_seq = 0;
     let kind = match d.settings.queue {
@@ -1382,6 +1391,7 @@ async fn poll(index: usize, d: Rc<Deployment>) {
                 }
                 drop(batch);
                 (app, clock, holder) = d.cold_start().await;
+                last_probe_ms = None;
                 invocation_seq = 0;
                 continue;
             }
@@ -1486,16 +1496,46 @@ async fn poll(index: usize, d: Rc<Deployment>) {
             let may_have_abandoned =
                 answered_ms.saturating_add(schedule.deadline_margin_ms) >= deadline_ms;
             for (m, status) in received.iter().zip(&report.statuses) {
-                let set = queue.current(&m.receipt).and_then(|s| s.visibility_set_s);
-                let (RecordStatus::Handled(verdict), Some(set_s)) = (status, set) else {
+                let current = queue
+                    .current(&m.receipt)
+                    .and_then(|s| Some((s.visibility_set_s?, s.visible_at_ms)));
+                let (RecordStatus::Handled(verdict), Some((set_s, visible_at_ms))) =
+                    (status, current)
+                else {
                     continue;
                 };
+                if verdict.outcome == sqs_batch::processor::Decision::Retry
+                    && let Some(stored) = queue.current(&m.receipt)
+                {
+                    stored.backed_off = true;
+                }
                 if let Some(short) = short_visibility(&schedule, verdict, m, set_s, &clock, &truth)
                 {
+                    // A probe: shorter than the schedule, at the probe interval, paid for by
+                    // the record's time away (judged in the world's clock), and at most one per
+                    // container per interval (judged by when SQS took the change).
+                    let set_at_ms = visible_at_ms.saturating_sub(set_s * 1_000);
+                    let unpaid =
+                        schedule.early_return(m.receive_count, m.first_receive_ms, visible_at_ms);
+                    let too_soon = last_probe_ms
+                        .filter(|last| set_at_ms < last + schedule.probe_s * 1_000)
+                        .map(|last| {
+                            format!("{} ms after this container's last probe", set_at_ms - last)
+                        });
+                    let (rule, why) = match (set_s == schedule.probe_s, unpaid, too_soon) {
+                        (true, None, None) => {
+                            last_probe_ms = Some(set_at_ms);
+                            d.world.count(|f| f.probes += 1);
+                            continue;
+                        }
+                        (true, Some(unpaid), _) => ("a probe the record had not paid for", unpaid),
+                        (true, None, Some(soon)) => ("probed more often than its interval", soon),
+                        (false, ..) => ("a visibility shorter than its schedule", short),
+                    };
                     d.violations.borrow_mut().push(Violation {
-                        rule: "a visibility shorter than its schedule",
+                        rule,
                         order_id: m.order_id.clone(),
-                        detail: format!("{}: {short}", m.id),
+                        detail: format!("{}: {why}", m.id),
                     });
                 }
                 // The latest time, in ms after the invocation began, that the world knows the
@@ -1589,6 +1629,23 @@ async fn poll(index: usize, d: Rc<Deployment>) {
                     }
                 }
             }
+            // Records backed off earlier that this invocation brought back sooner (a wake):
+            // each must have been away long enough that it reaches the DLQ no sooner than on
+            // the schedule.
+            for early in std::mem::take(&mut queue.early_returns) {
+                d.world.count(|f| f.early_returns += 1);
+                if let Some(why) = schedule.early_return(
+                    early.receive_count,
+                    early.first_receive_ms,
+                    early.back_ms,
+                ) {
+                    d.violations.borrow_mut().push(Violation {
+                        rule: "woken before the record had paid for it",
+                        order_id: early.order_id,
+                        detail: format!("{}: {why}", early.id),
+                    });
+                }
+            }
         }
     }
 }
@@ -1599,6 +1656,7 @@ fn schedule(d: &Deployment) -> check::Schedule {
         base_s: d.setting_ms("SQS_BATCH_BACKOFF_BASE_SECONDS", 5),
         cap_s: d.setting_ms("SQS_BATCH_BACKOFF_CAP_SECONDS", 900),
         deadline_margin_ms: d.setting_ms("SQS_BATCH_DEADLINE_MARGIN_MS", 5_000),
+        probe_s: d.setting_ms("SQS_BATCH_PROBE_SECONDS", 30),
     }
 }
 

@@ -217,7 +217,7 @@ fn main() {
             recovery_delays[i] as f64 / 1_000.0
         };
         println!(
-            "| orders refused in the provider's outage, charged after it | {} |",
+            "| orders sent before the provider's return, charged after it | {} |",
             recovery_delays.len()
         );
         println!(

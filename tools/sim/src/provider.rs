@@ -71,9 +71,6 @@ pub struct Ledger {
     pub refused_callers: HashSet<crate::world::HolderId>,
     /// Keys whose first charge request was lost on the way, before it arrived.
     lost_on_the_way: HashSet<String>,
-    /// Keys refused during the outage (charges and look-ups alike): the orders that waited for
-    /// the provider's return, whose delay after it the run reports.
-    pub refused_in_outage: HashSet<String>,
 }
 
 /// Whether `key`'s first charge request is one lost on the way: a hash of the key (FNV-1a),
@@ -270,7 +267,6 @@ impl Provider {
         let at = self.sim_ms();
         if (self.settings.outage.0..self.settings.outage.1).contains(&at) {
             self.world.count(|f| f.outage_refusals += 1);
-            self.ledger().refused_in_outage.insert(key.to_owned());
             self.world
                 .tell(key, || format!("provider {call}: refused (outage)"));
             return Err(PaymentError::NotSent {

@@ -103,6 +103,25 @@ pub struct Stored {
     /// The visibility timeout the function set for the latest receive, seconds (`None`: none
     /// set, or the change failed).
     pub visibility_set_s: Option<u64>,
+    /// Whether the latest receive ended RETRY with its visibility set (the world's mark, made
+    /// after the invocation): a later change that brings it back sooner is an early return.
+    pub backed_off: bool,
+}
+
+/// A record backed off RETRY and brought back sooner by a later visibility change (a wake):
+/// what the world judges against the schedule.
+#[derive(Debug, Clone)]
+pub struct EarlyReturn {
+    /// The order.
+    pub order_id: String,
+    /// The message.
+    pub id: String,
+    /// Its receive, the latest.
+    pub receive_count: u32,
+    /// `ApproximateFirstReceiveTimestamp`, epoch ms.
+    pub first_receive_ms: Option<u64>,
+    /// When it is visible again after the change, simulated ms.
+    pub back_ms: u64,
 }
 
 /// A message in the DLQ, and why.
@@ -166,6 +185,8 @@ pub struct Queue {
     /// Records received again though their handler had answered RETRY at the give-up's receive
     /// (as the container knew it) and no move of theirs had failed: (payload, what was seen).
     pub kept_past_give_up: Vec<(usize, String)>,
+    /// Backed-off records brought back sooner, not yet judged (taken after each invocation).
+    pub early_returns: Vec<EarlyReturn>,
 }
 
 /// The queue shared by the pollers and the function's SQS ports, and the signal that wakes a
@@ -203,6 +224,7 @@ impl SharedQueue {
                 failed_moves: HashMap::new(),
                 moves_tried: HashSet::new(),
                 kept_past_give_up: Vec::new(),
+                early_returns: Vec::new(),
             })),
             Arc::default(),
         )
@@ -270,6 +292,7 @@ impl Queue {
                 receipt: String::new(),
                 received_ms: 0,
                 visibility_set_s: None,
+                backed_off: false,
             },
         );
     }
@@ -372,6 +395,7 @@ impl Queue {
             message.receipt = format!("{}/{}", message.id, message.receive_count);
             message.received_ms = now_ms;
             message.visibility_set_s = None;
+            message.backed_off = false;
             if !self.fifo && world.chance(self.duplicate_rate) {
                 world.count(|f| f.duplicate_deliveries += 1);
             } else {
@@ -454,10 +478,12 @@ impl Queue {
     /// message is deleted); of several, the one at `receive` when it is known.
     pub(crate) fn message_of(&self, payload: usize, receive: Option<u32>) -> Option<&Stored> {
         let mut carrying = self.messages.values().filter(|m| m.payload == payload);
-        let first = carrying.clone().next();
-        receive
-            .and_then(|n| carrying.find(|m| m.receive_count == n))
-            .or(first)
+        // A move that names its receive is of the message at that receive, or of one already
+        // gone (deleted by another receive meanwhile): never of another copy of the payload.
+        match receive {
+            Some(n) => carrying.find(|m| m.receive_count == n),
+            None => carrying.next(),
+        }
     }
 
     /// Messages waiting to be received: visible now.

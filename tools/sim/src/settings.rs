@@ -160,6 +160,9 @@ pub struct SimSettings {
     /// The store client's retry quota (`RETRY_QUOTA=off` turns it off, to measure what it
     /// saves).
     pub retry_quota: bool,
+    /// The recovery after an outage (`SQS_BATCH_PROBE_SECONDS` as shipped; `false`: 0, off), to
+    /// measure what the client does under a throttled table without the function's hold.
+    pub recovery: bool,
     /// Share of charges made whose answer is lost (a reset, a timeout after sending).
     pub charge_lost_rate: f64,
     /// One order in this many (picked by a hash of its key, no draw from the random stream) has
@@ -359,6 +362,7 @@ impl SimSettings {
             store_brownout_ms: 0,
             store_brownout_throttle_rate: 0.0,
             retry_quota: true,
+            recovery: true,
             charge_lost_rate: 0.03,
             first_charge_lost_on_the_way_every: 16,
             pending_rate: 0.02,

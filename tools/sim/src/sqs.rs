@@ -32,7 +32,7 @@ use serde_json::{Value, json};
 use crate::http::{Serve, answer};
 use std::sync::Arc;
 
-use crate::queue::{Attr, Attrs, Dead, MAX_VISIBILITY_MS, SharedQueue, Stored};
+use crate::queue::{self, Attr, Attrs, Dead, MAX_VISIBILITY_MS, SharedQueue, Stored};
 use crate::worker::WorkerStop;
 use crate::world::{EPOCH_MS, Shared, SimClock, Told};
 
@@ -675,9 +675,19 @@ impl SimSqs {
                 failures.push(failed(id, true, "InvalidParameterValue", &message));
                 continue;
             };
+            let early = (message.backed_off && until_ms < message.visible_at_ms).then(|| {
+                queue::EarlyReturn {
+                    order_id: message.order_id.clone(),
+                    id: message.id.clone(),
+                    receive_count: message.receive_count,
+                    first_receive_ms: message.first_receive_ms,
+                    back_ms: until_ms,
+                }
+            });
             message.visible_at_ms = until_ms;
             message.visibility_set_s = u64::try_from(seconds).ok();
             let (order, mid) = (message.order_id.clone(), message.id.clone());
+            queue.early_returns.extend(early);
             drop(queue);
             self.world
                 .tell(&order, || format!("{mid}: visible again in {seconds} s"));

@@ -100,6 +100,12 @@ pub struct Faults {
     /// Claims a Lambda invocation took over from an unfinished claim, each owing a look-up
     /// before any charge.
     pub takeovers_owing_lookups: usize,
+    /// Records a container brought back at the probe interval while a dependency was down,
+    /// each judged paid for and within its container's rate.
+    pub probes: usize,
+    /// Backed-off records a later visibility change brought back sooner (a wake), each judged
+    /// against the schedule's floors.
+    pub early_returns: usize,
 }
 
 impl Faults {
@@ -134,10 +140,12 @@ impl Faults {
         self.other_payloads_on_unfinished_claims += other.other_payloads_on_unfinished_claims;
         self.expiries_checked += other.expiries_checked;
         self.takeovers_owing_lookups += other.takeovers_owing_lookups;
+        self.probes += other.probes;
+        self.early_returns += other.early_returns;
     }
 
     /// Each kind with its count, for tables.
-    pub fn rows(&self) -> [(&'static str, usize); 28] {
+    pub fn rows(&self) -> [(&'static str, usize); 30] {
         [
             ("crashes", self.crashes),
             ("store errors", self.store_errors),
@@ -206,6 +214,8 @@ impl Faults {
                 "takeovers of an unfinished claim owing a look-up",
                 self.takeovers_owing_lookups,
             ),
+            ("probes while a dependency was down", self.probes),
+            ("parked records woken early", self.early_returns),
         ]
     }
 }

@@ -401,8 +401,14 @@ where
         let records = async {
             let learned =
                 crate::batch::learn(&self.processor, &batch, deadline_ms, dead_letters).await;
-            let report =
-                crate::batch::run(&self.processor, &batch, deadline_ms.into(), &learned).await;
+            let report = crate::batch::run(
+                &self.processor,
+                &batch,
+                deadline_ms.into(),
+                &learned,
+                self.recovery.as_deref(),
+            )
+            .await;
             (learned, report)
         };
         // The heartbeat runs while the records do, and stops before the moves and the backoff:

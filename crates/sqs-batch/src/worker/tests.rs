@@ -214,6 +214,9 @@ impl RecordHandler for Sleeper {
             .push(message.message_id.to_owned());
         match words.next() {
             Some("retry") => Verdict::retry("tried"),
+            Some("down") => {
+                Verdict::retry("unreachable").with_health(crate::processor::Health::Down("dep"))
+            }
             Some("poison") => Verdict::poison("unreadable"),
             _ => Verdict::ack("slept"),
         }
@@ -790,4 +793,38 @@ async fn a_mapped_handler_is_given_every_record() {
     let mut deleted = queue.deleted();
     deleted.sort();
     assert_eq!(deleted, ["a", "b"]);
+}
+
+/// While a dependency is down for the worker it receives one record per probe interval, not a
+/// batch: the others stay in the queue on their schedule. The same queue without recovery is
+/// received again and again.
+#[tokio::test(start_paused = true)]
+async fn while_a_dependency_is_down_the_worker_receives_only_its_probe() {
+    let bodies = [
+        ("a", "0 down"),
+        ("b", "0 down"),
+        ("c", "0 down"),
+        ("d", "0 down"),
+    ];
+    let run = |recovery: bool| async move {
+        let queue = FakeQueue::with(&bodies);
+        let mut worker = worker(
+            &queue,
+            WorkerOptions::default().with_receives_in_flight(1),
+            false,
+        )
+        .with_backoff(BackoffPolicy::new(1, 1));
+        if recovery {
+            worker = worker.with_recovery(RecoveryPolicy::new(30));
+        }
+        worker
+            .run(tokio::time::sleep(Duration::from_millis(20_000)))
+            .await;
+        queue.receives().len()
+    };
+    // The first batch finds it down (four in a row); the container's clock stands still, so
+    // one probe's receive follows and no other within the 20 s.
+    assert_eq!(run(true).await, 5);
+    let without = run(false).await;
+    assert!(without > 10, "received {without} times without recovery");
 }

@@ -211,11 +211,21 @@ fn fixed_seeds_on(
             "no batch ran into its deadline"
         ),
         "fifo" | "fifo-batch" => assert!(reasons.get("after_failure").is_some_and(|n| *n > 0)),
-        "skewed" => assert!(faults.fenced_writes > 0, "no stale holder ever wrote"),
-        // Nine requests in ten throttled for ten minutes, against 1% outside (45% of all the
-        // requests in the fixed seeds, the rest mostly after it).
+        // The fence is the skewed profile's own seeds' to reach (the draft dialect, several
+        // seeds): a stale holder's write is rare since a container that finds the provider
+        // down holds its records back (1 in 3 seeds of 1,000 orders, by dialect), and another
+        // dialect's one seed is there for the dialect.
+        "skewed" => assert!(
+            provider != Dialect::Draft || faults.fenced_writes > 0,
+            "no stale holder ever wrote"
+        ),
+        // Nine requests in ten throttled for ten minutes, against 1% outside. Once three records
+        // in a row find the table down a container holds its records back and calls it once per
+        // probe interval, so the brownout meets far fewer requests than it would (a quarter of
+        // all the requests in the fixed seeds, against 45% without the hold): the guard is
+        // that it throttled at all, and the requests the hold saves are the hold's test.
         "store-brownout" => assert!(
-            faults.store_throttled * 3 > faults.store_requests,
+            faults.store_throttled > 100,
             "the table's brownout throttled too little: {faults:?}"
         ),
         "lowered" => {
@@ -525,8 +535,11 @@ fn store_brownout_seeds_on_the_dynamodb_store() {
 #[test]
 fn the_retry_quota_sends_a_throttled_table_fewer_requests() {
     let run_with = |retry_quota: bool| {
+        // Without the function's hold, which spares a table that fails for every record most
+        // of its requests: the quota is the client's own defence (a FIFO queue is never held).
         let settings = SimSettings {
             retry_quota,
+            recovery: false,
             ..SimSettings::profile("store-brownout", 1, DYNAMODB_ORDERS).expect("a profile")
         };
         let report = run(&settings);
