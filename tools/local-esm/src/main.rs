@@ -222,7 +222,10 @@ async fn run_demo(flags: &Demo) -> Result<(), String> {
         let store = DynamoDbStore::new(dynamodb.clone(), table, config.store.retention);
         let moves = sqs.clone();
         let app = App::with_ports(&config, store, Arc::clone(&gateway), SystemClock)
-            .with_backoff(Some(Backoff::new(SqsVisibility::new(sqs.clone()), policy)))
+            .with_backoff(Some(
+                Backoff::new(SqsVisibility::new(sqs.clone()), policy)
+                    .with_recovery(config.recovery),
+            ))
             // POISON leaves at its first receive, as deployed (SQS_BATCH_MOVE_POISON_TO_DLQ).
             .with_dead_letters(Some(DeadLetters {
                 port: SqsDeadLetters::on_first_use(move || moves.clone()),

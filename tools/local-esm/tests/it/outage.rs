@@ -78,9 +78,21 @@ fn app<S: idempotency::guard::EffectStore>(
     stub: &PaymentStub,
     store: S,
 ) -> App<S, HttpGateway, SystemClock> {
+    app_with_probe(sqs, stub, store, "0")
+}
+
+/// The function as [`app`] builds it, with `SQS_BATCH_PROBE_SECONDS` at `probe_s` (`"0"`: the
+/// schedule alone).
+fn app_with_probe<S: idempotency::guard::EffectStore>(
+    sqs: &aws_sdk_sqs::Client,
+    stub: &PaymentStub,
+    store: S,
+    probe_s: &'static str,
+) -> App<S, HttpGateway, SystemClock> {
     let config = Config::from_lookup(|k| {
         Some(
             match k {
+                "SQS_BATCH_PROBE_SECONDS" => probe_s,
                 "METRICS_ENABLED" => "false",
                 "SQS_BATCH_DEADLINE_MARGIN_MS" => "1000",
                 "IDEMPOTENCY_LEASE_MARGIN_MS" => "1000",
@@ -106,8 +118,9 @@ fn app<S: idempotency::guard::EffectStore>(
         retryable_failures: process_orders::payment::answers::RetryableFailures::default(),
     })
     .expect("gateway");
-    App::with_ports(&config, store, gateway, SystemClock)
-        .with_backoff(Some(Backoff::new(SqsVisibility::new(sqs.clone()), POLICY)))
+    App::with_ports(&config, store, gateway, SystemClock).with_backoff(Some(
+        Backoff::new(SqsVisibility::new(sqs.clone()), POLICY).with_recovery(config.recovery),
+    ))
 }
 
 const ESM: EsmSettings = EsmSettings {
@@ -193,4 +206,35 @@ async fn a_dynamodb_outage_shorter_than_the_schedule_loses_no_order() {
     server.restart().await;
     let stats = run.await.expect("run").expect("mapping");
     assert_survived("down-ddb", &sqs, &queue, &stub, &stats).await;
+}
+
+/// The same provider outage twice at once, on moto's SQS through the shipped visibility adapter:
+/// with the probe, the hold and the wake (a probe each second at this scale) the provider is
+/// called far less while it is down than on the schedule alone, and both lose no order and charge
+/// none twice once it is back (the wake's `ChangeMessageVisibilityBatch` to 0 on receipts moto
+/// issued, stale ones among them).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_probe_and_the_wake_call_a_provider_that_is_down_less_and_lose_no_order() {
+    async fn run_outage(name: &'static str, probe_s: &'static str) -> (usize, PaymentStub) {
+        let (sqs, queue) = queue(name).await;
+        let stub = PaymentStub::start().await;
+        stub.set_default(Behaviour::Status(503));
+        stub.set_lookup_available(false);
+        let store = MemoryStore::new(Duration::from_secs(86_400));
+        let app = Arc::new(app_with_probe(&sqs, &stub, store, probe_s));
+        let run = tokio::spawn(esm::run(sqs.clone(), queue.clone(), app, ESM));
+        tokio::time::sleep(outage()).await;
+        let during = stub.all_requests();
+        stub.set_default(Behaviour::Normal);
+        stub.set_lookup_available(true);
+        let stats = run.await.expect("run").expect("mapping");
+        assert_survived(name, &sqs, &queue, &stub, &stats).await;
+        (during, stub)
+    }
+    let ((held, _held_stub), (schedule, _schedule_stub)) =
+        tokio::join!(run_outage("probe-pay", "1"), run_outage("sched-pay", "0"));
+    assert!(
+        held * 2 < schedule,
+        "{held} requests while down with the probe, {schedule} on the schedule alone"
+    );
 }
