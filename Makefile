@@ -218,7 +218,7 @@ MUTANTS_SIM_FILES ?= src/money.rs src/order.rs src/handler.rs \
 	crates/idempotency/src/lib.rs crates/idempotency/src/store.rs crates/idempotency/src/guard.rs \
 	crates/idempotency/src/once.rs crates/idempotency/src/memory.rs crates/idempotency/src/dynamodb.rs \
 	crates/idempotency/src/dynamodb/item.rs \
-	crates/sqs-batch/src/processor/mod.rs crates/sqs-batch/src/backoff.rs
+	crates/sqs-batch/src/processor/mod.rs crates/sqs-batch/src/backoff.rs crates/sqs-batch/src/recovery.rs
 MUTANTS_SIM_SEEDS ?= 3
 # cargo-mutants 27 runs its unmutated baseline on the mutated package's tests, not on
 # --test-package's (sqs-batch has no `it` test, so its baseline failed), so the baseline is
