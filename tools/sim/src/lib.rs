@@ -1632,7 +1632,10 @@ async fn poll(index: usize, d: Rc<Deployment>) {
             // Records backed off earlier that this invocation brought back sooner (a wake):
             // each must have been away long enough that it reaches the DLQ no sooner than on
             // the schedule.
-            for early in std::mem::take(&mut queue.early_returns) {
+            let woken = std::mem::take(&mut queue.early_returns);
+            d.world
+                .count(|f| f.largest_wake = f.largest_wake.max(woken.len()));
+            for early in woken {
                 d.world.count(|f| f.early_returns += 1);
                 if let Some(why) = schedule.early_return(
                     early.receive_count,

@@ -106,6 +106,10 @@ pub struct Faults {
     /// Backed-off records a later visibility change brought back sooner (a wake), each judged
     /// against the schedule's floors.
     pub early_returns: usize,
+    /// The most records woken at once: judged at the end of each invocation, so the wakes of
+    /// invocations that end together count together (an upper bound on one wake). A maximum,
+    /// not a sum, across seeds.
+    pub largest_wake: usize,
 }
 
 impl Faults {
@@ -142,10 +146,11 @@ impl Faults {
         self.takeovers_owing_lookups += other.takeovers_owing_lookups;
         self.probes += other.probes;
         self.early_returns += other.early_returns;
+        self.largest_wake = self.largest_wake.max(other.largest_wake);
     }
 
     /// Each kind with its count, for tables.
-    pub fn rows(&self) -> [(&'static str, usize); 30] {
+    pub fn rows(&self) -> [(&'static str, usize); 31] {
         [
             ("crashes", self.crashes),
             ("store errors", self.store_errors),
@@ -216,6 +221,7 @@ impl Faults {
             ),
             ("probes while a dependency was down", self.probes),
             ("parked records woken early", self.early_returns),
+            ("most records woken at once", self.largest_wake),
         ]
     }
 }
