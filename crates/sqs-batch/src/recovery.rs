@@ -304,6 +304,9 @@ impl Recovery {
             return Err(state.next_receive_ms - now_ms);
         }
         state.next_receive_ms = now_ms.saturating_add(self.policy.probe_s.saturating_mul(1_000));
+        // The record received is the probe call: its batch is admitted ([`Self::admit`]),
+        // whatever the call slot's own timing (the two would drift a batch apart otherwise).
+        state.next_call_ms = now_ms;
         Ok(())
     }
 
@@ -924,8 +927,16 @@ mod tests {
         );
         settle(&recovery, &Records::new(2..3, 1, now), &[down()], now);
         assert_eq!(recovery.receive_slot(now), Ok(()));
+        // The record it receives is the probe call, though the trip set the call slot later.
+        assert_eq!(
+            recovery.admit(now + 5),
+            Admit::Probe {
+                dependency: "payment"
+            }
+        );
         assert_eq!(recovery.receive_slot(now + 10_000), Err(20_000));
         assert_eq!(recovery.receive_slot(now + 30_000), Ok(()));
+        assert!(matches!(recovery.admit(now + 30_007), Admit::Probe { .. }));
         settle(
             &recovery,
             &Records::new(1..2, 1, now),
